@@ -1,0 +1,166 @@
+"""Intake benchmark (a script, not a test): prints its figures; run with ``./dev bench``.
+
+Measured in one run, side by side on this machine:
+1. end-to-end intake throughput: N requests published → every record QUEUED (requests/s);
+2. the raw Firestore-emulator transaction rate (get + set per transaction), the floor;
+3. import time and peak RSS of functions/main.py (cold start) and of everything an instance
+   loads on its first call, against ``import google.cloud.aiplatform`` (the SDK we avoid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from flexjobs_local.stack import LocalStack, StackConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+IMPORT_PROBE = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+exec(sys.argv[1])
+dt = time.perf_counter() - t0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": dt, "maxrss_mib": rss}))
+"""
+
+IMPORTS = {
+    "functions/main.py (cold start)": (
+        "import importlib.util as u; s = u.spec_from_file_location('main', 'functions/main.py');"
+        " m = u.module_from_spec(s); s.loader.exec_module(m)"
+    ),
+    "main.py + first-call clients (aiplatform_v1, firestore, pubsub)": (
+        "import importlib.util as u; s = u.spec_from_file_location('main', 'functions/main.py');"
+        " m = u.module_from_spec(s); s.loader.exec_module(m);"
+        " from google.cloud import aiplatform_v1, firestore, pubsub_v1"
+    ),
+    "import google.cloud.aiplatform (SDK)": "import google.cloud.aiplatform",
+}
+
+
+def measure_imports(repeats: int) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    for name, code in IMPORTS.items():
+        runs = []
+        for _ in range(repeats):  # interleaving would be fairer still; repeats smooth noise
+            out = subprocess.run(
+                [sys.executable, "-c", IMPORT_PROBE, code],
+                cwd=REPO, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        results[name] = {
+            "seconds_median": statistics.median(r["seconds"] for r in runs),
+            "maxrss_mib_median": statistics.median(r["maxrss_mib"] for r in runs),
+        }
+    return results
+
+
+def request(request_id: str) -> dict:
+    return {
+        "requestId": request_id,
+        "customJob": {
+            "displayName": request_id,
+            "jobSpec": {
+                "workerPoolSpecs": [
+                    {
+                        "machineSpec": {
+                            "machineType": "g2-standard-4",
+                            "acceleratorType": "NVIDIA_L4",
+                            "acceleratorCount": 1,
+                        },
+                        "replicaCount": 1,
+                        "containerSpec": {
+                            "imageUri": "python:3.10",
+                            "command": ["sleep"],
+                            "args": ["86400"],
+                        },
+                    }
+                ],
+                "scheduling": {"maxWaitDuration": "0s"},
+            },
+        },
+    }
+
+
+def intake_throughput(stack: LocalStack, count: int) -> float:
+    from google.cloud import firestore
+
+    db = firestore.Client(project=stack.config.project)
+    run = uuid.uuid4().hex[:6]
+    ids = [f"bench-{run}-{i:04d}" for i in range(count)]
+    queued = db.collection("jobs").where(filter=firestore.FieldFilter("state", "==", "QUEUED"))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(lambda rid: stack.publish_request(request(rid)), ids))
+    while True:
+        done = queued.count().get()[0][0].value
+        if done >= count:
+            break
+        if time.perf_counter() - t0 > 600:
+            raise TimeoutError(f"only {done} of {count} records QUEUED after 600 s")
+        time.sleep(0.2)
+    return count / (time.perf_counter() - t0)
+
+
+def firestore_txn_rate(stack: LocalStack, count: int, workers: int) -> float:
+    from google.cloud import firestore
+
+    db = firestore.Client(project=stack.config.project)
+    col = db.collection("bench-raw")
+
+    def one(i: int) -> None:
+        ref = col.document(f"doc-{i}")
+
+        @firestore.transactional
+        def txn(t):
+            ref.get(transaction=t)
+            t.set(ref, {"i": i, "at": firestore.SERVER_TIMESTAMP})
+
+        txn(db.transaction())
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, range(count)))
+    return count / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--import-repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    imports = measure_imports(args.import_repeats)
+    config = StackConfig(default_capacity=10_000, time_factor=1.0)
+    with LocalStack(config) as stack:
+        stack.apply_env()
+        raw_seq = firestore_txn_rate(stack, 300, workers=1)
+        raw_par = firestore_txn_rate(stack, 500, workers=16)
+        stack.reset_firestore()
+        throughput = intake_throughput(stack, args.requests)
+
+    print("\n== flexjobs intake benchmark ==")
+    print(f"end-to-end intake, {args.requests} requests publish→QUEUED: {throughput:.1f} req/s")
+    print(f"Firestore emulator transactions, 1 thread:   {raw_seq:.1f} txn/s")
+    print(f"Firestore emulator transactions, 16 threads: {raw_par:.1f} txn/s")
+    print(f"intake / raw 16-thread transaction rate: {throughput / raw_par:.2f}")
+    base = imports["import google.cloud.aiplatform (SDK)"]
+    for name, figures in imports.items():
+        print(
+            f"{name:<66} {figures['seconds_median'] * 1000:7.0f} ms "
+            f"({figures['seconds_median'] / base['seconds_median']:.2f}x SDK)  "
+            f"peak RSS {figures['maxrss_mib_median']:6.1f} MiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The embedded stack and the Vertex AI simulator. Production code never imports this package."""

@@ -1,0 +1,117 @@
+"""Child processes of the embedded stack: each in its own process group, killed as a group.
+
+The emulators' Java processes outlive their ``gcloud`` wrapper, so signalling the wrapper alone
+would leave them running; killing the whole group does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Child:
+    """One started service: its process (the group leader) and where its output goes."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session makes the child its group's leader
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM the group, then SIGKILL what is left after ``grace`` seconds."""
+        kill_group(self.pgid, grace)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace)
+
+
+def kill_group(pgid: int, grace: float = 5.0) -> None:
+    """Terminate every process of group ``pgid``; a group already gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def start(name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> Child:
+    """Start ``argv`` in a new session (so a new process group), output to a log file."""
+    log_path = log_dir / f"{name}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    return Child(name=name, proc=proc, log_path=log_path)
+
+
+def wait_until(child: Child, ready: Callable[[], bool], timeout: float) -> None:
+    """Poll ``ready`` until it holds; fail with the child's log when it dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited early:\n{child.tail()}")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{child.name} not ready after {timeout:.0f}s:\n{child.tail()}")
+
+
+def http_ok(url: str) -> Callable[[], bool]:
+    """A readiness probe: ``url`` answers any HTTP status below 500."""
+
+    def probe() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                return int(resp.status) < 500
+        except urllib.error.HTTPError as exc:
+            return exc.code < 500
+        except (urllib.error.URLError, OSError):
+            return False
+
+    return probe
+
+
+def log_contains(child: Child, text: str) -> Callable[[], bool]:
+    return lambda: text in child.tail(200)

@@ -1,0 +1,288 @@
+"""The embedded stack: real Pub/Sub and Firestore emulators, a storage emulator, the Vertex AI
+simulator and one functions-framework server per entry point, wired like production.
+
+Examples:
+    >>> with LocalStack(StackConfig()) as stack:      # doctest: +SKIP
+    ...     stack.publish_request({"requestId": "r1", "customJob": {...}})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from flexjobs_local import procs
+from flexjobs_local.simulator.client import SimulatorControl
+
+REPO = Path(__file__).resolve().parent.parent
+FUNCTIONS_SOURCE = REPO / "functions" / "main.py"
+
+# Entry point → the topic whose push subscription delivers to it.
+FUNCTIONS: dict[str, str] = {
+    "handle_job_request": "requests",
+    "handle_job_event": "events",
+    "handle_scheduler_tick": "ticks",
+}
+TICKS_TOPIC = "scheduler-ticks"
+NOTIFICATIONS_TAP = "job-notifications-tap"
+
+
+@dataclass
+class StackConfig:
+    """How to run the stack; every field has a working default."""
+
+    project: str = "flexjobs-local"
+    location: str = "us-central1"
+    time_factor: float = 60.0
+    default_capacity: int = 16
+    default_run_seconds: float = 300.0
+    requests_topic: str = "job-requests"
+    events_topic: str = "job-events"
+    notifications_topic: str = "job-notifications"
+    ack_deadline_seconds: int = 60
+    # Extra environment for the function servers (settings such as FLEXJOBS_CLAIM_TTL_SECONDS).
+    function_env: dict[str, str] = field(default_factory=dict)
+    functions: tuple[str, ...] = tuple(FUNCTIONS)
+    # Seconds between scheduler ticks (the local Cloud Scheduler); None starts no scheduler.
+    tick_seconds: float | None = None
+
+
+class LocalStack:
+    """Start, use and stop the embedded stack. Use as a context manager."""
+
+    def __init__(self, config: StackConfig | None = None, workdir: Path | None = None) -> None:
+        self.config = config or StackConfig()
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="flexjobs-local-"))
+        self.children: list[procs.Child] = []
+        self.ports: dict[str, int] = {}
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> LocalStack:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> LocalStack:
+        """Start every service, create topics and subscriptions, and wait until all answer."""
+        cfg = self.config
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for name in ("pubsub", "firestore", "storage", "vertex", "vertex_control"):
+            self.ports[name] = procs.free_port()
+        self.env = {
+            "GOOGLE_CLOUD_PROJECT": cfg.project,
+            "FLEXJOBS_LOCATION": cfg.location,
+            "FLEXJOBS_VERTEX_ENDPOINT": f"127.0.0.1:{self.ports['vertex']}",
+            "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{self.ports['pubsub']}",
+            "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{self.ports['firestore']}",
+            "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{self.ports['storage']}",
+            "FLEXJOBS_REQUESTS_TOPIC": cfg.requests_topic,
+            "FLEXJOBS_EVENTS_TOPIC": cfg.events_topic,
+            "FLEXJOBS_NOTIFICATIONS_TOPIC": cfg.notifications_topic,
+        }
+        base_env = {**os.environ, **self.env}
+        gcloud = shutil.which("gcloud")
+        if gcloud is None:
+            raise RuntimeError("gcloud is required: install the Google Cloud CLI and emulators")
+        pubsub = self._start(
+            "pubsub",
+            [
+                gcloud,
+                "beta",
+                "emulators",
+                "pubsub",
+                "start",
+                f"--host-port=127.0.0.1:{self.ports['pubsub']}",
+                f"--project={cfg.project}",
+                f"--data-dir={self.workdir / 'pubsub-data'}",
+            ],
+            base_env,
+        )
+        firestore = self._start(
+            "firestore",
+            [
+                gcloud,
+                "emulators",
+                "firestore",
+                "start",
+                f"--host-port=127.0.0.1:{self.ports['firestore']}",
+            ],
+            base_env,
+        )
+        storage = self._start(
+            "storage",
+            [
+                sys.executable,
+                "-m",
+                "gcp_storage_emulator",
+                "start",
+                "--host=127.0.0.1",
+                f"--port={self.ports['storage']}",
+                "--in-memory",
+            ],
+            base_env,
+        )
+        vertex = self._start(
+            "vertex",
+            [
+                sys.executable,
+                "-m",
+                "flexjobs_local.simulator",
+                f"--grpc-port={self.ports['vertex']}",
+                f"--control-port={self.ports['vertex_control']}",
+                f"--time-factor={cfg.time_factor}",
+                f"--project={cfg.project}",
+                f"--default-capacity={cfg.default_capacity}",
+                f"--default-run-seconds={cfg.default_run_seconds}",
+            ],
+            base_env,
+        )
+        procs.wait_until(pubsub, procs.http_ok(f"http://127.0.0.1:{self.ports['pubsub']}"), 90)
+        procs.wait_until(
+            firestore, procs.http_ok(f"http://127.0.0.1:{self.ports['firestore']}"), 90
+        )
+        procs.wait_until(
+            storage, procs.http_ok(f"http://127.0.0.1:{self.ports['storage']}/storage/v1/b"), 60
+        )
+        procs.wait_until(vertex, procs.log_contains(vertex, "SIMULATOR READY"), 60)
+        self._start_functions(base_env)
+        self._create_topics()
+        if cfg.tick_seconds:
+            scheduler = self._start(
+                "scheduler",
+                [
+                    sys.executable,
+                    "-m",
+                    "flexjobs_local.scheduler",
+                    f"--every={cfg.tick_seconds}",
+                    f"--topic={TICKS_TOPIC}",
+                ],
+                base_env,
+            )
+            procs.wait_until(scheduler, procs.log_contains(scheduler, "SCHEDULER READY"), 30)
+        return self
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str]) -> procs.Child:
+        child = procs.start(name, argv, env, self.workdir)
+        self.children.append(child)
+        return child
+
+    def _start_functions(self, base_env: dict[str, str]) -> None:
+        env = {**base_env, **self.config.function_env, "PYTHONUNBUFFERED": "1"}
+        started = []
+        for target in self.config.functions:
+            port = procs.free_port()
+            self.ports[target] = port
+            ff = Path(sys.executable).with_name("functions-framework")
+            started.append(
+                self._start(
+                    target,
+                    [
+                        str(ff),
+                        f"--source={FUNCTIONS_SOURCE}",
+                        f"--target={target}",
+                        "--signature-type=cloudevent",
+                        "--host=127.0.0.1",
+                        f"--port={port}",
+                    ],
+                    env,
+                )
+            )
+        for child in started:
+            url = f"http://127.0.0.1:{self.ports[child.name]}/"
+            procs.wait_until(child, procs.http_ok(url), 60)
+
+    def _create_topics(self) -> None:
+        from google.cloud import pubsub_v1
+
+        cfg = self.config
+        publisher = pubsub_v1.PublisherClient()
+        subscriber = pubsub_v1.SubscriberClient()
+        topics = {
+            "requests": cfg.requests_topic,
+            "events": cfg.events_topic,
+            "notifications": cfg.notifications_topic,
+            "ticks": TICKS_TOPIC,
+        }
+        for topic in topics.values():
+            publisher.create_topic(name=publisher.topic_path(cfg.project, topic))
+        for target in cfg.functions:
+            topic = topics[FUNCTIONS[target]]
+            endpoint = (
+                f"http://127.0.0.1:{self.ports[target]}/projects/{cfg.project}/topics/{topic}"
+            )
+            subscriber.create_subscription(
+                request={
+                    "name": subscriber.subscription_path(cfg.project, f"{topic}-{target}"),
+                    "topic": publisher.topic_path(cfg.project, topic),
+                    "push_config": {"push_endpoint": endpoint},
+                    "ack_deadline_seconds": cfg.ack_deadline_seconds,
+                    "retry_policy": {
+                        "minimum_backoff": {"seconds": 1},
+                        "maximum_backoff": {"seconds": 10},
+                    },
+                }
+            )
+        subscriber.create_subscription(
+            name=subscriber.subscription_path(cfg.project, NOTIFICATIONS_TAP),
+            topic=publisher.topic_path(cfg.project, cfg.notifications_topic),
+        )
+
+    def stop(self) -> None:
+        """Stop everything this stack started, newest first, and remove its work folder."""
+        for child in reversed(self.children):
+            child.stop()
+        self.children.clear()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- use -------------------------------------------------------------------------------
+
+    def apply_env(self) -> None:
+        """Point this process's Google clients at the stack."""
+        os.environ.update(self.env)
+
+    @property
+    def simulator(self) -> SimulatorControl:
+        return SimulatorControl(f"http://127.0.0.1:{self.ports['vertex_control']}")
+
+    def publish(self, topic: str, body: dict[str, Any] | bytes, **attributes: str) -> str:
+        """Publish one message through the Pub/Sub emulator; returns its message id."""
+        from google.cloud import pubsub_v1
+
+        client = pubsub_v1.PublisherClient()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        future = client.publish(client.topic_path(self.config.project, topic), data, **attributes)
+        return str(future.result(timeout=30))
+
+    def publish_request(self, body: dict[str, Any] | bytes, **attributes: str) -> str:
+        return self.publish(self.config.requests_topic, body, **attributes)
+
+    def reset_firestore(self) -> None:
+        """Delete every document in the Firestore emulator (test isolation)."""
+        url = (
+            f"http://127.0.0.1:{self.ports['firestore']}/emulator/v1/projects/"
+            f"{self.config.project}/databases/(default)/documents"
+        )
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=30).close()
+
+    def function_logs(self, target: str) -> str:
+        """Everything a function server printed so far (its structured log lines)."""
+        return (self.workdir / f"{target}.log").read_text(errors="replace")

@@ -1,0 +1,39 @@
+"""Cloud Functions entry points: unwrap the envelope, build a command, call the service.
+
+Returning acknowledges the message; raising makes Pub/Sub redeliver it. ``pubsub_handler``
+applies that policy: non-retryable errors are logged and acknowledged, transient ones raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import functions_framework
+
+from shared import bootstrap, lifecycle, services
+from shared.commands import Reconcile, SubmitJob, TrackJob
+from shared.entrypoint import pubsub_handler
+from shared.envelopes import PubsubMessage
+
+
+@functions_framework.cloud_event
+@pubsub_handler
+def handle_job_request(event: Any) -> None:
+    """Pub/Sub trigger on the requests topic: submit one job request."""
+    message = PubsubMessage.from_cloud_event(event)
+    services.submit_job(SubmitJob(message=message), bootstrap.intake())
+
+
+@functions_framework.cloud_event
+@pubsub_handler
+def handle_job_event(event: Any) -> None:
+    """Pub/Sub trigger on the events topic: re-read the job a state hint names."""
+    message = PubsubMessage.from_cloud_event(event)
+    lifecycle.track_job(TrackJob(message=message), bootstrap.tracker())
+
+
+@functions_framework.cloud_event
+@pubsub_handler
+def handle_scheduler_tick(event: Any) -> None:
+    """Pub/Sub trigger from Cloud Scheduler: reconcile every active job against Vertex."""
+    lifecycle.reconcile(Reconcile(), bootstrap.tracker())

@@ -1,0 +1,1 @@
+"""flexjobs: the library every Cloud Function shares (models, pure domain, ports, adapters)."""

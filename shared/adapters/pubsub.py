@@ -1,0 +1,48 @@
+"""PubsubNotifier: the Notifier port on the Pub/Sub publisher client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from shared.config import Settings
+from shared.errors import PublishFailed
+
+
+class PubsubNotifier:
+    """Publishes JSON notifications to the notifications topic; the client is built lazily."""
+
+    def __init__(self, settings: Settings, topic: str | None = None, client: Any = None) -> None:
+        self._settings = settings
+        self._topic_id = topic or settings.notifications_topic
+        self._client = client
+        self._lock = threading.Lock()
+
+    def _publisher(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+                self._client = pubsub_v1.PublisherClient()
+            return self._client
+
+    def notify(self, message: Mapping[str, Any]) -> None:
+        client = self._publisher()
+        topic = client.topic_path(self._settings.project, self._topic_id)
+        data = json.dumps(dict(message), default=str, sort_keys=True).encode("utf-8")
+        attributes = {"state": str(message.get("state", "")), "requestId": _attr(message)}
+        try:
+            client.publish(topic, data, **attributes).result(
+                timeout=self._settings.call_timeout_seconds
+            )
+        except (gexc.GoogleAPICallError, gexc.RetryError, TimeoutError) as exc:
+            raise PublishFailed(f"publish to {topic} failed: {exc}") from exc
+
+
+def _attr(message: Mapping[str, Any]) -> str:
+    # Attribute values are limited to 1024 bytes; the full id is in the data.
+    return str(message.get("requestId", ""))[:1024]

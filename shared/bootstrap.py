@@ -1,0 +1,100 @@
+"""Wire the services to their adapters once per function instance, lazily.
+
+Nothing here runs at import time: the first invocation builds the settings and adapters, and
+the Google clients themselves are created on their first call. Tests pass their own ports to
+:func:`build_intake` (in-memory fakes) or call :func:`reset` between configurations.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from shared.config import Settings
+from shared.lifecycle import Tracker
+from shared.logs import configure
+from shared.services import Intake
+
+_lock = threading.Lock()
+_intake: Intake | None = None
+_tracker: Tracker | None = None
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_intake(
+    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+) -> Intake:
+    """The production wiring of :class:`Intake`: Firestore, Vertex AI and Pub/Sub adapters."""
+    from shared.adapters.firestore import FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.pubsub import PubsubNotifier
+    from shared.adapters.vertex import VertexJobBackend
+    from shared.domain.rules import Guards, check_request
+
+    settings = settings or Settings.from_env()
+    store = FirestoreJobStore(settings)
+    backend = VertexJobBackend(settings)
+    guards = Guards.from_settings(settings)
+    return Intake(
+        settings=settings,
+        store=store,
+        backend=backend,
+        rejections=FirestoreRejectionLog(store),
+        notifier=PubsubNotifier(settings),
+        validators=(functools.partial(check_request, guards=guards), backend.check),
+        clock=clock,
+    )
+
+
+def intake() -> Intake:
+    """The instance-wide :class:`Intake`, built on first use."""
+    global _intake
+    with _lock:
+        if _intake is None:
+            configure()
+            _intake = build_intake()
+        return _intake
+
+
+def override(value: Intake | None) -> None:
+    """Install a prebuilt :class:`Intake` (tests), or drop it so the next call rebuilds."""
+    global _intake
+    with _lock:
+        _intake = value
+
+
+def build_tracker(
+    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+) -> Tracker:
+    """The production wiring of :class:`Tracker`."""
+    from shared.adapters.firestore import FirestoreJobStore
+    from shared.adapters.vertex import VertexJobBackend
+
+    settings = settings or Settings.from_env()
+    return Tracker(
+        settings=settings,
+        store=FirestoreJobStore(settings),
+        backend=VertexJobBackend(settings),
+        clock=clock,
+    )
+
+
+def tracker() -> Tracker:
+    """The instance-wide :class:`Tracker`, built on first use."""
+    global _tracker
+    with _lock:
+        if _tracker is None:
+            configure()
+            _tracker = build_tracker()
+        return _tracker
+
+
+def override_tracker(value: Tracker | None) -> None:
+    """Install a prebuilt :class:`Tracker` (tests), or drop it so the next call rebuilds."""
+    global _tracker
+    with _lock:
+        _tracker = value

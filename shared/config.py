@@ -1,0 +1,66 @@
+"""Settings read from the environment once per function instance (the contract's env vars)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+DEFAULT_LOCATION = "us-central1"
+
+
+def _split_csv(value: str | None) -> tuple[str, ...]:
+    return tuple(p.strip() for p in (value or "").split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable by environment. Build with :meth:`from_env`."""
+
+    project: str
+    location: str = DEFAULT_LOCATION
+    vertex_endpoint: str | None = None
+    requests_topic: str = "job-requests"
+    events_topic: str = "job-events"
+    notifications_topic: str = "job-notifications"
+    # A claim older than this is presumed dead (its function crashed or timed out), so a
+    # redelivery may take over. Keep it at or above the function timeout.
+    claim_ttl_seconds: float = 120.0
+    # The Vertex and Firestore calls each get this deadline, including api_core's retries.
+    call_timeout_seconds: float = 30.0
+    # At most one Vertex read per job per this many seconds, however many hints arrive.
+    hint_coalesce_seconds: float = 10.0
+    allowed_image_prefixes: tuple[str, ...] = field(default_factory=tuple)
+    allowed_service_accounts: tuple[str, ...] = field(default_factory=tuple)
+    max_gpus_per_job: int = 64
+    max_replicas: int = 64
+    max_message_bytes: int = 256 * 1024
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        e = dict(os.environ if env is None else env)
+        project = e.get("GOOGLE_CLOUD_PROJECT") or e.get("GCLOUD_PROJECT") or ""
+        return cls(
+            project=project,
+            location=e.get("FLEXJOBS_LOCATION") or DEFAULT_LOCATION,
+            vertex_endpoint=e.get("FLEXJOBS_VERTEX_ENDPOINT") or None,
+            requests_topic=e.get("FLEXJOBS_REQUESTS_TOPIC") or "job-requests",
+            events_topic=e.get("FLEXJOBS_EVENTS_TOPIC") or "job-events",
+            notifications_topic=e.get("FLEXJOBS_NOTIFICATIONS_TOPIC") or "job-notifications",
+            claim_ttl_seconds=float(e.get("FLEXJOBS_CLAIM_TTL_SECONDS") or 120),
+            call_timeout_seconds=float(e.get("FLEXJOBS_CALL_TIMEOUT_SECONDS") or 30),
+            hint_coalesce_seconds=float(e.get("FLEXJOBS_HINT_COALESCE_SECONDS") or 10),
+            allowed_image_prefixes=_split_csv(e.get("FLEXJOBS_ALLOWED_IMAGE_PREFIXES")),
+            allowed_service_accounts=_split_csv(e.get("FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS")),
+            max_gpus_per_job=int(e.get("FLEXJOBS_MAX_GPUS_PER_JOB") or 64),
+            max_replicas=int(e.get("FLEXJOBS_MAX_REPLICAS") or 64),
+            max_message_bytes=int(e.get("FLEXJOBS_MAX_MESSAGE_BYTES") or 256 * 1024),
+        )
+
+    @property
+    def vertex_is_local(self) -> bool:
+        """True when the Vertex endpoint is on this machine: plaintext gRPC, no credentials."""
+        if not self.vertex_endpoint:
+            return False
+        host = urlsplit(f"//{self.vertex_endpoint}").hostname
+        return host in {"127.0.0.1", "localhost"}

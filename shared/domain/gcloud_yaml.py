@@ -1,0 +1,150 @@
+"""Turn a gcloud ``config.yaml`` (``gcloud ai custom-jobs create --config``) into a request.
+
+The file holds a CustomJobSpec in YAML, as in seed 000::
+
+    workerPoolSpecs:
+      machineSpec:
+        machineType: a2-highgpu-1g
+        acceleratorType: NVIDIA_TESLA_A100
+        acceleratorCount: 1
+      replicaCount: 1
+      containerSpec:
+        imageUri: gcr.io/ucaip-test/ucaip-training-test
+    scheduling:
+      strategy: FLEX_START
+      maxWaitDuration: 7200s
+
+gcloud accepts ``workerPoolSpecs`` as one mapping or a list of them; flexjobs always sends a
+list. Every other top-level key (``scheduling``, ``serviceAccount``, ``baseOutputDirectory``,
+...) is a CustomJobSpec field and goes into ``jobSpec`` unchanged, except ``displayName``, which
+gcloud takes as a flag and flexjobs also accepts in the file. The result is the request message
+``{"requestId": ..., "customJob": {"displayName": ..., "jobSpec": {...}}}`` that
+:func:`shared.domain.request.parse_request` accepts, so the YAML form is checked by exactly
+the same rules as the JSON form.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any, Final
+
+import yaml
+
+from shared.errors import FieldError, InvalidRequest
+
+DEFAULT_DISPLAY_NAME: Final = "flexjobs-job"
+
+# YAML aliases can make a small file expand into a huge tree; JSON messages cannot. Both bounds
+# are far above any real job spec.
+MAX_NODES: Final = 100_000
+MAX_DEPTH: Final = 64
+
+
+def parse_gcloud_config(
+    text: str, request_id: str | None = None, *, display_name: str | None = None
+) -> dict[str, Any]:
+    """Build the request message for a gcloud ``config.yaml``.
+
+    ``display_name`` (gcloud's ``--display-name``) wins over a ``displayName`` key in the file;
+    without either the job is named after ``request_id``, else ``flexjobs-job``.
+
+    Raises:
+        InvalidRequest: with every problem found: YAML syntax, a non-mapping document, a
+            missing or malformed ``workerPoolSpecs``, values JSON cannot carry.
+
+    Examples:
+        >>> msg = parse_gcloud_config("workerPoolSpecs:\\n  replicaCount: 1\\n", "r1")
+        >>> msg["customJob"]["jobSpec"]["workerPoolSpecs"]
+        [{'replicaCount': 1}]
+        >>> msg["requestId"], msg["customJob"]["displayName"]
+        ('r1', 'r1')
+    """
+    if not isinstance(text, str):
+        raise InvalidRequest([FieldError("$", "the gcloud config must be YAML text")])
+    try:
+        document = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or "invalid YAML"
+        raise InvalidRequest([FieldError("$", f"not valid YAML{where}: {problem}")]) from exc
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        # ValueError: an integer with more digits than Python converts; RecursionError: nesting
+        # deeper than the parser can follow.
+        raise InvalidRequest([FieldError("$", f"not valid YAML: {type(exc).__name__}")]) from exc
+
+    errors: list[FieldError] = []
+    if not isinstance(document, dict):
+        kind = "empty" if document is None else f"a {type(document).__name__}"
+        problem = f"the config must be a mapping with workerPoolSpecs, not {kind}"
+        raise InvalidRequest([FieldError("$", problem)])
+    spec = _to_json(document, "", errors, budget=[MAX_NODES])
+    if errors:
+        raise InvalidRequest(errors)
+    assert isinstance(spec, dict)
+
+    pools = spec.get("workerPoolSpecs")
+    if pools is None:
+        errors.append(FieldError("workerPoolSpecs", "is required: at least one worker pool"))
+    elif isinstance(pools, dict):
+        spec["workerPoolSpecs"] = [pools]
+    elif not isinstance(pools, list):
+        errors.append(
+            FieldError("workerPoolSpecs", "must be a worker pool mapping or a list of them")
+        )
+    name_in_file = spec.pop("displayName", None)
+    if name_in_file is not None and not isinstance(name_in_file, str):
+        errors.append(FieldError("displayName", "must be a string"))
+    if errors:
+        raise InvalidRequest(errors)
+
+    name = display_name or name_in_file or request_id or DEFAULT_DISPLAY_NAME
+    request: dict[str, Any] = {"customJob": {"displayName": name, "jobSpec": spec}}
+    if request_id is not None:
+        request = {"requestId": request_id, **request}
+    return request
+
+
+def _to_json(
+    value: Any, path: str, errors: list[FieldError], budget: list[int], depth: int = 0
+) -> Any:
+    """Copy a YAML value into plain JSON types, reporting what JSON cannot carry.
+
+    ``budget`` is a one-element list: the nodes still allowed before the tree counts as too big.
+    """
+    where = path or "$"
+    budget[0] -= 1
+    if budget[0] == 0:
+        errors.append(FieldError(where, f"the config expands to over {MAX_NODES} values"))
+    if budget[0] <= 0:
+        return None
+    if depth > MAX_DEPTH:
+        errors.append(FieldError(where, f"is nested more than {MAX_DEPTH} levels deep"))
+        return None
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            errors.append(FieldError(where, "must be a finite number"))
+        return value
+    if isinstance(value, list):
+        return [
+            _to_json(item, f"{path}[{i}]", errors, budget, depth + 1)
+            for i, item in enumerate(value)
+        ]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                kind = type(key).__name__
+                errors.append(FieldError(where, f"has a {kind} key; quote keys to make them text"))
+                continue
+            out[key] = _to_json(item, f"{path}.{key}" if path else key, errors, budget, depth + 1)
+        return out
+    if isinstance(value, datetime.date):
+        # YAML reads 2024-01-01 as a date; Vertex fields want the text.
+        errors.append(FieldError(where, "is a YAML date/time; quote it to send text"))
+        return None
+    errors.append(FieldError(where, f"a YAML {type(value).__name__} cannot be sent as JSON"))
+    return None

@@ -1,0 +1,132 @@
+"""The job state machine: record states, how Vertex states map onto them, and ordering.
+
+A record's state only moves forward within an attempt (ACCEPTED → QUEUED → RUNNING → a
+terminal state), so a stale or replayed observation can never move it back. A new attempt
+starts again from QUEUED; an observation of an older attempt is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    """The record states of the contract."""
+
+    ACCEPTED = "ACCEPTED"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    RETRYING = "RETRYING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def rank(self) -> int:
+        """Order within one attempt; a transition must strictly increase it."""
+        return _RANK[self]
+
+
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+_RANK = {
+    JobState.ACCEPTED: 0,
+    JobState.QUEUED: 1,
+    JobState.RETRYING: 1,
+    JobState.RUNNING: 2,
+    JobState.SUCCEEDED: 3,
+    JobState.FAILED: 3,
+    JobState.CANCELLED: 3,
+}
+
+# Vertex JobState (and PipelineState) names → record state of the attempt.
+_FROM_VERTEX = {
+    "JOB_STATE_QUEUED": JobState.QUEUED,
+    "JOB_STATE_PENDING": JobState.QUEUED,
+    "JOB_STATE_RUNNING": JobState.RUNNING,
+    "JOB_STATE_UPDATING": JobState.RUNNING,
+    "JOB_STATE_PAUSED": JobState.RUNNING,
+    "JOB_STATE_SUCCEEDED": JobState.SUCCEEDED,
+    "JOB_STATE_PARTIALLY_SUCCEEDED": JobState.SUCCEEDED,
+    "JOB_STATE_FAILED": JobState.FAILED,
+    "JOB_STATE_EXPIRED": JobState.FAILED,
+    "JOB_STATE_CANCELLING": JobState.RUNNING,
+    "JOB_STATE_CANCELLED": JobState.CANCELLED,
+    "PIPELINE_STATE_QUEUED": JobState.QUEUED,
+    "PIPELINE_STATE_PENDING": JobState.QUEUED,
+    "PIPELINE_STATE_RUNNING": JobState.RUNNING,
+    "PIPELINE_STATE_PAUSED": JobState.RUNNING,
+    "PIPELINE_STATE_CANCELLING": JobState.RUNNING,
+    "PIPELINE_STATE_SUCCEEDED": JobState.SUCCEEDED,
+    "PIPELINE_STATE_FAILED": JobState.FAILED,
+    "PIPELINE_STATE_CANCELLED": JobState.CANCELLED,
+}
+
+
+def from_vertex(vertex_state: str) -> JobState | None:
+    """Map a Vertex state name onto a record state; None for UNSPECIFIED or unknown names.
+
+    Examples:
+        >>> from_vertex("JOB_STATE_PENDING")
+        <JobState.QUEUED: 'QUEUED'>
+    """
+    return _FROM_VERTEX.get(vertex_state)
+
+
+@dataclass(frozen=True)
+class VertexJob:
+    """What flexjobs reads back from Vertex about one job (one attempt)."""
+
+    name: str
+    state: str
+    labels: dict[str, str]
+    create_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    error_code: int | None = None
+    error_message: str | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Change:
+    """Fields to write on the record and on its current attempt after an observation."""
+
+    state: JobState
+    record: dict[str, Any]
+    attempt: dict[str, Any] = field(default_factory=dict)
+
+
+def observe(record: dict[str, Any], job: VertexJob, now: datetime) -> Change | None:
+    """Reconcile a record to the authoritative state of its current attempt's job.
+
+    Returns None when nothing changes: the job is not the record's current attempt (a stale
+    hint of an older attempt), the state is unknown, or the observation does not move the
+    record strictly forward (a replay, or a stale RUNNING after SUCCEEDED).
+    """
+    if record.get("vertexJob") != job.name:
+        return None
+    new = from_vertex(job.state)
+    current = JobState(record.get("state", JobState.ACCEPTED.value))
+    if new is None or current.terminal or new.rank <= current.rank:
+        return None
+    times = {"startedAt": job.start_time, "endedAt": job.end_time}
+    attempt: dict[str, Any] = {"state": new.value, "vertexState": job.state}
+    attempt.update({k: v for k, v in times.items() if v is not None})
+    change: dict[str, Any] = {"state": new.value, "updatedAt": now, "vertexState": job.state}
+    if new.terminal:
+        change["endedAt"] = job.end_time or now
+    if job.error_code:
+        attempt["errorCode"] = job.error_code
+        attempt["errorMessage"] = job.error_message
+        change["reason"] = job.error_message
+    return Change(state=new, record=change, attempt=attempt)

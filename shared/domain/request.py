@@ -1,0 +1,194 @@
+"""The job-request message: parsing, defaults and the contract's minimal checks.
+
+The wire format is a UTF-8 JSON object with exactly one *kind* key holding the Vertex REST body
+(camelCase) unchanged, for example ``{"requestId": "r1", "customJob": {...}}``. Parsing never
+stops at the first problem: every problem found is reported in one :class:`InvalidRequest`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import FieldError, InvalidRequest
+
+KINDS = ("customJob", "hyperparameterTuningJob", "trainingPipeline", "deployModel")
+TRAINING_KINDS = KINDS[:3]
+ENVELOPE_FIELDS = {"requestId", "location", "retryPolicy", "fallback", "checkpointUri", *KINDS}
+
+DEFAULT_STRATEGY = "FLEX_START"
+DEFAULT_MAX_WAIT = "86400s"
+DEFAULT_TIMEOUT = "604800s"
+
+_DURATION = re.compile(r"^(-?)(\d+)(\.\d{1,9})?s$")
+
+
+def parse_duration(value: str) -> float:
+    """Parse a protobuf JSON Duration such as ``"1800s"`` or ``"3.5s"`` into seconds.
+
+    Raises:
+        ValueError: when ``value`` is not a Duration string.
+    """
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not a protobuf Duration such as '1800s' or '3.5s'")
+    sign, whole, frac = match.groups()
+    seconds = int(whole) + (float(frac) if frac else 0.0)
+    return -seconds if sign else seconds
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A parsed request: the kind, its Vertex REST body with defaults applied, and options."""
+
+    request_id: str
+    kind: str
+    spec: dict[str, Any]
+    location: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def scheduling(self) -> dict[str, Any]:
+        """The ``scheduling`` object of a training kind ({} for deployments)."""
+        return scheduling_of(self.kind, self.spec) or {}
+
+    @property
+    def strategy(self) -> str:
+        if self.kind == "deployModel":
+            return "SPOT" if _deployed_resources(self.spec).get("spot") else "STANDARD"
+        return str(self.scheduling.get("strategy", DEFAULT_STRATEGY))
+
+    @property
+    def max_wait_seconds(self) -> float | None:
+        """Seconds the job may wait for capacity; None means wait indefinitely (``0s``)."""
+        raw = self.scheduling.get("maxWaitDuration")
+        if not isinstance(raw, str):
+            return None
+        seconds = parse_duration(raw)
+        return None if seconds == 0 else seconds
+
+    @property
+    def display_name(self) -> str:
+        body = self.spec.get("deployedModel", self.spec)
+        return str(body.get("displayName", ""))
+
+
+def _deployed_resources(spec: dict[str, Any]) -> dict[str, Any]:
+    deployed = spec.get("deployedModel")
+    resources = deployed.get("dedicatedResources") if isinstance(deployed, dict) else None
+    return resources if isinstance(resources, dict) else {}
+
+
+def job_spec_path(kind: str) -> tuple[str, ...]:
+    """Where the CustomJobSpec (worker pools and scheduling) of a training kind lives."""
+    return {
+        "customJob": ("jobSpec",),
+        "hyperparameterTuningJob": ("trialJobSpec",),
+        "trainingPipeline": ("trainingTaskInputs",),
+    }[kind]
+
+
+def job_spec_of(kind: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the CustomJobSpec dict of a training request, or None when it is not an object."""
+    node: Any = spec
+    for key in job_spec_path(kind):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def scheduling_of(kind: str, spec: dict[str, Any]) -> dict[str, Any] | None:
+    if kind not in TRAINING_KINDS:
+        return None
+    job_spec = job_spec_of(kind, spec)
+    scheduling = job_spec.get("scheduling") if job_spec else None
+    return scheduling if isinstance(scheduling, dict) else None
+
+
+def apply_defaults(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``spec`` with flexjobs' scheduling defaults filled in.
+
+    The strategy defaults to FLEX_START, ``maxWaitDuration`` to one day (``0s`` is kept: it
+    means wait indefinitely) and ``timeout`` to seven days, the most DWS allows.
+    """
+    out = copy.deepcopy(spec)
+    if kind not in TRAINING_KINDS:
+        return out
+    job_spec = job_spec_of(kind, out)
+    if job_spec is None:
+        return out
+    scheduling = job_spec.setdefault("scheduling", {})
+    if not isinstance(scheduling, dict):
+        return out
+    scheduling.setdefault("strategy", DEFAULT_STRATEGY)
+    if scheduling["strategy"] == "FLEX_START":
+        scheduling.setdefault("maxWaitDuration", DEFAULT_MAX_WAIT)
+    scheduling.setdefault("timeout", DEFAULT_TIMEOUT)
+    return out
+
+
+def decode_message(data: bytes) -> dict[str, Any]:
+    """Decode Pub/Sub message data into a JSON object, or raise :class:`InvalidRequest`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest([FieldError("$", f"message data is not UTF-8: {exc}")]) from exc
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidRequest([FieldError("$", f"message data is not JSON: {exc}")]) from exc
+    if not isinstance(body, dict):
+        kind = type(body).__name__
+        raise InvalidRequest([FieldError("$", f"message must be a JSON object, not {kind}")])
+    return body
+
+
+def read_request_id(body: dict[str, Any], attributes: dict[str, str], message_id: str) -> str:
+    """The requestId field, else the ``requestId`` attribute, else the Pub/Sub message id."""
+    value = body.get("requestId")
+    if isinstance(value, str) and value.strip():
+        return value
+    return attributes.get("requestId") or message_id
+
+
+def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: str) -> JobRequest:
+    """Check the envelope of a decoded request and build a :class:`JobRequest`.
+
+    Raises:
+        InvalidRequest: with every envelope problem found.
+    """
+    errors: list[FieldError] = []
+    request_id = body.get("requestId")
+    if request_id is not None and not (isinstance(request_id, str) and request_id.strip()):
+        errors.append(FieldError("requestId", "must be a non-empty string when present"))
+    location = body.get("location")
+    if location is not None and not (isinstance(location, str) and location):
+        errors.append(FieldError("location", "must be a region name such as 'us-central1'"))
+    kinds = [k for k in KINDS if k in body]
+    if not kinds:
+        errors.append(
+            FieldError("$", f"exactly one of {', '.join(KINDS)} is required; none was given")
+        )
+    elif len(kinds) > 1:
+        errors.append(FieldError("$", f"exactly one of {', '.join(KINDS)} is allowed; got {kinds}"))
+    for key in sorted(set(body) - ENVELOPE_FIELDS, key=str):
+        errors.append(FieldError(str(key), "unknown field; remove it or check its spelling"))
+    spec = body.get(kinds[0]) if kinds else None
+    if kinds and not isinstance(spec, dict):
+        errors.append(FieldError(kinds[0], "must be a JSON object (the Vertex REST body)"))
+    if errors:
+        raise InvalidRequest(errors)
+    assert kinds and isinstance(spec, dict)
+    kind = kinds[0]
+    options: dict[str, Any] = {
+        k: body[k] for k in ("retryPolicy", "fallback", "checkpointUri") if k in body
+    }
+    return JobRequest(
+        request_id=read_request_id(body, attributes, message_id),
+        kind=kind,
+        spec=apply_defaults(kind, spec),
+        location=location,
+        options=options,
+    )

@@ -1,0 +1,73 @@
+"""The one error hierarchy of flexjobs.
+
+Every error carries a ``retryable`` class attribute. Entry points rely on it: a retryable error
+is raised out of the function so Pub/Sub redelivers the message; a non-retryable one is
+acknowledged and recorded, because delivering it again can never succeed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with a request, at an exact field path such as ``customJob.jobSpec``."""
+
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+class FlexjobsError(Exception):
+    """Base of every flexjobs error."""
+
+    retryable: bool = False
+
+
+class InvalidRequest(FlexjobsError, ValueError):
+    """A request that can never succeed; it carries every problem found, not just the first.
+
+    Examples:
+        >>> err = InvalidRequest([FieldError("customJob", "is required")])
+        >>> err.errors[0].path
+        'customJob'
+    """
+
+    retryable = False
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = list(errors)
+        summary = "; ".join(f"{e.path}: {e.message}" for e in self.errors[:5])
+        more = f" (+{len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
+        super().__init__(f"invalid request: {summary}{more}")
+
+
+class BackendRejected(FlexjobsError):
+    """Vertex AI refused the job for good (for example INVALID_ARGUMENT)."""
+
+    retryable = False
+
+
+class TransientError(FlexjobsError):
+    """A fault that may pass: the message must be redelivered."""
+
+    retryable = True
+
+
+class BackendUnavailable(TransientError):
+    """Vertex AI could not be reached or answered UNAVAILABLE / RESOURCE_EXHAUSTED / timeout."""
+
+
+class StoreUnavailable(TransientError):
+    """Firestore could not be reached or the transaction could not commit."""
+
+
+class PublishFailed(TransientError):
+    """A Pub/Sub publish did not complete."""
+
+
+class SubmissionInProgress(TransientError):
+    """Another delivery of the same request holds the submission claim right now."""

@@ -1,0 +1,107 @@
+"""handle_job_request driven through functions-framework with real CloudEvents and fakes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from shared import services
+from shared.commands import SubmitJob
+from shared.envelopes import PubsubMessage
+from tests.events import load, pubsub_cloud_event
+
+
+def test_seed_request_creates_one_flex_start_job(intake, post_event):
+    response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
+
+    assert response.status_code == 200
+    (request, labels), *_ = intake.backend.created
+    assert labels == {"flexjobs-request": "seed-1", "flexjobs-attempt": "1"}
+    scheduling = request.spec["jobSpec"]["scheduling"]
+    assert scheduling["strategy"] == "FLEX_START"
+    assert scheduling["maxWaitDuration"] == "1800s"
+    record = intake.store.get("seed-1")
+    assert record["state"] == "QUEUED"
+    assert record["vertexJob"].startswith("projects/p/locations/us-central1/customJobs/")
+
+
+def test_redelivery_creates_nothing_more(intake, post_event):
+    for _ in range(3):
+        assert (
+            post_event("handle_job_request", pubsub_cloud_event(load("seed_request"))).status_code
+            == 200
+        )
+    assert len(intake.backend.created) == 1
+
+
+def test_defaults_strategy_and_max_wait_when_absent(intake, post_event):
+    body = load("seed_request")
+    del body["customJob"]["jobSpec"]["scheduling"]
+    post_event("handle_job_request", pubsub_cloud_event(body))
+    scheduling = intake.backend.created[0][0].spec["jobSpec"]["scheduling"]
+    assert scheduling["strategy"] == "FLEX_START"
+    assert scheduling["maxWaitDuration"] == "86400s"
+
+
+def test_zero_wait_is_kept(intake, post_event):
+    body = load("seed_request")
+    body["customJob"]["jobSpec"]["scheduling"]["maxWaitDuration"] = "0s"
+    post_event("handle_job_request", pubsub_cloud_event(body))
+    assert intake.backend.created[0][0].spec["jobSpec"]["scheduling"]["maxWaitDuration"] == "0s"
+
+
+def test_request_id_falls_back_to_attribute_then_message_id(intake, post_event):
+    body = load("seed_request")
+    del body["requestId"]
+    post_event("handle_job_request", pubsub_cloud_event(body, message_id="m-1", requestId="attr-1"))
+    post_event("handle_job_request", pubsub_cloud_event(body, message_id="m-2"))
+    assert intake.store.get("attr-1") is not None
+    assert intake.store.get("m-2") is not None
+
+
+def test_bad_input_is_acknowledged_and_creates_nothing(intake, post_event):
+    bad = [
+        b"not json",
+        b"\xff\xfe",
+        json.dumps([1, 2]).encode(),
+        json.dumps({"requestId": "x"}).encode(),
+    ]
+    for i, data in enumerate(bad):
+        response = post_event("handle_job_request", pubsub_cloud_event(data, message_id=f"bad-{i}"))
+        assert response.status_code == 200
+    assert intake.backend.created == []
+    assert set(intake.rejections.documents) == {"bad-0", "bad-1", "bad-2", "x"}
+    assert all(doc["errors"] for doc in intake.rejections.documents.values())
+    assert [m["state"] for m in intake.notifier.messages] == ["REJECTED"] * 4
+
+
+def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
+    from shared.errors import BackendUnavailable
+
+    intake.backend.fail_with = BackendUnavailable("Vertex AI CreateCustomJob failed: 503")
+    response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
+    assert response.status_code == 500
+    assert intake.backend.created == []
+    assert intake.store.get("seed-1")["state"] == "ACCEPTED"
+    intake.backend.fail_with = None
+    # The failed delivery released its claim, so the redelivery submits at once.
+    assert (
+        post_event("handle_job_request", pubsub_cloud_event(load("seed_request"))).status_code
+        == 200
+    )
+    assert len(intake.backend.created) == 1
+
+
+def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
+    intake.store.fail_next_record = True
+    intake.settings = dataclasses.replace(intake.settings, claim_ttl_seconds=0)
+    message = PubsubMessage.from_cloud_event(pubsub_cloud_event(load("seed_request")))
+    with pytest.raises(KeyboardInterrupt):
+        services.submit_job(SubmitJob(message=message), intake)
+    assert intake.store.get("seed-1")["state"] == "ACCEPTED"  # the claim was never released
+    response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
+    assert response.status_code == 200
+    assert len(intake.backend.created) == 1
+    assert intake.store.get("seed-1")["vertexJob"] == next(iter(intake.backend.jobs))

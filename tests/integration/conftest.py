@@ -1,0 +1,52 @@
+"""Session fixtures: one embedded stack (real emulators, simulator, function servers) per run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from flexjobs_local.stack import LocalStack, StackConfig
+
+# The function servers' settings for the whole session: a short claim TTL so the crash-window
+# test need not wait two minutes for a dead claim to expire, and no hint coalescing delay
+# beyond what the hint tests set themselves.
+FUNCTION_ENV = {"FLEXJOBS_CLAIM_TTL_SECONDS": "5", "FLEXJOBS_HINT_COALESCE_SECONDS": "2"}
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[LocalStack]:
+    config = StackConfig(time_factor=60.0, function_env=FUNCTION_ENV)
+    saved = dict(os.environ)
+    with LocalStack(config) as stack:
+        stack.apply_env()
+        try:
+            yield stack
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+@pytest.fixture
+def stack(local_stack: LocalStack) -> LocalStack:
+    """The session's stack, with the simulator and Firestore reset for this test."""
+    local_stack.simulator.reset()
+    local_stack.reset_firestore()
+    return local_stack
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Ids unique to this test, so late redeliveries of other tests never collide."""
+    run = uuid.uuid4().hex[:8]
+    return lambda name: f"{name}-{run}"
+
+
+@pytest.fixture
+def db(local_stack: LocalStack) -> Any:
+    from google.cloud import firestore
+
+    return firestore.Client(project=local_stack.config.project)

@@ -1,0 +1,230 @@
+"""Finding the latest complete checkpoint from an object listing, and where to look."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.domain.checkpoints import (
+    Checkpoint,
+    ObjectInfo,
+    check_checkpoint_uri,
+    checkpoint_prefix,
+    latest_complete,
+    split_gcs_uri,
+    step_of,
+)
+
+BUCKET = "ckpt-bucket"
+PREFIX = "runs/r1/checkpoints/"
+T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def obj(rel: str, minutes: int = 0, size: int = 10) -> ObjectInfo:
+    return ObjectInfo(PREFIX + rel, T0 + timedelta(minutes=minutes), size)
+
+
+def uri(rel: str) -> str:
+    return f"gs://{BUCKET}/{PREFIX}{rel}"
+
+
+@pytest.mark.parametrize(
+    "name", ["step-00000200", "checkpoint_200", "ckpt-200", "200", "global_step200"]
+)
+def test_each_naming_style(name: str) -> None:
+    objects = [obj(f"{name}/__0_0.distcp", 1), obj(f"{name}/.metadata", 2)]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found == Checkpoint(uri(f"{name}/"), 200, T0 + timedelta(minutes=2))
+
+
+@pytest.mark.parametrize("marker", ["commit_success.txt", ".metadata", "_SUCCESS"])
+def test_each_marker(marker: str) -> None:
+    objects = [obj("step-100/data.bin", 1), obj(f"step-100/{marker}", 3)]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.step == 100 and found.at == T0 + timedelta(minutes=3)
+
+
+def test_half_written_higher_step_is_never_chosen() -> None:
+    objects = [
+        obj("step-00000100/__0_0.distcp", 1),
+        obj("step-00000100/.metadata", 2),
+        obj("step-00000200/__0_0.distcp", 10),
+        obj("step-00000200/.metadata", 11),
+        obj("step-00000300/__0_0.distcp", 20),  # preempted mid-save: no marker
+        obj("step-00000300/__1_0.distcp", 21),
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.uri == uri("step-00000200/") and found.step == 200
+
+
+def test_highest_step_wins_not_newest_or_lexical() -> None:
+    objects = [
+        obj("ckpt-900/_SUCCESS", 1),  # older but higher
+        obj("ckpt-1000/_SUCCESS", 0),  # "1000" < "900" lexically
+        obj("ckpt-50/_SUCCESS", 30),  # newest but lowest
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.step == 1000
+
+
+def test_listing_order_does_not_matter() -> None:
+    objects = [obj("200/commit_success.txt", 5), obj("100/commit_success.txt", 1), obj("200/x", 4)]
+    assert latest_complete(reversed(objects), BUCKET, PREFIX) == latest_complete(
+        objects, BUCKET, PREFIX
+    )
+
+
+def test_marker_must_be_directly_inside_the_step_directory() -> None:
+    objects = [
+        obj("step-100/_SUCCESS", 1),
+        obj("step-200/logs/deep/_SUCCESS", 2),
+        obj("step-200/sub/.metadata", 2),
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX, item_markers=False)
+    assert found is not None and found.step == 100
+
+
+def test_orbax_item_level_markers_complete_a_step() -> None:
+    # Orbax on GCS: 200/<item>/commit_success.txt per item, then 200/commit_success.txt.
+    objects = [
+        obj("100/commit_success.txt", 1),
+        obj("200/default/_METADATA", 5),
+        obj("200/default/ocdbt.process_0/d/abc", 5),
+        obj("200/default/commit_success.txt", 6),
+        obj("200/dataset/commit_success.txt", 7),
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found == Checkpoint(uri("200/"), 200, T0 + timedelta(minutes=7))
+    strict = latest_complete(objects, BUCKET, PREFIX, item_markers=False)
+    assert strict is not None and strict.step == 100
+
+
+def test_orbax_step_with_an_unfinished_item_is_half_written() -> None:
+    objects = [
+        obj("100/commit_success.txt", 1),
+        obj("200/default/commit_success.txt", 6),
+        obj("200/optimizer/_METADATA", 6),  # this item never committed
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.step == 100
+
+
+def test_orbax_temporary_directories_are_ignored() -> None:
+    objects = [
+        obj("100/commit_success.txt", 1),
+        obj("300.orbax-checkpoint-tmp-1718000000/commit_success.txt", 9),
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.step == 100
+
+
+def test_same_step_twice_prefers_later_commit() -> None:
+    objects = [obj("step-200/_SUCCESS", 1), obj("checkpoint_200/_SUCCESS", 5)]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.uri == uri("checkpoint_200/")
+
+
+def test_single_file_fallback_newest_by_update_time() -> None:
+    objects = [
+        obj("model_step300.pt", 1),
+        obj("model_step100.ckpt", 9),  # newest
+        obj("weights.safetensors", 5),
+        obj("notes.txt", 20),
+        obj("model-00001-of-00002.safetensors", 30),  # a shard, not a checkpoint
+        obj("step-400/__0_0.distcp", 40),  # half-written directory
+    ]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found == Checkpoint(uri("model_step100.ckpt"), 100, T0 + timedelta(minutes=9))
+
+
+def test_single_file_without_step() -> None:
+    found = latest_complete([obj("last.pt", 3), obj("LAST.PTH", 1)], BUCKET, PREFIX)
+    assert found == Checkpoint(uri("last.pt"), None, T0 + timedelta(minutes=3))
+
+
+def test_complete_directory_beats_newer_file() -> None:
+    objects = [obj("step-10/_SUCCESS", 1), obj("final.pt", 99)]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.uri == uri("step-10/")
+
+
+def test_files_in_subdirectories_are_not_single_file_checkpoints() -> None:
+    assert latest_complete([obj("old/model.pt", 1)], BUCKET, PREFIX) is None
+
+
+@pytest.mark.parametrize(
+    "objects",
+    [
+        [],
+        [ObjectInfo(PREFIX, T0, 0)],  # the "folder" placeholder object
+        [obj("logs/events.out", 1), obj("README", 2)],
+        [ObjectInfo("runs/r1/checkpoints-old/step-1/_SUCCESS", T0, 1)],  # outside the prefix
+    ],
+)
+def test_nothing_complete_returns_none(objects: list[ObjectInfo]) -> None:
+    assert latest_complete(objects, BUCKET, PREFIX) is None
+
+
+def test_prefix_without_trailing_slash_and_bucket_root() -> None:
+    objects = [obj("step-5/_SUCCESS", 1)]
+    found = latest_complete(objects, BUCKET, PREFIX.rstrip("/"))
+    assert found is not None and found.uri == uri("step-5/")
+    root = latest_complete([ObjectInfo("step-7/_SUCCESS", T0, 1)], BUCKET, "")
+    assert root is not None and root.uri == f"gs://{BUCKET}/step-7/"
+
+
+def test_step_of() -> None:
+    assert step_of("epoch=3-step=1200") == 1200
+    assert step_of("final") is None
+
+
+def test_checkpoint_dict_round_trip() -> None:
+    cp = Checkpoint(uri("step-200/"), 200, T0)
+    assert cp.to_dict() == {"uri": uri("step-200/"), "step": 200, "at": "2025-06-01T12:00:00+00:00"}
+    assert Checkpoint.from_dict(cp.to_dict()) == cp
+    assert Checkpoint.from_dict({"uri": "gs://abc/x.pt", "step": None, "at": T0}).step is None
+
+
+# Prefix derivation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "base", "expected"),
+    [
+        ({"checkpointUri": "gs://mine/ck"}, "gs://out/job", "gs://mine/ck/"),
+        ({"checkpointUri": "gs://mine/ck/"}, None, "gs://mine/ck/"),
+        ({}, "gs://out/job", "gs://out/job/checkpoints/"),
+        ({}, "gs://out/job/", "gs://out/job/checkpoints/"),
+        ({"retryPolicy": {}}, None, None),
+        ({}, "", None),
+    ],
+)
+def test_checkpoint_prefix(
+    options: dict[str, object], base: str | None, expected: str | None
+) -> None:
+    assert checkpoint_prefix(options, base) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "base"),
+    [({"checkpointUri": "s3://x/y"}, None), ({"checkpointUri": 5}, None), ({}, "/local/out")],
+)
+def test_checkpoint_prefix_rejects_non_gcs(options: dict[str, object], base: str | None) -> None:
+    with pytest.raises(ValueError):
+        checkpoint_prefix(options, base)
+
+
+def test_split_gcs_uri() -> None:
+    assert split_gcs_uri("gs://bucket-1/a/b/") == ("bucket-1", "a/b/")
+    assert split_gcs_uri("gs://bucket-1") == ("bucket-1", "")
+    for bad in ("s3://bucket/a", "bucket/a", "gs://", "gs://B/a", "gs:///a"):
+        with pytest.raises(ValueError, match="gs://|bucket"):
+            split_gcs_uri(bad)
+
+
+def test_check_checkpoint_uri() -> None:
+    assert check_checkpoint_uri(None) == []
+    assert check_checkpoint_uri("gs://bucket/ck/") == []
+    assert [e.path for e in check_checkpoint_uri("http://x")] == ["checkpointUri"]
+    assert [e.path for e in check_checkpoint_uri(3)] == ["checkpointUri"]
