@@ -42,9 +42,8 @@ def _down(args: argparse.Namespace) -> int:
         print("no stack is up")
         return 0
     state = json.loads(STATE_FILE.read_text())
-    for name, pgid in reversed(list(state["groups"].items())):
-        procs.kill_group(int(pgid))
-        print(f"stopped {name}")
+    procs.kill_groups([int(pgid) for pgid in state["groups"].values()])
+    print(f"stopped {', '.join(state['groups'])}")
     STATE_FILE.unlink()
     return 0
 

@@ -47,28 +47,37 @@ class Child:
         except FileNotFoundError:
             return ""
 
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM the group, then SIGKILL what is left after ``grace`` seconds."""
-        kill_group(self.pgid, grace)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=grace)
 
-
-def kill_group(pgid: int, grace: float = 5.0) -> None:
-    """Terminate every process of group ``pgid``; a group already gone is fine."""
+def _alive(pgid: int) -> bool:
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, 0)
     except ProcessLookupError:
-        return
+        return False
+    return True
+
+
+def kill_groups(
+    pgids: list[int], grace: float = 5.0, children: list[subprocess.Popen[bytes]] | None = None
+) -> None:
+    """SIGTERM every group at once, then SIGKILL whatever is left after ``grace`` seconds.
+
+    All groups share one grace period, so stopping a stack costs one wait, not one per service.
+    ``children`` are the group leaders this process started: they are reaped while waiting,
+    since a zombie leader would keep its group "alive".
+    """
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        for child in children or []:
+            child.poll()
+        if not any(_alive(p) for p in pgids):
             return
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def start(name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> Child:

@@ -65,6 +65,7 @@ class LocalStack:
         self.children: list[procs.Child] = []
         self.ports: dict[str, int] = {}
         self.env: dict[str, str] = {}
+        self._pubsub: tuple[Any, Any] | None = None
 
     def __enter__(self) -> LocalStack:
         try:
@@ -84,6 +85,7 @@ class LocalStack:
         """Start every service, create topics and subscriptions, and wait until all answer."""
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "pubsub-data").mkdir(exist_ok=True)
         for name in ("pubsub", "firestore", "storage", "vertex", "vertex_control"):
             self.ports[name] = procs.free_port()
         self.env = {
@@ -209,12 +211,32 @@ class LocalStack:
             url = f"http://127.0.0.1:{self.ports[child.name]}/"
             procs.wait_until(child, procs.http_ok(url), 60)
 
-    def _create_topics(self) -> None:
-        from google.cloud import pubsub_v1
+    def pubsub_clients(self) -> tuple[Any, Any]:
+        """A publisher and a subscriber client bound to this stack's emulator.
 
+        Built on explicit plaintext channels, so they work whatever this process's environment
+        says (the emulator variables are set for the functions, not necessarily here).
+        """
+        import grpc
+        from google.cloud import pubsub_v1
+        from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
+        from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
+
+        host = self.env["PUBSUB_EMULATOR_HOST"]
+        if self._pubsub is None:
+            self._pubsub = (
+                pubsub_v1.PublisherClient(
+                    transport=PublisherGrpcTransport(channel=grpc.insecure_channel(host))
+                ),
+                pubsub_v1.SubscriberClient(
+                    transport=SubscriberGrpcTransport(channel=grpc.insecure_channel(host))
+                ),
+            )
+        return self._pubsub
+
+    def _create_topics(self) -> None:
         cfg = self.config
-        publisher = pubsub_v1.PublisherClient()
-        subscriber = pubsub_v1.SubscriberClient()
+        publisher, subscriber = self.pubsub_clients()
         topics = {
             "requests": cfg.requests_topic,
             "events": cfg.events_topic,
@@ -247,9 +269,13 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop everything this stack started, newest first, and remove its work folder."""
-        for child in reversed(self.children):
-            child.stop()
+        procs.kill_groups(
+            [child.pgid for child in self.children], children=[c.proc for c in self.children]
+        )
+        for child in self.children:
+            child.proc.wait()
         self.children.clear()
+        self._pubsub = None
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -265,9 +291,7 @@ class LocalStack:
 
     def publish(self, topic: str, body: dict[str, Any] | bytes, **attributes: str) -> str:
         """Publish one message through the Pub/Sub emulator; returns its message id."""
-        from google.cloud import pubsub_v1
-
-        client = pubsub_v1.PublisherClient()
+        client, _ = self.pubsub_clients()
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         future = client.publish(client.topic_path(self.config.project, topic), data, **attributes)
         return str(future.result(timeout=30))

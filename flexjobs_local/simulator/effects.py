@@ -123,7 +123,9 @@ class SideEffects:
         engine.add_listener(self._on_event)
 
     def _topic_path(self, topic: str) -> str:
-        return topic if topic.startswith("projects/") else f"projects/{self._project}/topics/{topic}"
+        return (
+            topic if topic.startswith("projects/") else f"projects/{self._project}/topics/{topic}"
+        )
 
     # --- configuration -------------------------------------------------------------------------
 
@@ -166,7 +168,10 @@ class SideEffects:
     def _on_event(self, event: StateChanged | CheckpointWrite) -> None:
         if isinstance(event, StateChanged):
             with self._lock:
-                if not (self._hints_enabled and self._topic) or event.resource == "TrainingPipeline":
+                if (
+                    not (self._hints_enabled and self._topic)
+                    or event.resource == "TrainingPipeline"
+                ):
                     return
                 topic, copies = self._topic, self._copies
             self._queue.put(lambda: self._publish(event, topic, copies))

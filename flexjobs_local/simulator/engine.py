@@ -236,8 +236,9 @@ class _Kind:
 
     def state_value(self, state: str) -> Any:
         if self.pipeline:
-            return aiplatform_v1.PipelineState[state.replace("JOB_STATE_", "PIPELINE_STATE_")]
-        return aiplatform_v1.JobState[state]
+            pipeline_state = state.replace("JOB_STATE_", "PIPELINE_STATE_")
+            return aiplatform_v1.PipelineState.__members__[pipeline_state]
+        return aiplatform_v1.JobState.__members__[state]
 
     def state_name(self, state: str) -> str:
         return state.replace("JOB_STATE_", "PIPELINE_STATE_") if self.pipeline else state
@@ -248,9 +249,15 @@ class _Kind:
 
 
 CUSTOM_JOB = _Kind("CustomJob", "customJobs", aiplatform_v1.CustomJob)
-HPT_JOB = _Kind("HyperparameterTuningJob", "hyperparameterTuningJobs", aiplatform_v1.HyperparameterTuningJob)
+HPT_JOB = _Kind(
+    "HyperparameterTuningJob", "hyperparameterTuningJobs", aiplatform_v1.HyperparameterTuningJob
+)
 PIPELINE = _Kind(
-    "TrainingPipeline", "trainingPipelines", aiplatform_v1.TrainingPipeline, pipeline=True, hints=False
+    "TrainingPipeline",
+    "trainingPipelines",
+    aiplatform_v1.TrainingPipeline,
+    pipeline=True,
+    hints=False,
 )
 KINDS = {kind.resource: kind for kind in (CUSTOM_JOB, HPT_JOB, PIPELINE)}
 
@@ -371,7 +378,9 @@ def _pool_demand(index: int, pool: Any, where: str, problems: list[str]) -> Pool
     accel = aiplatform_v1.AcceleratorType(machine.accelerator_type).name
     accel = "" if accel == "ACCELERATOR_TYPE_UNSPECIFIED" else accel
     if not machine.machine_type:
-        problems.append(f"{where}.worker_pool_specs[{index}].machine_spec.machine_type is required.")
+        problems.append(
+            f"{where}.worker_pool_specs[{index}].machine_spec.machine_type is required."
+        )
     if accel and machine.accelerator_count <= 0:
         problems.append(
             f"{where}.worker_pool_specs[{index}].machine_spec.accelerator_count must be positive "
@@ -409,21 +418,25 @@ def _run_seconds(pool0: Any, default: float, problems: list[str]) -> float:
 
 
 def _duration_seconds(duration: Any) -> float:
-    return float(duration.seconds) + duration.nanos / 1e9
+    return float(duration.seconds) + float(duration.nanos) / 1e9
 
 
 def _spec_of_pipeline(msg: Any, problems: list[str]) -> _JobSpec:
     pb = type(msg).pb(msg)
-    inputs = json_format.MessageToDict(pb.training_task_inputs) if pb.HasField(
-        "training_task_inputs"
-    ) else {}
+    inputs = (
+        json_format.MessageToDict(pb.training_task_inputs)
+        if pb.HasField("training_task_inputs")
+        else {}
+    )
     if not isinstance(inputs, dict):
         problems.append("training_task_inputs must be a struct.")
         inputs = {}
     pools = []
     for index, raw in enumerate(inputs.get("workerPoolSpecs") or []):
         try:
-            wps = aiplatform_v1.WorkerPoolSpec.from_json(json.dumps(raw), ignore_unknown_fields=True)
+            wps = aiplatform_v1.WorkerPoolSpec.from_json(
+                json.dumps(raw), ignore_unknown_fields=True
+            )
         except (json_format.ParseError, TypeError, ValueError) as exc:
             problems.append(f"training_task_inputs.workerPoolSpecs[{index}] is invalid: {exc}")
             continue
@@ -445,7 +458,9 @@ def _spec_of(kind: _Kind, msg: Any, problems: list[str]) -> _JobSpec:
     if kind is CUSTOM_JOB:
         spec = pb.job_spec
         return _JobSpec(
-            list(spec.worker_pool_specs), spec.scheduling, spec.base_output_directory.output_uri_prefix
+            list(spec.worker_pool_specs),
+            spec.scheduling,
+            spec.base_output_directory.output_uri_prefix,
         )
     if kind is HPT_JOB:
         spec = pb.trial_job_spec
@@ -764,19 +779,22 @@ class Engine:
         if not spec.pools:
             problems.append(f"{where}.worker_pool_specs must contain at least one worker pool.")
         pools = [
-            demand
+            pool_demand
             for index, pool in enumerate(spec.pools)
-            if (demand := _pool_demand(index, pool, where, problems)) is not None
+            if (pool_demand := _pool_demand(index, pool, where, problems)) is not None
         ]
         run_seconds = (
-            _run_seconds(spec.pools[0], self._default_run_seconds, problems)
-            if spec.pools
-            else 0.0
+            _run_seconds(spec.pools[0], self._default_run_seconds, problems) if spec.pools else 0.0
         )
         if problems:
             raise SimError("INVALID_ARGUMENT", "; ".join(problems))
         pools = [
-            PoolDemand(p.machine_type, p.accelerator_type, p.accelerator_count, p.replicas * spec.multiplier)
+            PoolDemand(
+                p.machine_type,
+                p.accelerator_type,
+                p.accelerator_count,
+                p.replicas * spec.multiplier,
+            )
             for p in pools
         ]
         demand: dict[str, int] = {}
@@ -791,7 +809,16 @@ class Engine:
             raise SimError("INVALID_ARGUMENT", "; ".join(problems))
         with self._lock:
             self._advance()
-            job = self._new_job(kind, project, location, msg, spec, pools, demand, run_seconds)
+            job = self._new_job(
+                kind=kind,
+                project=project,
+                location=location,
+                msg=msg,
+                spec=spec,
+                pools=pools,
+                demand=demand,
+                run_seconds=run_seconds,
+            )
             job.checkpoint_every = every
             self._jobs[job.name] = job
             self._order.append(job)
@@ -803,6 +830,7 @@ class Engine:
 
     def _new_job(
         self,
+        *,
         kind: _Kind,
         project: str,
         location: str,
@@ -821,9 +849,7 @@ class Engine:
             max_wait: float | None = wait if wait > 0 else None  # 0s means wait forever
         else:
             max_wait = DEFAULT_MAX_WAIT_SECONDS
-        timeout = (
-            _duration_seconds(scheduling.timeout) if scheduling.HasField("timeout") else None
-        )
+        timeout = _duration_seconds(scheduling.timeout) if scheduling.HasField("timeout") else None
         resume_from = _env_of(spec.pools[0]).get("FLEXJOBS_RESUME_FROM", "")
         resumed, resume_error = 0, None
         if resume_from:
@@ -930,7 +956,9 @@ class Engine:
             "end_time": job.end,
         }
 
-    def jobs_json(self, resource: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    def jobs_json(
+        self, resource: str | None = None, name: str | None = None
+    ) -> list[dict[str, Any]]:
         """Every job as REST JSON (camelCase, enum names) plus a ``_sim`` block of internals."""
         with self._lock:
             self._advance()
@@ -996,7 +1024,9 @@ class Engine:
             )
         )
 
-    def _transition(self, job: _Job, state: str, at: float, error: tuple[int, str] | None = None) -> None:
+    def _transition(
+        self, job: _Job, state: str, at: float, error: tuple[int, str] | None = None
+    ) -> None:
         was_running = job.state == RUNNING
         if was_running and state != RUNNING:
             job.progress_final = job.progress(at)
@@ -1202,7 +1232,8 @@ class Engine:
             return STATUS_CODES["INTERNAL"], "Internal error occurred for the current attempt."
         raise SimError(
             "INVALID_ARGUMENT",
-            f"Unknown failure class {failure_class!r}; expected one of {', '.join(FAILURE_CLASSES)}.",
+            f"Unknown failure class {failure_class!r}; "
+            f"expected one of {', '.join(FAILURE_CLASSES)}.",
         )
 
     def _find_any(self, name: str) -> _Job:
@@ -1293,7 +1324,9 @@ class Engine:
         except SimError as err:
             # The operation itself failed (e.g. the endpoint vanished meanwhile): report it on
             # the operation, the way Vertex does, instead of on an RPC.
-            op.pb.error.CopyFrom(status_pb2.Status(code=STATUS_CODES[err.code], message=err.message))
+            op.pb.error.CopyFrom(
+                status_pb2.Status(code=STATUS_CODES[err.code], message=err.message)
+            )
         else:
             op.pb.response.Pack(type(response).pb(response))
         op.pb.done = True
@@ -1317,7 +1350,9 @@ class Engine:
             self._advance()
             return [json_format.MessageToDict(op.pb) for op in self._operations.values()]
 
-    def create_endpoint(self, parent: str, endpoint: Any, endpoint_id: str = "") -> operations_pb2.Operation:
+    def create_endpoint(
+        self, parent: str, endpoint: Any, endpoint_id: str = ""
+    ) -> operations_pb2.Operation:
         """Start creating an endpoint; the LRO finishes (and the endpoint appears) later.
 
         Raises:
@@ -1364,7 +1399,8 @@ class Engine:
         with self._lock:
             self._advance()
             matches = [
-                r for r in sorted(self._endpoints.values(), key=lambda r: r.seq)
+                r
+                for r in sorted(self._endpoints.values(), key=lambda r: r.seq)
                 if r.project == project and r.location == location
             ]
             try:
@@ -1380,7 +1416,9 @@ class Engine:
             return [
                 json.loads(
                     aiplatform_v1.Endpoint.to_json(
-                        r.msg, use_integers_for_enums=False, always_print_fields_with_no_presence=False
+                        r.msg,
+                        use_integers_for_enums=False,
+                        always_print_fields_with_no_presence=False,
                     )
                 )
                 for r in self._endpoints.values()
@@ -1446,7 +1484,9 @@ class Engine:
                 msg = record.msg
                 keep = [_copy(m) for m in msg.deployed_models if m.id != deployed_model_id]
                 msg.deployed_models = keep
-                new = split or {k: v for k, v in msg.traffic_split.items() if k != deployed_model_id}
+                new = split or {
+                    k: v for k, v in msg.traffic_split.items() if k != deployed_model_id
+                }
                 if keep and not new:
                     new = {keep[0].id: 100}
                 msg.traffic_split.clear()

@@ -32,7 +32,7 @@ def parse_duration(value: str) -> float:
     Raises:
         ValueError: when ``value`` is not a Duration string.
     """
-    match = _DURATION.match(value)
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
     if not match:
         raise ValueError(f"{value!r} is not a protobuf Duration such as '1800s' or '3.5s'")
     sign, whole, frac = match.groups()
@@ -73,7 +73,7 @@ class JobRequest:
     @property
     def display_name(self) -> str:
         body = self.spec.get("deployedModel", self.spec)
-        return str(body.get("displayName", ""))
+        return str(body.get("displayName", "")) if isinstance(body, dict) else ""
 
 
 def _deployed_resources(spec: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +137,8 @@ def decode_message(data: bytes) -> dict[str, Any]:
         raise InvalidRequest([FieldError("$", f"message data is not UTF-8: {exc}")]) from exc
     try:
         body = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and an integer with more digits than Python converts.
         raise InvalidRequest([FieldError("$", f"message data is not JSON: {exc}")]) from exc
     if not isinstance(body, dict):
         kind = type(body).__name__
@@ -185,10 +186,15 @@ def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: 
     options: dict[str, Any] = {
         k: body[k] for k in ("retryPolicy", "fallback", "checkpointUri") if k in body
     }
+    try:
+        spec = apply_defaults(kind, spec)
+    except RecursionError as exc:
+        # json.loads accepts nesting that copy.deepcopy cannot follow (it needs two frames a level).
+        raise InvalidRequest([FieldError(kind, "is nested too deeply to process")]) from exc
     return JobRequest(
         request_id=read_request_id(body, attributes, message_id),
         kind=kind,
-        spec=apply_defaults(kind, spec),
+        spec=spec,
         location=location,
         options=options,
     )

@@ -38,7 +38,7 @@ from shared.domain.machines import (
     machine_shape,
     machine_spec_problems,
 )
-from shared.domain.request import DEFAULT_STRATEGY, KINDS, parse_duration
+from shared.domain.request import DEFAULT_STRATEGY, KINDS, JobRequest, parse_duration
 from shared.errors import FieldError
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class _Context:
         self.errors.append(FieldError(path, message))
 
 
-def check_request(request: Any, guards: Guards) -> list[FieldError]:
+def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
     """Return every problem with ``request`` (a :class:`JobRequest`); empty means valid.
 
     Never raises, whatever JSON the request's body holds.
@@ -356,7 +356,7 @@ def _check_image(ctx: _Context, image: str | None, path: str) -> None:
         ctx.add(
             path,
             f"image {_show(image)} is not allowed; images must start with one of "
-            f"{', '.join(prefixes)}",
+            f"{', '.join(prefixes)} (FLEXJOBS_ALLOWED_IMAGE_PREFIXES)",
         )
 
 
@@ -529,13 +529,22 @@ def _check_worker_pools(
         if strategy == "FLEX_START" and isinstance(machine, dict):
             if reference is None:
                 reference = (i, machine)
-            elif machine != reference[1]:
+            elif _differs(machine, reference[1]):
                 ctx.add(
                     f"{pool_path}.machineSpec",
                     f"must equal workerPoolSpecs[{reference[0]}].machineSpec: DWS (FLEX_START) "
                     "needs the same machine configuration in every worker pool",
                 )
     _check_totals(ctx, path, gpus=gpus, replicas=replicas, trials=trials)
+
+
+def _differs(left: dict[str, Any], right: dict[str, Any]) -> bool:
+    try:
+        return left != right
+    except RecursionError:
+        # Only a JobRequest built without parse_request can nest this deep; two specs too deep
+        # to compare cannot be shown to be the same machine configuration.
+        return True
 
 
 def _check_totals(
@@ -547,16 +556,16 @@ def _check_totals(
     if gpus * factor > limit:
         ctx.add(
             path,
-            f"asks for {_show(gpus * factor)} GPUs{per}; this deployment allows at most "
-            f"{limit} GPUs per job",
+            f"asks for {_show(gpus * factor)} GPUs{per}; the operator limit is {limit} GPUs "
+            "per job (FLEXJOBS_MAX_GPUS_PER_JOB)",
         )
     limit = ctx.guards.max_replicas
     if replicas * factor > limit:
         per = f" ({_show(replicas)} per trial x {factor} parallel trials)" if trials else ""
         ctx.add(
             path,
-            f"asks for {_show(replicas * factor)} replicas{per}; this deployment allows at "
-            f"most {limit} per job",
+            f"asks for {_show(replicas * factor)} replicas{per}; the operator limit is {limit} "
+            "replicas per job (FLEXJOBS_MAX_REPLICAS)",
         )
 
 
@@ -858,14 +867,15 @@ def _check_dedicated_resources(ctx: _Context, resources: dict[str, Any], base: s
     if peak > ctx.guards.max_replicas:
         ctx.add(
             f"{base}.{replicas_field}",
-            f"asks for up to {peak} replicas; this deployment allows at most "
-            f"{ctx.guards.max_replicas}",
+            f"asks for up to {peak} replicas; the operator limit is "
+            f"{ctx.guards.max_replicas} (FLEXJOBS_MAX_REPLICAS)",
         )
     if per_replica * peak > ctx.guards.max_gpus_per_job:
         ctx.add(
             base,
             f"asks for up to {per_replica * peak} GPUs ({per_replica} per replica x {peak} "
-            f"replicas); this deployment allows at most {ctx.guards.max_gpus_per_job}",
+            f"replicas); the operator limit is {ctx.guards.max_gpus_per_job} GPUs per job "
+            "(FLEXJOBS_MAX_GPUS_PER_JOB)",
         )
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
 
 from shared.domain.machines import ALL_ACCELERATORS, DWS_ACCELERATORS, UNSPECIFIED_ACCELERATOR
@@ -38,6 +38,10 @@ _DURATION_PATTERN: Final = r"^[0-9]+(\.[0-9]{1,9})?s$"
 _GCS_PATTERN: Final = r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$"
 _SEGMENT: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _REGION_PATTERN: Final = r"^[a-z]+(-[a-z]+)+[0-9]+$"
+
+Duration = Annotated[str, StringConstraints(pattern=_DURATION_PATTERN)]
+GcsUri = Annotated[str, StringConstraints(pattern=_GCS_PATTERN)]
+Region = Annotated[str, StringConstraints(pattern=_REGION_PATTERN)]
 
 # Optional fields are typed ``X | SkipJsonSchema[None]`` so the schema says "a string" rather
 # than "a string or null": flexjobs leaves a field out instead of sending null.
@@ -108,15 +112,13 @@ class Scheduling(_VertexBody):
         f"deprecated {', '.join(DEPRECATED_STRATEGIES)} are refused.",
         json_schema_extra={"enum": list(STRATEGIES)},
     )
-    maxWaitDuration: str | SkipJsonSchema[None] = Field(
+    maxWaitDuration: Duration | SkipJsonSchema[None] = Field(
         default=None,
-        pattern=_DURATION_PATTERN,
         description=f"FLEX_START only: how long to wait for capacity; '0s' waits "
         f"indefinitely. Defaults to {DEFAULT_MAX_WAIT}.",
     )
-    timeout: str | SkipJsonSchema[None] = Field(
+    timeout: Duration | SkipJsonSchema[None] = Field(
         default=None,
-        pattern=_DURATION_PATTERN,
         description=f"Maximum running time; at most {MAX_DWS_TIMEOUT_SECONDS}s under "
         f"FLEX_START. Defaults to {DEFAULT_TIMEOUT}.",
     )
@@ -244,7 +246,7 @@ class FallbackRung(BaseModel):
     strategy: str | SkipJsonSchema[None] = Field(
         default=None, json_schema_extra={"enum": list(STRATEGIES)}
     )
-    location: str | SkipJsonSchema[None] = Field(default=None, pattern=_REGION_PATTERN)
+    location: Region | SkipJsonSchema[None] = None
 
 
 class JobRequestMessage(BaseModel):
@@ -266,10 +268,12 @@ class JobRequestMessage(BaseModel):
     )
     retryPolicy: RetryPolicy | SkipJsonSchema[None] = None
     fallback: list[FallbackRung] | SkipJsonSchema[None] = Field(
-        default=None, max_length=MAX_FALLBACK_RUNGS
+        default=None,
+        description="Capacity fallback ladder, applied in order.",
+        json_schema_extra={"maxItems": MAX_FALLBACK_RUNGS},
     )
-    checkpointUri: str | SkipJsonSchema[None] = Field(
-        default=None, pattern=_GCS_PATTERN, description="gs:// prefix of the job's checkpoints."
+    checkpointUri: GcsUri | SkipJsonSchema[None] = Field(
+        default=None, description="gs:// prefix of the job's checkpoints."
     )
     customJob: CustomJob | SkipJsonSchema[None] = None
     hyperparameterTuningJob: HyperparameterTuningJob | SkipJsonSchema[None] = None
@@ -287,7 +291,7 @@ def build_schema() -> dict[str, Any]:
         >>> schema["additionalProperties"]
         False
     """
-    generated = JobRequestMessage.model_json_schema(mode="validation")
+    generated = _tidy(JobRequestMessage.model_json_schema(mode="validation"))
     return {
         "$schema": SCHEMA_DIALECT,
         "$id": SCHEMA_ID,
@@ -299,6 +303,28 @@ def build_schema() -> dict[str, Any]:
             "Scheduler); deployModel deploys on Spot VMs."
         ),
     }
+
+
+def _tidy(node: Any, in_properties: bool = False) -> Any:
+    """Drop pydantic's ``"default": null`` and per-field titles ("Imageuri"): they add nothing.
+
+    Model titles stay. Recursion is bounded by the models' own nesting.
+    """
+    if isinstance(node, list):
+        return [_tidy(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "default" and value is None:
+            continue
+        if key == "title" and in_properties:
+            continue
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {name: _tidy(field, in_properties=True) for name, field in value.items()}
+        else:
+            out[key] = _tidy(value)
+    return out
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.domain.checkpoints import (
     Checkpoint,
@@ -219,7 +221,7 @@ def test_split_gcs_uri() -> None:
     assert split_gcs_uri("gs://bucket-1/a/b/") == ("bucket-1", "a/b/")
     assert split_gcs_uri("gs://bucket-1") == ("bucket-1", "")
     for bad in ("s3://bucket/a", "bucket/a", "gs://", "gs://B/a", "gs:///a"):
-        with pytest.raises(ValueError, match="gs://|bucket"):
+        with pytest.raises(ValueError, match=r"gs://|bucket"):
             split_gcs_uri(bad)
 
 
@@ -228,3 +230,24 @@ def test_check_checkpoint_uri() -> None:
     assert check_checkpoint_uri("gs://bucket/ck/") == []
     assert [e.path for e in check_checkpoint_uri("http://x")] == ["checkpointUri"]
     assert [e.path for e in check_checkpoint_uri(3)] == ["checkpointUri"]
+
+
+@given(
+    st.dictionaries(
+        st.integers(min_value=0, max_value=10**8),
+        st.tuples(st.booleans(), st.integers(min_value=0, max_value=1000)),
+        max_size=12,
+    )
+)
+def test_property_highest_marked_step_wins(steps: dict[int, tuple[bool, int]]) -> None:
+    objects = []
+    for step, (marked, minutes) in steps.items():
+        objects.append(obj(f"step-{step:08d}/__0_0.distcp", minutes))
+        if marked:
+            objects.append(obj(f"step-{step:08d}/.metadata", minutes + 1))
+    found = latest_complete(objects, BUCKET, PREFIX)
+    marked_steps = [step for step, (marked, _) in steps.items() if marked]
+    if not marked_steps:
+        assert found is None
+    else:
+        assert found is not None and found.step == max(marked_steps)

@@ -102,7 +102,8 @@ def test_default_order_is_documented_order() -> None:
 
 
 def test_failure_class_values_are_wire_strings() -> None:
-    assert FailureClass.MAX_WAIT_EXPIRED == "max-wait-expired"
+    assert FailureClass.MAX_WAIT_EXPIRED.value == "max-wait-expired"
+    assert isinstance(FailureClass.PREEMPTED, str)
     assert FailureClass("user-error") is FailureClass.USER_ERROR
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.domain.failures import FailureClass
 from shared.domain.retry import (
@@ -259,3 +261,18 @@ def test_invalid_fallbacks(raw: object, paths: list[str]) -> None:
 def test_valid_fallback_has_no_errors() -> None:
     assert check_fallback(LADDER) == []
     assert check_fallback(None) == []
+
+
+@given(
+    retry_number=st.integers(min_value=1, max_value=10_000),
+    base=st.floats(min_value=0, max_value=1e6),
+    cap=st.floats(min_value=0, max_value=1e6),
+    fraction=st.floats(min_value=0, max_value=1),
+)
+def test_property_backoff_within_zero_and_cap(
+    retry_number: int, base: float, cap: float, fraction: float
+) -> None:
+    wait = backoff_seconds(retry_number, base, cap, lambda: fraction)
+    assert 0.0 <= wait <= cap
+    if base == 0:
+        assert wait == 0.0

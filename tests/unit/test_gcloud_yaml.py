@@ -1,0 +1,153 @@
+"""gcloud config.yaml -> request message, checked by the same rules as JSON requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.domain.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
+from shared.domain.request import parse_request
+from shared.domain.rules import Guards, check_request
+from shared.errors import InvalidRequest
+
+# The gcloud example of seed 000, verbatim.
+SEED_YAML = """\
+workerPoolSpecs:
+  machineSpec:
+    machineType: a2-highgpu-1g
+    acceleratorType: NVIDIA_TESLA_A100
+    acceleratorCount: 1
+  replicaCount: 1
+  containerSpec:
+    imageUri: gcr.io/ucaip-test/ucaip-training-test
+    args:
+    - port=8500
+    command:
+    - start
+scheduling:
+  strategy: FLEX_START
+  maxWaitDuration: 7200s
+"""
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config(text, "r1")
+    return [e.path for e in info.value.errors]
+
+
+def test_seed_yaml_becomes_a_valid_request():
+    message = parse_gcloud_config(SEED_YAML, "seed-yaml")
+    assert message["requestId"] == "seed-yaml"
+    job = message["customJob"]
+    assert job["displayName"] == "seed-yaml"
+    pools = job["jobSpec"]["workerPoolSpecs"]
+    assert isinstance(pools, list) and len(pools) == 1
+    assert pools[0]["machineSpec"]["acceleratorCount"] == 1
+    assert job["jobSpec"]["scheduling"] == {"strategy": "FLEX_START", "maxWaitDuration": "7200s"}
+    request = parse_request(message, {}, "m1")
+    assert check_request(request, Guards()) == []
+    assert request.max_wait_seconds == 7200
+
+
+def test_list_form_and_other_custom_job_fields_pass_through():
+    text = """\
+displayName: from-file
+serviceAccount: trainer@p.iam.gserviceaccount.com
+baseOutputDirectory:
+  outputUriPrefix: gs://bucket/out
+workerPoolSpecs:
+- machineSpec: {machineType: g2-standard-24, acceleratorType: NVIDIA_L4, acceleratorCount: 2}
+  replicaCount: 1
+  containerSpec: {imageUri: python:3.10}
+- {}
+"""
+    message = parse_gcloud_config(text)
+    assert "requestId" not in message
+    job = message["customJob"]
+    assert job["displayName"] == "from-file"
+    assert job["jobSpec"]["serviceAccount"] == "trainer@p.iam.gserviceaccount.com"
+    assert job["jobSpec"]["baseOutputDirectory"] == {"outputUriPrefix": "gs://bucket/out"}
+    assert job["jobSpec"]["workerPoolSpecs"][1] == {}
+    guards = Guards(allowed_service_accounts=("trainer@p.iam.gserviceaccount.com",))
+    assert check_request(parse_request(message, {}, "m"), guards) == []
+
+
+def test_display_name_precedence():
+    assert parse_gcloud_config(SEED_YAML)["customJob"]["displayName"] == DEFAULT_DISPLAY_NAME
+    named = parse_gcloud_config("displayName: f\n" + SEED_YAML, "r", display_name="flag")
+    assert named["customJob"]["displayName"] == "flag"
+
+
+def test_yaml_problems_still_reach_the_rules():
+    text = SEED_YAML.replace("acceleratorCount: 1", "acceleratorCount: 2").replace(
+        "FLEX_START", "ON_DEMAND"
+    )
+    request = parse_request(parse_gcloud_config(text, "r"), {}, "m")
+    # maxWaitDuration is not judged against a strategy that is itself refused.
+    assert sorted(e.path for e in check_request(request, Guards())) == [
+        "customJob.jobSpec.scheduling.strategy",
+        "customJob.jobSpec.workerPoolSpecs[0].machineSpec.acceleratorCount",
+    ]
+
+
+def test_syntax_errors_carry_the_line():
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config("workerPoolSpecs:\n  machineSpec: [a\n  b: c\n")
+    [error] = info.value.errors
+    assert error.path == "$" and "line" in error.message
+
+
+@pytest.mark.parametrize("text", ["", "- a\n- b\n", "just text", "42", "null"])
+def test_document_must_be_a_mapping(text):
+    assert errors_of(text) == ["$"]
+
+
+@pytest.mark.parametrize(
+    ("text", "paths"),
+    [
+        ("scheduling: {strategy: SPOT}\n", ["workerPoolSpecs"]),
+        ("workerPoolSpecs: 3\n", ["workerPoolSpecs"]),
+        ("workerPoolSpecs: []\ndisplayName: [x]\n", ["displayName"]),
+        ("workerPoolSpecs:\n  labels: {when: 2024-01-01}\n", ["workerPoolSpecs.labels.when"]),
+        ("workerPoolSpecs:\n  1: x\n", ["workerPoolSpecs"]),
+        ("workerPoolSpecs:\n  x: .nan\n", ["workerPoolSpecs.x"]),
+        ("workerPoolSpecs:\n  x: !!binary aGVsbG8=\n", ["workerPoolSpecs.x"]),
+        ("workerPoolSpecs:\n  x: !!set {a, b}\n", ["workerPoolSpecs.x"]),
+        (
+            "workerPoolSpecs: {t: 2024-01-01T00:00:00Z}\nscheduling: {x: !!binary aA==}\n",
+            ["workerPoolSpecs.t", "scheduling.x"],
+        ),
+    ],
+)
+def test_values_json_cannot_carry(text, paths):
+    assert sorted(errors_of(text)) == sorted(paths)
+
+
+def test_unsafe_tags_are_refused():
+    assert errors_of("workerPoolSpecs: !!python/object/apply:os.system ['true']\n") == ["$"]
+
+
+def test_alias_bombs_are_refused():
+    # Eight levels of ten aliases each: 10**8 values from a few hundred bytes.
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, 8):
+        refs = ", ".join([f"*l{level - 1}"] * 10)
+        lines.append(f"l{level}: &l{level} [{refs}]")
+    lines.append("workerPoolSpecs: *l7")
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config("\n".join(lines) + "\n")
+    assert any("expands to over" in e.message for e in info.value.errors)
+
+
+def test_deep_nesting_is_refused():
+    assert errors_of("workerPoolSpecs: " + "[" * 100 + "]" * 100 + "\n")
+    assert errors_of("workerPoolSpecs: " + "[" * 1500 + "]" * 1500 + "\n") == ["$"]
+
+
+def test_huge_integers_are_refused():
+    assert errors_of("workerPoolSpecs:\n  replicaCount: " + "9" * 5000 + "\n") == ["$"]
+
+
+def test_text_must_be_a_string():
+    with pytest.raises(InvalidRequest):
+        parse_gcloud_config(b"workerPoolSpecs: {}")  # type: ignore[arg-type]

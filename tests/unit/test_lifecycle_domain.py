@@ -1,0 +1,83 @@
+"""Hints and observations (pure): which job a hint names, and monotonic reconciliation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from shared.domain.hints import parse_hint
+from shared.domain.jobs import VertexJob, observe
+from tests.events import load
+
+NAME = "projects/p/locations/us-central1/customJobs/123"
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def test_ml_job_log_entry():
+    hint = parse_hint(load("ml_job_log_entry"))
+    assert hint.job_id == "123"
+    assert hint.source == "ml_job"
+
+
+def test_audit_log_entry():
+    hint = parse_hint(load("audit_log_entry"))
+    assert (hint.job_id, hint.location, hint.source) == ("123", "us-central1", "audit")
+
+
+def test_job_name_hint():
+    assert parse_hint({"jobName": NAME}).job_id == "123"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        [],
+        {"jobName": "projects/p/locations/l/endpoints/1"},
+        {"resource": {"type": "gce_instance", "labels": {"job_id": "1"}}},
+        {"resource": {"type": "ml_job", "labels": {"job_id": "abc"}}},
+        {"protoPayload": {"resourceName": 5}},
+    ],
+)
+def test_foreign_or_malformed_hints(body):
+    assert parse_hint(body) is None
+
+
+def record(state: str, vertex_job: str = NAME) -> dict:
+    return {"requestId": "r", "state": state, "attempt": 1, "vertexJob": vertex_job}
+
+
+def job(state: str, **kw) -> VertexJob:
+    return VertexJob(name=NAME, state=state, labels={}, **kw)
+
+
+def test_forward_moves_apply():
+    change = observe(record("QUEUED"), job("JOB_STATE_RUNNING", start_time=NOW), NOW)
+    assert change.state == "RUNNING"
+    assert change.attempt["startedAt"] == NOW
+
+
+@pytest.mark.parametrize(
+    ("current", "seen"),
+    [
+        ("SUCCEEDED", "JOB_STATE_RUNNING"),  # stale RUNNING after SUCCEEDED
+        ("RUNNING", "JOB_STATE_RUNNING"),  # replay
+        ("RUNNING", "JOB_STATE_PENDING"),  # stale
+        ("QUEUED", "JOB_STATE_UNSPECIFIED"),
+    ],
+)
+def test_stale_and_replayed_observations_change_nothing(current, seen):
+    assert observe(record(current), job(seen), NOW) is None
+
+
+def test_observation_of_another_attempt_is_ignored():
+    assert observe(record("QUEUED", vertex_job=NAME + "9"), job("JOB_STATE_SUCCEEDED"), NOW) is None
+
+
+def test_failure_keeps_the_error():
+    seen = job("JOB_STATE_FAILED", error_code=4, error_message="max wait duration passed")
+    change = observe(record("QUEUED"), seen, NOW)
+    assert change.state == "FAILED"
+    assert change.record["reason"] == "max wait duration passed"
+    assert change.attempt["errorCode"] == 4

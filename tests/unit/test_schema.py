@@ -1,0 +1,103 @@
+"""The shipped JSON Schema is generated from the code and must never go stale."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.domain import schema as schema_module
+from shared.domain.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
+from shared.domain.request import KINDS
+from shared.domain.rules import CUSTOM_TASK_DEFINITION, STRATEGIES
+from shared.domain.schema import build_schema
+
+SHIPPED = Path(__file__).resolve().parents[2] / "schema" / "job-request.schema.json"
+
+SEED = {
+    "requestId": "seed-1",
+    "customJob": {
+        "displayName": "MyDwsJob",
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {
+                    "machineSpec": {
+                        "machineType": "a2-highgpu-1g",
+                        "acceleratorType": "NVIDIA_TESLA_A100",
+                        "acceleratorCount": 1,
+                    },
+                    "replicaCount": 1,
+                    "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
+                    "containerSpec": {
+                        "imageUri": "python:3.10",
+                        "command": ["sleep"],
+                        "args": ["100"],
+                    },
+                }
+            ],
+            "scheduling": {"maxWaitDuration": "1800s", "strategy": "FLEX_START"},
+        },
+    },
+}
+
+
+def test_shipped_schema_is_current():
+    shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    assert shipped == build_schema(), (
+        "schema/job-request.schema.json is stale; regenerate it with "
+        "`python -m shared.domain.schema > schema/job-request.schema.json`"
+    )
+
+
+def test_main_writes_exactly_the_shipped_text(capsys):
+    schema_module.main()
+    assert capsys.readouterr().out == SHIPPED.read_text(encoding="utf-8")
+
+
+def test_schema_header_and_envelope():
+    schema = build_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] and schema["description"]
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {
+        "requestId",
+        "location",
+        "retryPolicy",
+        "fallback",
+        "checkpointUri",
+        *KINDS,
+    }
+    assert schema["oneOf"] == [{"required": [kind]} for kind in KINDS]
+
+
+def test_enums_come_from_the_code():
+    defs = build_schema()["$defs"]
+    accelerator = defs["MachineSpec"]["properties"]["acceleratorType"]
+    assert accelerator["enum"] == [*ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR]
+    assert defs["Scheduling"]["properties"]["strategy"]["enum"] == list(STRATEGIES)
+    task = defs["TrainingPipeline"]["properties"]["trainingTaskDefinition"]
+    assert task["const"] == CUSTOM_TASK_DEFINITION
+    assert defs["DedicatedResources"]["properties"]["spot"]["const"] is True
+
+
+def test_vertex_bodies_allow_additional_properties():
+    defs = build_schema()["$defs"]
+    for name in ("CustomJob", "CustomJobSpec", "WorkerPoolSpec", "MachineSpec", "DeployModel"):
+        assert defs[name]["additionalProperties"] is True, name
+    assert defs["FallbackRung"]["additionalProperties"] is False
+
+
+def test_seed_validates_against_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(build_schema())
+    validator.validate(SEED)
+    two_kinds = copy.deepcopy(SEED)
+    two_kinds["deployModel"] = {}
+    assert not validator.is_valid(two_kinds)
+    unknown = {**SEED, "priority": "high"}
+    assert not validator.is_valid(unknown)
+    wrong = copy.deepcopy(SEED)
+    wrong["customJob"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "X"
+    assert not validator.is_valid(wrong)
