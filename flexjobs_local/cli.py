@@ -19,7 +19,7 @@ def _up(args: argparse.Namespace) -> int:
     if STATE_FILE.exists():
         print(f"a stack is already up (see {STATE_FILE}); run 'flexjobs local down' first")
         return 1
-    config = StackConfig(time_factor=args.time_factor, tick_seconds=args.tick_seconds)
+    config = StackConfig(time_factor=args.time_factor, tick_seconds=args.tick_seconds or 60.0)
     stack = LocalStack(config, workdir=STATE_DIR / "run")
     stack.__enter__()  # starts everything, or stops what it started and raises
     state = {
@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ):
         sub = verbs.add_parser(verb, help=text)
         sub.add_argument("--time-factor", type=float, default=60.0)
-        sub.add_argument("--tick-seconds", type=float, default=60.0)
+        sub.add_argument(
+            "--tick-seconds", type=float, default=None, help="default: 60 for up, 2 for demo"
+        )
         sub.set_defaults(fn=fn)
     args = parser.parse_args(argv)
     return int(args.fn(args))

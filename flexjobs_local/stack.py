@@ -53,6 +53,13 @@ class StackConfig:
     functions: tuple[str, ...] = tuple(FUNCTIONS)
     # Seconds between scheduler ticks (the local Cloud Scheduler); None starts no scheduler.
     tick_seconds: float | None = None
+    # The simulator publishes ml_job log-entry hints to the events topic, like a log sink.
+    hints: bool = True
+    # The simulator's training writes step checkpoints to the storage emulator.
+    checkpoints: bool = True
+    seed: int = 7
+    # Created in the storage emulator at start, for jobs' baseOutputDirectory and checkpoints.
+    bucket: str = "flexjobs-local"
 
 
 class LocalStack:
@@ -138,6 +145,7 @@ class LocalStack:
                 "--host=127.0.0.1",
                 f"--port={self.ports['storage']}",
                 "--in-memory",
+                f"--default-bucket={cfg.bucket}",
             ],
             base_env,
         )
@@ -153,6 +161,9 @@ class LocalStack:
                 f"--project={cfg.project}",
                 f"--default-capacity={cfg.default_capacity}",
                 f"--default-run-seconds={cfg.default_run_seconds}",
+                f"--seed={cfg.seed}",
+                *([f"--events-topic={cfg.events_topic}"] if cfg.hints else []),
+                *(["--storage"] if cfg.checkpoints else []),
             ],
             base_env,
         )

@@ -8,14 +8,22 @@ the Google clients themselves are created on their first call. Tests pass their 
 from __future__ import annotations
 
 import functools
+import random
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.config import Settings
+from shared.deployments import Deployments
+from shared.domain.recovery import RecoveryPolicy
 from shared.lifecycle import Tracker
 from shared.logs import configure
 from shared.services import Intake
+
+if TYPE_CHECKING:
+    from shared.adapters.firestore import FirestoreJobStore
 
 _lock = threading.Lock()
 _intake: Intake | None = None
@@ -33,11 +41,12 @@ def build_intake(
     from shared.adapters.firestore import FirestoreJobStore, FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex import VertexJobBackend
-    from shared.domain.rules import Guards, check_request
+    from shared.domain.rules import Guards, check_options, check_request
 
     settings = settings or Settings.from_env()
     store = FirestoreJobStore(settings)
     backend = VertexJobBackend(settings)
+    deployments = build_deployments(settings, clock, jobs=store)
     guards = Guards.from_settings(settings)
     return Intake(
         settings=settings,
@@ -45,7 +54,35 @@ def build_intake(
         backend=backend,
         rejections=FirestoreRejectionLog(store),
         notifier=PubsubNotifier(settings),
-        validators=(functools.partial(check_request, guards=guards), backend.check),
+        validators=(
+            functools.partial(check_request, guards=guards),
+            check_options,
+            backend.check,
+            deployments.backend.check,
+        ),
+        clock=clock,
+        deployments=deployments,
+    )
+
+
+def build_deployments(
+    settings: Settings | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    jobs: FirestoreJobStore | None = None,
+) -> Deployments:
+    """The production wiring of :class:`~shared.deployments.Deployments` (Firestore, Vertex).
+
+    ``jobs`` shares its Firestore client; without it a store of its own is built (lazily).
+    """
+    from shared.adapters.endpoints import VertexDeploymentBackend
+    from shared.adapters.firestore import FirestoreJobStore
+    from shared.adapters.firestore_deployments import FirestoreDeploymentStore
+
+    settings = settings or Settings.from_env()
+    return Deployments(
+        settings=settings,
+        store=FirestoreDeploymentStore(jobs or FirestoreJobStore(settings)),
+        backend=VertexDeploymentBackend(settings),
         clock=clock,
     )
 
@@ -67,11 +104,32 @@ def override(value: Intake | None) -> None:
         _intake = value
 
 
+def recovery_policy(settings: Settings) -> RecoveryPolicy:
+    """Backoff, prices and the failure table; ``FLEXJOBS_FAILURE_RULES`` is a path or text."""
+    from shared.domain.failures import DEFAULT_RULES, load_rules
+    from shared.domain.pricing import PriceTable
+
+    rules = DEFAULT_RULES
+    if settings.failure_rules:
+        source = Path(settings.failure_rules)
+        is_path = len(settings.failure_rules) < 4096 and source.is_file()
+        rules = load_rules(source.read_text() if is_path else settings.failure_rules)
+    return RecoveryPolicy(
+        rules=rules,
+        backoff_base_seconds=settings.backoff_base_seconds,
+        backoff_cap_seconds=settings.backoff_cap_seconds,
+        prices=PriceTable.default(),
+        rand=random.random,
+    )
+
+
 def build_tracker(
     settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
 ) -> Tracker:
     """The production wiring of :class:`Tracker`."""
     from shared.adapters.firestore import FirestoreJobStore
+    from shared.adapters.gcs import GcsCheckpointStore
+    from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex import VertexJobBackend
 
     settings = settings or Settings.from_env()
@@ -79,6 +137,9 @@ def build_tracker(
         settings=settings,
         store=FirestoreJobStore(settings),
         backend=VertexJobBackend(settings),
+        checkpoints=GcsCheckpointStore(project=settings.project),
+        notifier=PubsubNotifier(settings),
+        recovery=recovery_policy(settings),
         clock=clock,
     )
 

@@ -25,3 +25,10 @@ class TrackJob:
 @dataclass(frozen=True)
 class Reconcile:
     """The scheduler tick: reconcile every active record against Vertex."""
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    """Cancel a request's current Vertex job and every retry that would follow."""
+
+    request_id: str

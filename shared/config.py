@@ -30,6 +30,12 @@ class Settings:
     call_timeout_seconds: float = 30.0
     # At most one Vertex read per job per this many seconds, however many hints arrive.
     hint_coalesce_seconds: float = 10.0
+    # A hint for a job no record names yet is redelivered while younger than this.
+    hint_recent_seconds: float = 30.0
+    backoff_base_seconds: float = 60.0
+    backoff_cap_seconds: float = 1800.0
+    # A failure-rule table (JSON or YAML text, or a path to one); None keeps the defaults.
+    failure_rules: str | None = None
     allowed_image_prefixes: tuple[str, ...] = field(default_factory=tuple)
     allowed_service_accounts: tuple[str, ...] = field(default_factory=tuple)
     max_gpus_per_job: int = 64
@@ -50,6 +56,10 @@ class Settings:
             claim_ttl_seconds=float(e.get("FLEXJOBS_CLAIM_TTL_SECONDS") or 120),
             call_timeout_seconds=float(e.get("FLEXJOBS_CALL_TIMEOUT_SECONDS") or 30),
             hint_coalesce_seconds=float(e.get("FLEXJOBS_HINT_COALESCE_SECONDS") or 10),
+            hint_recent_seconds=float(e.get("FLEXJOBS_HINT_RECENT_SECONDS") or 30),
+            backoff_base_seconds=float(e.get("FLEXJOBS_BACKOFF_BASE_SECONDS") or 60),
+            backoff_cap_seconds=float(e.get("FLEXJOBS_BACKOFF_CAP_SECONDS") or 1800),
+            failure_rules=e.get("FLEXJOBS_FAILURE_RULES") or None,
             allowed_image_prefixes=_split_csv(e.get("FLEXJOBS_ALLOWED_IMAGE_PREFIXES")),
             allowed_service_accounts=_split_csv(e.get("FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS")),
             max_gpus_per_job=int(e.get("FLEXJOBS_MAX_GPUS_PER_JOB") or 64),

@@ -71,3 +71,7 @@ class PublishFailed(TransientError):
 
 class SubmissionInProgress(TransientError):
     """Another delivery of the same request holds the submission claim right now."""
+
+
+class HintDeferred(TransientError):
+    """A hint arrived inside its job's coalescing window; redelivery reads the job later."""

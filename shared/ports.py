@@ -6,40 +6,28 @@ used by unit and functional tests are ``InMemory…``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from shared.domain.jobs import VertexJob
+from shared.domain.checkpoints import Checkpoint
+from shared.domain.deployments import OperationStatus
+from shared.domain.hints import HintAction
+from shared.domain.jobs import Change, VertexJob
+from shared.domain.records import Claim, Submission
 from shared.domain.request import JobRequest
 from shared.errors import FieldError
 
-
-@dataclass(frozen=True)
-class Claim:
-    """The outcome of claiming a request for submission.
-
-    Either ``record`` is the already-submitted record (a duplicate delivery), or ``token`` is a
-    fresh claim this delivery now holds.
-    """
-
-    token: str | None = None
-    record: dict[str, Any] | None = None
-    taken_over: bool = False
-
-
-@dataclass(frozen=True)
-class Submission:
-    """What to write once the Vertex job of an attempt exists."""
-
-    request_id: str
-    attempt: int
-    vertex_job: VertexJob
-    strategy: str
-    location: str
-    resumed_from: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+# Claim and Submission are part of the JobStore contract, so they are exported from here too.
+__all__ = [
+    "CheckpointStore",
+    "Claim",
+    "JobBackend",
+    "JobStore",
+    "Notifier",
+    "RejectionLog",
+    "Submission",
+]
 
 
 class JobStore(Protocol):
@@ -54,8 +42,12 @@ class JobStore(Protocol):
         """
         ...
 
-    def record_submission(self, token: str, submission: Submission, now: datetime) -> None:
-        """Record the Vertex job of an attempt (idempotent for the same job)."""
+    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
+        """Record the Vertex job of an attempt (idempotent for the same job).
+
+        Returns False, writing nothing, when the record reached a terminal state meanwhile
+        (it was cancelled): the caller must cancel the job it created.
+        """
         ...
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
@@ -70,6 +62,14 @@ class JobStore(Protocol):
         """The record as stored, or None."""
         ...
 
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        """One attempt document, or None."""
+        ...
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        """Merge ``fields`` into one attempt document."""
+        ...
+
     def find_by_job_id(self, job_id: str) -> str | None:
         """The requestId whose current attempt is Vertex job ``job_id``, or None."""
         ...
@@ -78,12 +78,42 @@ class JobStore(Protocol):
         """Every record not yet in a terminal state."""
         ...
 
-    def begin_read(self, request_id: str, now: datetime, interval_seconds: float) -> bool:
-        """Take the right to read Vertex for this job now; False inside the coalescing window."""
+    def begin_read(
+        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
+    ) -> HintAction:
+        """Decide, and take the read lease when it is READ, for one hint (see hint_action)."""
         ...
 
-    def apply_observation(self, request_id: str, job: VertexJob, now: datetime) -> str | None:
-        """Reconcile the record to ``job`` in one transaction; the new state, or None."""
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+    ) -> Change | None:
+        """Read the record, let ``decide`` compute a change, write it, in one transaction."""
+        ...
+
+    def due_retries(self, now: datetime) -> list[str]:
+        """requestIds in RETRYING whose next attempt is due."""
+        ...
+
+    def claim_retry(
+        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
+    ) -> str | None:
+        """Claim the submission of attempt ``attempt + 1``; None when not due or held."""
+        ...
+
+    def with_outbox(self) -> list[str]:
+        """requestIds with notifications not yet published."""
+        ...
+
+    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
+        """Forget notifications once published."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Where training writes checkpoints (GCS)."""
+
+    def latest(self, prefix_uri: str) -> Checkpoint | None:
+        """The latest complete checkpoint under ``prefix_uri``, or None."""
         ...
 
 
@@ -94,8 +124,13 @@ class JobBackend(Protocol):
         """Problems Vertex would refuse the body for (unknown fields, wrong types)."""
         ...
 
-    def find(self, request_label: str, attempt: int, location: str) -> VertexJob | None:
-        """The job of this request and attempt already created, looked up by its labels."""
+    def find(
+        self, request_label: str, attempt: int, location: str, kind: str | None = None
+    ) -> VertexJob | None:
+        """The job of this request and attempt already created, looked up by its labels.
+
+        ``kind`` (the request kind) narrows the lookup; None searches every training kind.
+        """
         ...
 
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
@@ -128,4 +163,69 @@ class RejectionLog(Protocol):
 
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
         """Write (or overwrite, on redelivery) the rejection document."""
+        ...
+
+
+class DeploymentStore(Protocol):
+    """The deployment records (Firestore ``deployments``)."""
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        """Create the record in ACCEPTED, or report the existing one; see :class:`Claim`.
+
+        Raises:
+            SubmissionInProgress: another live claim holds the request.
+            StoreUnavailable: Firestore could not be reached.
+        """
+        ...
+
+    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
+        """Record the DeployModel operation: the record is DEPLOYING and the claim is dropped."""
+        ...
+
+    def record_adopted(
+        self, token: str, request_id: str, deployed_model_id: str, now: datetime
+    ) -> None:
+        """Record a deployment found already on the endpoint: DEPLOYED, claim dropped."""
+        ...
+
+    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+        """Mark a claimed request FAILED for good (Vertex refused it), keeping the reason."""
+        ...
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
+        ...
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        """The record as stored, or None."""
+        ...
+
+    def deploying(self) -> list[dict[str, Any]]:
+        """Every record in DEPLOYING (its operation not yet seen done)."""
+        ...
+
+    def apply_operation(
+        self, request_id: str, status: OperationStatus, now: datetime
+    ) -> str | None:
+        """Move the record to what its operation says, in one transaction; the new state."""
+        ...
+
+
+class DeploymentBackend(Protocol):
+    """Vertex AI EndpointService: where models are deployed for prediction."""
+
+    def check(self, request: JobRequest) -> list[FieldError]:
+        """Problems Vertex would refuse a ``deployModel`` body for (unknown fields, types)."""
+        ...
+
+    def find(self, endpoint: str, request_id: str) -> str | None:
+        """The id of this request's model already deployed on ``endpoint``, or None."""
+        ...
+
+    def deploy(self, request: JobRequest) -> str:
+        """Start DeployModel for the request; returns the operation's name."""
+        ...
+
+    def operation(self, name: str) -> OperationStatus:
+        """Read one DeployModel operation."""
         ...

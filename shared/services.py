@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from shared.commands import SubmitJob
+from shared.commands import CancelJob, SubmitJob
 from shared.config import Settings
+from shared.deployments import Deployments, submit_deployment
+from shared.domain.attempts import attempt_spec
+from shared.domain.deployments import KIND as DEPLOY_KIND
 from shared.domain.ids import label_value
-from shared.domain.request import JobRequest, decode_message, parse_request, read_request_id
+from shared.domain.jobs import JobState
+from shared.domain.recovery import cancel_requested, cancelled
+from shared.domain.request import (
+    KINDS,
+    JobRequest,
+    decode_message,
+    parse_request,
+    read_request_id,
+)
 from shared.errors import BackendRejected, FieldError, InvalidRequest
 from shared.logs import get_logger, request_context
 from shared.ports import JobBackend, JobStore, Notifier, RejectionLog, Submission
@@ -34,6 +45,7 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"
     REJECTED = "rejected"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 @dataclass
@@ -47,6 +59,8 @@ class Intake:
     notifier: Notifier
     validators: Sequence[Validator]
     clock: Callable[[], datetime]
+    # Spot deployments (``deployModel``); None where an instance takes no deployments.
+    deployments: Deployments | None = None
 
 
 def labels_for(request_id: str, attempt: int) -> dict[str, str]:
@@ -54,11 +68,11 @@ def labels_for(request_id: str, attempt: int) -> dict[str, str]:
     return {LABEL_REQUEST: label_value(request_id), LABEL_ATTEMPT: str(attempt)}
 
 
-def read_job_request(cmd: SubmitJob, intake: Intake) -> JobRequest:
-    """Decode, parse and validate a delivered message, collecting every problem.
+def read_body(cmd: SubmitJob, intake: Intake) -> dict[str, Any]:
+    """Decode a delivered message into a JSON object, within the size limit.
 
     Raises:
-        InvalidRequest: with all the problems found; the message can never succeed.
+        InvalidRequest: the message is too large, not UTF-8, not JSON or not an object.
     """
     data = cmd.message.data
     limit = intake.settings.max_message_bytes
@@ -66,7 +80,15 @@ def read_job_request(cmd: SubmitJob, intake: Intake) -> JobRequest:
         raise InvalidRequest(
             [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]
         )
-    body = decode_message(data)
+    return decode_message(data)
+
+
+def read_job_request(cmd: SubmitJob, intake: Intake, body: dict[str, Any]) -> JobRequest:
+    """Parse and validate a decoded request, collecting every problem.
+
+    Raises:
+        InvalidRequest: with all the problems found; the message can never succeed.
+    """
     request = parse_request(body, cmd.message.attributes, cmd.message.message_id)
     errors = [error for validate in intake.validators for error in validate(request)]
     if errors:
@@ -82,18 +104,36 @@ def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
     create covers a function that died after Vertex created the job but before the record.
     """
     try:
-        request = read_job_request(cmd, intake)
+        body = read_body(cmd, intake)
+        if is_cancel(body):
+            return cancel_job(CancelJob(request_id=str(body["cancel"])), intake)
+        request = read_job_request(cmd, intake, body)
     except InvalidRequest as err:
         reject(cmd, err, intake)
         return Outcome.REJECTED
+    if request.kind == DEPLOY_KIND:
+        return Outcome(submit_deployment(request, _deployments_of(intake)).value)
     with request_context(request.request_id):
         now = intake.clock()
         claim = intake.store.claim(request, now, intake.settings.claim_ttl_seconds)
         if claim.token is None:
             log.info("duplicate delivery: already submitted", extra={"fields": _brief(claim)})
             return Outcome.DUPLICATE
+        location = request.location or intake.settings.location
+        attempt = AttemptPlan(attempt=1, strategy=request.strategy, location=location)
         try:
-            return _submit_claimed(request, claim.token, intake)
+            return submit_attempt(
+                request,
+                claim.token,
+                attempt,
+                store=intake.store,
+                backend=intake.backend,
+                clock=intake.clock,
+            )
+        except BackendRejected as exc:
+            intake.store.record_failure(request.request_id, str(exc), intake.clock())
+            log.error("Vertex AI refused the job", extra={"fields": {"reason": str(exc)}})
+            return Outcome.FAILED
         except Exception:
             # Like an idempotency record deleted on failure: let the redelivery run at once
             # instead of waiting out the claim. A process that dies cannot get here; its
@@ -102,31 +142,124 @@ def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
             raise
 
 
-def _submit_claimed(request: JobRequest, token: str, intake: Intake) -> Outcome:
-    location = request.location or intake.settings.location
-    labels = labels_for(request.request_id, 1)
-    job = intake.backend.find(labels[LABEL_REQUEST], 1, location)
+@dataclass(frozen=True)
+class AttemptPlan:
+    """Where and how one attempt runs, and what it resumes from."""
+
+    attempt: int
+    strategy: str
+    location: str
+    resume_from: str | None = None
+    record_extra: dict[str, Any] = field(default_factory=dict)
+
+
+def submit_attempt(
+    request: JobRequest,
+    token: str,
+    plan: AttemptPlan,
+    *,
+    store: JobStore,
+    backend: JobBackend,
+    clock: Callable[[], datetime],
+) -> Outcome:
+    """Create (or adopt) the Vertex job of one attempt and record it, exactly once.
+
+    The attempt's labels are its idempotency key: a job found under them was created by a
+    delivery that died before recording it, and is adopted rather than created again.
+
+    Raises:
+        BackendRejected: Vertex refused the body for good.
+        TransientError: any fault that redelivery may cure.
+    """
+    labels = labels_for(request.request_id, plan.attempt)
+    job = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location)
     outcome = Outcome.ADOPTED if job else Outcome.SUBMITTED
     if job is None:
-        try:
-            job = intake.backend.create(request, labels, location)
-        except BackendRejected as exc:
-            intake.store.record_failure(request.request_id, str(exc), intake.clock())
-            log.error("Vertex AI refused the job", extra={"fields": {"reason": str(exc)}})
-            return Outcome.FAILED
+        body = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=label_value(request.request_id),
+            attempt=plan.attempt,
+            resume_from=plan.resume_from,
+            strategy=plan.strategy,
+        )
+        job = backend.create(replace(request, spec=body), labels, plan.location)
     submission = Submission(
         request_id=request.request_id,
-        attempt=1,
+        attempt=plan.attempt,
         vertex_job=job,
-        strategy=request.strategy,
-        location=location,
+        strategy=plan.strategy,
+        location=plan.location,
+        resumed_from=plan.resume_from,
+        record_extra=plan.record_extra,
     )
-    intake.store.record_submission(token, submission, intake.clock())
+    if not store.record_submission(token, submission, clock()):
+        # Cancelled while this attempt was being created: do not leave the job running.
+        backend.cancel(job.name)
+        log.info(
+            "request cancelled during submission; job cancelled",
+            extra={"fields": {"vertexJob": job.name}},
+        )
+        return Outcome.CANCELLED
     log.info(
-        f"job {outcome.value}",
-        extra={"fields": {"vertexJob": job.name, "strategy": request.strategy}},
+        f"attempt {plan.attempt} {outcome.value}",
+        extra={
+            "fields": {
+                "vertexJob": job.name,
+                "strategy": plan.strategy,
+                "resumeFrom": plan.resume_from,
+            }
+        },
     )
     return outcome
+
+
+def is_cancel(body: dict[str, Any]) -> bool:
+    """``{"cancel": "<requestId>"}`` on the requests topic cancels that request."""
+    return "cancel" in body and not any(kind in body for kind in KINDS)
+
+
+def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
+    """Cancel a request: its current Vertex job, and every retry that would follow.
+
+    The record is first marked ``cancelRequested`` (so no retry can start), then Vertex is
+    asked to cancel, then the record becomes CANCELLED; a redelivery after a fault in between
+    repeats the missing steps.
+
+    Raises:
+        InvalidRequest: the cancel names no request flexjobs knows.
+    """
+    if not cmd.request_id:
+        raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId")])
+    with request_context(cmd.request_id):
+        record = intake.store.get(cmd.request_id)
+        if record is None:
+            raise InvalidRequest([FieldError("cancel", f"no request {cmd.request_id!r} is known")])
+        if JobState(record["state"]).terminal:
+            log.info(f"cancel ignored: the request is already {record['state']}")
+            return Outcome.DUPLICATE
+        intake.store.transact(cmd.request_id, lambda rec: cancel_requested(rec, intake.clock()))
+        if record.get("vertexJob") and record["state"] != JobState.RETRYING.value:
+            try:
+                intake.backend.cancel(str(record["vertexJob"]))
+            except BackendRejected as exc:
+                # FAILED_PRECONDITION: the job ended already; the record still becomes CANCELLED.
+                log.info(f"Vertex did not cancel: {exc}")
+        intake.store.transact(cmd.request_id, lambda rec: cancelled(rec, intake.clock()))
+        flush_outbox(cmd.request_id, intake.store, intake.notifier)
+        log.info("request cancelled", extra={"fields": {"vertexJob": record.get("vertexJob")}})
+        return Outcome.CANCELLED
+
+
+def flush_outbox(request_id: str, store: JobStore, notifier: Notifier) -> int:
+    """Publish a record's pending notifications, then forget them; returns how many."""
+    record = store.get(request_id) or {}
+    pending = list(record.get("outbox") or [])
+    for message in pending:
+        notifier.notify(message)
+    if pending:
+        store.drop_from_outbox(request_id, pending)
+    return len(pending)
 
 
 def _brief(claim: Any) -> dict[str, Any]:
@@ -175,3 +308,10 @@ def _readable_request_id(data: bytes, attributes: dict[str, str], message_id: st
     if isinstance(body, dict):
         return read_request_id(body, attributes, message_id)
     return attributes.get("requestId") or message_id
+
+
+def _deployments_of(intake: Intake) -> Deployments:
+    if intake.deployments is None:
+        # A wiring mistake, not bad input: raise so the message is redelivered once fixed.
+        raise RuntimeError("this instance takes no deployModel requests: Intake.deployments")
+    return intake.deployments

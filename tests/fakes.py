@@ -6,22 +6,47 @@ import copy
 import itertools
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.domain.jobs import JobState, VertexJob, from_vertex
+from shared.domain.deployments import (
+    DeploymentState,
+    OperationStatus,
+    carries_tag,
+    observe_operation,
+    tagged_display_name,
+)
+from shared.domain.hints import HintAction, hint_action
+from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.records import (
+    Claim,
+    ClaimSeen,
+    Submission,
+    existing_claim,
+    new_record,
+    submission_write,
+)
 from shared.domain.request import JobRequest
-from shared.errors import FieldError, SubmissionInProgress
-from shared.ports import Claim, Submission
+from shared.errors import BackendRejected, FieldError, SubmissionInProgress
+
+# Request kind -> the Vertex collection its resources are named in.
+COLLECTIONS = {
+    "customJob": "customJobs",
+    "hyperparameterTuningJob": "hyperparameterTuningJobs",
+    "trainingPipeline": "trainingPipelines",
+}
 
 
 class InMemoryJobStore:
+    """The JobStore port in memory, applying the same pure record rules as Firestore."""
+
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.attempts: dict[tuple[str, int], dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self.fail_next_record = False
+        self.default_location = "us-central1"
 
     def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
         with self._lock:
@@ -29,52 +54,38 @@ class InMemoryJobStore:
             lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
             current = self.jobs.get(request.request_id)
             if current is None:
-                self.jobs[request.request_id] = {
-                    "requestId": request.request_id,
-                    "kind": request.kind,
-                    "state": JobState.ACCEPTED.value,
-                    "attempt": 1,
-                    "vertexJob": None,
-                    "strategy": request.strategy,
-                    "createdAt": now,
-                    "updatedAt": now,
-                    "claim": lease,
-                }
+                self.jobs[request.request_id] = new_record(
+                    request, self.default_location, now, lease
+                )
                 return Claim(token=token)
-            if current["vertexJob"] or current["state"] != JobState.ACCEPTED.value:
+            seen = existing_claim(current, now)
+            if seen is ClaimSeen.SUBMITTED:
                 return Claim(record=copy.deepcopy(current))
-            if current["claim"]["expiresAt"] > now:
+            if seen is ClaimSeen.HELD:
                 raise SubmissionInProgress("held")
             current["claim"] = lease
             return Claim(token=token, taken_over=True)
 
-    def record_submission(self, token: str, submission: Submission, now: datetime) -> None:
+    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
         if self.fail_next_record:
             self.fail_next_record = False
             # BaseException, like the process dying: nothing after it runs, not even release.
             raise KeyboardInterrupt("injected crash between create and record")
         with self._lock:
             current = self.jobs[submission.request_id]
-            if current.get("vertexJob"):
-                return
-            state = from_vertex(submission.vertex_job.state) or JobState.QUEUED
-            current.update(
-                state=state.value,
-                attempt=submission.attempt,
-                vertexJob=submission.vertex_job.name,
-                vertexJobId=submission.vertex_job.job_id,
-                updatedAt=now,
-            )
-            current.pop("claim", None)
-            self.attempts[(submission.request_id, submission.attempt)] = {
-                "vertexJob": submission.vertex_job.name
-            }
+            plan = submission_write(current, submission, now)
+            if plan.record:
+                current.update(copy.deepcopy(plan.record))
+                for name in plan.deletes:
+                    current.pop(name, None)
+                self.attempts[(submission.request_id, submission.attempt)] = dict(plan.attempt)
+            return plan.recorded
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         with self._lock:
             current = self.jobs[request_id]
-            if current.get("claim", {}).get("token") == token:
-                current["claim"] = {"token": None, "expiresAt": now}
+            if (current.get("claim") or {}).get("token") == token:
+                current.pop("claim")
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         with self._lock:
@@ -83,6 +94,86 @@ class InMemoryJobStore:
     def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
             return copy.deepcopy(self.jobs.get(request_id))
+
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        with self._lock:
+            return copy.deepcopy(self.attempts.get((request_id, attempt)))
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.attempts.setdefault((request_id, attempt), {}).update(fields)
+
+    def find_by_job_id(self, job_id: str) -> str | None:
+        with self._lock:
+            for record in self.jobs.values():
+                if record.get("vertexJobId") == job_id:
+                    return str(record["requestId"])
+            return None
+
+    def active(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy.deepcopy(r) for r in self.jobs.values() if not JobState(r["state"]).terminal
+            ]
+
+    def begin_read(
+        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
+    ) -> HintAction:
+        with self._lock:
+            current = self.jobs[request_id]
+            action = hint_action(current.get("lastReadAt"), published, now, interval_seconds)
+            if action is HintAction.READ:
+                current["lastReadAt"] = now
+            return action
+
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+    ) -> Change | None:
+        with self._lock:
+            current = self.jobs.get(request_id)
+            change = decide(copy.deepcopy(current)) if current else None
+            if change is None or current is None:
+                return None
+            current.update(copy.deepcopy(change.record))
+            if change.attempt:
+                key = (request_id, int(current.get("attempt", 1)))
+                self.attempts.setdefault(key, {}).update(change.attempt)
+            return change
+
+    def due_retries(self, now: datetime) -> list[str]:
+        with self._lock:
+            return [
+                r["requestId"]
+                for r in self.jobs.values()
+                if r["state"] == JobState.RETRYING.value and r["nextAttemptAt"] <= now
+            ]
+
+    def claim_retry(
+        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
+    ) -> str | None:
+        with self._lock:
+            current = self.jobs[request_id]
+            held = (current.get("claim") or {}).get("expiresAt")
+            if (
+                current["state"] != JobState.RETRYING.value
+                or current["attempt"] != attempt
+                or current.get("nextAttemptAt", now) > now
+                or (held is not None and held > now)
+            ):
+                return None
+            token = uuid.uuid4().hex
+            current["claim"] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+            return token
+
+    def with_outbox(self) -> list[str]:
+        with self._lock:
+            return [r["requestId"] for r in self.jobs.values() if r.get("outboxPending")]
+
+    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
+        with self._lock:
+            current = self.jobs[request_id]
+            current["outbox"] = [m for m in current.get("outbox") or [] if m not in sent]
+            current["outboxPending"] = bool(current["outbox"])
 
 
 class InMemoryJobBackend:
@@ -96,8 +187,13 @@ class InMemoryJobBackend:
     def check(self, request: JobRequest) -> list[FieldError]:
         return []
 
-    def find(self, request_label: str, attempt: int, location: str) -> VertexJob | None:
+    def find(
+        self, request_label: str, attempt: int, location: str, kind: str | None = None
+    ) -> VertexJob | None:
+        collections = [COLLECTIONS[kind]] if kind else list(COLLECTIONS.values())
         for job in self.jobs.values():
+            if job.name.split("/")[-2] not in collections:
+                continue
             if job.labels == {"flexjobs-request": request_label, "flexjobs-attempt": str(attempt)}:
                 return job
         return None
@@ -105,8 +201,12 @@ class InMemoryJobBackend:
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
         if self.fail_with is not None:
             raise self.fail_with
-        name = f"projects/{self.project}/locations/{location}/customJobs/{next(self._ids)}"
-        job = VertexJob(name=name, state="JOB_STATE_QUEUED", labels=dict(labels))
+        collection = COLLECTIONS[request.kind]  # KeyError: a deployModel must never get here
+        name = f"projects/{self.project}/locations/{location}/{collection}/{next(self._ids)}"
+        state = (
+            "PIPELINE_STATE_QUEUED" if request.kind == "trainingPipeline" else "JOB_STATE_QUEUED"
+        )
+        job = VertexJob(name=name, state=state, labels=dict(labels))
         self.jobs[name] = job
         self.created.append((request, dict(labels)))
         return job
@@ -119,7 +219,10 @@ class InMemoryJobBackend:
 
     def cancel(self, name: str) -> None:
         job = self.jobs[name]
-        self.jobs[name] = VertexJob(name=name, state="JOB_STATE_CANCELLED", labels=job.labels)
+        state = (
+            "PIPELINE_STATE_CANCELLED" if "/trainingPipelines/" in name else "JOB_STATE_CANCELLED"
+        )
+        self.jobs[name] = VertexJob(name=name, state=state, labels=job.labels)
 
 
 class InMemoryRejectionLog:
@@ -136,3 +239,159 @@ class InMemoryNotifier:
 
     def notify(self, message: Mapping[str, Any]) -> None:
         self.messages.append(dict(message))
+
+
+class InMemoryDeploymentStore:
+    """Deployment records by requestId, with the claim semantics of the Firestore store."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _settled(record: dict[str, Any]) -> bool:
+        return record["state"] != DeploymentState.ACCEPTED.value or bool(
+            record.get("operation") or record.get("deployedModelId")
+        )
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        with self._lock:
+            token = uuid.uuid4().hex
+            lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+            current = self.records.get(request.request_id)
+            if current is None:
+                resources = request.spec["deployedModel"].get("dedicatedResources", {})
+                self.records[request.request_id] = {
+                    "requestId": request.request_id,
+                    "kind": request.kind,
+                    "state": DeploymentState.ACCEPTED.value,
+                    "endpoint": request.spec["endpoint"],
+                    "spot": resources.get("spot") is True,
+                    "operation": None,
+                    "deployedModelId": None,
+                    "createdAt": now,
+                    "updatedAt": now,
+                    "claim": lease,
+                }
+                return Claim(token=token)
+            if self._settled(current):
+                return Claim(record=copy.deepcopy(current))
+            held = current.get("claim") or {}
+            if held.get("expiresAt") is not None and held["expiresAt"] > now:
+                raise SubmissionInProgress("held")
+            current["claim"] = lease
+            return Claim(token=token, taken_over=True)
+
+    def _finish(self, request_id: str, fields: dict[str, Any]) -> None:
+        with self._lock:
+            current = self.records[request_id]
+            if not self._settled(current):
+                current.update(fields)
+                current.pop("claim", None)
+
+    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
+        self._finish(
+            request_id,
+            {"state": DeploymentState.DEPLOYING.value, "operation": operation, "updatedAt": now},
+        )
+
+    def record_adopted(
+        self, token: str, request_id: str, deployed_model_id: str, now: datetime
+    ) -> None:
+        self._finish(
+            request_id,
+            {
+                "state": DeploymentState.DEPLOYED.value,
+                "deployedModelId": deployed_model_id,
+                "updatedAt": now,
+            },
+        )
+
+    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+        with self._lock:
+            current = self.records[request_id]
+            current.update(state=DeploymentState.FAILED.value, reason=reason, updatedAt=now)
+            current.pop("claim", None)
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        with self._lock:
+            current = self.records[request_id]
+            if (current.get("claim") or {}).get("token") == token:
+                current.pop("claim")
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            return copy.deepcopy(self.records.get(request_id))
+
+    def deploying(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy.deepcopy(r)
+                for r in self.records.values()
+                if r["state"] == DeploymentState.DEPLOYING.value
+            ]
+
+    def apply_operation(
+        self, request_id: str, status: OperationStatus, now: datetime
+    ) -> str | None:
+        with self._lock:
+            current = self.records[request_id]
+            change = observe_operation(current, status, now)
+            if change is None:
+                return None
+            current.update(change)
+            return str(change["state"])
+
+
+class InMemoryDeploymentBackend:
+    """Endpoints and DeployModel operations; an operation finishes when ``finish()`` says so."""
+
+    def __init__(self) -> None:
+        self.endpoints: dict[str, list[dict[str, Any]]] = {}
+        self.operations: dict[str, OperationStatus] = {}
+        self.deployed: list[tuple[JobRequest, str]] = []  # (request, tagged display name)
+        self._pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self.fail_with: Exception | None = None
+
+    def add_endpoint(self, name: str) -> None:
+        self.endpoints.setdefault(name, [])
+
+    def check(self, request: JobRequest) -> list[FieldError]:
+        return []
+
+    def find(self, endpoint: str, request_id: str) -> str | None:
+        if endpoint not in self.endpoints:
+            raise BackendRejected(f"Vertex AI refused GetEndpoint: 404 {endpoint} not found")
+        for model in self.endpoints[endpoint]:
+            if carries_tag(model["displayName"], request_id):
+                return str(model["id"])
+        return None
+
+    def deploy(self, request: JobRequest) -> str:
+        if self.fail_with is not None:
+            raise self.fail_with
+        endpoint = request.spec["endpoint"]
+        number = next(self._ids)
+        name = f"{endpoint}/operations/{number}"
+        deployed = dict(request.spec["deployedModel"])
+        deployed["displayName"] = tagged_display_name(
+            deployed.get("displayName"), request.request_id
+        )
+        deployed["id"] = str(9000 + number)
+        self.deployed.append((request, deployed["displayName"]))
+        self._pending[name] = (endpoint, deployed)
+        self.operations[name] = OperationStatus(name=name, done=False)
+        return name
+
+    def finish(self, name: str, error: str | None = None) -> None:
+        """Complete a pending operation: the model appears on its endpoint, or it fails."""
+        endpoint, deployed = self._pending.pop(name)
+        if error:
+            self.operations[name] = OperationStatus(name, True, error_code=9, error_message=error)
+            return
+        self.endpoints[endpoint].append(deployed)
+        self.operations[name] = OperationStatus(name, True, deployed_model_id=deployed["id"])
+
+    def operation(self, name: str) -> OperationStatus:
+        return self.operations[name]

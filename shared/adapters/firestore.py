@@ -7,7 +7,6 @@ take it over" (the function that held it died, possibly after Vertex created the
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -15,13 +14,22 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
+from google.cloud.firestore_v1.base_query import FieldFilter
 
 from shared.config import Settings
+from shared.domain.hints import HintAction, hint_action
 from shared.domain.ids import doc_id
-from shared.domain.jobs import JobState, VertexJob, from_vertex, observe
+from shared.domain.jobs import Change, JobState
+from shared.domain.records import (
+    Claim,
+    ClaimSeen,
+    Submission,
+    existing_claim,
+    new_record,
+    submission_write,
+)
 from shared.domain.request import JobRequest
 from shared.errors import StoreUnavailable, SubmissionInProgress
-from shared.ports import Claim, Submission
 
 T = TypeVar("T")
 
@@ -40,14 +48,10 @@ _TRANSIENT = (
 
 
 def _eq(field: str, value: Any) -> Any:
-    from google.cloud.firestore_v1.base_query import FieldFilter
-
     return FieldFilter(field, "==", value)
 
 
 def _in(field: str, values: list[Any]) -> Any:
-    from google.cloud.firestore_v1.base_query import FieldFilter
-
     return FieldFilter(field, "in", values)
 
 
@@ -91,24 +95,7 @@ class FirestoreJobStore:
         ref = self._ref(request.request_id)
         token = uuid.uuid4().hex
         lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-        record = {
-            "requestId": request.request_id,
-            "kind": request.kind,
-            "state": JobState.ACCEPTED.value,
-            "attempt": 1,
-            "vertexJob": None,
-            "strategy": request.strategy,
-            "location": request.location or self._settings.location,
-            "displayName": request.display_name,
-            "maxWaitSeconds": request.max_wait_seconds,
-            # Kept as JSON text: Firestore cannot store arrays of arrays, which REST bodies
-            # may hold, and later attempts must resubmit exactly this body.
-            "request": json.dumps(request.spec, sort_keys=True),
-            "options": json.dumps(request.options, sort_keys=True),
-            "createdAt": now,
-            "updatedAt": now,
-            "claim": lease,
-        }
+        record = new_record(request, self._settings.location, now, lease)
         try:
             _call("create", lambda: ref.create(record))
             return Claim(token=token)
@@ -121,16 +108,14 @@ class FirestoreJobStore:
 
         @firestore.transactional
         def attempt(txn: Any) -> Claim:
-            snap = ref.get(transaction=txn)
-            current = snap.to_dict() or {}
-            if current.get("vertexJob") or current.get("state") != JobState.ACCEPTED.value:
+            current = ref.get(transaction=txn).to_dict() or {}
+            seen = existing_claim(current, now)
+            if seen is ClaimSeen.SUBMITTED:
                 return Claim(record=current)
-            held = current.get("claim") or {}
-            expires = held.get("expiresAt")
-            if expires is not None and expires > now:  # no claim at all: released
+            if seen is ClaimSeen.HELD:
                 raise SubmissionInProgress(
                     f"request {current.get('requestId')!r} is being submitted by another "
-                    f"delivery until {expires.isoformat()}"
+                    f"delivery until {current['claim']['expiresAt'].isoformat()}"
                 )
             txn.update(ref, {"claim": lease, "updatedAt": now})
             return Claim(token=token, taken_over=True)
@@ -138,48 +123,24 @@ class FirestoreJobStore:
         claim: Claim = _call("claim transaction", lambda: attempt(self.db.transaction()))
         return claim
 
-    def record_submission(self, token: str, submission: Submission, now: datetime) -> None:
+    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
         from google.cloud import firestore
 
         ref = self._ref(submission.request_id)
-        job = submission.vertex_job
-        state = from_vertex(job.state) or JobState.QUEUED
-        attempt_doc = {
-            "attempt": submission.attempt,
-            "vertexJob": job.name,
-            "state": state.value,
-            "strategy": submission.strategy,
-            "location": submission.location,
-            "submittedAt": now,
-            "resumedFrom": submission.resumed_from,
-            **submission.extra,
-        }
 
         @firestore.transactional
-        def write(txn: Any) -> None:
-            snap = ref.get(transaction=txn)
-            current = snap.to_dict() or {}
-            if current.get("attempt", 0) > submission.attempt or (
-                current.get("attempt") == submission.attempt and current.get("vertexJob")
-            ):
-                # A redelivery already recorded this attempt (it found the same job by label).
-                return
-            txn.update(
-                ref,
-                {
-                    "state": state.value,
-                    "attempt": submission.attempt,
-                    "vertexJob": job.name,
-                    "vertexJobId": job.job_id,
-                    "strategy": submission.strategy,
-                    "location": submission.location,
-                    "updatedAt": now,
-                    "claim": firestore.DELETE_FIELD,
-                },
-            )
-            txn.set(ref.collection(ATTEMPTS).document(str(submission.attempt)), attempt_doc)
+        def write(txn: Any) -> bool:
+            current = ref.get(transaction=txn).to_dict() or {}
+            plan = submission_write(current, submission, now)
+            if plan.record:
+                deletes = {name: firestore.DELETE_FIELD for name in plan.deletes}
+                txn.update(ref, {**plan.record, **deletes})
+                attempt_ref = ref.collection(ATTEMPTS).document(str(submission.attempt))
+                txn.set(attempt_ref, plan.attempt)
+            return plan.recorded
 
-        _call("record transaction", lambda: write(self.db.transaction()))
+        recorded: bool = _call("record transaction", lambda: write(self.db.transaction()))
+        return recorded
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         from google.cloud import firestore
@@ -194,6 +155,15 @@ class FirestoreJobStore:
 
         _call("release transaction", lambda: drop(self.db.transaction()))
 
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
+        snap = _call("get attempt", ref.get)
+        return snap.to_dict() if snap.exists else None
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
+        _call("update attempt", lambda: ref.set(dict(fields), merge=True))
+
     def find_by_job_id(self, job_id: str) -> str | None:
         query = self.db.collection(JOBS).where(filter=_eq("vertexJobId", job_id)).limit(1)
         docs = _call("query", lambda: list(query.stream()))
@@ -204,41 +174,97 @@ class FirestoreJobStore:
         query = self.db.collection(JOBS).where(filter=_in("state", states))
         return _call("query", lambda: [d.to_dict() for d in query.stream()])
 
-    def begin_read(self, request_id: str, now: datetime, interval_seconds: float) -> bool:
+    def begin_read(
+        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
+    ) -> HintAction:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
 
         @firestore.transactional
-        def lease(txn: Any) -> bool:
+        def lease(txn: Any) -> HintAction:
             current = ref.get(transaction=txn).to_dict() or {}
-            last = current.get("lastReadAt")
-            if last is not None and (now - last).total_seconds() < interval_seconds:
-                return False
-            txn.update(ref, {"lastReadAt": now})
-            return True
+            action = hint_action(current.get("lastReadAt"), published, now, interval_seconds)
+            if action is HintAction.READ:
+                txn.update(ref, {"lastReadAt": now})
+            return action
 
-        granted: bool = _call("read lease", lambda: lease(self.db.transaction()))
+        granted: HintAction = _call("read lease", lambda: lease(self.db.transaction()))
         return granted
 
-    def apply_observation(self, request_id: str, job: VertexJob, now: datetime) -> str | None:
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+    ) -> Change | None:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
 
         @firestore.transactional
-        def apply(txn: Any) -> str | None:
+        def apply(txn: Any) -> Change | None:
             current = ref.get(transaction=txn).to_dict() or {}
-            change = observe(current, job, now)
+            change = decide(current) if current else None
             if change is None:
                 return None
             txn.update(ref, change.record)
-            attempt_ref = ref.collection(ATTEMPTS).document(str(current["attempt"]))
-            txn.set(attempt_ref, change.attempt, merge=True)
-            return change.state.value
+            if change.attempt:
+                attempt_ref = ref.collection(ATTEMPTS).document(str(current.get("attempt", 1)))
+                txn.set(attempt_ref, change.attempt, merge=True)
+            return change
 
-        changed: str | None = _call("observe transaction", lambda: apply(self.db.transaction()))
-        return changed
+        result: Change | None = _call("transaction", lambda: apply(self.db.transaction()))
+        return result
+
+    def due_retries(self, now: datetime) -> list[str]:
+        query = (
+            self.db.collection(JOBS)
+            .where(filter=_eq("state", JobState.RETRYING.value))
+            .where(filter=FieldFilter("nextAttemptAt", "<=", now))
+        )
+        return _call("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+
+    def claim_retry(
+        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
+    ) -> str | None:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+        token = uuid.uuid4().hex
+
+        @firestore.transactional
+        def take(txn: Any) -> str | None:
+            current = ref.get(transaction=txn).to_dict() or {}
+            due = current.get("nextAttemptAt")
+            held = (current.get("claim") or {}).get("expiresAt")
+            if (
+                current.get("state") != JobState.RETRYING.value
+                or current.get("attempt") != attempt
+                or (due is not None and due > now)
+                or (held is not None and held > now)
+            ):
+                return None
+            lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+            txn.update(ref, {"claim": lease, "updatedAt": now})
+            return token
+
+        claimed: str | None = _call("retry claim", lambda: take(self.db.transaction()))
+        return claimed
+
+    def with_outbox(self) -> list[str]:
+        query = self.db.collection(JOBS).where(filter=_eq("outboxPending", True))
+        return _call("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+
+    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def drop(txn: Any) -> None:
+            current = ref.get(transaction=txn).to_dict() or {}
+            left = [m for m in current.get("outbox") or [] if m not in sent]
+            txn.update(ref, {"outbox": left, "outboxPending": bool(left)})
+
+        _call("outbox transaction", lambda: drop(self.db.transaction()))
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         """Mark a request that Vertex refused for good as FAILED, keeping the reason."""

@@ -1,7 +1,14 @@
 """VertexJobBackend: the JobBackend port on the ``aiplatform_v1`` GAPIC clients.
 
 Only the GAPIC clients are imported (not the ``google.cloud.aiplatform`` SDK, which costs about
-two seconds of cold start). Clients are built on first use, one per location, and reused.
+two seconds of cold start). Clients are built on first use, one per (service, location), and
+reused.
+
+The three training kinds differ only in their proto class, the service that owns them and the
+method names, so one table (:data:`TRAINING_KINDS`) drives every call: ``customJob`` and
+``hyperparameterTuningJob`` live in JobService, ``trainingPipeline`` in PipelineService.
+Creates and lists dispatch on the request's kind; reads and cancels on the collection in the
+resource name (``/customJobs/``, ``/hyperparameterTuningJobs/``, ``/trainingPipelines/``).
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -43,7 +51,7 @@ _REJECTED = (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.NotFound, gexc.
 # Reads are safe to repeat, so api_core retries them briefly. Creates are never retried here:
 # a create that timed out may have happened, and only the label lookup of the redelivery can
 # tell; Pub/Sub's redelivery is the retry.
-_READ_RETRY = gretry.Retry(
+READ_RETRY = gretry.Retry(
     predicate=gretry.if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
     initial=0.2,
     maximum=2.0,
@@ -51,8 +59,72 @@ _READ_RETRY = gretry.Retry(
     timeout=10.0,
 )
 
+JOB_SERVICE = "JobService"
+PIPELINE_SERVICE = "PipelineService"
+ENDPOINT_SERVICE = "EndpointService"
 
-def _call(what: str, fn: Callable[[], T]) -> T:
+#: GAPIC client and gRPC transport of each service, as (module path, client, transport).
+_SERVICES: dict[str, tuple[str, str, str]] = {
+    JOB_SERVICE: ("job_service", "JobServiceClient", "JobServiceGrpcTransport"),
+    PIPELINE_SERVICE: ("pipeline_service", "PipelineServiceClient", "PipelineServiceGrpcTransport"),
+    ENDPOINT_SERVICE: ("endpoint_service", "EndpointServiceClient", "EndpointServiceGrpcTransport"),
+}
+
+
+@dataclass(frozen=True)
+class TrainingKind:
+    """How one training request kind maps onto Vertex AI v1.
+
+    ``resource`` is the proto class (``CustomJob``), ``collection`` the resource-name segment
+    (``customJobs``), ``field`` the snake_case name used by the client's methods
+    (``create_custom_job``, the ``custom_job=`` argument).
+    """
+
+    kind: str
+    resource: str
+    collection: str
+    field: str
+    service: str
+
+    @property
+    def plural_field(self) -> str:
+        return f"{self.field}s"
+
+    def rpc(self, verb: str) -> str:
+        """The RPC name for messages, such as ``CreateCustomJob`` or ``ListTrainingPipelines``."""
+        return f"{verb}{self.resource}{'s' if verb == 'List' else ''}"
+
+
+TRAINING_KINDS: dict[str, TrainingKind] = {
+    k.kind: k
+    for k in (
+        TrainingKind("customJob", "CustomJob", "customJobs", "custom_job", JOB_SERVICE),
+        TrainingKind(
+            "hyperparameterTuningJob",
+            "HyperparameterTuningJob",
+            "hyperparameterTuningJobs",
+            "hyperparameter_tuning_job",
+            JOB_SERVICE,
+        ),
+        TrainingKind(
+            "trainingPipeline",
+            "TrainingPipeline",
+            "trainingPipelines",
+            "training_pipeline",
+            PIPELINE_SERVICE,
+        ),
+    )
+}
+_BY_COLLECTION = {k.collection: k for k in TRAINING_KINDS.values()}
+
+
+def call_vertex(what: str, fn: Callable[[], T]) -> T:
+    """Run one Vertex call, translating its faults into flexjobs errors.
+
+    Raises:
+        BackendUnavailable: a fault that may pass (redeliver).
+        BackendRejected: Vertex refused the call for good.
+    """
     try:
         return fn()
     except _TRANSIENT as exc:
@@ -61,8 +133,55 @@ def _call(what: str, fn: Callable[[], T]) -> T:
         raise BackendRejected(f"Vertex AI refused {what}: {exc}") from exc
 
 
+def build_gapic_client(settings: Settings, service: str, location: str) -> Any:
+    """Build the ``aiplatform_v1`` client of ``service`` for ``location``.
+
+    With a local endpoint (the simulator) the client runs on a plaintext gRPC channel with no
+    credentials; otherwise on the regional endpoint, or ``FLEXJOBS_VERTEX_ENDPOINT`` if set.
+    """
+    import importlib
+
+    from google.cloud import aiplatform_v1
+
+    module, client_name, transport_name = _SERVICES[service]
+    client_cls = getattr(aiplatform_v1, client_name)
+    if settings.vertex_is_local:
+        import grpc
+
+        transports = importlib.import_module(
+            f"google.cloud.aiplatform_v1.services.{module}.transports.grpc"
+        )
+        channel = grpc.insecure_channel(str(settings.vertex_endpoint))
+        return client_cls(transport=getattr(transports, transport_name)(channel=channel))
+    endpoint = settings.vertex_endpoint or f"{location}-aiplatform.googleapis.com"
+    return client_cls(client_options={"api_endpoint": endpoint})
+
+
+class GapicClients:
+    """One lazily built client per (service, location), shared by the threads of an instance."""
+
+    def __init__(
+        self, settings: Settings, factory: Callable[[str, str], Any] | None = None
+    ) -> None:
+        self._factory = factory or (lambda service, loc: build_gapic_client(settings, service, loc))
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, service: str, location: str) -> Any:
+        """The client of ``service`` in ``location``, built on first use."""
+        with self._lock:
+            key = (service, location)
+            if key not in self._clients:
+                self._clients[key] = self._factory(service, location)
+            return self._clients[key]
+
+
 def to_vertex_job(job: Any) -> VertexJob:
-    """Convert a CustomJob (or HyperparameterTuningJob, TrainingPipeline) proto."""
+    """Convert a CustomJob, HyperparameterTuningJob or TrainingPipeline proto.
+
+    ``state`` is the enum name: ``JOB_STATE_*`` for jobs, ``PIPELINE_STATE_*`` for pipelines;
+    :func:`shared.domain.jobs.from_vertex` maps both.
+    """
     error = getattr(job, "error", None)
     code = int(error.code) if error is not None and error.code else None
     return VertexJob(
@@ -77,68 +196,91 @@ def to_vertex_job(job: Any) -> VertexJob:
     )
 
 
+def kind_of_name(name: str) -> TrainingKind:
+    """The training kind a resource name belongs to, by its collection segment.
+
+    Raises:
+        BackendRejected: the name is not a job or pipeline resource name.
+    """
+    parts = name.split("/")
+    if len(parts) >= 2 and parts[-2] in _BY_COLLECTION:
+        return _BY_COLLECTION[parts[-2]]
+    raise BackendRejected(f"not a Vertex AI job or training pipeline name: {name!r}")
+
+
+def _proto_class(kind: TrainingKind) -> Any:
+    from google.cloud.aiplatform_v1 import types
+
+    return getattr(types, kind.resource)
+
+
 class VertexJobBackend:
-    """Creates, reads, lists and cancels Vertex AI custom jobs for flexjobs."""
+    """Creates, reads, lists and cancels Vertex AI custom jobs, tuning jobs and pipelines."""
 
-    def __init__(self, settings: Settings, client_factory: Callable[[str], Any] | None = None):
+    def __init__(
+        self, settings: Settings, client_factory: Callable[[str, str], Any] | None = None
+    ) -> None:
+        """``client_factory(service, location)`` replaces :func:`build_gapic_client` (tests)."""
         self._settings = settings
-        self._factory = client_factory or self._build_client
-        self._clients: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._clients = GapicClients(settings, client_factory)
 
-    def _build_client(self, location: str) -> Any:
-        from google.cloud import aiplatform_v1
-
-        if self._settings.vertex_is_local:
-            import grpc
-            from google.cloud.aiplatform_v1.services.job_service.transports.grpc import (
-                JobServiceGrpcTransport,
-            )
-
-            channel = grpc.insecure_channel(str(self._settings.vertex_endpoint))
-            return aiplatform_v1.JobServiceClient(
-                transport=JobServiceGrpcTransport(channel=channel)
-            )
-        endpoint = self._settings.vertex_endpoint or f"{location}-aiplatform.googleapis.com"
-        return aiplatform_v1.JobServiceClient(client_options={"api_endpoint": endpoint})
-
-    def _client(self, location: str) -> Any:
-        with self._lock:
-            if location not in self._clients:
-                self._clients[location] = self._factory(location)
-            return self._clients[location]
+    def _client(self, kind: TrainingKind, location: str) -> Any:
+        return self._clients.get(kind.service, location)
 
     def _parent(self, location: str) -> str:
         return f"projects/{self._settings.project}/locations/{location}"
 
     def check(self, request: JobRequest) -> list[FieldError]:
-        """Parse the REST body into the v1 proto, as Vertex would, and report what it refuses."""
-        from google.cloud.aiplatform_v1.types import CustomJob
+        """Parse the REST body into the v1 proto, as Vertex would, and report what it refuses.
+
+        Kinds that are not training jobs (``deployModel``) are left to their own backend.
+        """
+        kind = TRAINING_KINDS.get(request.kind)
+        if kind is None:
+            return []
+        from google.protobuf import json_format
 
         try:
-            CustomJob.from_json(json.dumps(request.spec))
-        except (ValueError, RecursionError, TypeError) as exc:
-            # json_format.ParseError is a ValueError; its text names the offending field.
+            _proto_class(kind).from_json(json.dumps(request.spec))
+        except (json_format.Error, ValueError, RecursionError, TypeError) as exc:
+            # json_format.ParseError is not a ValueError (protobuf 5+); its text names the
+            # offending field, which is what the requester needs to fix it.
             return [FieldError(request.kind, f"not a valid Vertex AI v1 body: {exc}")]
         return []
 
-    def find(self, request_label: str, attempt: int, location: str) -> VertexJob | None:
+    def find(
+        self, request_label: str, attempt: int, location: str, kind: str | None = None
+    ) -> VertexJob | None:
+        """The job of this request and attempt, looked up by its labels.
+
+        ``kind`` narrows the lookup to one request kind; without it every training kind is
+        searched (one list call each), which is always correct but costs more calls.
+        """
         query = f'labels.{LABEL_REQUEST}="{request_label}" AND labels.{LABEL_ATTEMPT}="{attempt}"'
-        for job in self._list(location, query):
-            return job
+        kinds = [TRAINING_KINDS[kind]] if kind is not None else list(TRAINING_KINDS.values())
+        for each in kinds:
+            for job in self._list(each, location, query):
+                return job
         return None
 
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
-        from google.cloud.aiplatform_v1.types import CustomJob
+        """Create the job (or pipeline) of one attempt, with ``labels`` on the resource.
 
-        job = CustomJob.from_json(json.dumps(request.spec))
-        job.labels.update(labels)
-        client = self._client(location)
-        created = _call(
-            "CreateCustomJob",
-            lambda: client.create_custom_job(
+        Raises:
+            BackendRejected: the request is not a training kind, or Vertex refused it.
+        """
+        kind = TRAINING_KINDS.get(request.kind)
+        if kind is None:
+            raise BackendRejected(f"{request.kind} is not a training job kind")
+        resource = _proto_class(kind).from_json(json.dumps(request.spec))
+        resource.labels.update(labels)
+        client = self._client(kind, location)
+        method = getattr(client, f"create_{kind.field}")
+        created = call_vertex(
+            kind.rpc("Create"),
+            lambda: method(
                 parent=self._parent(location),
-                custom_job=job,
+                **{kind.field: resource},
                 retry=None,
                 timeout=self._settings.call_timeout_seconds,
             ),
@@ -146,47 +288,59 @@ class VertexJobBackend:
         return to_vertex_job(created)
 
     def get(self, name: str) -> VertexJob:
-        client = self._client(_location_of(name))
-        job = _call(
-            "GetCustomJob",
-            lambda: client.get_custom_job(
-                name=name, retry=_READ_RETRY, timeout=self._settings.call_timeout_seconds
+        """Read one job's (or pipeline's) authoritative state."""
+        kind = kind_of_name(name)
+        method = getattr(self._client(kind, location_of(name)), f"get_{kind.field}")
+        job = call_vertex(
+            kind.rpc("Get"),
+            lambda: method(
+                name=name, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
             ),
         )
         return to_vertex_job(job)
 
     def list_labelled(self, location: str) -> Iterable[VertexJob]:
-        return self._list(location, f"labels.{LABEL_REQUEST}:*")
+        """Every flexjobs-labelled job, tuning job and pipeline in ``location`` (paged)."""
+        for kind in TRAINING_KINDS.values():
+            yield from self._list(kind, location, f"labels.{LABEL_REQUEST}:*")
 
-    def _list(self, location: str, query: str) -> Iterator[VertexJob]:
-        client = self._client(location)
-        pager = _call(
-            "ListCustomJobs",
-            lambda: client.list_custom_jobs(
+    def _list(self, kind: TrainingKind, location: str, query: str) -> Iterator[VertexJob]:
+        method = getattr(self._client(kind, location), f"list_{kind.plural_field}")
+        rpc = kind.rpc("List")
+        pager = call_vertex(
+            rpc,
+            lambda: method(
                 request={"parent": self._parent(location), "filter": query, "page_size": 100},
-                retry=_READ_RETRY,
+                retry=READ_RETRY,
                 timeout=self._settings.call_timeout_seconds,
             ),
         )
         # The pager fetches later pages lazily; faults there must be translated too.
         iterator = iter(pager)
         while True:
-            job = _call("ListCustomJobs", lambda: next(iterator, None))
+            job = call_vertex(rpc, lambda: next(iterator, None))
             if job is None:
                 return
             yield to_vertex_job(job)
 
     def cancel(self, name: str) -> None:
-        client = self._client(_location_of(name))
-        _call(
-            "CancelCustomJob",
-            lambda: client.cancel_custom_job(
-                name=name, retry=_READ_RETRY, timeout=self._settings.call_timeout_seconds
+        """Ask Vertex to cancel a job or pipeline."""
+        kind = kind_of_name(name)
+        method = getattr(self._client(kind, location_of(name)), f"cancel_{kind.field}")
+        call_vertex(
+            kind.rpc("Cancel"),
+            lambda: method(
+                name=name, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
             ),
         )
 
 
-def _location_of(name: str) -> str:
+def location_of(name: str) -> str:
+    """The location segment of a Vertex resource name.
+
+    Raises:
+        BackendRejected: the name has no ``locations/<id>`` segment.
+    """
     parts = name.split("/")
     try:
         return parts[parts.index("locations") + 1]

@@ -4,17 +4,25 @@ A hint is never trusted for state, order or count; it only says *which* job to r
 Three shapes are understood:
 
 * a Cloud Logging sink entry for ``resource.type="ml_job"`` (``resource.labels.job_id``);
-* an audit-log entry (``protoPayload.resourceName`` naming a custom job);
-* ``{"jobName": "projects/…/locations/…/customJobs/ID"}``.
+* an audit-log entry (``protoPayload.resourceName`` naming a custom job, a
+  hyperparameter-tuning job or a training pipeline);
+* ``{"jobName": "projects/…/locations/…/customJobs/ID"}`` (or ``hyperparameterTuningJobs/ID``,
+  ``trainingPipelines/ID``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-_JOB_NAME = re.compile(r"^projects/[^/]+/locations/([^/]+)/customJobs/(\d+)$")
+# Every resource flexjobs creates: custom jobs, hyperparameter-tuning jobs, training pipelines.
+_JOB_NAME = re.compile(
+    r"^projects/[^/]+/locations/([^/]+)/(?:customJobs|hyperparameterTuningJobs|trainingPipelines)"
+    r"/(\d+)$"
+)
 
 
 @dataclass(frozen=True)
@@ -54,3 +62,40 @@ def parse_hint(body: Any) -> JobHint | None:
         if isinstance(job_id, str) and job_id.isdigit():
             return JobHint(job_id=job_id, source="ml_job")
     return None
+
+
+class HintAction(StrEnum):
+    """What to do with a hint for a job flexjobs owns."""
+
+    READ = "read"  # read Vertex now (this delivery holds the read lease)
+    COVERED = "covered"  # a read that began after the hint was published already saw it
+    DEFER = "defer"  # inside the coalescing window: redeliver later, so the change is not lost
+
+
+# Pub/Sub's publish time and the function's clock are different clocks: a read counts as
+# covering a hint only when it began at least this long after the hint was published.
+CLOCK_SKEW_SECONDS = 1.0
+
+
+def hint_action(
+    last_read: datetime | None, published: datetime, now: datetime, interval_seconds: float
+) -> HintAction:
+    """Coalesce hint storms to at most one Vertex read per job per interval, losing nothing.
+
+    Examples:
+        >>> from datetime import UTC, datetime, timedelta
+        >>> t = datetime(2026, 1, 1, tzinfo=UTC)
+        >>> hint_action(None, t, t, 10)
+        <HintAction.READ: 'read'>
+        >>> hint_action(t + timedelta(seconds=5), t, t + timedelta(seconds=6), 10)
+        <HintAction.COVERED: 'covered'>
+        >>> hint_action(t, t + timedelta(seconds=2), t + timedelta(seconds=3), 10)
+        <HintAction.DEFER: 'defer'>
+    """
+    if last_read is None:
+        return HintAction.READ
+    if (last_read - published).total_seconds() >= CLOCK_SKEW_SECONDS:
+        return HintAction.COVERED
+    if (now - last_read).total_seconds() < interval_seconds:
+        return HintAction.DEFER
+    return HintAction.READ

@@ -117,7 +117,10 @@ def observe(record: dict[str, Any], job: VertexJob, now: datetime) -> Change | N
         return None
     new = from_vertex(job.state)
     current = JobState(record.get("state", JobState.ACCEPTED.value))
-    if new is None or current.terminal or new.rank <= current.rank:
+    # RETRYING: this job's attempt is over and settled; only attempt n+1's job matters now.
+    if new is None or current.terminal or current is JobState.RETRYING:
+        return None
+    if new.rank <= current.rank:
         return None
     times = {"startedAt": job.start_time, "endedAt": job.end_time}
     attempt: dict[str, Any] = {"state": new.value, "vertexState": job.state}

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from shared.domain.checkpoints import check_checkpoint_uri
 from shared.domain.machines import (
     ALL_ACCELERATORS,
     DWS_ACCELERATORS,
@@ -38,7 +39,14 @@ from shared.domain.machines import (
     machine_shape,
     machine_spec_problems,
 )
-from shared.domain.request import DEFAULT_STRATEGY, KINDS, JobRequest, parse_duration
+from shared.domain.request import (
+    DEFAULT_STRATEGY,
+    KINDS,
+    TRAINING_KINDS,
+    JobRequest,
+    parse_duration,
+)
+from shared.domain.retry import check_fallback, check_retry_policy
 from shared.errors import FieldError
 
 if TYPE_CHECKING:
@@ -154,6 +162,31 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
     else:
         _check_deploy_model(ctx, spec)
     return ctx.errors
+
+
+def check_options(request: JobRequest) -> list[FieldError]:
+    """Return every problem with the request's options: ``retryPolicy``, ``fallback`` and
+    ``checkpointUri`` (which :func:`check_request` leaves alone); empty means valid.
+
+    The options steer retries of training jobs, so a ``deployModel`` request may not set them.
+
+    Examples:
+        >>> from shared.domain.request import JobRequest
+        >>> request = JobRequest("r1", "customJob", {}, options={"retryPolicy": {"user": -1}})
+        >>> [e.path for e in check_options(request)]
+        ['retryPolicy.user']
+    """
+    options = request.options if isinstance(request.options, dict) else {}
+    if request.kind not in TRAINING_KINDS:
+        return [
+            FieldError(key, f"applies to training jobs only; remove it from a {request.kind}")
+            for key in sorted(options)
+        ]
+    return [
+        *check_retry_policy(options.get("retryPolicy")),
+        *check_fallback(options.get("fallback")),
+        *check_checkpoint_uri(options.get("checkpointUri")),
+    ]
 
 
 # --- reading untrusted JSON ------------------------------------------------------------------
@@ -916,5 +949,6 @@ __all__ = [
     "NON_DWS_ACCELERATORS",
     "STRATEGIES",
     "Guards",
+    "check_options",
     "check_request",
 ]

@@ -7,12 +7,17 @@ from pathlib import Path
 import pytest
 from cloudevents.conversion import to_structured
 from functions_framework import create_app
-from shared.domain.rules import Guards, check_request
 
 from shared import bootstrap
+from shared.adapters.endpoints import VertexDeploymentBackend
+from shared.adapters.vertex import VertexJobBackend
 from shared.config import Settings
+from shared.deployments import Deployments
+from shared.domain.rules import Guards, check_options, check_request
 from shared.services import Intake
 from tests.fakes import (
+    InMemoryDeploymentBackend,
+    InMemoryDeploymentStore,
     InMemoryJobBackend,
     InMemoryJobStore,
     InMemoryNotifier,
@@ -22,19 +27,43 @@ from tests.fakes import (
 SOURCE = str(Path(__file__).resolve().parents[2] / "functions" / "main.py")
 
 
-@pytest.fixture
-def intake() -> Iterator[Intake]:
-    settings = Settings(project="p")
+ENDPOINT = "projects/p/locations/us-central1/endpoints/123"
+
+
+def wire_fakes(settings: Settings | None = None) -> Intake:
+    """An :class:`Intake` on the in-memory fakes, validated like production."""
+    settings = settings or Settings(project="p")
     guards = Guards.from_settings(settings)
-    wired = Intake(
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    deployments = Deployments(
+        settings=settings,
+        store=InMemoryDeploymentStore(),
+        backend=InMemoryDeploymentBackend(),
+        clock=clock,
+    )
+    deployments.backend.add_endpoint(ENDPOINT)
+    return Intake(
         settings=settings,
         store=InMemoryJobStore(),
         backend=InMemoryJobBackend(),
         rejections=InMemoryRejectionLog(),
         notifier=InMemoryNotifier(),
-        validators=(lambda r: check_request(r, guards=guards),),
-        clock=lambda: datetime.now(UTC),
+        # The production validators, including the adapters' v1 proto parsing (pure: no
+        # client is built), so bodies Vertex would refuse are rejected here as in production.
+        validators=(
+            lambda r: check_request(r, guards=guards),
+            check_options,
+            VertexJobBackend(settings).check,
+            VertexDeploymentBackend(settings).check,
+        ),
+        clock=clock,
+        deployments=deployments,
     )
+
+
+@pytest.fixture
+def intake() -> Iterator[Intake]:
+    wired = wire_fakes()
     bootstrap.override(wired)
     yield wired
     bootstrap.override(None)

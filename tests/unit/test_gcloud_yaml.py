@@ -151,3 +151,46 @@ def test_huge_integers_are_refused():
 def test_text_must_be_a_string():
     with pytest.raises(InvalidRequest):
         parse_gcloud_config(b"workerPoolSpecs: {}")  # type: ignore[arg-type]
+
+
+def test_seed_yaml_and_its_json_form_are_the_same_request():
+    """The gcloud form and the JSON form of the same job produce one model and one schedule."""
+    from shared.domain.rules import check_options
+
+    json_form = {
+        "requestId": "seed-yaml",
+        "customJob": {
+            "displayName": "seed-yaml",
+            "jobSpec": {
+                "workerPoolSpecs": [
+                    {
+                        "machineSpec": {
+                            "machineType": "a2-highgpu-1g",
+                            "acceleratorType": "NVIDIA_TESLA_A100",
+                            "acceleratorCount": 1,
+                        },
+                        "replicaCount": 1,
+                        "containerSpec": {
+                            "imageUri": "gcr.io/ucaip-test/ucaip-training-test",
+                            "args": ["port=8500"],
+                            "command": ["start"],
+                        },
+                    }
+                ],
+                "scheduling": {"strategy": "FLEX_START", "maxWaitDuration": "7200s"},
+            },
+        },
+    }
+    from_yaml = parse_request(parse_gcloud_config(SEED_YAML, "seed-yaml"), {}, "m1")
+    from_json = parse_request(json_form, {}, "m2")
+
+    for request in (from_yaml, from_json):
+        assert check_request(request, Guards()) == []
+        assert check_options(request) == []
+    assert from_yaml == from_json
+    assert from_yaml.scheduling == {
+        "strategy": "FLEX_START",
+        "maxWaitDuration": "7200s",
+        "timeout": "604800s",
+    }
+    assert (from_yaml.strategy, from_yaml.max_wait_seconds) == ("FLEX_START", 7200)

@@ -1,0 +1,225 @@
+"""FirestoreDeploymentStore: the DeploymentStore port on Cloud Firestore (``deployments``).
+
+Exactly once, like the jobs: the claim is ``create()`` of ``deployments/{id}`` (a conditional
+put), and a transaction decides between "already deployed or deploying", "held by a live
+claim" and "claim expired, take it over". :func:`claim_document` is that decision, written
+once for any collection whose records carry a ``claim`` lease.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from google.api_core import exceptions as gexc
+
+from shared.adapters.firestore import _call as call_firestore
+from shared.domain.deployments import KIND, DeploymentState, OperationStatus, observe_operation
+from shared.domain.ids import doc_id
+from shared.domain.request import JobRequest
+from shared.errors import SubmissionInProgress
+from shared.ports import Claim
+
+if TYPE_CHECKING:
+    from shared.adapters.firestore import FirestoreJobStore
+
+DEPLOYMENTS = "deployments"
+
+
+def claim_document(
+    db: Any,
+    ref: Any,
+    record: dict[str, Any],
+    *,
+    now: datetime,
+    ttl_seconds: float,
+    settled: Callable[[dict[str, Any]], bool],
+) -> Claim:
+    """Claim ``ref`` for one delivery: create it from ``record`` with a fresh lease, or decide.
+
+    ``settled(current)`` says whether an existing document is past its claim (submitted,
+    deploying, finished): then it is a duplicate and :class:`Claim` carries the record. An
+    unsettled document with a live lease raises; one whose lease expired (its holder died) or
+    was released is taken over in a transaction.
+
+    Raises:
+        SubmissionInProgress: another live delivery holds the claim.
+        StoreUnavailable: Firestore could not be reached.
+    """
+    token = uuid.uuid4().hex
+    lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+    try:
+        call_firestore("create", lambda: ref.create({**record, "claim": lease}))
+    except gexc.Conflict:
+        # AlreadyExists is a Conflict: another delivery got here first; decide in a transaction.
+        return _claim_existing(db, ref, lease, now, settled)
+    return Claim(token=token)
+
+
+def _claim_existing(
+    db: Any,
+    ref: Any,
+    lease: dict[str, Any],
+    now: datetime,
+    settled: Callable[[dict[str, Any]], bool],
+) -> Claim:
+    from google.cloud import firestore
+
+    @firestore.transactional
+    def take(txn: Any) -> Claim:
+        current = ref.get(transaction=txn).to_dict() or {}
+        if settled(current):
+            return Claim(record=current)
+        expires = (current.get("claim") or {}).get("expiresAt")
+        if expires is not None and expires > now:
+            raise SubmissionInProgress(
+                f"request {current.get('requestId')!r} is being submitted by another "
+                f"delivery until {expires.isoformat()}"
+            )
+        txn.update(ref, {"claim": lease, "updatedAt": now})
+        return Claim(token=lease["token"], taken_over=True)
+
+    claim: Claim = call_firestore("claim transaction", lambda: take(db.transaction()))
+    return claim
+
+
+def _settled(current: dict[str, Any]) -> bool:
+    return current.get("state") != DeploymentState.ACCEPTED.value or bool(
+        current.get("operation") or current.get("deployedModelId")
+    )
+
+
+class FirestoreDeploymentStore:
+    """Deployment records in Firestore, on the job store's (lazily built) client."""
+
+    def __init__(self, jobs: FirestoreJobStore) -> None:
+        self._jobs = jobs
+
+    def _ref(self, request_id: str) -> Any:
+        return self._jobs.db.collection(DEPLOYMENTS).document(doc_id(request_id))
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        """The record as stored, or None."""
+        snap = call_firestore("get", lambda: self._ref(request_id).get())
+        return snap.to_dict() if snap.exists else None
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        """Create ``deployments/{id}`` in ACCEPTED, or report the existing record."""
+        spec = request.spec
+        deployed = spec.get("deployedModel") or {}
+        resources = deployed.get("dedicatedResources") or {}
+        record = {
+            "requestId": request.request_id,
+            "kind": KIND,
+            "state": DeploymentState.ACCEPTED.value,
+            "endpoint": spec.get("endpoint"),
+            "model": deployed.get("model"),
+            "displayName": request.display_name,
+            "spot": resources.get("spot") is True,
+            "operation": None,
+            "deployedModelId": None,
+            # JSON text, like the jobs' request: Firestore cannot hold arrays of arrays.
+            "request": json.dumps(spec, sort_keys=True),
+            "createdAt": now,
+            "updatedAt": now,
+        }
+        return claim_document(
+            self._jobs.db,
+            self._ref(request.request_id),
+            record,
+            now=now,
+            ttl_seconds=ttl_seconds,
+            settled=_settled,
+        )
+
+    def _finish_claim(self, token: str, request_id: str, fields: dict[str, Any]) -> None:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def write(txn: Any) -> None:
+            current = ref.get(transaction=txn).to_dict() or {}
+            if _settled(current):
+                return  # a redelivery that found the same deployment recorded it first
+            txn.update(ref, {**fields, "claim": firestore.DELETE_FIELD})
+
+        call_firestore("record transaction", lambda: write(self._jobs.db.transaction()))
+
+    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
+        """The DeployModel operation started: DEPLOYING, with its name."""
+        fields = {"state": DeploymentState.DEPLOYING.value, "operation": operation}
+        self._finish_claim(token, request_id, {**fields, "updatedAt": now})
+
+    def record_adopted(
+        self, token: str, request_id: str, deployed_model_id: str, now: datetime
+    ) -> None:
+        """The request's model is on the endpoint already: DEPLOYED, with its id."""
+        fields = {
+            "state": DeploymentState.DEPLOYED.value,
+            "deployedModelId": deployed_model_id,
+            "deployedAt": now,
+        }
+        self._finish_claim(token, request_id, {**fields, "updatedAt": now})
+
+    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+        """Vertex refused the deployment for good: FAILED with the reason."""
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+        fields = {
+            "state": DeploymentState.FAILED.value,
+            "reason": reason,
+            "updatedAt": now,
+            "endedAt": now,
+            "claim": firestore.DELETE_FIELD,
+        }
+        call_firestore("update", lambda: ref.update(fields))
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        """Drop this delivery's claim, if it still holds it."""
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def drop(txn: Any) -> None:
+            current = ref.get(transaction=txn).to_dict() or {}
+            if (current.get("claim") or {}).get("token") == token:
+                txn.update(ref, {"claim": firestore.DELETE_FIELD, "updatedAt": now})
+
+        call_firestore("release transaction", lambda: drop(self._jobs.db.transaction()))
+
+    def deploying(self) -> list[dict[str, Any]]:
+        """Every record whose DeployModel operation has not been seen done."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self._jobs.db.collection(DEPLOYMENTS).where(
+            filter=FieldFilter("state", "==", DeploymentState.DEPLOYING.value)
+        )
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def apply_operation(
+        self, request_id: str, status: OperationStatus, now: datetime
+    ) -> str | None:
+        """Move the record to what its operation says, in one transaction; the new state."""
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def apply(txn: Any) -> str | None:
+            current = ref.get(transaction=txn).to_dict() or {}
+            change = observe_operation(current, status, now)
+            if change is None:
+                return None
+            txn.update(ref, change)
+            return str(change["state"])
+
+        changed: str | None = call_firestore(
+            "operation transaction", lambda: apply(self._jobs.db.transaction())
+        )
+        return changed

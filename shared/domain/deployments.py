@@ -1,0 +1,131 @@
+"""Spot deployments (``deployModel`` requests): record states, the idempotency key, and how an
+observed DeployModel operation moves a record.
+
+A record moves ACCEPTED → DEPLOYING → DEPLOYED or FAILED and never back, so a replayed or stale
+observation cannot undo a newer one.
+
+**The idempotency key.** Vertex AI has no idempotency key for ``EndpointService.DeployModel``,
+and a ``DeployedModel`` carries no labels. Its ``displayName`` is the one free-form field that
+Vertex keeps as given and returns on ``GetEndpoint``, so flexjobs appends a tag derived from
+the requestId to it (see :func:`tagged_display_name`) and, before deploying, looks for a
+deployed model on the endpoint whose display name carries the tag. ``DeployedModel.id`` (1 to
+10 digits, chosen by the caller) was the alternative; it was not taken because a request may
+set it itself, ten digits leave room for collisions, and what Vertex answers to a second
+deployment with the same id is not documented. The operations of an endpoint cannot serve
+either: ``DeployModelOperationMetadata`` holds only generic metadata and the deployment stage,
+nothing that names the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from shared.domain.ids import label_value
+
+KIND = "deployModel"
+
+#: Vertex allows display names of up to 128 UTF-8 characters.
+MAX_DISPLAY_NAME = 128
+DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
+
+
+class DeploymentState(StrEnum):
+    """The record states of ``deployments/{id}``."""
+
+    ACCEPTED = "ACCEPTED"  # claimed; DeployModel not yet called (or its operation not recorded)
+    DEPLOYING = "DEPLOYING"  # the DeployModel operation is running
+    DEPLOYED = "DEPLOYED"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (DeploymentState.DEPLOYED, DeploymentState.FAILED)
+
+
+def deployment_tag(request_id: str) -> str:
+    """The tag that marks a deployed model as this request's (its idempotency key).
+
+    Examples:
+        >>> deployment_tag("seed-4")
+        '[flexjobs seed-4]'
+    """
+    return f"[flexjobs {label_value(request_id)}]"
+
+
+def tagged_display_name(display_name: str | None, request_id: str) -> str:
+    """The deployed model's display name: the requested one, then the request's tag.
+
+    The requested name is shortened when needed so the whole fits Vertex's 128 characters; the
+    tag is never cut, because the lookup before deploying matches it at the end of the name.
+
+    Examples:
+        >>> tagged_display_name("served", "seed-4")
+        'served [flexjobs seed-4]'
+        >>> tagged_display_name(None, "seed-4")
+        'flexjobs-deployment [flexjobs seed-4]'
+    """
+    tag = deployment_tag(request_id)
+    room = MAX_DISPLAY_NAME - len(tag) - 1
+    base = (display_name or DEFAULT_DISPLAY_NAME)[:room].rstrip()
+    return f"{base} {tag}" if base else tag
+
+
+def carries_tag(display_name: str, request_id: str) -> bool:
+    """True when a deployed model's display name marks it as ``request_id``'s deployment."""
+    return display_name.endswith(deployment_tag(request_id))
+
+
+@dataclass(frozen=True)
+class OperationStatus:
+    """What flexjobs reads back about one DeployModel operation.
+
+    ``deployed_model_id`` is set once the operation succeeded; ``error_code`` and
+    ``error_message`` once it failed.
+    """
+
+    name: str
+    done: bool
+    deployed_model_id: str | None = None
+    error_code: int | None = None
+    error_message: str | None = None
+
+
+def observe_operation(
+    record: dict[str, Any], status: OperationStatus, now: datetime
+) -> dict[str, Any] | None:
+    """The fields to write on a deployment record after reading its operation, or None.
+
+    None when nothing changes: the operation is still running, it is not the record's
+    operation, or the record already reached a final state.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2025, 1, 1, tzinfo=UTC)
+        >>> record = {"state": "DEPLOYING", "operation": "op/1"}
+        >>> observe_operation(record, OperationStatus("op/1", True, "42"), now)["state"]
+        'DEPLOYED'
+        >>> observe_operation(record, OperationStatus("op/1", False), now) is None
+        True
+    """
+    if not status.done or record.get("operation") != status.name:
+        return None
+    current = DeploymentState(record.get("state", DeploymentState.ACCEPTED.value))
+    if current.terminal:
+        return None
+    if status.error_code:
+        return {
+            "state": DeploymentState.FAILED.value,
+            "reason": status.error_message or f"DeployModel failed with code {status.error_code}",
+            "errorCode": status.error_code,
+            "updatedAt": now,
+            "endedAt": now,
+        }
+    return {
+        "state": DeploymentState.DEPLOYED.value,
+        "deployedModelId": status.deployed_model_id,
+        "updatedAt": now,
+        "deployedAt": now,
+    }

@@ -1,0 +1,180 @@
+"""Settling an observation: the record's next state, accounting, and whether to retry (pure).
+
+:func:`settle` extends :func:`shared.domain.jobs.observe`: when the current attempt ends, it
+accounts the attempt (queued vs running time, GPU-seconds, cost), and on failure classifies it
+and asks the retry policy whether attempt n+1 may follow, and after how long. Every
+notification to send is returned with the change, so the store can keep it in an outbox in the
+same transaction (nothing is lost if the publish fails afterwards).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.domain.attempts import usage
+from shared.domain.checkpoints import Checkpoint
+from shared.domain.failures import DEFAULT_RULES, FailureClass, RuleTable, classify
+from shared.domain.jobs import Change, JobState, VertexJob, observe
+from shared.domain.pricing import PriceTable
+from shared.domain.retry import CAPACITY, RetryPolicy, backoff_seconds, decide
+
+
+@dataclass(frozen=True)
+class RecoveryPolicy:
+    """Operator-wide recovery settings (per-request budgets come from the record)."""
+
+    rules: RuleTable = DEFAULT_RULES
+    backoff_base_seconds: float = 60.0
+    backoff_cap_seconds: float = 1800.0
+    prices: PriceTable | None = None
+    rand: Callable[[], float] = field(default=lambda: 0.5)
+
+
+def notification(
+    record: dict[str, Any], state: str, attempt: int, reason: str | None
+) -> dict[str, Any]:
+    """The notification message of the contract."""
+    return {
+        "requestId": record.get("requestId"),
+        "state": state,
+        "attempt": attempt,
+        "reason": reason,
+    }
+
+
+def _options(record: dict[str, Any]) -> dict[str, Any]:
+    raw = record.get("options")
+    value = json.loads(raw) if isinstance(raw, str) and raw else {}
+    return value if isinstance(value, dict) else {}
+
+
+def settle(
+    record: dict[str, Any], job: VertexJob, now: datetime, policy: RecoveryPolicy
+) -> Change | None:
+    """Reconcile ``record`` to ``job``; when the attempt ends, account it and decide what next.
+
+    Returns None when nothing changes (see :func:`observe`).
+    """
+    change = observe(record, job, now)
+    if change is None or not change.state.terminal:
+        return change
+    gpus = int(record.get("gpus") or 0)
+    spent = usage(job.create_time, job.start_time, job.end_time or now, gpus)
+    cost = _cost(record, spent["gpuSeconds"], policy)
+    attempt_fields = {**change.attempt, **spent, "cost": cost}
+    record_fields = {**change.record, **_totals(record, spent, cost)}
+    if change.state is JobState.SUCCEEDED:
+        return _with(record, JobState.SUCCEEDED, record_fields, attempt_fields, None)
+    failure = classify(job.state, job.error_code, job.error_message, policy.rules)
+    if record.get("cancelRequested") or change.state is JobState.CANCELLED:
+        failure = FailureClass.CANCELLED
+    attempt_fields["errorClass"] = failure.value
+    if failure is FailureClass.CANCELLED:
+        record_fields.update(state=JobState.CANCELLED.value, reason="cancelled")
+        return _with(record, JobState.CANCELLED, record_fields, attempt_fields, "cancelled")
+    retries = dict(record.get("retries") or {})
+    decision = decide(
+        RetryPolicy.from_request(_options(record).get("retryPolicy")), failure, retries
+    )
+    reason = f"{decision.reason}: {job.error_message or job.state}"
+    if not decision.retry:
+        record_fields.update(state=JobState.FAILED.value, reason=reason)
+        return _with(record, JobState.FAILED, record_fields, attempt_fields, reason)
+    assert decision.group is not None
+    retries[decision.group] = decision.used_after
+    delay = backoff_seconds(
+        decision.used_after,
+        policy.backoff_base_seconds,
+        policy.backoff_cap_seconds,
+        policy.rand,
+    )
+    record_fields.update(
+        state=JobState.RETRYING.value,
+        reason=reason,
+        retries=retries,
+        capacityFailures=int(record.get("capacityFailures") or 0) + (decision.group == CAPACITY),
+        nextAttemptAt=now + timedelta(seconds=delay),
+        lastFailureClass=failure.value,
+    )
+    record_fields.pop("endedAt", None)
+    return _with(record, JobState.RETRYING, record_fields, attempt_fields, reason)
+
+
+def _with(
+    record: dict[str, Any],
+    state: JobState,
+    fields: dict[str, Any],
+    attempt_fields: dict[str, Any],
+    reason: str | None,
+) -> Change:
+    """A change that also queues its notification in the record's outbox."""
+    message = notification(record, state.value, int(record.get("attempt", 1)), reason)
+    outbox = [*list(record.get("outbox") or []), message]
+    fields = {**fields, "outbox": outbox, "outboxPending": True}
+    return Change(state=state, record=fields, attempt=attempt_fields)
+
+
+def _cost(record: dict[str, Any], gpu_seconds: float, policy: RecoveryPolicy) -> dict[str, Any]:
+    if policy.prices is None or not record.get("acceleratorType"):
+        return {"priced": False}
+    estimate = policy.prices.estimate(
+        str(record["acceleratorType"]), str(record.get("strategy")), gpu_seconds
+    )
+    return estimate.to_dict()
+
+
+def _totals(
+    record: dict[str, Any], spent: dict[str, float], cost: dict[str, Any]
+) -> dict[str, Any]:
+    totals = {k: float(record.get(k) or 0.0) + v for k, v in spent.items()}
+    previous = record.get("cost") or {}
+    summed = {
+        key: round(float(previous.get(key) or 0.0) + float(cost.get(key) or 0.0), 2)
+        for key in ("costUsd", "onDemandUsd", "savingsUsd")
+    }
+    return {**totals, "cost": {**summed, "priced": bool(cost.get("priced"))}}
+
+
+def cancel_requested(record: dict[str, Any], now: datetime) -> Change | None:
+    """Mark a cancel as asked for, before Vertex is told (so a retry never follows)."""
+    state = JobState(record.get("state", JobState.ACCEPTED.value))
+    if state.terminal or record.get("cancelRequested"):
+        return None
+    return Change(state=state, record={"cancelRequested": True, "updatedAt": now})
+
+
+def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
+    """Settle a cancelled request as CANCELLED (once), with its notification."""
+    if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
+        return None
+    fields = {"state": JobState.CANCELLED.value, "reason": "cancelled", "updatedAt": now}
+    fields["endedAt"] = now
+    attempt = {"state": JobState.CANCELLED.value, "errorClass": FailureClass.CANCELLED.value}
+    return _with(record, JobState.CANCELLED, fields, attempt, "cancelled")
+
+
+def failed(record: dict[str, Any], now: datetime, reason: str) -> Change | None:
+    """Settle a request FAILED for a reason outside Vertex's job state (a refused create)."""
+    if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
+        return None
+    fields = {"state": JobState.FAILED.value, "reason": reason, "updatedAt": now, "endedAt": now}
+    return _with(record, JobState.FAILED, fields, {}, reason)
+
+
+def work_lost_seconds(
+    attempt: dict[str, Any], latest: Checkpoint | None, resumed_from: str | None
+) -> float:
+    """Running time of an ended attempt that no newer checkpoint saved.
+
+    All of it when the attempt wrote no complete checkpoint beyond the one it resumed from;
+    otherwise the running time after that newer checkpoint.
+    """
+    running = float(attempt.get("runningSeconds") or 0.0)
+    ended: datetime | None = attempt.get("endedAt")
+    if latest is None or latest.uri == resumed_from or ended is None:
+        return running
+    return min(running, max(0.0, (ended - latest.at).total_seconds()))

@@ -1,0 +1,164 @@
+"""The per-kind table of VertexJobBackend against the real aiplatform_v1 clients and protos."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.cloud import aiplatform_v1
+
+from shared.adapters.endpoints import VertexDeploymentBackend
+from shared.adapters.vertex import (
+    JOB_SERVICE,
+    PIPELINE_SERVICE,
+    TRAINING_KINDS,
+    VertexJobBackend,
+    kind_of_name,
+)
+from shared.config import Settings
+from shared.domain.hints import parse_hint
+from shared.domain.request import parse_request
+from shared.errors import BackendRejected
+from tests.events import load
+
+CLIENTS = {
+    JOB_SERVICE: aiplatform_v1.JobServiceClient,
+    PIPELINE_SERVICE: aiplatform_v1.PipelineServiceClient,
+}
+EVENTS = {
+    "customJob": "seed_request",
+    "hyperparameterTuningJob": "hpt_request",
+    "trainingPipeline": "pipeline_request",
+}
+
+
+@pytest.mark.parametrize("kind", list(TRAINING_KINDS.values()), ids=list(TRAINING_KINDS))
+def test_every_kind_names_real_client_methods_and_requests(kind):
+    client = CLIENTS[kind.service]
+    for verb in ("create", "get", "cancel"):
+        assert callable(getattr(client, f"{verb}_{kind.field}"))
+    assert callable(getattr(client, f"list_{kind.plural_field}"))
+    for verb in ("Create", "Get", "List", "Cancel"):
+        assert hasattr(aiplatform_v1, f"{kind.rpc(verb)}Request")
+    assert kind_of_name(f"projects/p/locations/l/{kind.collection}/1") is kind
+
+
+class RecordingClient:
+    """Answers any GAPIC method by recording it; creates echo the resource with a name."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, method: str) -> Any:
+        def call(**kwargs: Any) -> Any:
+            self.calls.append((method, kwargs))
+            if method.startswith("create_"):
+                field = method.removeprefix("create_")
+                resource = kwargs[field]
+                collection = kind_of_field(field).collection
+                resource.name = f"projects/p/locations/us-central1/{collection}/7"
+                return resource
+            if method.startswith("list_"):
+                return iter([])
+            return None
+
+        return call
+
+
+def kind_of_field(field: str) -> Any:
+    return next(k for k in TRAINING_KINDS.values() if k.field == field)
+
+
+@pytest.fixture
+def clients() -> dict[tuple[str, str], RecordingClient]:
+    return {}
+
+
+@pytest.fixture
+def backend(clients) -> VertexJobBackend:
+    def factory(service: str, location: str) -> RecordingClient:
+        return clients.setdefault((service, location), RecordingClient(service))
+
+    return VertexJobBackend(Settings(project="p"), client_factory=factory)
+
+
+@pytest.mark.parametrize("kind", list(TRAINING_KINDS))
+def test_create_dispatches_on_the_request_kind_with_labels_on_the_resource(backend, clients, kind):
+    request = parse_request(load(EVENTS[kind]), {}, "m")
+    labels = {"flexjobs-request": "r", "flexjobs-attempt": "1"}
+    job = backend.create(request, labels, "us-central1")
+
+    spec = TRAINING_KINDS[kind]
+    client = clients[(spec.service, "us-central1")]
+    ((method, kwargs),) = client.calls
+    assert method == f"create_{spec.field}"
+    assert kwargs["parent"] == "projects/p/locations/us-central1"
+    assert kwargs["retry"] is None and kwargs["timeout"] == 30.0
+    assert dict(kwargs[spec.field].labels) == labels
+    assert f"/{spec.collection}/" in job.name
+    assert backend.check(request) == []
+
+
+@pytest.mark.parametrize("kind", list(TRAINING_KINDS.values()), ids=list(TRAINING_KINDS))
+def test_get_and_cancel_dispatch_on_the_collection_in_the_name(backend, clients, kind):
+    name = f"projects/p/locations/europe-west4/{kind.collection}/7"
+    with pytest.raises(AttributeError):
+        backend.get(name)  # the recording client answers None, which is not a job
+    backend.cancel(name)
+    client = clients[(kind.service, "europe-west4")]
+    assert [m for m, _ in client.calls] == [f"get_{kind.field}", f"cancel_{kind.field}"]
+
+
+def test_list_labelled_pages_through_every_kind(backend, clients):
+    assert list(backend.list_labelled("us-central1")) == []
+    methods = sorted(m for client in clients.values() for m, _ in client.calls)
+    assert methods == [
+        "list_custom_jobs",
+        "list_hyperparameter_tuning_jobs",
+        "list_training_pipelines",
+    ]
+    for client in clients.values():
+        for _, kwargs in client.calls:
+            assert kwargs["request"]["filter"] == "labels.flexjobs-request:*"
+
+
+def test_find_narrows_to_one_kind_when_told(backend, clients):
+    assert backend.find("r", 1, "us-central1", kind="trainingPipeline") is None
+    ((method, _),) = clients[(PIPELINE_SERVICE, "us-central1")].calls
+    assert method == "list_training_pipelines"
+    assert (JOB_SERVICE, "us-central1") not in clients
+
+
+def test_names_of_other_resources_are_refused():
+    with pytest.raises(BackendRejected):
+        kind_of_name("projects/p/locations/l/endpoints/1")
+
+
+def test_check_reports_what_the_v1_proto_refuses(backend):
+    body = load("pipeline_request")
+    body["trainingPipeline"]["inputDataConfig"] = {"noSuchField": 1}
+    (error,) = backend.check(parse_request(body, {}, "m"))
+    assert error.path == "trainingPipeline"
+
+
+def test_check_leaves_deployments_to_their_backend(backend):
+    assert backend.check(parse_request(load("deploy_request"), {}, "m")) == []
+
+
+@pytest.mark.parametrize("collection", ["hyperparameterTuningJobs", "trainingPipelines"])
+def test_hints_name_tuning_jobs_and_pipelines_too(collection):
+    hint = parse_hint({"jobName": f"projects/p/locations/asia-east1/{collection}/42"})
+    assert hint is not None
+    assert (hint.job_id, hint.location) == ("42", "asia-east1")
+
+
+def test_deployment_check_reports_what_the_v1_proto_refuses():
+    backend = VertexDeploymentBackend(Settings(project="p"))
+    body = load("deploy_request")
+    assert backend.check(parse_request(body, {}, "m")) == []
+    body["deployModel"]["deployedModel"]["dedicatedResources"]["spotty"] = True
+    (error,) = backend.check(parse_request(body, {}, "m"))
+    assert error.path == "deployModel"
+    assert "spotty" in error.message
+    assert backend.check(parse_request(load("hpt_request"), {}, "m")) == []
