@@ -133,14 +133,16 @@ def build_tracker(
     from shared.adapters.vertex import VertexJobBackend
 
     settings = settings or Settings.from_env()
+    store = FirestoreJobStore(settings)
     return Tracker(
         settings=settings,
-        store=FirestoreJobStore(settings),
+        store=store,
         backend=VertexJobBackend(settings),
         checkpoints=GcsCheckpointStore(project=settings.project),
         notifier=PubsubNotifier(settings),
         recovery=recovery_policy(settings),
         clock=clock,
+        deployments=build_deployments(settings, clock, jobs=store),
     )
 
 

@@ -8,6 +8,7 @@ changes a job's state and never starts a retry.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from typing import Any
 
 from shared.commands import Reconcile, TrackJob
 from shared.config import Settings
+from shared.deployments import Deployments, refresh_deployments
 from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
 from shared.domain.hints import HintAction, parse_hint
 from shared.domain.jobs import Change, JobState, VertexJob
@@ -44,13 +46,17 @@ class Tracker:
     notifier: Notifier
     recovery: RecoveryPolicy
     clock: Callable[[], datetime]
+    # Spot deployments followed by the tick; None where an instance follows none.
+    deployments: Deployments | None = None
+    sleep: Callable[[float], None] = time.sleep
 
 
 def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
     """Handle one state hint; returns the record's new state when it changed.
 
     Raises:
-        HintDeferred: inside the job's coalescing window; redelivery reads it later.
+        HintDeferred: the hint names a job no record knows yet, and is recent: Vertex can
+            log a job before its attempt is recorded, so redelivery tries again.
     """
     try:
         body = json.loads(cmd.message.data.decode("utf-8"))
@@ -68,25 +74,60 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
     request_id = tracker.store.find_by_job_id(hint.job_id)
     if request_id is None:
         # Vertex can log a new job before its attempt is recorded: a recent hint is kept for
-        # redelivery; an old one is for a job that is not (or no longer) a current attempt.
+        # redelivery; an old one is about a job that is not flexjobs'.
         if (now - published).total_seconds() < tracker.settings.hint_recent_seconds:
             raise HintDeferred(f"job {hint.job_id} is not a recorded attempt yet")
         log.info(
-            "hint for no current attempt acknowledged", extra={"fields": {"jobId": hint.job_id}}
+            "hint about a job flexjobs does not own acknowledged",
+            extra={"fields": {"jobId": hint.job_id}},
         )
         return None
     with request_context(request_id):
+        record = tracker.store.get(request_id) or {}
+        if record.get("vertexJobId") != hint.job_id:
+            log.info(
+                "hint about an earlier attempt acknowledged",
+                extra={"fields": {"jobId": hint.job_id}},
+            )
+            return None
         interval = tracker.settings.hint_coalesce_seconds
         action = tracker.store.begin_read(request_id, now, interval, published)
-        if action is HintAction.COVERED:
+        if action is not HintAction.READ:
+            # Covered by a read, or pending for the current reader.
+            log.info(
+                f"hint {action.value}",
+                extra={"fields": {"jobId": hint.job_id, "published": published.isoformat()}},
+            )
             return None
-        if action is HintAction.DEFER:
-            raise HintDeferred(f"job {hint.job_id} was read less than {interval:g}s ago")
-        record = tracker.store.get(request_id) or {}
-        if not record.get("vertexJob"):
-            return None
-        job = tracker.backend.get(str(record["vertexJob"]))
-        return observe_job(tracker, request_id, job)
+        return _follow(tracker, request_id, interval)
+
+
+def _follow(tracker: Tracker, request_id: str, interval: float) -> str | None:
+    """Read the job, then once per window while hints keep arriving, for a bounded time.
+
+    This delivery is the job's reader: hints inside its window only mark the record pending,
+    so a storm costs one Vertex read per window and no redelivery (a refused push would slow
+    the whole subscription). Each read follows the record's *current* attempt, since a read
+    may itself start the next attempt. Past the bound it reads once more and hands the job
+    back, so the next hint reads at once and none is lost.
+    """
+    state = None
+    for _ in range(tracker.settings.hint_follow_windows):
+        state = _read_current(tracker, request_id) or state
+        tracker.sleep(interval)
+        if not tracker.store.read_again(request_id, tracker.clock()):
+            return state
+    state = _read_current(tracker, request_id) or state
+    if tracker.store.release_reader(request_id):
+        state = _read_current(tracker, request_id) or state  # a hint came during that read
+    return state
+
+
+def _read_current(tracker: Tracker, request_id: str) -> str | None:
+    record = tracker.store.get(request_id) or {}
+    if not record.get("vertexJob") or JobState(record["state"]).terminal:
+        return None
+    return observe_job(tracker, request_id, tracker.backend.get(str(record["vertexJob"])))
 
 
 def _published(raw: str | None, fallback: datetime) -> datetime:
@@ -212,6 +253,8 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
         _flag_overdue(tracker, record, now)
     for request_id in tracker.store.with_outbox():
         flush_outbox(request_id, tracker.store, tracker.notifier)
+    if tracker.deployments is not None:
+        changed += refresh_deployments(tracker.deployments)
     return changed
 
 

@@ -71,7 +71,7 @@ class JobStore(Protocol):
         ...
 
     def find_by_job_id(self, job_id: str) -> str | None:
-        """The requestId whose current attempt is Vertex job ``job_id``, or None."""
+        """The requestId one of whose attempts is Vertex job ``job_id``, or None."""
         ...
 
     def active(self) -> list[dict[str, Any]]:
@@ -81,7 +81,18 @@ class JobStore(Protocol):
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
     ) -> HintAction:
-        """Decide, and take the read lease when it is READ, for one hint (see hint_action)."""
+        """Decide, and take the read lease when it is READ, for one hint (see hint_action).
+
+        PENDING marks the record ``hintPending`` for the current reader to pick up.
+        """
+        ...
+
+    def read_again(self, request_id: str, now: datetime) -> bool:
+        """When hints arrived during the reader's window, renew the lease and return True."""
+        ...
+
+    def release_reader(self, request_id: str) -> bool:
+        """End the read lease so the next hint reads at once; True if a hint was pending."""
         ...
 
     def transact(

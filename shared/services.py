@@ -172,7 +172,7 @@ def submit_attempt(
         TransientError: any fault that redelivery may cure.
     """
     labels = labels_for(request.request_id, plan.attempt)
-    job = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location)
+    job = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, kind=request.kind)
     outcome = Outcome.ADOPTED if job else Outcome.SUBMITTED
     if job is None:
         body = attempt_spec(

@@ -106,7 +106,7 @@ class InMemoryJobStore:
     def find_by_job_id(self, job_id: str) -> str | None:
         with self._lock:
             for record in self.jobs.values():
-                if record.get("vertexJobId") == job_id:
+                if job_id in (record.get("vertexJobIds") or []):
                     return str(record["requestId"])
             return None
 
@@ -123,8 +123,25 @@ class InMemoryJobStore:
             current = self.jobs[request_id]
             action = hint_action(current.get("lastReadAt"), published, now, interval_seconds)
             if action is HintAction.READ:
-                current["lastReadAt"] = now
+                current.update(lastReadAt=now, hintPending=False)
+            elif action is HintAction.PENDING:
+                current["hintPending"] = True
             return action
+
+    def release_reader(self, request_id: str) -> bool:
+        with self._lock:
+            current = self.jobs[request_id]
+            pending = bool(current.get("hintPending"))
+            current.update(lastReadAt=None, hintPending=False)
+            return pending
+
+    def read_again(self, request_id: str, now: datetime) -> bool:
+        with self._lock:
+            current = self.jobs[request_id]
+            if not current.get("hintPending"):
+                return False
+            current.update(lastReadAt=now, hintPending=False)
+            return True
 
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]

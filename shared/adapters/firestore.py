@@ -165,7 +165,11 @@ class FirestoreJobStore:
         _call("update attempt", lambda: ref.set(dict(fields), merge=True))
 
     def find_by_job_id(self, job_id: str) -> str | None:
-        query = self.db.collection(JOBS).where(filter=_eq("vertexJobId", job_id)).limit(1)
+        query = (
+            self.db.collection(JOBS)
+            .where(filter=FieldFilter("vertexJobIds", "array_contains", job_id))
+            .limit(1)
+        )
         docs = _call("query", lambda: list(query.stream()))
         return str(docs[0].get("requestId")) if docs else None
 
@@ -186,11 +190,43 @@ class FirestoreJobStore:
             current = ref.get(transaction=txn).to_dict() or {}
             action = hint_action(current.get("lastReadAt"), published, now, interval_seconds)
             if action is HintAction.READ:
-                txn.update(ref, {"lastReadAt": now})
+                txn.update(ref, {"lastReadAt": now, "hintPending": False})
+            elif action is HintAction.PENDING and not current.get("hintPending"):
+                txn.update(ref, {"hintPending": True})
             return action
 
         granted: HintAction = _call("read lease", lambda: lease(self.db.transaction()))
         return granted
+
+    def read_again(self, request_id: str, now: datetime) -> bool:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def renew(txn: Any) -> bool:
+            current = ref.get(transaction=txn).to_dict() or {}
+            if not current.get("hintPending"):
+                return False
+            txn.update(ref, {"lastReadAt": now, "hintPending": False})
+            return True
+
+        again: bool = _call("read lease", lambda: renew(self.db.transaction()))
+        return again
+
+    def release_reader(self, request_id: str) -> bool:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def release(txn: Any) -> bool:
+            current = ref.get(transaction=txn).to_dict() or {}
+            txn.update(ref, {"lastReadAt": None, "hintPending": False})
+            return bool(current.get("hintPending"))
+
+        pending: bool = _call("read lease", lambda: release(self.db.transaction()))
+        return pending
 
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]

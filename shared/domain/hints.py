@@ -67,9 +67,9 @@ def parse_hint(body: Any) -> JobHint | None:
 class HintAction(StrEnum):
     """What to do with a hint for a job flexjobs owns."""
 
-    READ = "read"  # read Vertex now (this delivery holds the read lease)
+    READ = "read"  # read Vertex now: this delivery becomes the job's reader for a while
     COVERED = "covered"  # a read that began after the hint was published already saw it
-    DEFER = "defer"  # inside the coalescing window: redeliver later, so the change is not lost
+    PENDING = "pending"  # inside the coalescing window: the current reader reads again later
 
 
 # Pub/Sub's publish time and the function's clock are different clocks: a read counts as
@@ -82,6 +82,10 @@ def hint_action(
 ) -> HintAction:
     """Coalesce hint storms to at most one Vertex read per job per interval, losing nothing.
 
+    A hint inside the window is never refused (a refused push slows the whole subscription):
+    it is marked pending, and the delivery that made the last read reads once more when the
+    window closes.
+
     Examples:
         >>> from datetime import UTC, datetime, timedelta
         >>> t = datetime(2026, 1, 1, tzinfo=UTC)
@@ -90,12 +94,12 @@ def hint_action(
         >>> hint_action(t + timedelta(seconds=5), t, t + timedelta(seconds=6), 10)
         <HintAction.COVERED: 'covered'>
         >>> hint_action(t, t + timedelta(seconds=2), t + timedelta(seconds=3), 10)
-        <HintAction.DEFER: 'defer'>
+        <HintAction.PENDING: 'pending'>
     """
     if last_read is None:
         return HintAction.READ
     if (last_read - published).total_seconds() >= CLOCK_SKEW_SECONDS:
         return HintAction.COVERED
     if (now - last_read).total_seconds() < interval_seconds:
-        return HintAction.DEFER
+        return HintAction.PENDING
     return HintAction.READ

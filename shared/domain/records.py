@@ -119,6 +119,8 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         "attempt": sub.attempt,
         "vertexJob": job.name,
         "vertexJobId": job.job_id,
+        # Every attempt's job id, so a late hint about an older attempt is known as stale.
+        "vertexJobIds": [*list(current.get("vertexJobIds") or []), job.job_id],
         "strategy": sub.strategy,
         "location": sub.location,
         "updatedAt": now,

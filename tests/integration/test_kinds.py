@@ -6,14 +6,13 @@ Pub/Sub emulator → handle_job_request → Vertex AI simulator (gRPC) + Firesto
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 from shared.adapters.vertex import ENDPOINT_SERVICE, build_gapic_client
-from shared.bootstrap import build_deployments
 from shared.config import Settings
-from shared.deployments import refresh_deployments
 from tests.events import load
 from tests.integration.helpers import wait_for
 
@@ -131,13 +130,9 @@ def test_spot_deployment_reaches_the_endpoint_and_its_record_becomes_deployed(
     assert deployed["dedicatedResources"]["spot"] is True
     assert deployed["displayName"] == f"served [flexjobs {rid}]"
 
-    # The scheduler tick follows the operation; until reconcile calls refresh_deployments,
-    # the test calls it directly, as the tick will.
-    ports = build_deployments(Settings.from_env())
-    wait_for(
-        lambda: refresh_deployments(ports) or deployment_record(db, rid)["state"] == "DEPLOYED",
-        what="the deployment to be DEPLOYED",
-    )
+    # The scheduler tick follows the operation.
+    wait_for(lambda: tick(stack) and deployment_record(db, rid)["state"] == "DEPLOYED",
+             what="the deployment to be DEPLOYED")  # fmt: skip
     record = deployment_record(db, rid)
     assert record["state"] == "DEPLOYED"
     (model,) = next(e for e in stack.simulator.endpoints() if e["name"] == endpoint)[
@@ -146,6 +141,13 @@ def test_spot_deployment_reaches_the_endpoint_and_its_record_becomes_deployed(
     assert record["deployedModelId"] == model["id"]
     assert model["dedicatedResources"]["spot"] is True
     assert record["updatedAt"] >= record["createdAt"]
+
+
+def tick(stack) -> bool:
+    """Fire one scheduler tick (as Cloud Scheduler would) and give it a moment to run."""
+    stack.publish("scheduler-ticks", {"tick": "test"})
+    time.sleep(1)
+    return True
 
 
 def test_redelivered_deployment_is_deployed_once(stack, db, unique, endpoint):
@@ -159,11 +161,8 @@ def test_redelivered_deployment_is_deployed_once(stack, db, unique, endpoint):
         lambda: (r := deployment_record(db, rid)) and r.get("operation"),
         what="the DEPLOYING record",
     )
-    ports = build_deployments(Settings.from_env())
-    wait_for(
-        lambda: refresh_deployments(ports) or deployment_record(db, rid)["state"] == "DEPLOYED",
-        what="the deployment to be DEPLOYED",
-    )
+    wait_for(lambda: tick(stack) and deployment_record(db, rid)["state"] == "DEPLOYED",
+             what="the deployment to be DEPLOYED")  # fmt: skip
     # Redeliveries that arrive after DEPLOYED find the record and deploy nothing more.
     stack.publish_request(body)
     wait_for(
