@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
+
+from shared.domain.checkpoints import Checkpoint
 
 from shared.domain.deployments import (
     DeploymentState,
@@ -200,6 +203,14 @@ class InMemoryJobBackend:
         self.created: list[tuple[JobRequest, dict[str, str]]] = []
         self._ids = itertools.count(1000)
         self.fail_with: Exception | None = None
+        # Raised by get(), like a Vertex read that failed (e.g. BackendUnavailable).
+        self.fail_get_with: Exception | None = None
+        self.reads: list[str] = []
+
+    def update(self, name: str, **fields: Any) -> VertexJob:
+        """Move a job on, as Vertex would: ``update(name, state="JOB_STATE_RUNNING", ...)``."""
+        self.jobs[name] = dataclasses.replace(self.jobs[name], **fields)
+        return self.jobs[name]
 
     def check(self, request: JobRequest) -> list[FieldError]:
         return []
@@ -229,6 +240,9 @@ class InMemoryJobBackend:
         return job
 
     def get(self, name: str) -> VertexJob:
+        self.reads.append(name)
+        if self.fail_get_with is not None:
+            raise self.fail_get_with
         return self.jobs[name]
 
     def list_labelled(self, location: str) -> Iterable[VertexJob]:
@@ -239,7 +253,7 @@ class InMemoryJobBackend:
         state = (
             "PIPELINE_STATE_CANCELLED" if "/trainingPipelines/" in name else "JOB_STATE_CANCELLED"
         )
-        self.jobs[name] = VertexJob(name=name, state=state, labels=job.labels)
+        self.jobs[name] = dataclasses.replace(job, state=state)
 
 
 class InMemoryRejectionLog:
@@ -253,9 +267,47 @@ class InMemoryRejectionLog:
 class InMemoryNotifier:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
+        # Raised (once) by the next notify(), like a publish that did not complete.
+        self.fail_next: Exception | None = None
 
     def notify(self, message: Mapping[str, Any]) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
         self.messages.append(dict(message))
+
+
+class InMemoryCheckpointStore:
+    """The CheckpointStore port: complete checkpoints by prefix, committed by the test."""
+
+    def __init__(self) -> None:
+        self.checkpoints: dict[str, list[Checkpoint]] = {}
+        self.asked: list[str] = []
+
+    def commit(self, prefix_uri: str, step: int, at: datetime) -> Checkpoint:
+        """A complete step directory under ``prefix_uri`` (which ends with ``/``)."""
+        checkpoint = Checkpoint(f"{prefix_uri}step-{step:08d}/", step, at)
+        self.checkpoints.setdefault(prefix_uri, []).append(checkpoint)
+        return checkpoint
+
+    def latest(self, prefix_uri: str) -> Checkpoint | None:
+        self.asked.append(prefix_uri)
+        found = self.checkpoints.get(prefix_uri) or []
+        return max(found, key=lambda c: (c.step or 0, c.at)) if found else None
+
+
+class FakeClock:
+    """A clock that moves only when a test says so."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
 
 
 class InMemoryDeploymentStore:

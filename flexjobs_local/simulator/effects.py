@@ -254,8 +254,12 @@ class SideEffects:
             # The completion marker goes last: a reader that sees it may trust state.bin.
             objects.append((f"{event.prefix}/commit_success.txt", f"step={event.step}\n".encode()))
         for path, data in objects:
+            blob = bucket.blob(path)
+            # The simulated clock runs faster than the storage emulator's; Custom-Time carries
+            # the simulated instant, so work-lost estimates compare times on one clock.
+            blob.custom_time = datetime.fromtimestamp(event.sim_time, UTC)
             try:
-                bucket.blob(path).upload_from_string(data)
+                blob.upload_from_string(data)
             except _EFFECT_ERRORS as exc:
                 self._report(self._storage_stats, f"writing gs://{event.bucket}/{path}", exc)
                 return

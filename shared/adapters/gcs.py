@@ -133,7 +133,8 @@ class GcsCheckpointStore:
             objects = [
                 ObjectInfo(
                     name=blob.name,
-                    updated=blob.updated or blob.time_created or _EPOCH,
+                    # Custom-Time, when a writer sets it, says when the checkpoint was taken.
+                    updated=blob.custom_time or blob.updated or blob.time_created or _EPOCH,
                     size=int(blob.size or 0),
                 )
                 for blob in self.client.list_blobs(

@@ -68,6 +68,7 @@ def settle(
     attempt_fields = {**change.attempt, **spent, "cost": cost}
     record_fields = {**change.record, **_totals(record, spent, cost)}
     if change.state is JobState.SUCCEEDED:
+        record_fields["reason"] = None  # the reason of an earlier retry no longer applies
         return _with(record, JobState.SUCCEEDED, record_fields, attempt_fields, None)
     failure = classify(job.state, job.error_code, job.error_message, policy.rules)
     if record.get("cancelRequested") or change.state is JobState.CANCELLED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,9 @@ def pubsub_cloud_event(data: bytes | dict[str, Any], message_id: str = "12345678
         },
         pubsub_envelope(data, message_id, **attrs),
     )
+
+
+def published_at(event: Any, when: datetime) -> Any:
+    """Set the Pub/Sub ``publishTime`` of a :func:`pubsub_cloud_event` (hints are judged by it)."""
+    event.data["message"]["publishTime"] = when.isoformat().replace("+00:00", "Z")
+    return event

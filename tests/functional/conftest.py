@@ -13,9 +13,14 @@ from shared.adapters.endpoints import VertexDeploymentBackend
 from shared.adapters.vertex import VertexJobBackend
 from shared.config import Settings
 from shared.deployments import Deployments
+from shared.domain.pricing import PriceTable
+from shared.domain.recovery import RecoveryPolicy
 from shared.domain.rules import Guards, check_options, check_request
+from shared.lifecycle import Tracker
 from shared.services import Intake
 from tests.fakes import (
+    FakeClock,
+    InMemoryCheckpointStore,
     InMemoryDeploymentBackend,
     InMemoryDeploymentStore,
     InMemoryJobBackend,
@@ -28,6 +33,10 @@ SOURCE = str(Path(__file__).resolve().parents[2] / "functions" / "main.py")
 
 
 ENDPOINT = "projects/p/locations/us-central1/endpoints/123"
+
+# Five seconds after the publishTime of tests/events/pubsub_push_envelope.json.
+START = datetime(2026, 11, 30, 12, 0, 5, tzinfo=UTC)
+PRICES = "accelerators: {NVIDIA_TESLA_A100: {STANDARD: 4.00, SPOT: 1.60, FLEX_START: 2.00}}"
 
 
 def wire_fakes(settings: Settings | None = None) -> Intake:
@@ -67,6 +76,36 @@ def intake() -> Iterator[Intake]:
     bootstrap.override(wired)
     yield wired
     bootstrap.override(None)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def tracker(intake: Intake, clock: FakeClock) -> Iterator[Tracker]:
+    """A :class:`Tracker` on the same fakes as ``intake``, on a clock that moves when told.
+
+    Retries are due at once (backoff base 0) and ``sleep`` returns at once; ``intake`` is put
+    on the same clock, so a cancel and a hint see the same time.
+    """
+    intake.clock = clock
+    wired = Tracker(
+        settings=intake.settings,
+        store=intake.store,
+        backend=intake.backend,
+        checkpoints=InMemoryCheckpointStore(),
+        notifier=intake.notifier,
+        recovery=RecoveryPolicy(
+            backoff_base_seconds=0, prices=PriceTable.load(PRICES), rand=lambda: 0.5
+        ),
+        clock=clock,
+        sleep=lambda _seconds: None,
+    )
+    bootstrap.override_tracker(wired)
+    yield wired
+    bootstrap.override_tracker(None)
 
 
 @pytest.fixture

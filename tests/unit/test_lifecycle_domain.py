@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.hints import parse_hint
+from shared.domain.hints import CLOCK_SKEW_SECONDS, HintAction, hint_action, parse_hint
 from shared.domain.jobs import VertexJob, observe
 from tests.events import load
 
@@ -81,3 +81,45 @@ def test_failure_keeps_the_error():
     assert change.state == "FAILED"
     assert change.record["reason"] == "max wait duration passed"
     assert change.attempt["errorCode"] == 4
+
+
+def seconds(n: float) -> datetime:
+    return NOW + timedelta(seconds=n)
+
+
+# (last read began, hint published, now): interval 10 s, clock skew allowance 1 s.
+@pytest.mark.parametrize(
+    ("last_read", "published", "now", "action"),
+    [
+        # Nobody reads this job: read.
+        (None, seconds(0), seconds(0), HintAction.READ),
+        (None, seconds(100), seconds(0), HintAction.READ),  # publisher clock ahead of ours
+        # A read that began well after publication saw what the hint is about.
+        (seconds(5), seconds(0), seconds(6), HintAction.COVERED),
+        (seconds(5), seconds(0), seconds(500), HintAction.COVERED),  # however long ago
+        # Exactly the skew allowance after publication still counts; a hair less does not.
+        (seconds(1), seconds(0), seconds(2), HintAction.COVERED),
+        (seconds(0.999), seconds(0), seconds(2), HintAction.PENDING),
+        # Published just before, at, or after the read began (clocks differ): not covered.
+        (seconds(0), seconds(0), seconds(3), HintAction.PENDING),
+        (seconds(0), seconds(0.5), seconds(3), HintAction.PENDING),
+        (seconds(0), seconds(8), seconds(9), HintAction.PENDING),
+        # Inside the window the reader reads again later; once it closes, read now.
+        (seconds(0), seconds(5), seconds(9.999), HintAction.PENDING),
+        (seconds(0), seconds(5), seconds(10), HintAction.READ),
+        (seconds(0), seconds(50), seconds(60), HintAction.READ),
+        # A hint published in the future by our clock is never covered by a past read.
+        (seconds(0), seconds(30), seconds(20), HintAction.READ),
+    ],
+)
+def test_hint_action(last_read, published, now, action):
+    assert hint_action(last_read, published, now, 10) is action
+
+
+def test_clock_skew_allowance_is_one_second():
+    # The table above is written around this allowance.
+    assert CLOCK_SKEW_SECONDS == 1.0
+
+
+def test_a_zero_interval_never_coalesces():
+    assert hint_action(seconds(0), seconds(0.5), seconds(0), 0) is HintAction.READ
