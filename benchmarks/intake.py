@@ -19,6 +19,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from flexjobs_local.procs import exit_on_sigterm
 from flexjobs_local.stack import LocalStack, StackConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,6 +134,7 @@ def firestore_txn_rate(stack: LocalStack, count: int, workers: int) -> float:
 
 
 def main() -> int:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--import-repeats", type=int, default=3)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def _demo(args: argparse.Namespace) -> int:
     from flexjobs_local.demo import run_demo
 
     # A Ctrl-C or SIGTERM still tears the stack down: the context manager's exit runs.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    procs.exit_on_sigterm()
     return run_demo(time_factor=args.time_factor, tick_seconds=args.tick_seconds)
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -124,3 +125,9 @@ def http_ok(url: str) -> Callable[[], bool]:
 
 def log_contains(child: Child, text: str) -> Callable[[], bool]:
     return lambda: text in child.tail(200)
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so ``with LocalStack(...)`` blocks still stop their
+    children when this process is terminated (the default handler skips ``finally``)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -87,8 +87,12 @@ class JobStore(Protocol):
         """
         ...
 
-    def read_again(self, request_id: str, now: datetime) -> bool:
-        """When hints arrived during the reader's window, renew the lease and return True."""
+    def finish_read(self, request_id: str) -> bool:
+        """After a read: True (keeping the lease) if hints arrived meanwhile, else release it."""
+        ...
+
+    def renew_read(self, request_id: str, now: datetime) -> None:
+        """Start the reader's next read: the lease now dates from ``now``."""
         ...
 
     def release_reader(self, request_id: str) -> bool:

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain.checkpoints import Checkpoint
-
 from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
@@ -27,6 +26,7 @@ from shared.domain.records import (
     ClaimSeen,
     Submission,
     existing_claim,
+    job_settled,
     new_record,
     submission_write,
 )
@@ -57,11 +57,10 @@ class InMemoryJobStore:
             lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
             current = self.jobs.get(request.request_id)
             if current is None:
-                self.jobs[request.request_id] = new_record(
-                    request, self.default_location, now, lease
-                )
+                record = new_record(request, self.default_location, now)
+                self.jobs[request.request_id] = {**record, "claim": lease}
                 return Claim(token=token)
-            seen = existing_claim(current, now)
+            seen = existing_claim(current, now, job_settled(current))
             if seen is ClaimSeen.SUBMITTED:
                 return Claim(record=copy.deepcopy(current))
             if seen is ClaimSeen.HELD:
@@ -138,13 +137,18 @@ class InMemoryJobStore:
             current.update(lastReadAt=None, hintPending=False)
             return pending
 
-    def read_again(self, request_id: str, now: datetime) -> bool:
+    def finish_read(self, request_id: str) -> bool:
         with self._lock:
             current = self.jobs[request_id]
-            if not current.get("hintPending"):
-                return False
-            current.update(lastReadAt=now, hintPending=False)
-            return True
+            if current.get("hintPending"):
+                current["hintPending"] = False
+                return True
+            current["lastReadAt"] = None
+            return False
+
+    def renew_read(self, request_id: str, now: datetime) -> None:
+        with self._lock:
+            self.jobs[request_id].update(lastReadAt=now, hintPending=False)
 
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
@@ -176,6 +180,7 @@ class InMemoryJobStore:
             held = (current.get("claim") or {}).get("expiresAt")
             if (
                 current["state"] != JobState.RETRYING.value
+                or current.get("cancelRequested")
                 or current["attempt"] != attempt
                 or current.get("nextAttemptAt", now) > now
                 or (held is not None and held > now)

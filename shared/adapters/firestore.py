@@ -25,6 +25,7 @@ from shared.domain.records import (
     ClaimSeen,
     Submission,
     existing_claim,
+    job_settled,
     new_record,
     submission_write,
 )
@@ -55,7 +56,7 @@ def _in(field: str, values: list[Any]) -> Any:
     return FieldFilter(field, "in", values)
 
 
-def _call(what: str, fn: Callable[[], T]) -> T:
+def call_firestore(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except _TRANSIENT as exc:
@@ -65,6 +66,67 @@ def _call(what: str, fn: Callable[[], T]) -> T:
         if "Failed to commit transaction" in str(exc):
             raise StoreUnavailable(f"Firestore {what} failed: {exc}") from exc
         raise
+
+
+def claim_document(
+    db: Any,
+    ref: Any,
+    record: dict[str, Any],
+    *,
+    now: datetime,
+    ttl_seconds: float,
+    settled: Callable[[dict[str, Any]], bool],
+) -> Claim:
+    """Claim ``ref`` for one delivery: create it from ``record`` with a fresh lease, or decide.
+
+    This is the conditional put of every collection whose records carry a ``claim`` lease.
+    ``settled(current)`` says whether an existing document is past its claim: then it is a
+    duplicate and :class:`Claim` carries the record. An unsettled document with a live lease
+    raises; one whose lease expired (its holder died) or was released is taken over.
+
+    Raises:
+        SubmissionInProgress: another live delivery holds the claim.
+        StoreUnavailable: Firestore could not be reached.
+    """
+    from google.cloud import firestore
+
+    token = uuid.uuid4().hex
+    lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+
+    @firestore.transactional
+    def take(txn: Any) -> Claim:
+        current = ref.get(transaction=txn).to_dict() or {}
+        seen = existing_claim(current, now, settled(current))
+        if seen is ClaimSeen.SUBMITTED:
+            return Claim(record=current)
+        if seen is ClaimSeen.HELD:
+            raise SubmissionInProgress(
+                f"request {current.get('requestId')!r} is being submitted by another "
+                f"delivery until {current['claim']['expiresAt'].isoformat()}"
+            )
+        txn.update(ref, {"claim": lease, "updatedAt": now})
+        return Claim(token=token, taken_over=True)
+
+    try:
+        call_firestore("create", lambda: ref.create({**record, "claim": lease}))
+    except gexc.Conflict:
+        # AlreadyExists is a Conflict: another delivery got here first; decide in a transaction.
+        claim: Claim = call_firestore("claim transaction", lambda: take(db.transaction()))
+        return claim
+    return Claim(token=token)
+
+
+def release_claim(db: Any, ref: Any, token: str, now: datetime) -> None:
+    """Drop the claim ``token`` holds on ``ref``, if it still holds it."""
+    from google.cloud import firestore
+
+    @firestore.transactional
+    def drop(txn: Any) -> None:
+        current = ref.get(transaction=txn).to_dict() or {}
+        if (current.get("claim") or {}).get("token") == token:
+            txn.update(ref, {"claim": firestore.DELETE_FIELD, "updatedAt": now})
+
+    call_firestore("release transaction", lambda: drop(db.transaction()))
 
 
 class FirestoreJobStore:
@@ -88,40 +150,15 @@ class FirestoreJobStore:
         return self.db.collection(JOBS).document(doc_id(request_id))
 
     def get(self, request_id: str) -> dict[str, Any] | None:
-        snap = _call("get", lambda: self._ref(request_id).get())
+        snap = call_firestore("get", lambda: self._ref(request_id).get())
         return snap.to_dict() if snap.exists else None
 
     def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        record = new_record(request, self._settings.location, now)
         ref = self._ref(request.request_id)
-        token = uuid.uuid4().hex
-        lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-        record = new_record(request, self._settings.location, now, lease)
-        try:
-            _call("create", lambda: ref.create(record))
-            return Claim(token=token)
-        except gexc.Conflict:
-            # AlreadyExists is a Conflict: another delivery got here first.
-            return self._claim_existing(ref, token, lease, now)
-
-    def _claim_existing(self, ref: Any, token: str, lease: dict[str, Any], now: datetime) -> Claim:
-        from google.cloud import firestore
-
-        @firestore.transactional
-        def attempt(txn: Any) -> Claim:
-            current = ref.get(transaction=txn).to_dict() or {}
-            seen = existing_claim(current, now)
-            if seen is ClaimSeen.SUBMITTED:
-                return Claim(record=current)
-            if seen is ClaimSeen.HELD:
-                raise SubmissionInProgress(
-                    f"request {current.get('requestId')!r} is being submitted by another "
-                    f"delivery until {current['claim']['expiresAt'].isoformat()}"
-                )
-            txn.update(ref, {"claim": lease, "updatedAt": now})
-            return Claim(token=token, taken_over=True)
-
-        claim: Claim = _call("claim transaction", lambda: attempt(self.db.transaction()))
-        return claim
+        return claim_document(
+            self.db, ref, record, now=now, ttl_seconds=ttl_seconds, settled=job_settled
+        )
 
     def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
         from google.cloud import firestore
@@ -139,30 +176,20 @@ class FirestoreJobStore:
                 txn.set(attempt_ref, plan.attempt)
             return plan.recorded
 
-        recorded: bool = _call("record transaction", lambda: write(self.db.transaction()))
+        recorded: bool = call_firestore("record transaction", lambda: write(self.db.transaction()))
         return recorded
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
-        from google.cloud import firestore
-
-        ref = self._ref(request_id)
-
-        @firestore.transactional
-        def drop(txn: Any) -> None:
-            current = ref.get(transaction=txn).to_dict() or {}
-            if (current.get("claim") or {}).get("token") == token:
-                txn.update(ref, {"claim": firestore.DELETE_FIELD, "updatedAt": now})
-
-        _call("release transaction", lambda: drop(self.db.transaction()))
+        release_claim(self.db, self._ref(request_id), token, now)
 
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
-        snap = _call("get attempt", ref.get)
+        snap = call_firestore("get attempt", ref.get)
         return snap.to_dict() if snap.exists else None
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
-        _call("update attempt", lambda: ref.set(dict(fields), merge=True))
+        call_firestore("update attempt", lambda: ref.set(dict(fields), merge=True))
 
     def find_by_job_id(self, job_id: str) -> str | None:
         query = (
@@ -170,13 +197,13 @@ class FirestoreJobStore:
             .where(filter=FieldFilter("vertexJobIds", "array_contains", job_id))
             .limit(1)
         )
-        docs = _call("query", lambda: list(query.stream()))
+        docs = call_firestore("query", lambda: list(query.stream()))
         return str(docs[0].get("requestId")) if docs else None
 
     def active(self) -> list[dict[str, Any]]:
         states = [s.value for s in JobState if not s.terminal]
         query = self.db.collection(JOBS).where(filter=_in("state", states))
-        return _call("query", lambda: [d.to_dict() for d in query.stream()])
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
@@ -195,24 +222,29 @@ class FirestoreJobStore:
                 txn.update(ref, {"hintPending": True})
             return action
 
-        granted: HintAction = _call("read lease", lambda: lease(self.db.transaction()))
+        granted: HintAction = call_firestore("read lease", lambda: lease(self.db.transaction()))
         return granted
 
-    def read_again(self, request_id: str, now: datetime) -> bool:
+    def finish_read(self, request_id: str) -> bool:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
 
         @firestore.transactional
-        def renew(txn: Any) -> bool:
+        def finish(txn: Any) -> bool:
             current = ref.get(transaction=txn).to_dict() or {}
-            if not current.get("hintPending"):
-                return False
-            txn.update(ref, {"lastReadAt": now, "hintPending": False})
-            return True
+            if current.get("hintPending"):
+                txn.update(ref, {"hintPending": False})
+                return True
+            txn.update(ref, {"lastReadAt": None})
+            return False
 
-        again: bool = _call("read lease", lambda: renew(self.db.transaction()))
-        return again
+        pending: bool = call_firestore("read lease", lambda: finish(self.db.transaction()))
+        return pending
+
+    def renew_read(self, request_id: str, now: datetime) -> None:
+        ref = self._ref(request_id)
+        call_firestore("read lease", lambda: ref.update({"lastReadAt": now, "hintPending": False}))
 
     def release_reader(self, request_id: str) -> bool:
         from google.cloud import firestore
@@ -225,7 +257,7 @@ class FirestoreJobStore:
             txn.update(ref, {"lastReadAt": None, "hintPending": False})
             return bool(current.get("hintPending"))
 
-        pending: bool = _call("read lease", lambda: release(self.db.transaction()))
+        pending: bool = call_firestore("read lease", lambda: release(self.db.transaction()))
         return pending
 
     def transact(
@@ -247,7 +279,7 @@ class FirestoreJobStore:
                 txn.set(attempt_ref, change.attempt, merge=True)
             return change
 
-        result: Change | None = _call("transaction", lambda: apply(self.db.transaction()))
+        result: Change | None = call_firestore("transaction", lambda: apply(self.db.transaction()))
         return result
 
     def due_retries(self, now: datetime) -> list[str]:
@@ -256,7 +288,7 @@ class FirestoreJobStore:
             .where(filter=_eq("state", JobState.RETRYING.value))
             .where(filter=FieldFilter("nextAttemptAt", "<=", now))
         )
-        return _call("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+        return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
     def claim_retry(
         self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
@@ -273,6 +305,7 @@ class FirestoreJobStore:
             held = (current.get("claim") or {}).get("expiresAt")
             if (
                 current.get("state") != JobState.RETRYING.value
+                or current.get("cancelRequested")
                 or current.get("attempt") != attempt
                 or (due is not None and due > now)
                 or (held is not None and held > now)
@@ -282,12 +315,12 @@ class FirestoreJobStore:
             txn.update(ref, {"claim": lease, "updatedAt": now})
             return token
 
-        claimed: str | None = _call("retry claim", lambda: take(self.db.transaction()))
+        claimed: str | None = call_firestore("retry claim", lambda: take(self.db.transaction()))
         return claimed
 
     def with_outbox(self) -> list[str]:
         query = self.db.collection(JOBS).where(filter=_eq("outboxPending", True))
-        return _call("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+        return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
     def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
         from google.cloud import firestore
@@ -300,12 +333,12 @@ class FirestoreJobStore:
             left = [m for m in current.get("outbox") or [] if m not in sent]
             txn.update(ref, {"outbox": left, "outboxPending": bool(left)})
 
-        _call("outbox transaction", lambda: drop(self.db.transaction()))
+        call_firestore("outbox transaction", lambda: drop(self.db.transaction()))
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         """Mark a request that Vertex refused for good as FAILED, keeping the reason."""
         ref = self._ref(request_id)
-        _call(
+        call_firestore(
             "update",
             lambda: ref.update(
                 {
@@ -329,4 +362,4 @@ class FirestoreRejectionLog:
 
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
         ref = self._store.db.collection(REJECTIONS).document(doc_id(rejection_id))
-        _call("set rejection", lambda: ref.set(dict(document)))
+        call_firestore("set rejection", lambda: ref.set(dict(document)))

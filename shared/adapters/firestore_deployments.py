@@ -2,88 +2,25 @@
 
 Exactly once, like the jobs: the claim is ``create()`` of ``deployments/{id}`` (a conditional
 put), and a transaction decides between "already deployed or deploying", "held by a live
-claim" and "claim expired, take it over". :func:`claim_document` is that decision, written
-once for any collection whose records carry a ``claim`` lease.
+claim" and "claim expired, take it over" (:func:`shared.adapters.firestore.claim_document`).
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from google.api_core import exceptions as gexc
-
-from shared.adapters.firestore import _call as call_firestore
+from shared.adapters.firestore import call_firestore, claim_document, release_claim
 from shared.domain.deployments import KIND, DeploymentState, OperationStatus, observe_operation
 from shared.domain.ids import doc_id
 from shared.domain.request import JobRequest
-from shared.errors import SubmissionInProgress
 from shared.ports import Claim
 
 if TYPE_CHECKING:
     from shared.adapters.firestore import FirestoreJobStore
 
 DEPLOYMENTS = "deployments"
-
-
-def claim_document(
-    db: Any,
-    ref: Any,
-    record: dict[str, Any],
-    *,
-    now: datetime,
-    ttl_seconds: float,
-    settled: Callable[[dict[str, Any]], bool],
-) -> Claim:
-    """Claim ``ref`` for one delivery: create it from ``record`` with a fresh lease, or decide.
-
-    ``settled(current)`` says whether an existing document is past its claim (submitted,
-    deploying, finished): then it is a duplicate and :class:`Claim` carries the record. An
-    unsettled document with a live lease raises; one whose lease expired (its holder died) or
-    was released is taken over in a transaction.
-
-    Raises:
-        SubmissionInProgress: another live delivery holds the claim.
-        StoreUnavailable: Firestore could not be reached.
-    """
-    token = uuid.uuid4().hex
-    lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-    try:
-        call_firestore("create", lambda: ref.create({**record, "claim": lease}))
-    except gexc.Conflict:
-        # AlreadyExists is a Conflict: another delivery got here first; decide in a transaction.
-        return _claim_existing(db, ref, lease, now, settled)
-    return Claim(token=token)
-
-
-def _claim_existing(
-    db: Any,
-    ref: Any,
-    lease: dict[str, Any],
-    now: datetime,
-    settled: Callable[[dict[str, Any]], bool],
-) -> Claim:
-    from google.cloud import firestore
-
-    @firestore.transactional
-    def take(txn: Any) -> Claim:
-        current = ref.get(transaction=txn).to_dict() or {}
-        if settled(current):
-            return Claim(record=current)
-        expires = (current.get("claim") or {}).get("expiresAt")
-        if expires is not None and expires > now:
-            raise SubmissionInProgress(
-                f"request {current.get('requestId')!r} is being submitted by another "
-                f"delivery until {expires.isoformat()}"
-            )
-        txn.update(ref, {"claim": lease, "updatedAt": now})
-        return Claim(token=lease["token"], taken_over=True)
-
-    claim: Claim = call_firestore("claim transaction", lambda: take(db.transaction()))
-    return claim
 
 
 def _settled(current: dict[str, Any]) -> bool:
@@ -181,17 +118,7 @@ class FirestoreDeploymentStore:
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Drop this delivery's claim, if it still holds it."""
-        from google.cloud import firestore
-
-        ref = self._ref(request_id)
-
-        @firestore.transactional
-        def drop(txn: Any) -> None:
-            current = ref.get(transaction=txn).to_dict() or {}
-            if (current.get("claim") or {}).get("token") == token:
-                txn.update(ref, {"claim": firestore.DELETE_FIELD, "updatedAt": now})
-
-        call_firestore("release transaction", lambda: drop(self._jobs.db.transaction()))
+        release_claim(self._jobs.db, self._ref(request_id), token, now)
 
     def deploying(self) -> list[dict[str, Any]]:
         """Every record whose DeployModel operation has not been seen done."""

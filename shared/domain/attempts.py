@@ -16,7 +16,7 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from shared.domain.request import job_spec_of
+from shared.domain.request import DEFAULT_MAX_WAIT, job_spec_of
 
 ENV_RUN_ID = "FLEXJOBS_RUN_ID"
 ENV_ATTEMPT = "FLEXJOBS_ATTEMPT"
@@ -65,7 +65,9 @@ def attempt_spec(
     scheduling = job_spec.get("scheduling") if job_spec else None
     if strategy and isinstance(scheduling, dict) and scheduling.get("strategy") != strategy:
         scheduling["strategy"] = strategy
-        if strategy != "FLEX_START":
+        if strategy == "FLEX_START":
+            scheduling.setdefault("maxWaitDuration", DEFAULT_MAX_WAIT)
+        else:
             # maxWaitDuration only applies to FLEX_START; Vertex would ignore it elsewhere.
             scheduling.pop("maxWaitDuration", None)
     return out

@@ -45,9 +45,7 @@ class Submission:
     record_extra: dict[str, Any] = field(default_factory=dict)
 
 
-def new_record(
-    request: JobRequest, default_location: str, now: datetime, lease: dict[str, Any]
-) -> dict[str, Any]:
+def new_record(request: JobRequest, default_location: str, now: datetime) -> dict[str, Any]:
     """The record of a request just claimed for its first attempt (state ACCEPTED)."""
     accelerator, gpus = gpu_shape(request.kind, request.spec)
     location = request.location or default_location
@@ -71,7 +69,6 @@ def new_record(
         "options": json.dumps(request.options, sort_keys=True),
         "createdAt": now,
         "updatedAt": now,
-        "claim": lease,
     }
 
 
@@ -83,9 +80,17 @@ class ClaimSeen(StrEnum):
     EXPIRED = "expired"  # the holder died or released it: take the claim over
 
 
-def existing_claim(current: dict[str, Any], now: datetime) -> ClaimSeen:
-    """Classify an existing record for a delivery that wants to submit attempt 1."""
-    if current.get("vertexJob") or current.get("state") != JobState.ACCEPTED.value:
+def job_settled(current: dict[str, Any]) -> bool:
+    """A job record is past its first claim once it has a Vertex job or left ACCEPTED."""
+    return bool(current.get("vertexJob")) or current.get("state") != JobState.ACCEPTED.value
+
+
+def existing_claim(current: dict[str, Any], now: datetime, settled: bool) -> ClaimSeen:
+    """Classify an existing record for a delivery that wants to claim it.
+
+    ``settled`` says whether the record is past its claim (submitted, deploying, finished).
+    """
+    if settled:
         return ClaimSeen.SUBMITTED
     expires = (current.get("claim") or {}).get("expiresAt")
     return ClaimSeen.HELD if expires is not None and expires > now else ClaimSeen.EXPIRED
@@ -104,8 +109,9 @@ class SubmissionWrite:
 
 def submission_write(current: dict[str, Any], sub: Submission, now: datetime) -> SubmissionWrite:
     """Decide how to record ``sub`` on the record ``current``."""
-    if JobState(current.get("state", JobState.ACCEPTED.value)).terminal:
-        return SubmissionWrite(recorded=False)  # cancelled meanwhile
+    state = JobState(current.get("state", JobState.ACCEPTED.value))
+    if state.terminal or current.get("cancelRequested"):
+        return SubmissionWrite(recorded=False)  # cancelled meanwhile: no attempt may start
     recorded_attempt = int(current.get("attempt", 0))
     if recorded_attempt > sub.attempt or (
         recorded_attempt == sub.attempt and current.get("vertexJob")
@@ -119,6 +125,7 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         "attempt": sub.attempt,
         "vertexJob": job.name,
         "vertexJobId": job.job_id,
+        "vertexState": job.state,
         # Every attempt's job id, so a late hint about an older attempt is known as stale.
         "vertexJobIds": [*list(current.get("vertexJobIds") or []), job.job_id],
         "strategy": sub.strategy,

@@ -154,7 +154,13 @@ def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
         return None
     fields = {"state": JobState.CANCELLED.value, "reason": "cancelled", "updatedAt": now}
     fields["endedAt"] = now
-    attempt = {"state": JobState.CANCELLED.value, "errorClass": FailureClass.CANCELLED.value}
+    # An attempt that already ended (the request was RETRYING) keeps how it ended.
+    running = record.get("state") != JobState.RETRYING.value
+    attempt = (
+        {"state": JobState.CANCELLED.value, "errorClass": FailureClass.CANCELLED.value}
+        if running
+        else {}
+    )
     return _with(record, JobState.CANCELLED, fields, attempt, "cancelled")
 
 

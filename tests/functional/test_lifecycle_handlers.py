@@ -15,7 +15,11 @@ from typing import Any
 
 import pytest
 
-from shared.errors import BackendUnavailable, PublishFailed
+from shared import lifecycle
+from shared.commands import Reconcile
+from shared.domain.jobs import JobState, from_vertex
+from shared.domain.recovery import cancel_requested
+from shared.errors import BackendRejected, BackendUnavailable, PublishFailed
 from tests.events import load, published_at, pubsub_cloud_event
 
 SEED = "seed-1"
@@ -26,18 +30,16 @@ USER_ERROR = "The replica workerpool0-0 exited with a non-zero status of 1."
 # Hints arrive this long after the previous step, past the coalescing window (10 s).
 STEP_SECONDS = 60.0
 
+JOB_HINT = "ml_job_log_entry"
+
 _message_ids = itertools.count(1)
 
 
-def seed_request(**fields: Any) -> dict[str, Any]:
+def submit(post_event) -> None:
+    """Submit the seed request, writing its checkpoints under its output directory."""
     body = load("seed_request")
     body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": OUTPUT}
-    body.update(fields)
-    return body
-
-
-def submit(post_event, body: dict[str, Any] | None = None) -> None:
-    response = post_event("handle_job_request", pubsub_cloud_event(body or seed_request()))
+    response = post_event("handle_job_request", pubsub_cloud_event(body))
     assert response.status_code == 200
 
 
@@ -65,7 +67,7 @@ def deliver_hint(post_event, clock, data: dict[str, Any] | bytes, *, late: float
     return post_event("handle_job_event", event)
 
 
-def hint(post_event, clock, name: str, shape: str = "ml_job_log_entry") -> int:
+def hint(post_event, clock, name: str, shape: str = JOB_HINT) -> int:
     """A step later, a hint about job ``name``; returns the HTTP status."""
     clock.advance(STEP_SECONDS)
     return deliver_hint(post_event, clock, hint_body(shape, name)).status_code
@@ -261,14 +263,41 @@ def test_hint_about_an_unknown_job_is_redelivered_while_recent(tracker, clock, p
     before = current(tracker)
     stranger = "projects/p/locations/us-central1/customJobs/999999"
     # Recent: Vertex may log a job before its attempt is recorded, so try again later.
-    assert deliver_hint(post_event, clock, hint_body("ml_job_log_entry", stranger)).status_code == (
-        500
-    )
+    assert deliver_hint(post_event, clock, hint_body(JOB_HINT, stranger)).status_code == (500)
     # Older than hint_recent_seconds (15 s): not flexjobs' job, acknowledged.
-    stale = deliver_hint(post_event, clock, hint_body("ml_job_log_entry", stranger), late=20)
+    stale = deliver_hint(post_event, clock, hint_body(JOB_HINT, stranger), late=20)
     assert stale.status_code == 200
     assert current(tracker) == before
     assert tracker.backend.reads == []
+
+
+def test_hints_during_a_read_are_coalesced_into_the_readers_next_read(
+    tracker, clock, post_event, monkeypatch
+):
+    submit(post_event)
+    name = current(tracker)["vertexJob"]
+    get, during_read = tracker.backend.get, []
+
+    def slow_get(job_name: str):
+        job = get(job_name)
+        # While the reader's first read is on its way, Vertex starts the job and hints twice.
+        if not during_read:
+            run(tracker, clock, name)
+            for _ in range(2):
+                clock.advance(1)
+                during_read.append(deliver_hint(post_event, clock, hint_body(JOB_HINT, name)))
+            assert tracker.backend.reads == [name]  # those hints read nothing themselves
+        return job
+
+    monkeypatch.setattr(tracker.backend, "get", slow_get)
+    assert hint(post_event, clock, name) == 200
+
+    assert [r.status_code for r in during_read] == [200, 200]
+    # The first read saw QUEUED; one more read, for both hints, saw RUNNING.
+    assert tracker.backend.reads == [name, name]
+    record = current(tracker)
+    assert record["state"] == "RUNNING"
+    assert not record["hintPending"]
 
 
 def test_failed_vertex_read_is_redelivered_and_changes_no_state(tracker, clock, post_event):
@@ -291,14 +320,6 @@ def test_failed_vertex_read_is_redelivered_and_changes_no_state(tracker, clock, 
     assert len(tracker.backend.created) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "begin_read takes the read lease (lastReadAt) before the Vertex read; when the read "
-        "raises, the lease is kept, so the redelivered hint is judged COVERED (or PENDING "
-        "inside the window) by a read that never happened, and is acknowledged unread"
-    ),
-)
 @pytest.mark.parametrize(
     ("late", "redelivered_after"),
     [
@@ -315,9 +336,7 @@ def test_hint_redelivered_after_a_failed_read_reads_vertex_again(
     run(tracker, clock, name)
     tracker.backend.fail_get_with = BackendUnavailable("Vertex AI GetCustomJob failed: 503")
     clock.advance(STEP_SECONDS)
-    event = published_at(
-        pubsub_cloud_event(hint_body("ml_job_log_entry", name), message_id="h-1"), clock.now
-    )
+    event = published_at(pubsub_cloud_event(hint_body(JOB_HINT, name), message_id="h-1"), clock.now)
     clock.advance(late)
     assert post_event("handle_job_event", event).status_code == 500
     tracker.backend.fail_get_with = None
@@ -400,6 +419,48 @@ def test_tick_publishes_what_a_failed_publish_left_in_the_outbox(tracker, clock,
     assert len(tracker.notifier.messages) == 1
 
 
+def preempted_and_retrying(tracker, clock, post_event, backoff: float = 60) -> str:
+    """Submit, run and preempt attempt 1; returns its job. The record is RETRYING."""
+    tracker.recovery = dataclasses.replace(tracker.recovery, backoff_base_seconds=backoff)
+    submit(post_event)
+    name = current(tracker)["vertexJob"]
+    run(tracker, clock, name)
+    end(tracker, clock, name, "JOB_STATE_FAILED", PREEMPTED)
+    assert hint(post_event, clock, name) == 200
+    assert current(tracker)["state"] == "RETRYING"
+    return name
+
+
+def test_transient_create_fault_in_a_retry_is_retried_by_the_tick(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    tracker.backend.fail_with = BackendUnavailable("Vertex AI CreateCustomJob failed: 503")
+
+    assert tick(post_event, clock, 3600) == 500
+
+    record = current(tracker)
+    assert (record["state"], record["attempt"]) == ("RETRYING", 1)
+    assert "claim" not in record  # released: the next tick need not wait out its TTL
+    tracker.backend.fail_with = None
+    assert tick(post_event, clock, 1) == 200
+    assert (current(tracker)["state"], current(tracker)["attempt"]) == ("QUEUED", 2)
+    assert len(tracker.backend.created) == 2
+
+
+def test_a_retry_vertex_refuses_fails_the_request(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    tracker.backend.fail_with = BackendRejected("400 location europe-west9 is not supported")
+
+    assert tick(post_event, clock, 3600) == 200
+
+    record = current(tracker)
+    assert record["state"] == "FAILED"
+    reason = "attempt 2 refused by Vertex AI: 400 location europe-west9 is not supported"
+    assert record["reason"] == reason
+    assert states(tracker.notifier) == [("RETRYING", 1), ("FAILED", 1)]
+    assert tracker.notifier.messages[-1]["reason"] == reason
+    assert len(tracker.backend.created) == 1
+
+
 # --- cancel -----------------------------------------------------------------------------
 
 
@@ -454,3 +515,48 @@ def test_cancel_of_an_unknown_request_is_rejected(tracker, clock, post_event, in
     assert rejection["errors"] == [{"path": "cancel", "message": "no request 'nobody' is known"}]
     assert [m["state"] for m in tracker.notifier.messages] == ["REJECTED"]
     assert json.loads(rejection["payloadExcerpt"]) == {"cancel": "nobody"}
+
+
+def test_a_cancel_requested_request_starts_no_retry(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    # A cancel delivery marked the request, then died before settling it CANCELLED.
+    tracker.store.transact(SEED, lambda record: cancel_requested(record, clock()))
+
+    assert tick(post_event, clock, 3600) == 200
+
+    assert len(tracker.backend.created) == 1
+
+
+def test_a_retry_racing_a_cancel_leaves_no_job_running(tracker, clock, post_event, monkeypatch):
+    preempted_and_retrying(tracker, clock, post_event)
+    clock.advance(3600)  # the retry is due
+    transact, raced = tracker.store.transact, []
+
+    def tick_right_after_cancel_requested(request_id, decide):
+        change = transact(request_id, decide)
+        if change is not None and change.record.get("cancelRequested") and not raced:
+            raced.append(lifecycle.reconcile(Reconcile(), tracker))  # the scheduler tick
+        return change
+
+    monkeypatch.setattr(tracker.store, "transact", tick_right_after_cancel_requested)
+
+    cancel(post_event)
+
+    assert raced, "the tick did not run inside the cancel"
+    assert current(tracker)["state"] == "CANCELLED"
+    running = {
+        name: job.state
+        for name, job in tracker.backend.jobs.items()
+        if not (from_vertex(job.state) or JobState.QUEUED).terminal
+    }
+    assert running == {}
+
+
+def test_cancel_while_retrying_keeps_how_the_ended_attempt_ended(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+
+    cancel(post_event)
+
+    assert current(tracker)["state"] == "CANCELLED"
+    attempt = tracker.store.get_attempt(SEED, 1)
+    assert (attempt["state"], attempt["errorClass"]) == ("FAILED", "preempted")

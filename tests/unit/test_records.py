@@ -13,6 +13,7 @@ from shared.domain.records import (
     ClaimSeen,
     Submission,
     existing_claim,
+    job_settled,
     new_record,
     submission_write,
 )
@@ -36,7 +37,7 @@ def request_of(event: str, **fields: Any):
 
 def test_new_record_of_the_seed_request():
     request = request_of("seed_request")
-    record = new_record(request, "us-central1", NOW, LEASE)
+    record = new_record(request, "us-central1", NOW)
     assert record == {
         "requestId": "seed-1",
         "kind": "customJob",
@@ -55,7 +56,6 @@ def test_new_record_of_the_seed_request():
         "options": "{}",
         "createdAt": NOW,
         "updatedAt": NOW,
-        "claim": LEASE,
     }
     # The body exactly as it will be resubmitted (defaults applied), as JSON text.
     assert json.loads(record["request"]) == request.spec
@@ -64,13 +64,13 @@ def test_new_record_of_the_seed_request():
 def test_new_record_keeps_the_requested_location_and_options():
     options = {"retryPolicy": {"preemption": 2}, "checkpointUri": "gs://b/ck/"}
     request = request_of("seed_request", location="europe-west4", **options)
-    record = new_record(request, "us-central1", NOW, LEASE)
+    record = new_record(request, "us-central1", NOW)
     assert record["location"] == record["baseLocation"] == "europe-west4"
     assert json.loads(record["options"]) == options
 
 
 def test_new_record_of_a_tuning_job_counts_every_parallel_trial():
-    record = new_record(request_of("hpt_request"), "us-central1", NOW, LEASE)
+    record = new_record(request_of("hpt_request"), "us-central1", NOW)
     assert (record["kind"], record["acceleratorType"], record["gpus"]) == (
         "hyperparameterTuningJob",
         "NVIDIA_L4",
@@ -82,13 +82,13 @@ def test_new_record_of_a_tuning_job_counts_every_parallel_trial():
 def test_new_record_waits_indefinitely_for_zero_max_wait():
     body = load("seed_request")
     body["customJob"]["jobSpec"]["scheduling"]["maxWaitDuration"] = "0s"
-    record = new_record(parse_request(body, {}, "m"), "us-central1", NOW, LEASE)
+    record = new_record(parse_request(body, {}, "m"), "us-central1", NOW)
     assert record["maxWaitSeconds"] is None
 
 
 def test_run_id_is_the_label_value_of_an_unlabellable_request_id():
     request = request_of("seed_request", requestId="Team/Run #7")
-    record = new_record(request, "us-central1", NOW, LEASE)
+    record = new_record(request, "us-central1", NOW)
     assert record["requestId"] == "Team/Run #7"
     assert record["runId"] != "Team/Run #7"
     assert len(record["runId"]) <= 63
@@ -103,27 +103,40 @@ def accepted(**fields: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("current", "seen"),
+    ("current", "settled"),
     [
-        (accepted(vertexJob=JOB_1, state="QUEUED"), ClaimSeen.SUBMITTED),
+        (accepted(vertexJob=JOB_1, state="QUEUED"), True),
         # Once a job is recorded, a claim left on the record no longer matters.
-        (accepted(vertexJob=JOB_1, claim=LEASE), ClaimSeen.SUBMITTED),
+        (accepted(vertexJob=JOB_1, claim=LEASE), True),
         # Refused for good before any job existed: a duplicate, not a new submission.
-        (accepted(state="FAILED", reason="refused"), ClaimSeen.SUBMITTED),
-        (accepted(state="CANCELLED"), ClaimSeen.SUBMITTED),
-        (accepted(claim={"token": "t", "expiresAt": NOW + timedelta(seconds=1)}), ClaimSeen.HELD),
-        (accepted(claim={"token": "t", "expiresAt": NOW}), ClaimSeen.EXPIRED),
-        (
-            accepted(claim={"token": "t", "expiresAt": NOW - timedelta(seconds=1)}),
-            ClaimSeen.EXPIRED,
-        ),
-        # Released by a delivery that failed: the next one proceeds at once.
-        (accepted(), ClaimSeen.EXPIRED),
-        (accepted(claim=None), ClaimSeen.EXPIRED),
+        (accepted(state="FAILED", reason="refused"), True),
+        (accepted(state="CANCELLED"), True),
+        (accepted(claim=LEASE), False),
+        (accepted(), False),
     ],
 )
-def test_existing_claim(current, seen):
-    assert existing_claim(current, NOW) is seen
+def test_job_settled(current, settled):
+    assert job_settled(current) is settled
+
+
+@pytest.mark.parametrize(
+    ("claim", "seen"),
+    [
+        ({"token": "t", "expiresAt": NOW + timedelta(seconds=1)}, ClaimSeen.HELD),
+        ({"token": "t", "expiresAt": NOW}, ClaimSeen.EXPIRED),
+        ({"token": "t", "expiresAt": NOW - timedelta(seconds=1)}, ClaimSeen.EXPIRED),
+        # Released by a delivery that failed: the next one proceeds at once.
+        (None, ClaimSeen.EXPIRED),
+        ({}, ClaimSeen.EXPIRED),
+    ],
+)
+def test_existing_claim_of_an_unsettled_record(claim, seen):
+    current = accepted() if claim is None else accepted(claim=claim)
+    assert existing_claim(current, NOW, settled=False) is seen
+
+
+def test_a_settled_record_is_a_duplicate_whatever_its_claim():
+    assert existing_claim(accepted(claim=LEASE), NOW, settled=True) is ClaimSeen.SUBMITTED
 
 
 # --- submission_write -------------------------------------------------------------------
@@ -164,6 +177,7 @@ def test_first_attempt_is_recorded_and_the_claim_dropped():
         "attempt": 1,
         "vertexJob": JOB_1,
         "vertexJobId": "1001",
+        "vertexState": "JOB_STATE_QUEUED",
         "vertexJobIds": ["1001"],
         "strategy": "FLEX_START",
         "location": "us-central1",

@@ -105,6 +105,7 @@ def test_success_accounts_queued_running_gpu_seconds_and_cost():
 def test_totals_add_this_attempt_to_the_earlier_ones():
     earlier = record(
         attempt=3,
+        reason=f"preempted: retry 2 of 6: {PREEMPTED}",
         queuedSeconds=100.0,
         runningSeconds=200.0,
         gpuSeconds=800.0,
@@ -120,6 +121,7 @@ def test_totals_add_this_attempt_to_the_earlier_ones():
         "savingsUsd": 3.25,
         "priced": True,
     }
+    assert change.record["reason"] is None  # the earlier retry's reason no longer applies
     # The attempt's own figures are this attempt's only.
     assert change.attempt["gpuSeconds"] == 14400.0
     assert change.record["outbox"][0]["attempt"] == 3
@@ -428,14 +430,22 @@ def test_cancel_requested_once_and_never_after_the_end(current):
     assert cancel_requested(current, NOW) is None
 
 
-@pytest.mark.parametrize("state", ["QUEUED", "RUNNING", "RETRYING"])
-def test_cancelled_ends_the_request_with_one_notification(state):
+@pytest.mark.parametrize(
+    ("state", "attempt_fields"),
+    [
+        ("QUEUED", {"state": "CANCELLED", "errorClass": "cancelled"}),
+        ("RUNNING", {"state": "CANCELLED", "errorClass": "cancelled"}),
+        # The attempt already ended (preempted, say): it keeps how it ended.
+        ("RETRYING", {}),
+    ],
+)
+def test_cancelled_ends_the_request_with_one_notification(state, attempt_fields):
     change = cancelled(record(state=state, attempt=2), NOW)
     assert change.state is JobState.CANCELLED
     assert change.record["state"] == "CANCELLED"
     assert change.record["reason"] == "cancelled"
     assert change.record["endedAt"] == NOW
-    assert change.attempt == {"state": "CANCELLED", "errorClass": "cancelled"}
+    assert change.attempt == attempt_fields
     assert change.record["outbox"] == [
         {"requestId": "r-1", "state": "CANCELLED", "attempt": 2, "reason": "cancelled"}
     ]

@@ -11,32 +11,10 @@ import pytest
 from shared.config import Settings
 from shared.domain.request import JobRequest, parse_request
 from shared.domain.rules import CUSTOM_TASK_DEFINITION, Guards, check_request
+from tests.events import load
 
-SEED: dict[str, Any] = {
-    "requestId": "seed-1",
-    "customJob": {
-        "displayName": "MyDwsJob",
-        "jobSpec": {
-            "workerPoolSpecs": [
-                {
-                    "machineSpec": {
-                        "machineType": "a2-highgpu-1g",
-                        "acceleratorType": "NVIDIA_TESLA_A100",
-                        "acceleratorCount": 1,
-                    },
-                    "replicaCount": 1,
-                    "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
-                    "containerSpec": {
-                        "imageUri": "python:3.10",
-                        "command": ["sleep"],
-                        "args": ["100"],
-                    },
-                }
-            ],
-            "scheduling": {"maxWaitDuration": "1800s", "strategy": "FLEX_START"},
-        },
-    },
-}
+# The seed example of seed 000, shared by every tier (tests/events/seed_request.json).
+SEED: dict[str, Any] = load("seed_request")
 
 POOLS = "customJob.jobSpec.workerPoolSpecs"
 POOL0 = f"{POOLS}[0]"

@@ -16,34 +16,12 @@ from hypothesis import strategies as st
 from shared.domain.request import KINDS, JobRequest, decode_message, parse_request
 from shared.domain.rules import Guards, check_request
 from shared.errors import FieldError, InvalidRequest
+from tests.events import load
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-SEED: dict[str, Any] = {
-    "requestId": "seed-1",
-    "customJob": {
-        "displayName": "MyDwsJob",
-        "jobSpec": {
-            "workerPoolSpecs": [
-                {
-                    "machineSpec": {
-                        "machineType": "a2-highgpu-1g",
-                        "acceleratorType": "NVIDIA_TESLA_A100",
-                        "acceleratorCount": 1,
-                    },
-                    "replicaCount": 1,
-                    "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
-                    "containerSpec": {
-                        "imageUri": "python:3.10",
-                        "command": ["sleep"],
-                        "args": ["100"],
-                    },
-                }
-            ],
-            "scheduling": {"maxWaitDuration": "1800s", "strategy": "FLEX_START"},
-        },
-    },
-}
+# The seed example of seed 000, shared by every tier (tests/events/seed_request.json).
+SEED: dict[str, Any] = load("seed_request")
 
 DEPLOY: dict[str, Any] = {
     "deployModel": {

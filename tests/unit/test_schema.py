@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,34 +14,12 @@ from shared.domain.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.request import KINDS
 from shared.domain.rules import CUSTOM_TASK_DEFINITION, STRATEGIES
 from shared.domain.schema import build_schema
+from tests.events import load
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schema" / "job-request.schema.json"
 
-SEED = {
-    "requestId": "seed-1",
-    "customJob": {
-        "displayName": "MyDwsJob",
-        "jobSpec": {
-            "workerPoolSpecs": [
-                {
-                    "machineSpec": {
-                        "machineType": "a2-highgpu-1g",
-                        "acceleratorType": "NVIDIA_TESLA_A100",
-                        "acceleratorCount": 1,
-                    },
-                    "replicaCount": 1,
-                    "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
-                    "containerSpec": {
-                        "imageUri": "python:3.10",
-                        "command": ["sleep"],
-                        "args": ["100"],
-                    },
-                }
-            ],
-            "scheduling": {"maxWaitDuration": "1800s", "strategy": "FLEX_START"},
-        },
-    },
-}
+# The seed example of seed 000, shared by every tier (tests/events/seed_request.json).
+SEED: dict[str, Any] = load("seed_request")
 
 
 def test_shipped_schema_is_current():
