@@ -141,7 +141,8 @@ def main() -> int:
     args = parser.parse_args()
 
     imports = measure_imports(args.import_repeats)
-    config = StackConfig(default_capacity=10_000, time_factor=1.0)
+    # No hints and no checkpoints: records stay QUEUED, so the count measures intake alone.
+    config = StackConfig(default_capacity=10_000, time_factor=1.0, hints=False, checkpoints=False)
     with LocalStack(config) as stack:
         stack.apply_env()
         raw_seq = firestore_txn_rate(stack, 300, workers=1)
