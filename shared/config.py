@@ -32,9 +32,6 @@ class Settings:
     hint_coalesce_seconds: float = 10.0
     # A hint for a job no record names yet is redelivered while younger than this.
     hint_recent_seconds: float = 15.0
-    # The delivery that reads a job keeps reading once per window while hints arrive, for
-    # at most this many windows (keep windows x coalesce well under the function timeout).
-    hint_follow_windows: int = 3
     backoff_base_seconds: float = 60.0
     backoff_cap_seconds: float = 1800.0
     # A failure-rule table (JSON or YAML text, or a path to one); None keeps the defaults.
@@ -60,7 +57,6 @@ class Settings:
             call_timeout_seconds=float(e.get("FLEXJOBS_CALL_TIMEOUT_SECONDS") or 30),
             hint_coalesce_seconds=float(e.get("FLEXJOBS_HINT_COALESCE_SECONDS") or 10),
             hint_recent_seconds=float(e.get("FLEXJOBS_HINT_RECENT_SECONDS") or 15),
-            hint_follow_windows=int(e.get("FLEXJOBS_HINT_FOLLOW_WINDOWS") or 3),
             backoff_base_seconds=float(e.get("FLEXJOBS_BACKOFF_BASE_SECONDS") or 60),
             backoff_cap_seconds=float(e.get("FLEXJOBS_BACKOFF_CAP_SECONDS") or 1800),
             failure_rules=e.get("FLEXJOBS_FAILURE_RULES") or None,

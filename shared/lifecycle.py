@@ -91,40 +91,22 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
             )
             return None
         interval = tracker.settings.hint_coalesce_seconds
-        action = tracker.store.begin_read(request_id, now, interval, published)
-        if action is not HintAction.READ:
+        action, lease_start = tracker.store.begin_read(request_id, now, interval, published)
+        if action is HintAction.TRAIL and lease_start is not None:
+            # The first hint inside the window reads for all of them once the window closes.
+            wait = (lease_start - now).total_seconds() + interval
+            tracker.sleep(max(0.0, wait))
+            tracker.store.renew_read(request_id, tracker.clock())
+        elif action is not HintAction.READ:
             log.debug(f"hint {action.value}", extra={"fields": {"jobId": hint.job_id}})
-            return None  # covered by a read, or pending for the current reader
+            return None  # covered by a read, or a trailing read is promised
         try:
-            return _follow(tracker, request_id, interval)
+            return _read_current(tracker, request_id)
         except Exception:
-            # The read failed (a control-plane fault): hand the lease back, so the
-            # redelivery of this hint reads Vertex instead of finding itself "covered".
+            # The read failed (a control-plane fault): drop the lease, so the redelivery of
+            # this hint reads Vertex instead of finding itself covered or pending.
             tracker.store.release_reader(request_id)
             raise
-
-
-def _follow(tracker: Tracker, request_id: str, interval: float) -> str | None:
-    """Read the job; while hints keep arriving, read again once per window, for a bound.
-
-    This delivery is the job's reader: hints that arrive while it holds the read lease only
-    mark the record pending, so a storm costs one Vertex read per window and no redelivery (a
-    refused push would slow the whole subscription). When nothing arrived during a read, the
-    lease is released at once and the next hint reads by itself. Each read follows the
-    record's *current* attempt, since a read may itself start the next attempt. Past the
-    bound, it reads a last time and hands the job back, so no hint is left unread.
-    """
-    state = None
-    for _ in range(tracker.settings.hint_follow_windows):
-        state = _read_current(tracker, request_id) or state
-        if not tracker.store.finish_read(request_id):
-            return state
-        tracker.sleep(interval)  # coalesce what arrives in this window into one read
-        tracker.store.renew_read(request_id, tracker.clock())
-    state = _read_current(tracker, request_id) or state
-    if tracker.store.release_reader(request_id):
-        state = _read_current(tracker, request_id) or state  # a hint came during that read
-    return state
 
 
 def _read_current(tracker: Tracker, request_id: str) -> str | None:

@@ -80,23 +80,19 @@ class JobStore(Protocol):
 
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
-    ) -> HintAction:
-        """Decide, and take the read lease when it is READ, for one hint (see hint_action).
+    ) -> tuple[HintAction, datetime | None]:
+        """Apply :func:`~shared.domain.hints.take_hint` in one transaction.
 
-        PENDING marks the record ``hintPending`` for the current reader to pick up.
+        Returns the action and the lease's start before this hint (for a trailing read).
         """
         ...
 
-    def finish_read(self, request_id: str) -> bool:
-        """After a read: True (keeping the lease) if hints arrived meanwhile, else release it."""
-        ...
-
     def renew_read(self, request_id: str, now: datetime) -> None:
-        """Start the reader's next read: the lease now dates from ``now``."""
+        """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
         ...
 
-    def release_reader(self, request_id: str) -> bool:
-        """End the read lease so the next hint reads at once; True if a hint was pending."""
+    def release_reader(self, request_id: str) -> None:
+        """Drop the read lease (after a failed read), so the next hint reads at once."""
         ...
 
     def transact(

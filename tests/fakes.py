@@ -19,7 +19,7 @@ from shared.domain.deployments import (
     observe_operation,
     tagged_display_name,
 )
-from shared.domain.hints import HintAction, hint_action
+from shared.domain.hints import HintAction, take_hint
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.records import (
     Claim,
@@ -120,35 +120,21 @@ class InMemoryJobStore:
 
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
-    ) -> HintAction:
+    ) -> tuple[HintAction, datetime | None]:
         with self._lock:
             current = self.jobs[request_id]
-            action = hint_action(current.get("lastReadAt"), published, now, interval_seconds)
-            if action is HintAction.READ:
-                current.update(lastReadAt=now, hintPending=False)
-            elif action is HintAction.PENDING:
-                current["hintPending"] = True
-            return action
-
-    def release_reader(self, request_id: str) -> bool:
-        with self._lock:
-            current = self.jobs[request_id]
-            pending = bool(current.get("hintPending"))
-            current.update(lastReadAt=None, hintPending=False)
-            return pending
-
-    def finish_read(self, request_id: str) -> bool:
-        with self._lock:
-            current = self.jobs[request_id]
-            if current.get("hintPending"):
-                current["hintPending"] = False
-                return True
-            current["lastReadAt"] = None
-            return False
+            last_read = current.get("lastReadAt")
+            action, fields = take_hint(current, published, now, interval_seconds)
+            current.update(fields)
+            return action, last_read
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         with self._lock:
             self.jobs[request_id].update(lastReadAt=now, hintPending=False)
+
+    def release_reader(self, request_id: str) -> None:
+        with self._lock:
+            self.jobs[request_id].update(lastReadAt=None, hintPending=False)
 
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]

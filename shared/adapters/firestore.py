@@ -17,7 +17,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from shared.config import Settings
-from shared.domain.hints import HintAction, hint_action
+from shared.domain.hints import HintAction, take_hint
 from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState
 from shared.domain.records import (
@@ -207,58 +207,31 @@ class FirestoreJobStore:
 
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
-    ) -> HintAction:
+    ) -> tuple[HintAction, datetime | None]:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
 
         @firestore.transactional
-        def lease(txn: Any) -> HintAction:
+        def lease(txn: Any) -> tuple[HintAction, datetime | None]:
             current = ref.get(transaction=txn).to_dict() or {}
-            action = hint_action(current.get("lastReadAt"), published, now, interval_seconds)
-            if action is HintAction.READ:
-                txn.update(ref, {"lastReadAt": now, "hintPending": False})
-            elif action is HintAction.PENDING and not current.get("hintPending"):
-                txn.update(ref, {"hintPending": True})
-            return action
+            action, fields = take_hint(current, published, now, interval_seconds)
+            if fields:
+                txn.update(ref, fields)
+            return action, current.get("lastReadAt")
 
-        granted: HintAction = call_firestore("read lease", lambda: lease(self.db.transaction()))
-        return granted
-
-    def finish_read(self, request_id: str) -> bool:
-        from google.cloud import firestore
-
-        ref = self._ref(request_id)
-
-        @firestore.transactional
-        def finish(txn: Any) -> bool:
-            current = ref.get(transaction=txn).to_dict() or {}
-            if current.get("hintPending"):
-                txn.update(ref, {"hintPending": False})
-                return True
-            txn.update(ref, {"lastReadAt": None})
-            return False
-
-        pending: bool = call_firestore("read lease", lambda: finish(self.db.transaction()))
-        return pending
+        taken: tuple[HintAction, datetime | None] = call_firestore(
+            "read lease", lambda: lease(self.db.transaction())
+        )
+        return taken
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         ref = self._ref(request_id)
         call_firestore("read lease", lambda: ref.update({"lastReadAt": now, "hintPending": False}))
 
-    def release_reader(self, request_id: str) -> bool:
-        from google.cloud import firestore
-
+    def release_reader(self, request_id: str) -> None:
         ref = self._ref(request_id)
-
-        @firestore.transactional
-        def release(txn: Any) -> bool:
-            current = ref.get(transaction=txn).to_dict() or {}
-            txn.update(ref, {"lastReadAt": None, "hintPending": False})
-            return bool(current.get("hintPending"))
-
-        pending: bool = call_firestore("read lease", lambda: release(self.db.transaction()))
-        return pending
+        call_firestore("read lease", lambda: ref.update({"lastReadAt": None, "hintPending": False}))
 
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]

@@ -67,9 +67,10 @@ def parse_hint(body: Any) -> JobHint | None:
 class HintAction(StrEnum):
     """What to do with a hint for a job flexjobs owns."""
 
-    READ = "read"  # read Vertex now: this delivery becomes the job's reader for a while
+    READ = "read"  # read Vertex now (this delivery takes the read lease for one window)
     COVERED = "covered"  # a read that began after the hint was published already saw it
-    PENDING = "pending"  # inside the coalescing window: the current reader reads again later
+    PENDING = "pending"  # inside the window: a trailing read is already promised
+    TRAIL = "trail"  # inside the window, the first such hint: read when the window closes
 
 
 # Pub/Sub's publish time and the function's clock are different clocks: a read counts as
@@ -80,11 +81,7 @@ CLOCK_SKEW_SECONDS = 1.0
 def hint_action(
     last_read: datetime | None, published: datetime, now: datetime, interval_seconds: float
 ) -> HintAction:
-    """Coalesce hint storms to at most one Vertex read per job per interval, losing nothing.
-
-    A hint inside the window is never refused (a refused push slows the whole subscription):
-    it is marked pending, and the delivery that made the last read reads once more when the
-    window closes.
+    """Where a hint stands against the job's read lease (READ, COVERED or PENDING).
 
     Examples:
         >>> from datetime import UTC, datetime, timedelta
@@ -103,3 +100,22 @@ def hint_action(
     if (now - last_read).total_seconds() < interval_seconds:
         return HintAction.PENDING
     return HintAction.READ
+
+
+def take_hint(
+    record: dict[str, Any], published: datetime, now: datetime, interval_seconds: float
+) -> tuple[HintAction, dict[str, Any]]:
+    """Coalesce hint storms to at most one Vertex read per job per window, losing nothing.
+
+    Returns the action and the record fields to write with it. The first hint inside a
+    window becomes the *trailing* reader: it waits for the window to close, then reads once
+    for every hint of the window, so a storm costs one read per window and one waiting
+    delivery, and a single hint costs no wait at all. No hint is ever refused for coalescing
+    (a refused push slows the whole subscription).
+    """
+    action = hint_action(record.get("lastReadAt"), published, now, interval_seconds)
+    if action is HintAction.READ:
+        return action, {"lastReadAt": now, "hintPending": False}
+    if action is HintAction.PENDING and not record.get("hintPending"):
+        return HintAction.TRAIL, {"hintPending": True}
+    return action, {}

@@ -271,29 +271,29 @@ def test_hint_about_an_unknown_job_is_redelivered_while_recent(tracker, clock, p
     assert tracker.backend.reads == []
 
 
-def test_hints_during_a_read_are_coalesced_into_the_readers_next_read(
-    tracker, clock, post_event, monkeypatch
-):
+def test_hints_inside_a_window_share_one_trailing_read(tracker, clock, post_event, monkeypatch):
     submit(post_event)
     name = current(tracker)["vertexJob"]
-    get, during_read = tracker.backend.get, []
+    assert hint(post_event, clock, name) == 200  # outside any window: reads at once
+    assert tracker.backend.reads == [name]
+    run(tracker, clock, name)
+    waits, during_wait = [], []
 
-    def slow_get(job_name: str):
-        job = get(job_name)
-        # While the reader's first read is on its way, Vertex starts the job and hints twice.
-        if not during_read:
-            run(tracker, clock, name)
-            for _ in range(2):
-                clock.advance(1)
-                during_read.append(deliver_hint(post_event, clock, hint_body(JOB_HINT, name)))
-            assert tracker.backend.reads == [name]  # those hints read nothing themselves
-        return job
+    def sleep(seconds: float) -> None:
+        # While the trailing reader waits for its window to close, two more hints arrive.
+        waits.append(seconds)
+        for _ in range(2):
+            during_wait.append(deliver_hint(post_event, clock, hint_body(JOB_HINT, name)))
+        assert tracker.backend.reads == [name]  # they read nothing themselves
+        clock.advance(seconds)
 
-    monkeypatch.setattr(tracker.backend, "get", slow_get)
-    assert hint(post_event, clock, name) == 200
+    monkeypatch.setattr(tracker, "sleep", sleep)
+    clock.advance(1)
+    assert deliver_hint(post_event, clock, hint_body(JOB_HINT, name)).status_code == 200
 
-    assert [r.status_code for r in during_read] == [200, 200]
-    # The first read saw QUEUED; one more read, for both hints, saw RUNNING.
+    assert [r.status_code for r in during_wait] == [200, 200]
+    # The trailing reader waited out the rest of the 10 s window, then read once for all.
+    assert len(waits) == 1 and 0 < waits[0] <= 10
     assert tracker.backend.reads == [name, name]
     record = current(tracker)
     assert record["state"] == "RUNNING"
