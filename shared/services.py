@@ -111,9 +111,9 @@ def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
     except InvalidRequest as err:
         reject(cmd, err, intake)
         return Outcome.REJECTED
-    if request.kind == DEPLOY_KIND:
-        return Outcome(submit_deployment(request, _deployments_of(intake)).value)
     with request_context(request.request_id):
+        if request.kind == DEPLOY_KIND:
+            return Outcome(submit_deployment(request, _deployments_of(intake)).value)
         now = intake.clock()
         claim = intake.store.claim(request, now, intake.settings.claim_ttl_seconds)
         if claim.token is None:
