@@ -11,6 +11,9 @@ import pytest
 
 from flexjobs_local.stack import LocalStack, StackConfig
 
+# The simulator's own tests share these fixtures; each module defines the ``sim`` they use.
+from tests.integration.simulator_support import control, jobs  # noqa: F401
+
 # The function servers' settings for the whole session: a short claim TTL so the crash-window
 # test need not wait two minutes for a dead claim to expire, and no hint coalescing delay
 # beyond what the hint tests set themselves.

@@ -11,14 +11,12 @@ import socket
 from collections.abc import Iterator
 from datetime import timedelta
 
-import grpc
 import pytest
 from gcp_storage_emulator.server import create_server
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, storage
-from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 
-from flexjobs_local.simulator import SimulatorControl, SimulatorHandle, serve
+from flexjobs_local.simulator import SimulatorHandle, serve
 
 pytestmark = pytest.mark.integration
 
@@ -58,20 +56,6 @@ def sim(storage_url: str, gcs: storage.Client) -> Iterator[SimulatorHandle]:
     handle = serve(time_factor=0, seed=5, project=PROJECT, storage=True, storage_host=storage_url)
     yield handle
     handle.stop()
-
-
-@pytest.fixture
-def control(sim: SimulatorHandle) -> SimulatorControl:
-    ctl = SimulatorControl(sim.control_url)
-    ctl.reset()
-    return ctl
-
-
-@pytest.fixture(scope="module")
-def jobs(sim: SimulatorHandle) -> Iterator[aiplatform_v1.JobServiceClient]:
-    channel = grpc.insecure_channel(sim.grpc_endpoint)
-    yield aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
-    channel.close()
 
 
 def create(client: aiplatform_v1.JobServiceClient, run: str, resume_from: str | None = None) -> str:

@@ -5,19 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
-import grpc
 import pytest
 from google.cloud import aiplatform_v1
-from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 
-from flexjobs_local.simulator import SimulatorControl, SimulatorControlError, SimulatorHandle, serve
+from flexjobs_local.simulator import SimulatorControlError, SimulatorHandle, serve
+from tests.integration.simulator_support import A100, LOCATION, PARENT
 
 pytestmark = pytest.mark.integration
 
-PROJECT = "sim-test"
-LOCATION = "us-central1"
-PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
-A100 = "NVIDIA_TESLA_A100"
 State = aiplatform_v1.JobState
 
 
@@ -26,20 +21,6 @@ def sim() -> Iterator[SimulatorHandle]:
     handle = serve(time_factor=0, seed=3)
     yield handle
     handle.stop()
-
-
-@pytest.fixture
-def control(sim: SimulatorHandle) -> SimulatorControl:
-    ctl = SimulatorControl(sim.control_url)
-    ctl.reset()
-    return ctl
-
-
-@pytest.fixture(scope="module")
-def jobs(sim: SimulatorHandle) -> Iterator[aiplatform_v1.JobServiceClient]:
-    channel = grpc.insecure_channel(sim.grpc_endpoint)
-    yield aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
-    channel.close()
 
 
 def create(

@@ -18,7 +18,6 @@ from typing import Any
 import grpc
 import pytest
 from google.cloud import aiplatform_v1, pubsub_v1
-from google.cloud.aiplatform_v1.services.job_service.transports import JobServiceGrpcTransport
 from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
@@ -124,13 +123,6 @@ def subscription(control: SimulatorControl, subscriber: pubsub_v1.SubscriberClie
     name = f"projects/{PROJECT}/subscriptions/hints-{uuid.uuid4().hex[:8]}"
     subscriber.create_subscription(name=name, topic=TOPIC)
     return name
-
-
-@pytest.fixture(scope="module")
-def jobs(sim: SimulatorHandle) -> Iterator[aiplatform_v1.JobServiceClient]:
-    channel = grpc.insecure_channel(sim.grpc_endpoint)
-    yield aiplatform_v1.JobServiceClient(transport=JobServiceGrpcTransport(channel=channel))
-    channel.close()
 
 
 def pull(

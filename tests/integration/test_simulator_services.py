@@ -21,13 +21,10 @@ from google.cloud.aiplatform_v1.services.pipeline_service.transports import (
 from google.protobuf import struct_pb2
 
 from flexjobs_local.simulator import SimulatorControl, SimulatorHandle, serve
+from tests.integration.simulator_support import A100, LOCATION, PARENT
 
 pytestmark = pytest.mark.integration
 
-PROJECT = "sim-test"
-LOCATION = "us-central1"
-PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
-A100 = "NVIDIA_TESLA_A100"
 L4 = "NVIDIA_L4"
 
 
@@ -36,13 +33,6 @@ def sim() -> Iterator[SimulatorHandle]:
     handle = serve(time_factor=0, seed=11)
     yield handle
     handle.stop()
-
-
-@pytest.fixture
-def control(sim: SimulatorHandle) -> SimulatorControl:
-    ctl = SimulatorControl(sim.control_url)
-    ctl.reset()
-    return ctl
 
 
 @pytest.fixture(scope="module")
