@@ -33,6 +33,7 @@ log = get_logger("lifecycle")
 # A QUEUED job still waiting this long past its max wait is flagged: Vertex should have
 # expired it by then, so the record and Vertex disagree about something.
 OVERDUE_GRACE = timedelta(minutes=10)
+LIST_MARGIN = timedelta(hours=1)
 
 
 @dataclass
@@ -228,9 +229,12 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     active = [r for r in tracker.store.active() if r.get("vertexJob")]
     by_name = {str(r["vertexJob"]): r for r in active}
     locations = {str(r.get("location") or tracker.settings.location) for r in active}
+    submitted = [r["attemptSubmittedAt"] for r in active if r.get("attemptSubmittedAt")]
+    # Only jobs created since the oldest active attempt (less a margin for the two clocks).
+    since = min(submitted) - LIST_MARGIN if submitted else None
     changed = 0
     for location in sorted(locations):
-        for job in tracker.backend.list_labelled(location):
+        for job in tracker.backend.list_labelled(location, created_since=since):
             record = by_name.get(job.name)
             if record is not None:
                 with request_context(str(record["requestId"])):

@@ -152,7 +152,9 @@ class JobBackend(Protocol):
         """Read one job's authoritative state."""
         ...
 
-    def list_labelled(self, location: str) -> Iterable[VertexJob]:
+    def list_labelled(
+        self, location: str, created_since: datetime | None = None
+    ) -> Iterable[VertexJob]:
         """Every flexjobs-labelled job in ``location``, paging through the list call."""
         ...
 

@@ -236,8 +236,14 @@ class InMemoryJobBackend:
             raise self.fail_get_with
         return self.jobs[name]
 
-    def list_labelled(self, location: str) -> Iterable[VertexJob]:
-        return list(self.jobs.values())
+    def list_labelled(
+        self, location: str, created_since: datetime | None = None
+    ) -> Iterable[VertexJob]:
+        return [
+            job
+            for job in self.jobs.values()
+            if created_since is None or job.create_time is None or job.create_time >= created_since
+        ]
 
     def cancel(self, name: str) -> None:
         job = self.jobs[name]

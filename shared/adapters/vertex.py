@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -299,10 +300,19 @@ class VertexJobBackend:
         )
         return to_vertex_job(job)
 
-    def list_labelled(self, location: str) -> Iterable[VertexJob]:
-        """Every flexjobs-labelled job, tuning job and pipeline in ``location`` (paged)."""
+    def list_labelled(
+        self, location: str, created_since: datetime | None = None
+    ) -> Iterable[VertexJob]:
+        """Every flexjobs-labelled job, tuning job and pipeline in ``location`` (paged).
+
+        ``created_since`` bounds the listing, so it does not grow with every job ever run.
+        """
+        query = f"labels.{LABEL_REQUEST}:*"
+        if created_since is not None:
+            stamp = created_since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            query += f' AND create_time>="{stamp}"'
         for kind in TRAINING_KINDS.values():
-            yield from self._list(kind, location, f"labels.{LABEL_REQUEST}:*")
+            yield from self._list(kind, location, query)
 
     def _list(self, kind: TrainingKind, location: str, query: str) -> Iterator[VertexJob]:
         method = getattr(self._client(kind, location), f"list_{kind.plural_field}")
