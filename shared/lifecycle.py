@@ -102,7 +102,9 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
             log.debug(f"hint {action.value}", extra={"fields": {"jobId": hint.job_id}})
             return None  # covered by a read, or a trailing read is promised
         try:
-            return _read_current(tracker, request_id)
+            # A trailing read must see the record as it is now; an immediate one has it.
+            fresh = action is HintAction.TRAIL
+            return _read_current(tracker, request_id, None if fresh else record)
         except Exception:
             # The read failed (a control-plane fault): drop the lease, so the redelivery of
             # this hint reads Vertex instead of finding itself covered or pending.
@@ -110,8 +112,10 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
             raise
 
 
-def _read_current(tracker: Tracker, request_id: str) -> str | None:
-    record = tracker.store.get(request_id) or {}
+def _read_current(
+    tracker: Tracker, request_id: str, record: dict[str, Any] | None = None
+) -> str | None:
+    record = record if record is not None else tracker.store.get(request_id) or {}
     if not record.get("vertexJob") or JobState(record["state"]).terminal:
         return None
     return observe_job(tracker, request_id, tracker.backend.get(str(record["vertexJob"])))
@@ -133,9 +137,11 @@ def observe_job(tracker: Tracker, request_id: str, job: VertexJob) -> str | None
     change = tracker.store.transact(
         request_id, lambda record: settle(record, job, now, tracker.recovery)
     )
-    flush_outbox(request_id, tracker.store, tracker.notifier)
     if change is None:
+        # Nothing new to send; a notification a failed publish left behind is sent by the
+        # tick, which flushes every pending outbox, so unchanged reads cost no extra read.
         return None
+    flush_outbox(request_id, tracker.store, tracker.notifier)
     log.info(
         f"job is {change.state.value}",
         extra={
