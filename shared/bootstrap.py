@@ -54,12 +54,9 @@ def build_intake(
         backend=backend,
         rejections=FirestoreRejectionLog(store),
         notifier=PubsubNotifier(settings),
-        validators=(
-            functools.partial(check_request, guards=guards),
-            check_options,
-            backend.check,
-            deployments.backend.check,
-        ),
+        # The body was parsed with the v1 proto by parse_request (shared.domain.vertex_json),
+        # so what the protos refuse is already reported; these run on its canonical form.
+        validators=(functools.partial(check_request, guards=guards), check_options),
         clock=clock,
         deployments=deployments,
     )

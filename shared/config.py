@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from shared.domain.regions import REGION_HINT, is_region
+
 DEFAULT_LOCATION = "us-central1"
 
 
@@ -41,14 +43,20 @@ class Settings:
     max_gpus_per_job: int = 64
     max_replicas: int = 64
     max_message_bytes: int = 256 * 1024
+    # FLEXJOBS_FIELD_POLICY, JSON text (shared.domain.field_policy); None keeps the defaults.
+    field_policy: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         e = dict(os.environ if env is None else env)
         project = e.get("GOOGLE_CLOUD_PROJECT") or e.get("GCLOUD_PROJECT") or ""
+        location = e.get("FLEXJOBS_LOCATION") or DEFAULT_LOCATION
+        if not is_region(location):
+            # It becomes part of the Vertex host name; fail loudly rather than call elsewhere.
+            raise ValueError(f"FLEXJOBS_LOCATION must be {REGION_HINT}, not {location!r}")
         return cls(
             project=project,
-            location=e.get("FLEXJOBS_LOCATION") or DEFAULT_LOCATION,
+            location=location,
             vertex_endpoint=e.get("FLEXJOBS_VERTEX_ENDPOINT") or None,
             requests_topic=e.get("FLEXJOBS_REQUESTS_TOPIC") or "job-requests",
             events_topic=e.get("FLEXJOBS_EVENTS_TOPIC") or "job-events",
@@ -65,6 +73,7 @@ class Settings:
             max_gpus_per_job=int(e.get("FLEXJOBS_MAX_GPUS_PER_JOB") or 64),
             max_replicas=int(e.get("FLEXJOBS_MAX_REPLICAS") or 64),
             max_message_bytes=int(e.get("FLEXJOBS_MAX_MESSAGE_BYTES") or 256 * 1024),
+            field_policy=e.get("FLEXJOBS_FIELD_POLICY") or None,
         )
 
     @property

@@ -9,33 +9,33 @@ already validated). It mirrors the jobs' exactly-once steps:
    request's tag was deployed by a delivery that died before recording it; it is adopted.
 3. **Deploy** (never retried in-process) and record the operation: DEPLOYING.
 
+These steps run in :func:`shared.exactly_once.create_once`, like every other creation.
 :func:`refresh_deployments` is for the scheduler tick: it reads the operation of every
-DEPLOYING record and moves the record to DEPLOYED or FAILED.
+DEPLOYING record and moves the record to DEPLOYED or FAILED, and deploys parked ones again.
 """
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
+from typing import Any
 
 from shared.config import Settings
 from shared.domain.request import JobRequest
-from shared.errors import BackendRejected, FlexjobsError
+from shared.domain.retry import backoff_seconds
+from shared.errors import BackendRejected, QuotaExhausted
+from shared.exactly_once import Creation, Outcome, create_once
 from shared.logs import get_logger, request_context
 from shared.ports import DeploymentBackend, DeploymentStore
+from shared.sweep import Sweep
 
 log = get_logger("deployments")
 
-
-class DeploymentOutcome(StrEnum):
-    """What became of one delivery of a ``deployModel`` request (values match intake's)."""
-
-    SUBMITTED = "submitted"
-    ADOPTED = "adopted"  # the model was on the endpoint already (deployed before a crash)
-    DUPLICATE = "duplicate"
-    FAILED = "failed"
+#: What became of one delivery of a ``deployModel`` request (the same outcomes as intake's).
+DeploymentOutcome = Outcome
 
 
 @dataclass
@@ -46,77 +46,103 @@ class Deployments:
     store: DeploymentStore
     backend: DeploymentBackend
     clock: Callable[[], datetime]
+    rand: Callable[[], float] = random.random
 
 
-def submit_deployment(request: JobRequest, ports: Deployments) -> DeploymentOutcome:
+def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
     """Start the deployment of a validated ``deployModel`` request exactly once.
+
+    The steps and their failures are :func:`shared.exactly_once.create_once`'s; the key is the
+    tag on the deployed model's display name, looked up on the endpoint.
 
     Raises:
         TransientError: a fault that may pass, or a live claim held elsewhere: redeliver.
     """
-    with request_context(request.request_id):
-        claim = ports.store.claim(request, ports.clock(), ports.settings.claim_ttl_seconds)
-        if claim.token is None:
-            record = claim.record or {}
+    request_id = request.request_id
+    endpoint = str(request.spec["endpoint"])
+    store, backend, clock = ports.store, ports.backend, ports.clock
+
+    def claim() -> str | None:
+        taken = store.claim(request, clock(), ports.settings.claim_ttl_seconds)
+        if taken.token is None:
+            record = taken.record or {}
             fields = {"state": record.get("state"), "operation": record.get("operation")}
             log.info("duplicate delivery: already deploying", extra={"fields": fields})
-            return DeploymentOutcome.DUPLICATE
-        try:
-            return _deploy_claimed(request, claim.token, ports)
-        except Exception:
-            # Let the redelivery run at once instead of waiting out the claim (as intake does).
-            ports.store.release(request.request_id, claim.token, ports.clock())
-            raise
+        return taken.token
 
+    def find() -> tuple[bool, str] | None:
+        existing = backend.find(endpoint, request_id)
+        return None if existing is None else (True, existing)
 
-def _deploy_claimed(request: JobRequest, token: str, ports: Deployments) -> DeploymentOutcome:
-    endpoint = str(request.spec["endpoint"])
-    try:
-        existing = ports.backend.find(endpoint, request.request_id)
-        if existing is not None:
-            ports.store.record_adopted(token, request.request_id, existing, ports.clock())
-            log.info("deployment adopted", extra={"fields": {"deployedModelId": existing}})
-            return DeploymentOutcome.ADOPTED
-        operation = ports.backend.deploy(request)
-    except BackendRejected as exc:
+    def create() -> tuple[bool, str]:
+        return False, backend.deploy(request)
+
+    def record(token: str, made: tuple[bool, str], adopted: bool) -> Outcome:
+        _, value = made
+        if adopted:
+            store.record_adopted(token, request_id, value, clock())
+            log.info("deployment adopted", extra={"fields": {"deployedModelId": value}})
+            return Outcome.ADOPTED
+        store.record_operation(token, request_id, value, clock())
+        log.info("deployment started", extra={"fields": {"operation": value, "spot": True}})
+        return Outcome.SUBMITTED
+
+    def release(token: str) -> None:
+        store.release(request_id, token, clock())
+
+    def refused(token: str, exc: BackendRejected) -> Outcome:
         # The endpoint does not exist, or Vertex refused the model: never going to work.
-        ports.store.record_failure(request.request_id, str(exc), ports.clock())
-        log.error("Vertex AI refused the deployment", extra={"fields": {"reason": str(exc)}})
-        return DeploymentOutcome.FAILED
-    ports.store.record_operation(token, request.request_id, operation, ports.clock())
-    log.info("deployment started", extra={"fields": {"operation": operation, "spot": True}})
-    return DeploymentOutcome.SUBMITTED
+        store.record_failure(request_id, str(exc), clock())
+        return Outcome.FAILED
+
+    def parked(token: str, exc: QuotaExhausted) -> Outcome:
+        s = ports.settings
+        retries = int((store.get(request_id) or {}).get("quotaRetries") or 0) + 1
+        delay = backoff_seconds(retries, s.backoff_base_seconds, s.backoff_cap_seconds, ports.rand)
+        store.park(request_id, clock(), delay, str(exc))
+        return Outcome.PARKED
+
+    with request_context(request_id):
+        return create_once(Creation(claim, find, create, record, release, refused, parked))
 
 
-def refresh_deployments(ports: Deployments) -> int:
-    """Read the operation of every DEPLOYING record and record its outcome; returns changes.
+def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
+    """The tick's share: follow every DEPLOYING operation, deploy every parked request again.
 
-    A failed read of one operation is logged and left for the next tick (a control-plane
-    error never changes a record), so one bad operation cannot stall the others; a store
-    fault raises, because nothing can be recorded then.
+    Returns how many records changed. Each record is isolated (see :class:`Sweep`): a failed
+    read of one operation is logged and left for the next tick (a control-plane error never
+    changes a record), so one bad record cannot stall the others.
 
     Examples:
         >>> refresh_deployments(bootstrap.build_deployments())   # doctest: +SKIP
         1
     """
+    sweep = sweep or Sweep("deployments")
     changed = 0
     for record in ports.store.deploying():
         request_id = str(record["requestId"])
-        operation = record.get("operation")
-        if not operation:
-            continue  # DEPLOYING always has its operation; a hand-edited record waits
-        with request_context(request_id):
-            try:
-                status = ports.backend.operation(str(operation))
-            except FlexjobsError as exc:
-                log.warning(
-                    f"operation not read, kept for the next tick: {exc}",
-                    extra={"fields": {"operation": operation, "error": type(exc).__name__}},
-                )
-                continue
-            state = ports.store.apply_operation(request_id, status, ports.clock())
-            if state is not None:
-                changed += 1
-                fields = {"operation": operation, "deployedModelId": status.deployed_model_id}
-                log.info(f"deployment is {state}", extra={"fields": fields})
+        changed += sweep.each(request_id, "follow deployment", _follow, ports, record) or 0
+    for record in ports.store.parked_due(ports.clock()):
+        request_id = str(record["requestId"])
+        outcome = sweep.each(request_id, "deploy parked", _redeploy, ports, record)
+        changed += outcome in (Outcome.SUBMITTED, Outcome.ADOPTED, Outcome.FAILED)
     return changed
+
+
+def _redeploy(ports: Deployments, record: dict[str, Any]) -> Outcome:
+    request_id = str(record["requestId"])
+    request = JobRequest(request_id, str(record["kind"]), json.loads(str(record["request"])))
+    return submit_deployment(request, ports)
+
+
+def _follow(ports: Deployments, record: dict[str, Any]) -> int:
+    operation = record.get("operation")
+    if not operation:
+        return 0  # DEPLOYING always has its operation; a hand-edited record waits
+    status = ports.backend.operation(str(operation))
+    state = ports.store.apply_operation(str(record["requestId"]), status, ports.clock())
+    if state is None:
+        return 0
+    fields = {"operation": operation, "deployedModelId": status.deployed_model_id}
+    log.info(f"deployment is {state}", extra={"fields": fields})
+    return 1

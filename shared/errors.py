@@ -61,6 +61,22 @@ class BackendUnavailable(TransientError):
     """Vertex AI could not be reached or answered UNAVAILABLE / RESOURCE_EXHAUSTED / timeout."""
 
 
+class QuotaExhausted(BackendUnavailable):
+    """Vertex AI answered RESOURCE_EXHAUSTED: a project quota is used up for now.
+
+    A create refused for quota is parked and retried with backoff from the scheduler tick,
+    rather than by redelivery (which would hammer the quota every few seconds).
+    """
+
+
+class OutcomeUnknown(BackendUnavailable):
+    """A create timed out or broke off after it was sent: it may have happened.
+
+    The submission claim is kept until it expires, so the redelivery's label lookup runs only
+    once the job, if Vertex made it, is there to be found.
+    """
+
+
 class StoreUnavailable(TransientError):
     """Firestore could not be reached or the transaction could not commit."""
 

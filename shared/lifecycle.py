@@ -20,13 +20,24 @@ from shared.deployments import Deployments, refresh_deployments
 from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
 from shared.domain.hints import HintAction, parse_hint
 from shared.domain.jobs import Change, JobState, VertexJob
-from shared.domain.recovery import RecoveryPolicy, failed, settle, work_lost_seconds
+from shared.domain.records import is_stray, pending_attempt
+from shared.domain.recovery import RecoveryPolicy, settle, work_lost_seconds
 from shared.domain.request import JobRequest, job_spec_of
-from shared.domain.retry import placement_for
-from shared.errors import BackendRejected, HintDeferred
+from shared.domain.retry import backoff_seconds, placement_for
+from shared.errors import HintDeferred
 from shared.logs import get_logger, request_context
 from shared.ports import CheckpointStore, JobBackend, JobStore, Notifier
-from shared.services import AttemptPlan, Outcome, flush_outbox, submit_attempt
+from shared.services import (
+    LABEL_REQUEST,
+    AttemptPlan,
+    Outcome,
+    Prepared,
+    cancel_until_confirmed,
+    drive_cancels,
+    flush_outbox,
+    submit_attempt,
+)
+from shared.sweep import Sweep
 
 log = get_logger("lifecycle")
 
@@ -50,6 +61,13 @@ class Tracker:
     # Spot deployments followed by the tick; None where an instance follows none.
     deployments: Deployments | None = None
     sleep: Callable[[float], None] = time.sleep
+
+    def backoff(self, retry_number: int) -> float:
+        """Seconds before a submission parked for quota is tried again."""
+        policy = self.recovery
+        return backoff_seconds(
+            retry_number, policy.backoff_base_seconds, policy.backoff_cap_seconds, policy.rand
+        )
 
 
 def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
@@ -159,99 +177,165 @@ def observe_job(tracker: Tracker, request_id: str, job: VertexJob) -> str | None
 
 
 def run_retry(tracker: Tracker, request_id: str) -> Outcome | None:
-    """Submit attempt n+1 of a RETRYING request, from its latest complete checkpoint."""
+    """Submit the next attempt of a request, from its latest complete checkpoint.
+
+    That is attempt n+1 of a RETRYING request, or attempt n that Vertex refused for quota
+    (parked). Exactly once, through :func:`shared.exactly_once.create_once`.
+    """
     with request_context(request_id):
         record = tracker.store.get(request_id) or {}
-        if record.get("state") != JobState.RETRYING.value:
+        attempt = pending_attempt(record)
+        if attempt is None:
             return None
-        attempt = int(record["attempt"])
-        now = tracker.clock()
-        token = tracker.store.claim_retry(
-            request_id, attempt, now, tracker.settings.claim_ttl_seconds
+        settings = tracker.settings
+
+        def claim() -> str | None:
+            # None: not due, or another delivery is submitting it.
+            now = tracker.clock()
+            return tracker.store.claim_retry(request_id, attempt, now, settings.claim_ttl_seconds)
+
+        kind = str(record["kind"])
+        spec = json.loads(record["request"])
+        options = json.loads(record.get("options") or "{}")
+        placement = placement_for(
+            options.get("fallback"),
+            int(record.get("capacityFailures") or 0),
+            JobRequest(request_id, kind, spec).strategy,
+            str(record.get("baseLocation") or record.get("location") or settings.location),
         )
-        if token is None:
-            return None  # not due, or another delivery is submitting it
-        try:
-            return _resubmit(tracker, request_id, record, token)
-        except BackendRejected as exc:
-            reason = f"attempt {attempt + 1} refused by Vertex AI: {exc}"
-            tracker.store.transact(request_id, lambda rec: failed(rec, tracker.clock(), reason))
-            flush_outbox(request_id, tracker.store, tracker.notifier)
-            return Outcome.FAILED
-        except Exception:
-            tracker.store.release(request_id, token, tracker.clock())
-            raise
+        plan = AttemptPlan(
+            attempt=attempt,
+            strategy=placement.strategy,
+            location=placement.location,
+            prepare=lambda: _prepare(tracker, request_id, record, attempt),
+        )
+        request = JobRequest(request_id, kind, spec, location=placement.location)
+        return submit_attempt(request, plan, claim, tracker)
 
 
-def _resubmit(tracker: Tracker, request_id: str, record: dict[str, Any], token: str) -> Outcome:
+def _prepare(tracker: Tracker, request_id: str, record: dict[str, Any], attempt: int) -> Prepared:
+    """The checkpoint attempt ``attempt`` resumes from, and the work the previous one lost."""
+    if attempt <= 1:
+        return Prepared()  # a parked first attempt starts as intake would have started it
     kind = str(record["kind"])
     spec = json.loads(record["request"])
     options = json.loads(record.get("options") or "{}")
-    attempt = int(record["attempt"])
-    base_strategy = JobRequest(request_id, kind, spec).strategy
-    placement = placement_for(
-        options.get("fallback"),
-        int(record.get("capacityFailures") or 0),
-        base_strategy,
-        str(record.get("baseLocation") or record.get("location") or tracker.settings.location),
-    )
-    latest = _latest_checkpoint(tracker, kind, spec, options)
-    previous = tracker.store.get_attempt(request_id, attempt) or {}
+    latest = _latest_checkpoint(tracker, kind, spec, options, record.get("createdAt"))
+    previous = tracker.store.get_attempt(request_id, attempt - 1) or {}
     lost = work_lost_seconds(previous, latest, previous.get("resumedFrom"))
-    tracker.store.update_attempt(request_id, attempt, {"workLostSeconds": lost})
+    tracker.store.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
     extra: dict[str, Any] = {"workLostSeconds": float(record.get("workLostSeconds") or 0) + lost}
     if latest is not None:
         extra["latestCheckpoint"] = latest.to_dict()
-    plan = AttemptPlan(
-        attempt=attempt + 1,
-        strategy=placement.strategy,
-        location=placement.location,
-        resume_from=latest.uri if latest else None,
-        record_extra=extra,
-    )
-    request = JobRequest(request_id, kind, spec, location=placement.location)
-    return submit_attempt(
-        request, token, plan, store=tracker.store, backend=tracker.backend, clock=tracker.clock
-    )
+    return Prepared(resume_from=latest.uri if latest else None, record_extra=extra)
 
 
 def _latest_checkpoint(
-    tracker: Tracker, kind: str, spec: dict[str, Any], options: dict[str, Any]
+    tracker: Tracker,
+    kind: str,
+    spec: dict[str, Any],
+    options: dict[str, Any],
+    created_at: datetime | None,
 ) -> Checkpoint | None:
     job_spec = job_spec_of(kind, spec) or {}
     output = job_spec.get("baseOutputDirectory") or {}
     prefix = checkpoint_prefix(options, output.get("outputUriPrefix"))
-    return tracker.checkpoints.latest(prefix) if prefix else None
+    if not prefix:
+        return None
+    # A reused output directory may hold another run's checkpoints: only this request's count,
+    # unless the request named checkpointUri itself (resuming another run is then deliberate).
+    not_before = None if options.get("checkpointUri") else created_at
+    return tracker.checkpoints.latest(prefix, not_before=not_before)
 
 
 def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
-    """The scheduler tick: due retries, one paged list per location, overdue flags, outboxes.
+    """The scheduler tick: due submissions, one paged list per location, strays, overdue
+    flags, outboxes, pending cancels and deployments. Returns how many records changed state.
 
-    Returns how many records changed state.
+    Every record is isolated (:class:`~shared.sweep.Sweep`): a failure is logged with its
+    requestId, counted, and left for the next tick, and the tick still acknowledges. Only a
+    failure to read the records at all raises (then nothing could run).
     """
     now = tracker.clock()
-    for request_id in tracker.store.due_retries(now):
-        run_retry(tracker, request_id)
-    active = [r for r in tracker.store.active() if r.get("vertexJob")]
-    by_name = {str(r["vertexJob"]): r for r in active}
-    locations = {str(r.get("location") or tracker.settings.location) for r in active}
-    submitted = [r["attemptSubmittedAt"] for r in active if r.get("attemptSubmittedAt")]
-    # Only jobs created since the oldest active attempt (less a margin for the two clocks).
-    since = min(submitted) - LIST_MARGIN if submitted else None
+    store = tracker.store
+    sweep = Sweep("tick")
+    for request_id in store.due_submissions(now):
+        sweep.each(request_id, "submit", run_retry, tracker, request_id)
+    active = store.active()
+    by_name = {str(r["vertexJob"]): r for r in active if r.get("vertexJob")}
+    by_label = {str(r["runId"]): r for r in active if r.get("runId")}
     changed = 0
-    for location in sorted(locations):
-        for job in tracker.backend.list_labelled(location, created_since=since):
-            record = by_name.get(job.name)
-            if record is not None:
-                with request_context(str(record["requestId"])):
-                    changed += observe_job(tracker, str(record["requestId"]), job) is not None
+    for location, since in _listing_windows(active, tracker.settings.location):
+        jobs = sweep.each(None, f"list {location}", _listed, tracker, location, since)
+        for job in jobs or []:
+            # A listed job belongs to the record that follows it, else to the request its
+            # label names (then it may be a stray).
+            record = by_name.get(job.name) or by_label.get(job.labels.get(LABEL_REQUEST, ""))
+            if record is None:
+                continue
+            request_id = str(record["requestId"])
+            state = sweep.each(request_id, "reconcile", _settle_listed, tracker, record, job)
+            changed += state is not None
     for record in active:
-        _flag_overdue(tracker, record, now)
-    for request_id in tracker.store.with_outbox():
-        flush_outbox(request_id, tracker.store, tracker.notifier)
+        sweep.each(str(record["requestId"]), "overdue", _flag_overdue, tracker, record, now)
+    for request_id in store.with_outbox():
+        sweep.each(request_id, "outbox", flush_outbox, request_id, store, tracker.notifier)
+    for request_id in store.with_pending_cancels():
+        sweep.each(request_id, "cancel", _retry_cancels, tracker, request_id)
     if tracker.deployments is not None:
-        changed += refresh_deployments(tracker.deployments)
+        changed += refresh_deployments(tracker.deployments, sweep)
+    log.info(
+        "tick done",
+        extra={"fields": {"changed": changed, "failed": sweep.failed, **sweep.failures}},
+    )
     return changed
+
+
+def _listed(tracker: Tracker, location: str, since: datetime | None) -> list[VertexJob]:
+    return list(tracker.backend.list_labelled(location, created_since=since))
+
+
+def _listing_windows(
+    active: list[dict[str, Any]], default_location: str
+) -> list[tuple[str, datetime | None]]:
+    """One listing per location of an active record, from its oldest active attempt's job.
+
+    Anchored on the job's create time as Vertex reports it (``vertexCreateTime``), not on
+    when the record was written: a job adopted hours after Vertex made it must stay in reach.
+    """
+    anchors: dict[str, datetime] = {}
+    for record in active:
+        location = str(record.get("location") or default_location)
+        anchor = (
+            record.get("vertexCreateTime")
+            or record.get("attemptSubmittedAt")
+            or record.get("createdAt")
+        )
+        if isinstance(anchor, datetime):
+            anchors[location] = min(anchor, anchors.get(location, anchor))
+    return [(loc, anchors[loc] - LIST_MARGIN) for loc in sorted(anchors)]
+
+
+def _settle_listed(tracker: Tracker, record: dict[str, Any], job: VertexJob) -> str | None:
+    request_id = str(record["requestId"])
+    if record.get("vertexJob") == job.name:
+        return observe_job(tracker, request_id, job)
+    if is_stray(record, job):
+        # Created under one of this request's attempts but not the job its record follows (a
+        # create that landed after its claim expired, a crash after a cancel): nothing will
+        # ever follow it, so it is cancelled rather than left holding GPUs.
+        log.warning("stray job found under the request's labels", extra=_fields(job))
+        cancel_until_confirmed(tracker, request_id, [job.name])
+    return None
+
+
+def _retry_cancels(tracker: Tracker, request_id: str) -> list[str]:
+    record = tracker.store.get(request_id) or {}
+    return drive_cancels(tracker, request_id, list(record.get("pendingCancels") or []))
+
+
+def _fields(job: VertexJob) -> dict[str, Any]:
+    return {"fields": {"vertexJob": job.name, "labels": job.labels, "vertexState": job.state}}
 
 
 def _flag_overdue(tracker: Tracker, record: dict[str, Any], now: datetime) -> None:

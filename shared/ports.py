@@ -16,7 +16,6 @@ from shared.domain.hints import HintAction
 from shared.domain.jobs import Change, VertexJob
 from shared.domain.records import Claim, Submission
 from shared.domain.request import JobRequest
-from shared.errors import FieldError
 
 # Claim and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
@@ -45,17 +44,17 @@ class JobStore(Protocol):
     def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
         """Record the Vertex job of an attempt (idempotent for the same job).
 
-        Returns False, writing nothing, when the record reached a terminal state meanwhile
-        (it was cancelled): the caller must cancel the job it created.
+        Returns False, writing nothing, when the record will not take this job (see
+        :func:`~shared.domain.records.submission_write`): the caller must cancel it.
         """
+        ...
+
+    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        """Create the record ``record`` only if none exists; False when one does."""
         ...
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
-        ...
-
-    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
-        """Mark a claimed request FAILED for good (Vertex refused it), keeping the reason."""
         ...
 
     def get(self, request_id: str) -> dict[str, Any] | None:
@@ -101,14 +100,15 @@ class JobStore(Protocol):
         """Read the record, let ``decide`` compute a change, write it, in one transaction."""
         ...
 
-    def due_retries(self, now: datetime) -> list[str]:
-        """requestIds in RETRYING whose next attempt is due."""
+    def due_submissions(self, now: datetime) -> list[str]:
+        """requestIds whose next submission (a retry, or a parked attempt) is due."""
         ...
 
     def claim_retry(
         self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
     ) -> str | None:
-        """Claim the submission of attempt ``attempt + 1``; None when not due or held."""
+        """Claim the submission of ``attempt`` (see
+        :func:`~shared.domain.records.submission_claimable`); None when it may not be."""
         ...
 
     def with_outbox(self) -> list[str]:
@@ -119,21 +119,22 @@ class JobStore(Protocol):
         """Forget notifications once published."""
         ...
 
+    def with_pending_cancels(self) -> list[str]:
+        """requestIds with Vertex jobs whose cancel Vertex has not confirmed yet."""
+        ...
+
 
 class CheckpointStore(Protocol):
     """Where training writes checkpoints (GCS)."""
 
-    def latest(self, prefix_uri: str) -> Checkpoint | None:
-        """The latest complete checkpoint under ``prefix_uri``, or None."""
+    def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
+        """The latest complete checkpoint under ``prefix_uri``, or None; checkpoints older
+        than ``not_before`` (another run's, in a reused directory) are ignored."""
         ...
 
 
 class JobBackend(Protocol):
     """Vertex AI: where jobs run."""
-
-    def check(self, request: JobRequest) -> list[FieldError]:
-        """Problems Vertex would refuse the body for (unknown fields, wrong types)."""
-        ...
 
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
@@ -202,7 +203,8 @@ class DeploymentStore(Protocol):
         ...
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
-        """Mark a claimed request FAILED for good (Vertex refused it), keeping the reason."""
+        """Mark a request FAILED for good (Vertex refused it), keeping the reason; never
+        overwrites DEPLOYED or FAILED (see :func:`~shared.domain.deployments.deploy_failed`)."""
         ...
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
@@ -217,6 +219,15 @@ class DeploymentStore(Protocol):
         """Every record in DEPLOYING (its operation not yet seen done)."""
         ...
 
+    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
+        """Park a deployment Vertex refused for quota (see
+        :func:`~shared.domain.deployments.deploy_parked`), dropping its claim."""
+        ...
+
+    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+        """Every parked record whose next deployment is due."""
+        ...
+
     def apply_operation(
         self, request_id: str, status: OperationStatus, now: datetime
     ) -> str | None:
@@ -226,10 +237,6 @@ class DeploymentStore(Protocol):
 
 class DeploymentBackend(Protocol):
     """Vertex AI EndpointService: where models are deployed for prediction."""
-
-    def check(self, request: JobRequest) -> list[FieldError]:
-        """Problems Vertex would refuse a ``deployModel`` body for (unknown fields, types)."""
-        ...
 
     def find(self, endpoint: str, request_id: str) -> str | None:
         """The id of this request's model already deployed on ``endpoint``, or None."""

@@ -16,6 +16,10 @@ from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
     carries_tag,
+    deploy_failed,
+    deploy_parked,
+    deployment_settled,
+    new_deployment,
     observe_operation,
     tagged_display_name,
 )
@@ -28,10 +32,11 @@ from shared.domain.records import (
     existing_claim,
     job_settled,
     new_record,
+    submission_claimable,
     submission_write,
 )
 from shared.domain.request import JobRequest
-from shared.errors import BackendRejected, FieldError, SubmissionInProgress
+from shared.errors import BackendRejected, SubmissionInProgress
 
 # Request kind -> the Vertex collection its resources are named in.
 COLLECTIONS = {
@@ -89,9 +94,12 @@ class InMemoryJobStore:
             if (current.get("claim") or {}).get("token") == token:
                 current.pop("claim")
 
-    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
         with self._lock:
-            self.jobs[request_id].update(state=JobState.FAILED.value, reason=reason)
+            if request_id in self.jobs:
+                return False
+            self.jobs[request_id] = copy.deepcopy(dict(record))
+            return True
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -150,12 +158,12 @@ class InMemoryJobStore:
                 self.attempts.setdefault(key, {}).update(change.attempt)
             return change
 
-    def due_retries(self, now: datetime) -> list[str]:
+    def due_submissions(self, now: datetime) -> list[str]:
         with self._lock:
             return [
                 r["requestId"]
                 for r in self.jobs.values()
-                if r["state"] == JobState.RETRYING.value and r["nextAttemptAt"] <= now
+                if r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
             ]
 
     def claim_retry(
@@ -163,17 +171,11 @@ class InMemoryJobStore:
     ) -> str | None:
         with self._lock:
             current = self.jobs[request_id]
-            held = (current.get("claim") or {}).get("expiresAt")
-            if (
-                current["state"] != JobState.RETRYING.value
-                or current.get("cancelRequested")
-                or current["attempt"] != attempt
-                or current.get("nextAttemptAt", now) > now
-                or (held is not None and held > now)
-            ):
+            if not submission_claimable(copy.deepcopy(current), attempt, now):
                 return None
             token = uuid.uuid4().hex
             current["claim"] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+            current["updatedAt"] = now
             return token
 
     def with_outbox(self) -> list[str]:
@@ -186,6 +188,10 @@ class InMemoryJobStore:
             current["outbox"] = [m for m in current.get("outbox") or [] if m not in sent]
             current["outboxPending"] = bool(current["outbox"])
 
+    def with_pending_cancels(self) -> list[str]:
+        with self._lock:
+            return [r["requestId"] for r in self.jobs.values() if r.get("cancelPending")]
+
 
 class InMemoryJobBackend:
     def __init__(self, project: str = "p") -> None:
@@ -194,17 +200,19 @@ class InMemoryJobBackend:
         self.created: list[tuple[JobRequest, dict[str, str]]] = []
         self._ids = itertools.count(1000)
         self.fail_with: Exception | None = None
+        # Raised by create() *after* the job was made, like a create whose answer was lost.
+        self.fail_after_create: Exception | None = None
+        # Raised by cancel(), like a cancel Vertex did not confirm.
+        self.fail_cancel_with: Exception | None = None
         # Raised by get(), like a Vertex read that failed (e.g. BackendUnavailable).
         self.fail_get_with: Exception | None = None
         self.reads: list[str] = []
+        self.cancels: list[str] = []
 
     def update(self, name: str, **fields: Any) -> VertexJob:
         """Move a job on, as Vertex would: ``update(name, state="JOB_STATE_RUNNING", ...)``."""
         self.jobs[name] = dataclasses.replace(self.jobs[name], **fields)
         return self.jobs[name]
-
-    def check(self, request: JobRequest) -> list[FieldError]:
-        return []
 
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
@@ -228,6 +236,9 @@ class InMemoryJobBackend:
         job = VertexJob(name=name, state=state, labels=dict(labels))
         self.jobs[name] = job
         self.created.append((request, dict(labels)))
+        if self.fail_after_create is not None:
+            error, self.fail_after_create = self.fail_after_create, None
+            raise error
         return job
 
     def get(self, name: str) -> VertexJob:
@@ -246,7 +257,12 @@ class InMemoryJobBackend:
         ]
 
     def cancel(self, name: str) -> None:
+        self.cancels.append(name)
+        if self.fail_cancel_with is not None:
+            raise self.fail_cancel_with
         job = self.jobs[name]
+        if job.state.endswith(("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED")):
+            return  # ended already: as cancelled as it gets (the Vertex adapter's contract)
         state = (
             "PIPELINE_STATE_CANCELLED" if "/trainingPipelines/" in name else "JOB_STATE_CANCELLED"
         )
@@ -287,9 +303,13 @@ class InMemoryCheckpointStore:
         self.checkpoints.setdefault(prefix_uri, []).append(checkpoint)
         return checkpoint
 
-    def latest(self, prefix_uri: str) -> Checkpoint | None:
+    def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
         self.asked.append(prefix_uri)
-        found = self.checkpoints.get(prefix_uri) or []
+        found = [
+            c
+            for c in self.checkpoints.get(prefix_uri) or []
+            if not_before is None or c.at >= not_before
+        ]
         return max(found, key=lambda c: (c.step or 0, c.at)) if found else None
 
 
@@ -314,33 +334,15 @@ class InMemoryDeploymentStore:
         self.records: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _settled(record: dict[str, Any]) -> bool:
-        return record["state"] != DeploymentState.ACCEPTED.value or bool(
-            record.get("operation") or record.get("deployedModelId")
-        )
-
     def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
         with self._lock:
             token = uuid.uuid4().hex
             lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
             current = self.records.get(request.request_id)
             if current is None:
-                resources = request.spec["deployedModel"].get("dedicatedResources", {})
-                self.records[request.request_id] = {
-                    "requestId": request.request_id,
-                    "kind": request.kind,
-                    "state": DeploymentState.ACCEPTED.value,
-                    "endpoint": request.spec["endpoint"],
-                    "spot": resources.get("spot") is True,
-                    "operation": None,
-                    "deployedModelId": None,
-                    "createdAt": now,
-                    "updatedAt": now,
-                    "claim": lease,
-                }
+                self.records[request.request_id] = {**new_deployment(request, now), "claim": lease}
                 return Claim(token=token)
-            if self._settled(current):
+            if deployment_settled(current):
                 return Claim(record=copy.deepcopy(current))
             held = current.get("claim") or {}
             if held.get("expiresAt") is not None and held["expiresAt"] > now:
@@ -351,8 +353,8 @@ class InMemoryDeploymentStore:
     def _finish(self, request_id: str, fields: dict[str, Any]) -> None:
         with self._lock:
             current = self.records[request_id]
-            if not self._settled(current):
-                current.update(fields)
+            if not deployment_settled(current):
+                current.update(fields, nextAttemptAt=None, reason=None)
                 current.pop("claim", None)
 
     def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
@@ -376,8 +378,20 @@ class InMemoryDeploymentStore:
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         with self._lock:
             current = self.records[request_id]
-            current.update(state=DeploymentState.FAILED.value, reason=reason, updatedAt=now)
-            current.pop("claim", None)
+            current.update(deploy_failed(current, reason, now) or {})
+
+    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
+        with self._lock:
+            current = self.records[request_id]
+            current.update(deploy_parked(current, now, delay_seconds, detail) or {})
+
+    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy.deepcopy(r)
+                for r in self.records.values()
+                if r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
+            ]
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         with self._lock:
@@ -422,9 +436,6 @@ class InMemoryDeploymentBackend:
 
     def add_endpoint(self, name: str) -> None:
         self.endpoints.setdefault(name, [])
-
-    def check(self, request: JobRequest) -> list[FieldError]:
-        return []
 
     def find(self, endpoint: str, request_id: str) -> str | None:
         if endpoint not in self.endpoints:

@@ -115,9 +115,16 @@ class SimulatorControl:
         *,
         when: str = "before",
         message: str | None = None,
+        late_seconds: float | None = None,
     ) -> dict[str, Any]:
-        """Fail the next ``count`` matching calls with ``code``; returns armed faults."""
+        """Fail the next ``count`` matching calls with ``code``; returns armed faults.
+
+        ``when``: "before" (no effect), "after" (effect, then the fault) or "late" (the fault at
+        once, the effect ``late_seconds`` later).
+        """
         body: dict[str, Any] = {"code": code, "count": count, "when": when}
+        if late_seconds is not None:
+            body["lateSeconds"] = late_seconds
         if methods:
             body["methods"] = list(methods)
         if message:

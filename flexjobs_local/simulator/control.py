@@ -10,7 +10,8 @@ GET      /capacity             ``{"defaultGpus", "pools": [{location, accelerato
 POST     /capacity             ``{"location", "acceleratorType", "gpus"}`` or
                                ``{"defaultGpus"}`` → same as GET
 GET      /faults               ``{"faults": [{code, remaining, methods, message, when}]}``
-POST     /faults               ``{"code", "count", "methods"?, "when"?, "message"?}`` → faults
+POST     /faults               ``{"code", "count", "methods"?, "when"?, "message"?,
+                               "lateSeconds"?}`` → faults
 DELETE   /faults               → ``{"faults": []}``
 GET      /calls[?method=M]     list of ``{method, time, simTime, request, code, message}``
 DELETE   /calls                ``{"cleared": n}``
@@ -126,6 +127,7 @@ class ControlApp:
             methods,
             when=_field(body, "when", str, "before"),
             message=_field(body, "message", str, None),
+            late_seconds=float(_field(body, "lateSeconds", (int, float), 2.0)),
         )
 
     def _set_time_factor(self, body: Body, query: Query) -> Any:

@@ -351,7 +351,11 @@ class FaultRule:
     remaining: int
     methods: frozenset[str]
     message: str
-    when: str = "before"  # "before": the call has no effect; "after": it takes effect first
+    # "before": the call has no effect; "after": it takes effect first; "late": the caller is
+    # answered at once, and the call takes effect ``late_seconds`` (wall time) afterwards, like
+    # a create still in flight inside Vertex when its caller's deadline passed.
+    when: str = "before"
+    late_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -360,6 +364,7 @@ class FaultRule:
             "methods": sorted(self.methods),
             "message": self.message,
             "when": self.when,
+            "lateSeconds": self.late_seconds,
         }
 
 
@@ -715,24 +720,30 @@ class Engine:
         *,
         when: str = "before",
         message: str | None = None,
+        late_seconds: float = 2.0,
     ) -> dict[str, Any]:
         """Make the next ``count`` calls (of ``methods``, or any) fail with status ``code``.
 
         ``when="before"`` fails the call before it has any effect; ``when="after"`` lets it take
-        effect and then fails the response (a lost reply, to exercise idempotent retries).
+        effect and then fails the response (a lost reply, to exercise idempotent retries);
+        ``when="late"`` fails the response at once and lets the call take effect
+        ``late_seconds`` later (a timed-out create that still happens).
         """
         if code not in STATUS_CODES or code == "OK":
             raise SimError("INVALID_ARGUMENT", f"Unknown gRPC status code {code!r}.")
         if count < 1:
             raise SimError("INVALID_ARGUMENT", "count must be at least 1.")
-        if when not in ("before", "after"):
-            raise SimError("INVALID_ARGUMENT", "when must be 'before' or 'after'.")
+        if when not in ("before", "after", "late"):
+            raise SimError("INVALID_ARGUMENT", "when must be 'before', 'after' or 'late'.")
+        if late_seconds < 0:
+            raise SimError("INVALID_ARGUMENT", "lateSeconds must not be negative.")
         rule = FaultRule(
             code=code,
             remaining=int(count),
             methods=frozenset(methods or ()),
             message=message or _DEFAULT_FAULT_MESSAGES.get(code, f"Injected fault ({code})."),
             when=when,
+            late_seconds=float(late_seconds),
         )
         with self._lock:
             self._faults.append(rule)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -56,6 +57,11 @@ class _Method:
         fault = self._engine.take_fault(self._name)
         if fault is not None and fault.when == "before":
             self._fail(context, request_json, fault.code, fault.message)
+        if fault is not None and fault.when == "late":
+            timer = threading.Timer(fault.late_seconds, self._late, args=(request,))
+            timer.daemon = True
+            timer.start()
+            self._fail(context, request_json, fault.code, fault.message)
         try:
             response = self._impl(request)
         except SimError as err:
@@ -68,6 +74,13 @@ class _Method:
             self._fail(context, request_json, fault.code, fault.message)
         self._engine.record_call(self._name, request_json, "OK")
         return response
+
+    def _late(self, request: Any) -> None:
+        """Let a call whose caller was already answered with a fault take effect now."""
+        try:
+            self._impl(request)
+        except SimError as err:
+            self._engine.record_call(self._name, _request_json(request), err.code, err.message)
 
     def _fail(
         self, context: grpc.ServicerContext, request_json: dict[str, Any], code: str, message: str

@@ -23,7 +23,6 @@ from shared.adapters.vertex import (
 from shared.config import Settings
 from shared.domain.deployments import OperationStatus, carries_tag, tagged_display_name
 from shared.domain.request import JobRequest
-from shared.errors import FieldError
 
 KIND = "deployModel"
 
@@ -46,26 +45,6 @@ class VertexDeploymentBackend:
 
     def _client(self, resource_name: str) -> Any:
         return self._clients.get(ENDPOINT_SERVICE, location_of(resource_name))
-
-    def check(self, request: JobRequest) -> list[FieldError]:
-        """Parse the body into the v1 ``DeployModelRequest``, as Vertex would.
-
-        Requests of other kinds are left to their own backend.
-        """
-        if request.kind != KIND:
-            return []
-        from google.cloud.aiplatform_v1.types import DeployModelRequest
-        from google.protobuf import json_format
-
-        try:
-            # The request body is exactly a DeployModelRequest: endpoint, deployedModel and
-            # trafficSplit, so any other key is refused as Vertex would refuse it.
-            DeployModelRequest.from_json(json.dumps(request.spec))
-        except (json_format.Error, ValueError, RecursionError, TypeError) as exc:
-            # json_format.ParseError is not a ValueError (protobuf 5+); its text names the
-            # offending field, which is what the requester needs to fix it.
-            return [FieldError(KIND, f"not a valid Vertex AI v1 DeployModel request: {exc}")]
-        return []
 
     def find(self, endpoint: str, request_id: str) -> str | None:
         """The id of the deployed model on ``endpoint`` whose display name carries the tag."""
@@ -101,6 +80,7 @@ class VertexDeploymentBackend:
                 retry=None,
                 timeout=self._settings.call_timeout_seconds,
             ),
+            creates=True,
         )
         # An api_core Operation future; its raw operations_pb2.Operation has the name.
         return str(started.operation.name)

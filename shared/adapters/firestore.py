@@ -27,6 +27,7 @@ from shared.domain.records import (
     existing_claim,
     job_settled,
     new_record,
+    submission_claimable,
     submission_write,
 )
 from shared.domain.request import JobRequest
@@ -182,6 +183,14 @@ class FirestoreJobStore:
     def release(self, request_id: str, token: str, now: datetime) -> None:
         release_claim(self.db, self._ref(request_id), token, now)
 
+    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        ref = self._ref(request_id)
+        try:
+            call_firestore("create", lambda: ref.create(dict(record)))
+        except gexc.Conflict:
+            return False  # AlreadyExists: the request's own record is there
+        return True
+
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
         snap = call_firestore("get attempt", ref.get)
@@ -255,12 +264,9 @@ class FirestoreJobStore:
         result: Change | None = call_firestore("transaction", lambda: apply(self.db.transaction()))
         return result
 
-    def due_retries(self, now: datetime) -> list[str]:
-        query = (
-            self.db.collection(JOBS)
-            .where(filter=_eq("state", JobState.RETRYING.value))
-            .where(filter=FieldFilter("nextAttemptAt", "<=", now))
-        )
+    def due_submissions(self, now: datetime) -> list[str]:
+        # One single-field range: Firestore indexes it on its own, no composite index needed.
+        query = self.db.collection(JOBS).where(filter=FieldFilter("nextAttemptAt", "<=", now))
         return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
     def claim_retry(
@@ -274,15 +280,7 @@ class FirestoreJobStore:
         @firestore.transactional
         def take(txn: Any) -> str | None:
             current = ref.get(transaction=txn).to_dict() or {}
-            due = current.get("nextAttemptAt")
-            held = (current.get("claim") or {}).get("expiresAt")
-            if (
-                current.get("state") != JobState.RETRYING.value
-                or current.get("cancelRequested")
-                or current.get("attempt") != attempt
-                or (due is not None and due > now)
-                or (held is not None and held > now)
-            ):
+            if not submission_claimable(current, attempt, now):
                 return None
             lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
             txn.update(ref, {"claim": lease, "updatedAt": now})
@@ -308,20 +306,9 @@ class FirestoreJobStore:
 
         call_firestore("outbox transaction", lambda: drop(self.db.transaction()))
 
-    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
-        """Mark a request that Vertex refused for good as FAILED, keeping the reason."""
-        ref = self._ref(request_id)
-        call_firestore(
-            "update",
-            lambda: ref.update(
-                {
-                    "state": JobState.FAILED.value,
-                    "reason": reason,
-                    "updatedAt": now,
-                    "endedAt": now,
-                }
-            ),
-        )
+    def with_pending_cancels(self) -> list[str]:
+        query = self.db.collection(JOBS).where(filter=_eq("cancelPending", True))
+        return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
 
 REJECTIONS = "rejections"

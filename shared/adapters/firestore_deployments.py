@@ -7,12 +7,19 @@ claim" and "claim expired, take it over" (:func:`shared.adapters.firestore.claim
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.firestore import call_firestore, claim_document, release_claim
-from shared.domain.deployments import KIND, DeploymentState, OperationStatus, observe_operation
+from shared.domain.deployments import (
+    DeploymentState,
+    OperationStatus,
+    deploy_failed,
+    deploy_parked,
+    deployment_settled,
+    new_deployment,
+    observe_operation,
+)
 from shared.domain.ids import doc_id
 from shared.domain.request import JobRequest
 from shared.ports import Claim
@@ -21,12 +28,8 @@ if TYPE_CHECKING:
     from shared.adapters.firestore import FirestoreJobStore
 
 DEPLOYMENTS = "deployments"
-
-
-def _settled(current: dict[str, Any]) -> bool:
-    return current.get("state") != DeploymentState.ACCEPTED.value or bool(
-        current.get("operation") or current.get("deployedModelId")
-    )
+# A parked deployment that was deployed after all is no longer waiting.
+_UNPARK = {"nextAttemptAt": None, "reason": None}
 
 
 class FirestoreDeploymentStore:
@@ -45,31 +48,14 @@ class FirestoreDeploymentStore:
 
     def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
         """Create ``deployments/{id}`` in ACCEPTED, or report the existing record."""
-        spec = request.spec
-        deployed = spec.get("deployedModel") or {}
-        resources = deployed.get("dedicatedResources") or {}
-        record = {
-            "requestId": request.request_id,
-            "kind": KIND,
-            "state": DeploymentState.ACCEPTED.value,
-            "endpoint": spec.get("endpoint"),
-            "model": deployed.get("model"),
-            "displayName": request.display_name,
-            "spot": resources.get("spot") is True,
-            "operation": None,
-            "deployedModelId": None,
-            # JSON text, like the jobs' request: Firestore cannot hold arrays of arrays.
-            "request": json.dumps(spec, sort_keys=True),
-            "createdAt": now,
-            "updatedAt": now,
-        }
+        record = new_deployment(request, now)
         return claim_document(
             self._jobs.db,
             self._ref(request.request_id),
             record,
             now=now,
             ttl_seconds=ttl_seconds,
-            settled=_settled,
+            settled=deployment_settled,
         )
 
     def _finish_claim(self, token: str, request_id: str, fields: dict[str, Any]) -> None:
@@ -80,7 +66,7 @@ class FirestoreDeploymentStore:
         @firestore.transactional
         def write(txn: Any) -> None:
             current = ref.get(transaction=txn).to_dict() or {}
-            if _settled(current):
+            if deployment_settled(current):
                 return  # a redelivery that found the same deployment recorded it first
             txn.update(ref, {**fields, "claim": firestore.DELETE_FIELD})
 
@@ -89,7 +75,7 @@ class FirestoreDeploymentStore:
     def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
         """The DeployModel operation started: DEPLOYING, with its name."""
         fields = {"state": DeploymentState.DEPLOYING.value, "operation": operation}
-        self._finish_claim(token, request_id, {**fields, "updatedAt": now})
+        self._finish_claim(token, request_id, {**fields, **_UNPARK, "updatedAt": now})
 
     def record_adopted(
         self, token: str, request_id: str, deployed_model_id: str, now: datetime
@@ -100,21 +86,21 @@ class FirestoreDeploymentStore:
             "deployedModelId": deployed_model_id,
             "deployedAt": now,
         }
-        self._finish_claim(token, request_id, {**fields, "updatedAt": now})
+        self._finish_claim(token, request_id, {**fields, **_UNPARK, "updatedAt": now})
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
-        """Vertex refused the deployment for good: FAILED with the reason."""
+        """Vertex refused the deployment for good: FAILED with the reason (once)."""
         from google.cloud import firestore
 
         ref = self._ref(request_id)
-        fields = {
-            "state": DeploymentState.FAILED.value,
-            "reason": reason,
-            "updatedAt": now,
-            "endedAt": now,
-            "claim": firestore.DELETE_FIELD,
-        }
-        call_firestore("update", lambda: ref.update(fields))
+
+        @firestore.transactional
+        def write(txn: Any) -> None:
+            fields = deploy_failed(ref.get(transaction=txn).to_dict() or {}, reason, now)
+            if fields is not None:
+                txn.update(ref, fields)
+
+        call_firestore("failure transaction", lambda: write(self._jobs.db.transaction()))
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Drop this delivery's claim, if it still holds it."""
@@ -126,6 +112,30 @@ class FirestoreDeploymentStore:
 
         query = self._jobs.db.collection(DEPLOYMENTS).where(
             filter=FieldFilter("state", "==", DeploymentState.DEPLOYING.value)
+        )
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
+        """Park a deployment refused for quota, in one transaction."""
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        @firestore.transactional
+        def write(txn: Any) -> None:
+            current = ref.get(transaction=txn).to_dict() or {}
+            fields = deploy_parked(current, now, delay_seconds, detail)
+            if fields is not None:
+                txn.update(ref, fields)
+
+        call_firestore("park transaction", lambda: write(self._jobs.db.transaction()))
+
+    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+        """Every parked record whose next deployment is due (one single-field range query)."""
+        from google.cloud.firestore_v1.base_query import FieldFilter
+
+        query = self._jobs.db.collection(DEPLOYMENTS).where(
+            filter=FieldFilter("nextAttemptAt", "<=", now)
         )
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 

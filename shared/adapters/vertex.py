@@ -25,29 +25,43 @@ from google.api_core import retry as gretry
 
 from shared.config import Settings
 from shared.domain.jobs import VertexJob
+from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.request import JobRequest
-from shared.errors import BackendRejected, BackendUnavailable, FieldError
+from shared.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    OutcomeUnknown,
+    QuotaExhausted,
+)
 
 T = TypeVar("T")
 
 LABEL_REQUEST = "flexjobs-request"
 LABEL_ATTEMPT = "flexjobs-attempt"
 
-# Faults that may pass: the caller raises so Pub/Sub redelivers. PermissionDenied is here too:
-# it is an operator's IAM mistake, and once fixed the same message succeeds (a dead-letter
-# topic bounds the redeliveries meanwhile).
+# Faults that may pass: the caller raises so Pub/Sub redelivers. RESOURCE_EXHAUSTED (quota) is
+# its own class: a create refused for quota is parked and retried from the tick.
 _TRANSIENT = (
     gexc.ServiceUnavailable,
     gexc.DeadlineExceeded,
-    gexc.ResourceExhausted,
     gexc.InternalServerError,
     gexc.Aborted,
     gexc.Unknown,
-    gexc.PermissionDenied,
     gexc.Unauthenticated,
     gexc.RetryError,
 )
-_REJECTED = (gexc.InvalidArgument, gexc.FailedPrecondition, gexc.NotFound, gexc.OutOfRange)
+# Refusals for good. PermissionDenied is one: redelivering a create the function may not make
+# only fills the dead-letter topic, so the request is FAILED with the reason instead.
+_REJECTED = (
+    gexc.InvalidArgument,
+    gexc.FailedPrecondition,
+    gexc.NotFound,
+    gexc.OutOfRange,
+    gexc.PermissionDenied,
+)
+# After these, a create may still have happened (the request reached Vertex, the answer did
+# not reach us). UNAVAILABLE means the call was not served, so it is not ambiguous.
+_AMBIGUOUS = (gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError, gexc.Aborted)
 
 # Reads are safe to repeat, so api_core retries them briefly. Creates are never retried here:
 # a create that timed out may have happened, and only the label lookup of the redelivery can
@@ -119,19 +133,42 @@ TRAINING_KINDS: dict[str, TrainingKind] = {
 _BY_COLLECTION = {k.collection: k for k in TRAINING_KINDS.values()}
 
 
-def call_vertex(what: str, fn: Callable[[], T]) -> T:
+def call_vertex(what: str, fn: Callable[[], T], *, creates: bool = False) -> T:
     """Run one Vertex call, translating its faults into flexjobs errors.
 
+    ``creates`` marks a call that makes something (a job, a deployment): a timeout or a
+    broken-off answer then means the outcome is unknown, not merely that the call failed.
+
     Raises:
+        QuotaExhausted: RESOURCE_EXHAUSTED (a quota is used up for now).
+        OutcomeUnknown: a creating call that may have happened.
         BackendUnavailable: a fault that may pass (redeliver).
         BackendRejected: Vertex refused the call for good.
     """
     try:
         return fn()
+    except gexc.ResourceExhausted as exc:
+        raise QuotaExhausted(f"Vertex AI {what} refused for quota: {exc}") from exc
     except _TRANSIENT as exc:
+        if creates and isinstance(exc, _AMBIGUOUS):
+            raise OutcomeUnknown(f"Vertex AI {what} may have happened: {exc}") from exc
         raise BackendUnavailable(f"Vertex AI {what} failed: {exc}") from exc
     except _REJECTED as exc:
         raise BackendRejected(f"Vertex AI refused {what}: {exc}") from exc
+
+
+def require_region(location: str) -> str:
+    """Return ``location`` when it is a region name.
+
+    Defence in depth: the location goes into the host name (``{location}-aiplatform...``) and
+    into resource paths, so nothing else may reach a client, whatever the caller checked.
+
+    Raises:
+        BackendRejected: ``location`` is not a Vertex AI region name.
+    """
+    if not is_region(location):
+        raise BackendRejected(f"location {location!r} is not {REGION_HINT}; no call was made")
+    return location
 
 
 def build_gapic_client(settings: Settings, service: str, location: str) -> Any:
@@ -139,8 +176,13 @@ def build_gapic_client(settings: Settings, service: str, location: str) -> Any:
 
     With a local endpoint (the simulator) the client runs on a plaintext gRPC channel with no
     credentials; otherwise on the regional endpoint, or ``FLEXJOBS_VERTEX_ENDPOINT`` if set.
+
+    Raises:
+        BackendRejected: ``location`` is not a region name.
     """
     import importlib
+
+    require_region(location)
 
     from google.cloud import aiplatform_v1
 
@@ -169,7 +211,12 @@ class GapicClients:
         self._lock = threading.Lock()
 
     def get(self, service: str, location: str) -> Any:
-        """The client of ``service`` in ``location``, built on first use."""
+        """The client of ``service`` in ``location``, built on first use.
+
+        Raises:
+            BackendRejected: ``location`` is not a region name (whatever the factory).
+        """
+        require_region(location)
         with self._lock:
             key = (service, location)
             if key not in self._clients:
@@ -231,24 +278,6 @@ class VertexJobBackend:
     def _parent(self, location: str) -> str:
         return f"projects/{self._settings.project}/locations/{location}"
 
-    def check(self, request: JobRequest) -> list[FieldError]:
-        """Parse the REST body into the v1 proto, as Vertex would, and report what it refuses.
-
-        Kinds that are not training jobs (``deployModel``) are left to their own backend.
-        """
-        kind = TRAINING_KINDS.get(request.kind)
-        if kind is None:
-            return []
-        from google.protobuf import json_format
-
-        try:
-            _proto_class(kind).from_json(json.dumps(request.spec))
-        except (json_format.Error, ValueError, RecursionError, TypeError) as exc:
-            # json_format.ParseError is not a ValueError (protobuf 5+); its text names the
-            # offending field, which is what the requester needs to fix it.
-            return [FieldError(request.kind, f"not a valid Vertex AI v1 body: {exc}")]
-        return []
-
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
     ) -> VertexJob | None:
@@ -285,6 +314,7 @@ class VertexJobBackend:
                 retry=None,
                 timeout=self._settings.call_timeout_seconds,
             ),
+            creates=True,
         )
         return to_vertex_job(created)
 
@@ -334,15 +364,23 @@ class VertexJobBackend:
             yield to_vertex_job(job)
 
     def cancel(self, name: str) -> None:
-        """Ask Vertex to cancel a job or pipeline."""
+        """Ask Vertex to cancel a job or pipeline; idempotent.
+
+        A job that already ended (FAILED_PRECONDITION) or no longer exists (NOT_FOUND) is as
+        cancelled as it will get, so that counts as confirmed, not as an error.
+        """
         kind = kind_of_name(name)
         method = getattr(self._client(kind, location_of(name)), f"cancel_{kind.field}")
-        call_vertex(
-            kind.rpc("Cancel"),
-            lambda: method(
-                name=name, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
-            ),
-        )
+        try:
+            call_vertex(
+                kind.rpc("Cancel"),
+                lambda: method(
+                    name=name, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
+                ),
+            )
+        except BackendRejected as exc:
+            if not isinstance(exc.__cause__, gexc.FailedPrecondition | gexc.NotFound):
+                raise
 
 
 def location_of(name: str) -> str:

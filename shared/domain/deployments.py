@@ -18,12 +18,14 @@ nothing that names the request.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from shared.domain.ids import label_value
+from shared.domain.request import JobRequest
 
 KIND = "deployModel"
 
@@ -128,4 +130,70 @@ def observe_operation(
         "deployedModelId": status.deployed_model_id,
         "updatedAt": now,
         "deployedAt": now,
+    }
+
+
+def deploy_failed(record: dict[str, Any], reason: str, now: datetime) -> dict[str, Any] | None:
+    """The fields that make a deployment FAILED for good, or None when it already ended.
+
+    A deployment that reached DEPLOYED or FAILED keeps it: a late refusal (a redelivery whose
+    lookup failed) never overwrites the outcome.
+    """
+    if DeploymentState(record.get("state", DeploymentState.ACCEPTED.value)).terminal:
+        return None
+    return {
+        "state": DeploymentState.FAILED.value,
+        "reason": reason,
+        "updatedAt": now,
+        "endedAt": now,
+        "claim": None,
+    }
+
+
+def deployment_settled(record: dict[str, Any]) -> bool:
+    """A deployment record is past its claim once it has an operation or a deployed model."""
+    return record.get("state") != DeploymentState.ACCEPTED.value or bool(
+        record.get("operation") or record.get("deployedModelId")
+    )
+
+
+def deploy_parked(
+    record: dict[str, Any], now: datetime, delay_seconds: float, detail: str
+) -> dict[str, Any] | None:
+    """The fields that park a deployment Vertex refused for quota, or None when settled.
+
+    The record stays ACCEPTED with ``reason`` ``quota``; the tick deploys it again once
+    ``nextAttemptAt`` is due (its claim is dropped, so that delivery takes it over).
+    """
+    if deployment_settled(record):
+        return None
+    return {
+        "reason": "quota",
+        "quotaDetail": detail[:1024],
+        "quotaRetries": int(record.get("quotaRetries") or 0) + 1,
+        "nextAttemptAt": now + timedelta(seconds=delay_seconds),
+        "updatedAt": now,
+        "claim": None,
+    }
+
+
+def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:
+    """The record of a ``deployModel`` request just claimed (state ACCEPTED)."""
+    spec = request.spec
+    deployed = spec.get("deployedModel") or {}
+    resources = deployed.get("dedicatedResources") or {}
+    return {
+        "requestId": request.request_id,
+        "kind": KIND,
+        "state": DeploymentState.ACCEPTED.value,
+        "endpoint": spec.get("endpoint"),
+        "model": deployed.get("model"),
+        "displayName": request.display_name,
+        "spot": resources.get("spot") is True,
+        "operation": None,
+        "deployedModelId": None,
+        # JSON text, like the jobs' request: Firestore cannot hold arrays of arrays.
+        "request": json.dumps(spec, sort_keys=True),
+        "createdAt": now,
+        "updatedAt": now,
     }

@@ -1,14 +1,20 @@
 """Derive Firestore document ids and Vertex label values from a requestId.
 
-Document ids: ``%`` becomes ``%25`` and ``/`` becomes ``%2F`` (so the mapping is reversible and
-never collides); an id that is empty, ``.``, ``..``, shaped ``__x__`` or longer than 200 bytes
-once escaped becomes ``sha256-<64 hex>`` of the original. The original is always kept in the
-record's ``requestId`` field.
+Both mappings are injective: two different requestIds never share a document id, a label
+value, a run id or a rejection id. Each maps a requestId either to a *readable* form or to a
+*hashed* form, and the two ranges are kept disjoint by refusing the readable form to any
+requestId that looks like a hashed one (it is hashed instead).
 
-Label values (``flexjobs-request``): Vertex labels allow at most 63 characters of lowercase
-letters, digits, ``-`` and ``_``. A requestId that already fits is used as it is; otherwise the
-value is a sanitised prefix plus ``-`` and 16 hex digits of its SHA-256, so two requestIds that
-sanitise alike still get different labels.
+Document ids: ``%`` becomes ``%25`` and ``/`` becomes ``%2F`` (reversible, so readable ids never
+collide); an id that is empty, ``.``, ``..``, shaped ``__x__``, longer than 200 bytes once
+escaped, or that starts with ``sha256-`` (the hashed form's prefix) becomes
+``sha256-<64 hex>`` of the original. The original is always kept in the record's ``requestId``.
+
+Label values (``flexjobs-request``, also the run id): Vertex labels allow at most 63 characters
+of lowercase letters, digits, ``-`` and ``_``. A requestId that already fits is used as it is,
+unless it ends like a hashed value (16 hex digits, alone or after ``-``); otherwise the value is
+a sanitised prefix plus ``-`` and 16 hex digits of its SHA-256 (``Team/Run 7`` becomes
+``team-run-7-<16 hex>``), and the requestId ``team-run-7-<16 hex>`` itself is hashed too.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import re
 
 MAX_DOC_ID_BYTES = 200
 MAX_LABEL_CHARS = 63
-_LABEL_OK = re.compile(r"^[a-z0-9_-]{1,63}$")
+_LABEL_OK = re.compile(r"[a-z0-9_-]{1,63}")
 _LABEL_BAD_CHARS = re.compile(r"[^a-z0-9_-]+")
-_RESERVED_DOC_ID = re.compile(r"^__.*__$")
+_RESERVED_DOC_ID = re.compile(r"__.*__", re.DOTALL)
+HASHED_DOC_PREFIX = "sha256-"
+# The shape of every hashed label value: 16 hex digits, alone or after a "-".
+_HASHED_LABEL = re.compile(r"(?:.*-)?[0-9a-f]{16}", re.DOTALL)
 
 
 def _sha256(value: str) -> str:
@@ -38,8 +47,14 @@ def doc_id(request_id: str) -> str:
     """
     escaped = request_id.replace("%", "%25").replace("/", "%2F")
     too_long = len(escaped.encode("utf-8")) > MAX_DOC_ID_BYTES
-    if not escaped or escaped in {".", ".."} or _RESERVED_DOC_ID.match(escaped) or too_long:
-        return f"sha256-{_sha256(request_id)}"
+    if (
+        not escaped
+        or escaped in {".", ".."}
+        or _RESERVED_DOC_ID.fullmatch(escaped)
+        or too_long
+        or escaped.startswith(HASHED_DOC_PREFIX)
+    ):
+        return f"{HASHED_DOC_PREFIX}{_sha256(request_id)}"
     return escaped
 
 
@@ -51,8 +66,10 @@ def label_value(value: str) -> str:
         'seed-1'
         >>> label_value("Seed 1")[:7]
         'seed-1-'
+        >>> label_value(label_value("Seed 1")) == label_value("Seed 1")
+        False
     """
-    if _LABEL_OK.match(value):
+    if _LABEL_OK.fullmatch(value) and not _HASHED_LABEL.fullmatch(value):
         return value
     cleaned = _LABEL_BAD_CHARS.sub("-", value.lower()).strip("-")[: MAX_LABEL_CHARS - 17]
     digest = _sha256(value)[:16]

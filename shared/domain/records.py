@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -16,6 +16,21 @@ from shared.domain.attempts import gpu_shape
 from shared.domain.ids import label_value
 from shared.domain.jobs import JobState, VertexJob, from_vertex
 from shared.domain.request import JobRequest
+
+#: The ``reason`` of a record whose attempt Vertex refused for quota, parked for the tick.
+QUOTA_REASON = "quota"
+
+
+def notification(
+    record: dict[str, Any], state: str, attempt: int, reason: str | None
+) -> dict[str, Any]:
+    """The notification message of the contract."""
+    return {
+        "requestId": record.get("requestId"),
+        "state": state,
+        "attempt": attempt,
+        "reason": reason,
+    }
 
 
 @dataclass(frozen=True)
@@ -108,7 +123,16 @@ class SubmissionWrite:
 
 
 def submission_write(current: dict[str, Any], sub: Submission, now: datetime) -> SubmissionWrite:
-    """Decide how to record ``sub`` on the record ``current``."""
+    """Decide how to record ``sub`` on the record ``current``.
+
+    ``recorded`` is True only when the record names ``sub``'s job afterwards. Otherwise the
+    caller holds a job no record will ever follow, and must cancel it: the request was
+    cancelled meanwhile, or another delivery recorded a different job for this attempt (two
+    creates raced, one of them after a timeout), or the request has moved past this attempt.
+    """
+    job = sub.vertex_job
+    if current.get("vertexJob") == job.name or job.job_id in (current.get("vertexJobIds") or []):
+        return SubmissionWrite(recorded=True)  # a redelivery recorded this very job already
     state = JobState(current.get("state", JobState.ACCEPTED.value))
     if state.terminal or current.get("cancelRequested"):
         return SubmissionWrite(recorded=False)  # cancelled meanwhile: no attempt may start
@@ -116,9 +140,7 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
     if recorded_attempt > sub.attempt or (
         recorded_attempt == sub.attempt and current.get("vertexJob")
     ):
-        # A redelivery already recorded this attempt (it found the same job by label).
-        return SubmissionWrite(recorded=True)
-    job = sub.vertex_job
+        return SubmissionWrite(recorded=False)  # superseded: another job holds this attempt
     state = from_vertex(job.state) or JobState.QUEUED
     record = {
         "state": state.value,
@@ -132,6 +154,10 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         "location": sub.location,
         "updatedAt": now,
         "attemptSubmittedAt": now,
+        # When Vertex made the job: an adopted job may be hours older than its record, and the
+        # tick's bounded listing must still reach it.
+        "vertexCreateTime": job.create_time or now,
+        **({"reason": None} if current.get("reason") == QUOTA_REASON else {}),
         **sub.record_extra,
     }
     attempt = {
@@ -145,3 +171,104 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         **sub.extra,
     }
     return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt"))
+
+
+def pending_attempt(current: dict[str, Any]) -> int | None:
+    """The attempt a due submission would create, or None when none is waiting.
+
+    RETRYING: attempt n ended, n+1 follows. QUEUED without a Vertex job: attempt n was parked
+    (Vertex refused it for quota) and is submitted again.
+    """
+    state = current.get("state")
+    attempt = int(current.get("attempt") or 1)
+    if state == JobState.RETRYING.value:
+        return attempt + 1
+    if state == JobState.QUEUED.value and not current.get("vertexJob"):
+        return attempt
+    return None
+
+
+def submission_claimable(current: dict[str, Any], attempt: int, now: datetime) -> bool:
+    """May a delivery claim the submission of ``attempt`` (a retry or a parked attempt) now?
+
+    Only when that attempt is the one waiting, it is due, no cancel was asked for, and no live
+    claim holds it (a create whose outcome is unknown keeps its claim until it expires).
+    """
+    due = current.get("nextAttemptAt")
+    held = (current.get("claim") or {}).get("expiresAt")
+    return (
+        pending_attempt(current) == attempt
+        and not current.get("cancelRequested")
+        and (due is None or due <= now)
+        and (held is None or held <= now)
+    )
+
+
+#: A cancel for a request not seen yet leaves its record as a tombstone for at least this long.
+TOMBSTONE_TTL = timedelta(days=2)
+TOMBSTONE_REASON = "cancelled before the request arrived"
+
+
+def tombstone(request_id: str, now: datetime) -> dict[str, Any]:
+    """The record a cancel leaves for a requestId flexjobs has not seen (state CANCELLED).
+
+    A request arriving later finds it, so it creates nothing. ``expireAt`` is the Firestore
+    TTL field: a tombstone no request ever claimed is deleted after :data:`TOMBSTONE_TTL`.
+    """
+    record: dict[str, Any] = {
+        "requestId": request_id,
+        "state": JobState.CANCELLED.value,
+        "attempt": 0,
+        "vertexJob": None,
+        "cancelRequested": True,
+        "reason": TOMBSTONE_REASON,
+        "createdAt": now,
+        "updatedAt": now,
+        "endedAt": now,
+        "expireAt": now + TOMBSTONE_TTL,
+    }
+    message = notification(record, JobState.CANCELLED.value, 0, TOMBSTONE_REASON)
+    return {**record, "outbox": [message], "outboxPending": True}
+
+
+def tombstone_claimed(
+    current: dict[str, Any], request: JobRequest, default_location: str, now: datetime
+) -> dict[str, Any] | None:
+    """Fields that fill a tombstone in with the request that arrived after its cancel.
+
+    The record stays CANCELLED and keeps no TTL any more; None when ``current`` is not an
+    unclaimed tombstone.
+    """
+    if current.get("reason") != TOMBSTONE_REASON or current.get("kind"):
+        return None
+    fresh = new_record(request, default_location, now)
+    kept = ("requestId", "state", "attempt", "vertexJob", "createdAt", "reason")
+    fields = {k: v for k, v in fresh.items() if k not in kept}
+    return {**fields, "expireAt": None, "updatedAt": now}
+
+
+def is_stray(record: dict[str, Any], job: VertexJob) -> bool:
+    """Is ``job``, listed under ``record``'s request label, a job nothing will ever follow?
+
+    A live job is a stray when its attempt label names an attempt the record has settled with
+    another job, or an attempt the request has moved past. A job of a later attempt than the
+    record's is a submission in flight, and never a stray.
+
+    Examples:
+        >>> record = {"attempt": 1, "vertexJob": "p/customJobs/1", "state": "QUEUED"}
+        >>> job = VertexJob("p/customJobs/2", "JOB_STATE_QUEUED", {"flexjobs-attempt": "1"})
+        >>> is_stray(record, job)
+        True
+    """
+    state = from_vertex(job.state)
+    if job.name == record.get("vertexJob") or (state is not None and state.terminal):
+        return False
+    try:
+        job_attempt = int(job.labels.get("flexjobs-attempt", ""))
+    except ValueError:
+        return False
+    attempt = int(record.get("attempt") or 0)
+    settled = bool(record.get("vertexJob"))
+    if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
+        return True
+    return job_attempt < attempt or (job_attempt == attempt and settled)

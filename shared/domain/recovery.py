@@ -20,6 +20,7 @@ from shared.domain.checkpoints import Checkpoint
 from shared.domain.failures import DEFAULT_RULES, FailureClass, RuleTable, classify
 from shared.domain.jobs import Change, JobState, VertexJob, observe
 from shared.domain.pricing import PriceTable
+from shared.domain.records import QUOTA_REASON, notification
 from shared.domain.retry import CAPACITY, RetryPolicy, backoff_seconds, decide
 
 
@@ -32,18 +33,6 @@ class RecoveryPolicy:
     backoff_cap_seconds: float = 1800.0
     prices: PriceTable | None = None
     rand: Callable[[], float] = field(default=lambda: 0.5)
-
-
-def notification(
-    record: dict[str, Any], state: str, attempt: int, reason: str | None
-) -> dict[str, Any]:
-    """The notification message of the contract."""
-    return {
-        "requestId": record.get("requestId"),
-        "state": state,
-        "attempt": attempt,
-        "reason": reason,
-    }
 
 
 def _options(record: dict[str, Any]) -> dict[str, Any]:
@@ -68,23 +57,42 @@ def settle(
     attempt_fields = {**change.attempt, **spent, "cost": cost}
     record_fields = {**change.record, **_totals(record, spent, cost)}
     if change.state is JobState.SUCCEEDED:
-        record_fields["reason"] = None  # the reason of an earlier retry no longer applies
-        return _with(record, JobState.SUCCEEDED, record_fields, attempt_fields, None)
+        # reason None: the reason of an earlier retry no longer applies.
+        return finish(
+            record,
+            JobState.SUCCEEDED,
+            now,
+            None,
+            attempt_fields=attempt_fields,
+            fields=record_fields,
+        )
     failure = classify(job.state, job.error_code, job.error_message, policy.rules)
     if record.get("cancelRequested") or change.state is JobState.CANCELLED:
         failure = FailureClass.CANCELLED
     attempt_fields["errorClass"] = failure.value
     if failure is FailureClass.CANCELLED:
-        record_fields.update(state=JobState.CANCELLED.value, reason="cancelled")
-        return _with(record, JobState.CANCELLED, record_fields, attempt_fields, "cancelled")
+        return finish(
+            record,
+            JobState.CANCELLED,
+            now,
+            "cancelled",
+            attempt_fields=attempt_fields,
+            fields=record_fields,
+        )
     retries = dict(record.get("retries") or {})
     decision = decide(
         RetryPolicy.from_request(_options(record).get("retryPolicy")), failure, retries
     )
     reason = f"{decision.reason}: {job.error_message or job.state}"
     if not decision.retry:
-        record_fields.update(state=JobState.FAILED.value, reason=reason)
-        return _with(record, JobState.FAILED, record_fields, attempt_fields, reason)
+        return finish(
+            record,
+            JobState.FAILED,
+            now,
+            reason,
+            attempt_fields=attempt_fields,
+            fields=record_fields,
+        )
     assert decision.group is not None
     retries[decision.group] = decision.used_after
     delay = backoff_seconds(
@@ -141,35 +149,116 @@ def _totals(
 
 
 def cancel_requested(record: dict[str, Any], now: datetime) -> Change | None:
-    """Mark a cancel as asked for, before Vertex is told (so a retry never follows)."""
+    """Mark a cancel as asked for, before Vertex is told (so no attempt can start after it)."""
     state = JobState(record.get("state", JobState.ACCEPTED.value))
     if state.terminal or record.get("cancelRequested"):
         return None
     return Change(state=state, record={"cancelRequested": True, "updatedAt": now})
 
 
-def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
-    """Settle a cancelled request as CANCELLED (once), with its notification."""
+def finish(
+    record: dict[str, Any],
+    state: JobState,
+    now: datetime,
+    reason: str | None,
+    *,
+    attempt_fields: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
+) -> Change | None:
+    """Move a record to a terminal state: the one way, whatever ended it.
+
+    A Vertex job's own end (:func:`settle`), a create Vertex refused for good, and a cancel
+    all come here. It writes the notification into the outbox in the same change, clears the
+    claim and retry schedule, and never overwrites a terminal state (None then): a request
+    refused by Vertex after a cancel stays CANCELLED, and one CANCELLED stays so. ``fields``
+    adds to what is written (the attempt's accounting; ``endedAt`` as Vertex reports it).
+    """
+    if not state.terminal:
+        raise ValueError(f"{state} is not a terminal state")
     if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
         return None
-    fields = {"state": JobState.CANCELLED.value, "reason": "cancelled", "updatedAt": now}
-    fields["endedAt"] = now
-    # An attempt that already ended (the request was RETRYING) keeps how it ended.
-    running = record.get("state") != JobState.RETRYING.value
+    written = {
+        "updatedAt": now,
+        "endedAt": now,
+        "claim": None,
+        "nextAttemptAt": None,
+        **(fields or {}),
+        "state": state.value,
+        "reason": reason,
+    }
+    return _with(record, state, written, attempt_fields or {}, reason)
+
+
+def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
+    """Settle a cancelled request as CANCELLED (once), with its notification."""
+    # An attempt that already ended (RETRYING), or never got a job, keeps how it ended.
+    running = record.get("state") != JobState.RETRYING.value and bool(record.get("vertexJob"))
     attempt = (
         {"state": JobState.CANCELLED.value, "errorClass": FailureClass.CANCELLED.value}
         if running
         else {}
     )
-    return _with(record, JobState.CANCELLED, fields, attempt, "cancelled")
+    return finish(record, JobState.CANCELLED, now, "cancelled", attempt_fields=attempt)
 
 
 def failed(record: dict[str, Any], now: datetime, reason: str) -> Change | None:
     """Settle a request FAILED for a reason outside Vertex's job state (a refused create)."""
-    if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
+    return finish(record, JobState.FAILED, now, reason)
+
+
+def parked(
+    record: dict[str, Any], now: datetime, attempt: int, delay_seconds: float, detail: str
+) -> Change | None:
+    """Park the submission of ``attempt`` after Vertex refused it for quota.
+
+    Attempt 1 waits as QUEUED with no Vertex job; a retry stays RETRYING. Either way
+    ``reason`` is ``quota`` and the tick submits it again once ``nextAttemptAt`` is due.
+    """
+    state = JobState(record.get("state", JobState.ACCEPTED.value))
+    if state.terminal or record.get("cancelRequested"):
         return None
-    fields = {"state": JobState.FAILED.value, "reason": reason, "updatedAt": now, "endedAt": now}
-    return _with(record, JobState.FAILED, fields, {}, reason)
+    fields: dict[str, Any] = {
+        "reason": QUOTA_REASON,
+        "quotaDetail": detail[:1024],
+        "quotaRetries": int(record.get("quotaRetries") or 0) + 1,
+        "nextAttemptAt": now + timedelta(seconds=delay_seconds),
+        "updatedAt": now,
+        "claim": None,
+    }
+    if state is not JobState.RETRYING:
+        fields.update(state=JobState.QUEUED.value, attempt=attempt, vertexJob=None)
+    return Change(state=JobState(fields.get("state", state.value)), record=fields)
+
+
+#: At most this many Vertex jobs wait on one record for their cancel to be confirmed.
+MAX_PENDING_CANCELS = 50
+
+
+def cancels_pending(record: dict[str, Any], names: list[str], now: datetime) -> Change | None:
+    """Remember Vertex jobs that must be cancelled, until Vertex confirms each.
+
+    The list is kept on the record (bounded), so a cancel that fails is retried by the next
+    tick; :func:`cancels_confirmed` drops the names Vertex confirmed.
+    """
+    pending = list(record.get("pendingCancels") or [])
+    new = [n for n in dict.fromkeys(names) if n not in pending]
+    if not new:
+        return None
+    pending = (pending + new)[-MAX_PENDING_CANCELS:]
+    state = JobState(record.get("state", JobState.ACCEPTED.value))
+    fields = {"pendingCancels": pending, "cancelPending": True, "updatedAt": now}
+    return Change(state=state, record=fields)
+
+
+def cancels_confirmed(record: dict[str, Any], names: list[str], now: datetime) -> Change | None:
+    """Forget the Vertex jobs whose cancel Vertex confirmed."""
+    pending = list(record.get("pendingCancels") or [])
+    left = [n for n in pending if n not in names]
+    if left == pending:
+        return None
+    state = JobState(record.get("state", JobState.ACCEPTED.value))
+    fields = {"pendingCancels": left, "cancelPending": bool(left), "updatedAt": now}
+    return Change(state=state, record=fields)
 
 
 def work_lost_seconds(

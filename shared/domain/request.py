@@ -1,8 +1,10 @@
 """The job-request message: parsing, defaults and the contract's minimal checks.
 
 The wire format is a UTF-8 JSON object with exactly one *kind* key holding the Vertex REST body
-(camelCase) unchanged, for example ``{"requestId": "r1", "customJob": {...}}``. Parsing never
-stops at the first problem: every problem found is reported in one :class:`InvalidRequest`.
+unchanged, for example ``{"requestId": "r1", "customJob": {...}}``. The body is read the way
+Vertex reads it and kept in its canonical REST form (:mod:`shared.domain.vertex_json`): every
+rule, the record and the Vertex call see that one form. Parsing never stops at the first
+problem: every problem found is reported in one :class:`InvalidRequest`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.domain.checkpoints import check_checkpoint_uri
+from shared.domain.regions import REGION_HINT, is_region
+from shared.domain.retry import check_fallback, check_retry_policy
+from shared.domain.vertex_json import canonical_body
 from shared.errors import FieldError, InvalidRequest
 
 KINDS = ("customJob", "hyperparameterTuningJob", "trainingPipeline", "deployModel")
@@ -122,6 +128,7 @@ def apply_defaults(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     scheduling = job_spec.setdefault("scheduling", {})
     if not isinstance(scheduling, dict):
         return out
+    # In the canonical form STRATEGY_UNSPECIFIED (or 0) is the default value, so it is absent.
     scheduling.setdefault("strategy", DEFAULT_STRATEGY)
     if scheduling["strategy"] == "FLEX_START":
         scheduling.setdefault("maxWaitDuration", DEFAULT_MAX_WAIT)
@@ -165,8 +172,9 @@ def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: 
     if request_id is not None and not (isinstance(request_id, str) and request_id.strip()):
         errors.append(FieldError("requestId", "must be a non-empty string when present"))
     location = body.get("location")
-    if location is not None and not (isinstance(location, str) and location):
-        errors.append(FieldError("location", "must be a region name such as 'us-central1'"))
+    if location is not None and not is_region(location):
+        # The location becomes part of the Vertex host name: only a region name may get there.
+        errors.append(FieldError("location", f"must be {REGION_HINT}"))
     kinds = [k for k in KINDS if k in body]
     if not kinds:
         errors.append(
@@ -179,13 +187,16 @@ def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: 
     spec = body.get(kinds[0]) if kinds else None
     if kinds and not isinstance(spec, dict):
         errors.append(FieldError(kinds[0], "must be a JSON object (the Vertex REST body)"))
+    if len(kinds) == 1 and isinstance(spec, dict):
+        spec, body_errors = canonical_body(kinds[0], spec)
+        if body_errors:
+            # The rules need the canonical body, but the options do not: report them too.
+            request = JobRequest("", kinds[0], {}, options=_options(body))
+            errors.extend([*body_errors, *check_options(request)])
     if errors:
         raise InvalidRequest(errors)
     assert kinds and isinstance(spec, dict)
     kind = kinds[0]
-    options: dict[str, Any] = {
-        k: body[k] for k in ("retryPolicy", "fallback", "checkpointUri") if k in body
-    }
     try:
         spec = apply_defaults(kind, spec)
     except RecursionError as exc:
@@ -196,5 +207,34 @@ def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: 
         kind=kind,
         spec=spec,
         location=location,
-        options=options,
+        options=_options(body),
     )
+
+
+def _options(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("retryPolicy", "fallback", "checkpointUri") if k in body}
+
+
+def check_options(request: JobRequest) -> list[FieldError]:
+    """Return every problem with the request's options: ``retryPolicy``, ``fallback`` and
+    ``checkpointUri`` (which :func:`~shared.domain.rules.check_request` leaves alone); empty
+    means valid.
+
+    The options steer retries of training jobs, so a ``deployModel`` request may not set them.
+
+    Examples:
+        >>> request = JobRequest("r1", "customJob", {}, options={"retryPolicy": {"user": -1}})
+        >>> [e.path for e in check_options(request)]
+        ['retryPolicy.user']
+    """
+    options = request.options if isinstance(request.options, dict) else {}
+    if request.kind not in TRAINING_KINDS:
+        return [
+            FieldError(key, f"applies to training jobs only; remove it from a {request.kind}")
+            for key in sorted(options)
+        ]
+    return [
+        *check_retry_policy(options.get("retryPolicy")),
+        *check_fallback(options.get("fallback")),
+        *check_checkpoint_uri(options.get("checkpointUri")),
+    ]

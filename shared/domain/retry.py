@@ -30,12 +30,12 @@ europe-west4 (a later rung overrides only the fields it sets).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shared.domain.failures import FailureClass
+from shared.domain.regions import REGION_HINT, is_region
 from shared.errors import FieldError, InvalidRequest
 
 PREEMPTION = "preemption"
@@ -58,8 +58,6 @@ GROUP_OF: Mapping[FailureClass, str | None] = {
     FailureClass.CANCELLED: None,
     FailureClass.UNKNOWN: None,
 }
-
-_REGION = re.compile(r"^[a-z]+(?:-[a-z]+)+\d+$")
 
 
 def _is_int(value: object) -> bool:
@@ -259,8 +257,8 @@ def _check_rung(path: str, raw: object, previous: int | None) -> list[FieldError
     if strategy is not None and strategy not in STRATEGIES:
         errors.append(FieldError(f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)}"))
     location = raw.get("location")
-    if location is not None and not (isinstance(location, str) and _REGION.match(location)):
-        errors.append(FieldError(f"{path}.location", "must be a region such as 'europe-west4'"))
+    if location is not None and not is_region(location):
+        errors.append(FieldError(f"{path}.location", f"must be {REGION_HINT}"))
     if strategy is None and location is None:
         errors.append(FieldError(path, "needs a strategy, a location, or both"))
     return errors

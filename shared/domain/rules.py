@@ -13,17 +13,23 @@ The rules come from three places:
   configuration in every worker pool.
 - Vertex AI v1 REST semantics: the AcceleratorType and Strategy enums, Duration strings,
   ``maxWaitDuration`` applying to FLEX_START only, resource-name formats, ``trafficSplit``.
-- Operator guards (:class:`Guards`): allowed images and service accounts, GPU and replica caps.
+- Operator guards (:class:`Guards`): allowed images and service accounts, the field policy
+  (:mod:`shared.domain.field_policy`), GPU and replica caps.
+
+The body is the canonical REST form (:mod:`shared.domain.vertex_json`): whatever spelling the
+requester used, a field has one name here, int64 values are integers and enums are names.
+A training request's ``fallback`` rungs are checked as the attempts they would produce.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from shared.domain.checkpoints import check_checkpoint_uri
+from shared.domain.attempts import attempt_spec
+from shared.domain.field_policy import Allowance, check_field_policy, parse_field_policy
 from shared.domain.machines import (
     ALL_ACCELERATORS,
     DWS_ACCELERATORS,
@@ -39,14 +45,19 @@ from shared.domain.machines import (
     machine_shape,
     machine_spec_problems,
 )
+from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.request import (
     DEFAULT_STRATEGY,
     KINDS,
     TRAINING_KINDS,
     JobRequest,
+    check_options,
     parse_duration,
 )
-from shared.domain.retry import check_fallback, check_retry_policy
+from shared.domain.retry import check_fallback, placement_for
+from shared.domain.values import key_path as _key_path
+from shared.domain.values import kind_of as _kind_of
+from shared.domain.values import show as _show
 from shared.errors import FieldError
 
 if TYPE_CHECKING:
@@ -75,19 +86,19 @@ MAX_DISPLAY_NAME: Final = 128
 DEFAULT_DEPLOY_MACHINE: Final = "n1-standard-2"
 
 _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+# Any location text is matched first, so a bad one is reported as a bad location.
 _ENDPOINT_NAME = re.compile(
-    rf"projects/(?P<project>{_SEGMENT})/locations/(?P<location>{_SEGMENT})"
+    rf"projects/(?P<project>{_SEGMENT})/locations/(?P<location>[^/]*)"
     rf"/endpoints/(?P<endpoint>{_SEGMENT})"
 )
 # A model may be named with a version or alias: models/123@2, models/123@default.
 _MODEL_NAME = re.compile(
-    rf"projects/(?P<project>{_SEGMENT})/locations/(?P<location>{_SEGMENT})"
+    rf"projects/(?P<project>{_SEGMENT})/locations/(?P<location>[^/]*)"
     rf"/models/(?P<model>{_SEGMENT})(@[A-Za-z0-9_-]+)?"
 )
 # DeployedModel ids are 1 to 10 digits; "0" stands for the model being deployed.
 _DEPLOYED_MODEL_ID = re.compile(r"[0-9]{1,10}")
 _DURATION_TEXT = re.compile(r"-?[0-9]+(\.[0-9]{1,9})?s")
-_SIMPLE_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -96,13 +107,15 @@ class Guards:
 
     An empty ``allowed_image_prefixes`` allows any image. An empty
     ``allowed_service_accounts`` allows only the default Vertex AI service agent, that is, no
-    ``serviceAccount`` field at all.
+    ``serviceAccount`` field at all. ``field_policy`` is what ``FLEXJOBS_FIELD_POLICY`` allows
+    (:mod:`shared.domain.field_policy`); empty keeps every field at its default.
     """
 
     allowed_image_prefixes: tuple[str, ...] = ()
     allowed_service_accounts: tuple[str, ...] = ()
     max_gpus_per_job: int = 64
     max_replicas: int = 64
+    field_policy: Mapping[str, Allowance] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guards:
@@ -112,6 +125,7 @@ class Guards:
             allowed_service_accounts=tuple(settings.allowed_service_accounts),
             max_gpus_per_job=settings.max_gpus_per_job,
             max_replicas=settings.max_replicas,
+            field_policy=parse_field_policy(settings.field_policy),
         )
 
 
@@ -142,6 +156,11 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
         >>> [e.path for e in check_request(parse_request(body, {}, "m1"), Guards())]
         ['customJob.jobSpec.scheduling.strategy']
     """
+    errors = _check_body(request, guards)
+    return [*errors, *_check_rungs(request, guards, errors)]
+
+
+def _check_body(request: JobRequest, guards: Guards) -> list[FieldError]:
     kind = getattr(request, "kind", None)
     spec = getattr(request, "spec", None)
     location = getattr(request, "location", None)
@@ -164,69 +183,54 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
     return ctx.errors
 
 
-def check_options(request: JobRequest) -> list[FieldError]:
-    """Return every problem with the request's options: ``retryPolicy``, ``fallback`` and
-    ``checkpointUri`` (which :func:`check_request` leaves alone); empty means valid.
+def _check_rungs(request: JobRequest, guards: Guards, known: list[FieldError]) -> list[FieldError]:
+    """Check each ``fallback`` rung as the attempt it would produce.
 
-    The options steer retries of training jobs, so a ``deployModel`` request may not set them.
-
-    Examples:
-        >>> from shared.domain.request import JobRequest
-        >>> request = JobRequest("r1", "customJob", {}, options={"retryPolicy": {"user": -1}})
-        >>> [e.path for e in check_options(request)]
-        ['retryPolicy.user']
+    A rung changes the strategy or the location of later attempts, so a request valid as
+    submitted can turn invalid on a rung (FLEX_START on a T4, or with a 30-day timeout); that
+    is found now, not when the rung is reached days later. Each problem is reported once: at
+    the first rung that produces it, and not at all when the request itself has it.
     """
-    options = request.options if isinstance(request.options, dict) else {}
-    if request.kind not in TRAINING_KINDS:
-        return [
-            FieldError(key, f"applies to training jobs only; remove it from a {request.kind}")
-            for key in sorted(options)
-        ]
-    return [
-        *check_retry_policy(options.get("retryPolicy")),
-        *check_fallback(options.get("fallback")),
-        *check_checkpoint_uri(options.get("checkpointUri")),
-    ]
+    options = getattr(request, "options", None)
+    fallback = options.get("fallback") if isinstance(options, dict) else None
+    if (
+        getattr(request, "kind", None) not in TRAINING_KINDS
+        or not fallback
+        or check_fallback(fallback)
+    ):
+        return []  # no ladder, or check_options reports what is wrong with it
+    seen = {(e.path, e.message) for e in known}
+    base_strategy = request.strategy
+    base_location = request.location or ""
+    errors: list[FieldError] = []
+    for i, rung in enumerate(fallback):
+        placement = placement_for(
+            fallback, rung["afterCapacityFailures"], base_strategy, base_location
+        )
+        spec = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=request.request_id,
+            attempt=i + 2,
+            resume_from=None,
+            strategy=placement.strategy,
+        )
+        attempt = replace(request, spec=spec, location=placement.location or None)
+        changed = "strategy" if rung.get("strategy") is not None else "location"
+        for error in _check_body(attempt, guards):
+            if (error.path, error.message) in seen:
+                continue
+            seen.add((error.path, error.message))
+            errors.append(
+                FieldError(
+                    f"fallback[{i}].{changed}",
+                    f"the attempt this rung produces is invalid: {error.path}: {error.message}",
+                )
+            )
+    return errors
 
 
 # --- reading untrusted JSON ------------------------------------------------------------------
-
-
-def _kind_of(value: Any) -> str:
-    """The JSON type name of ``value``, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """A short, safe rendering of a scalar for messages (never the whole of a huge value)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        # str() of an int with thousands of digits raises ValueError; never try it.
-        return str(value) if -(10**15) < value < 10**15 else "a very large number"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        text = value if len(value) <= 60 else value[:57] + "..."
-        return json.dumps(text)
-    return _kind_of(value)
-
-
-def _key_path(base: str, key: Any) -> str:
-    text = str(key) if isinstance(key, str) else _show(key)
-    return f"{base}.{text}" if _SIMPLE_KEY.fullmatch(text) else f"{base}[{json.dumps(text[:60])}]"
 
 
 def _is_int(value: Any) -> bool:
@@ -456,6 +460,7 @@ def _check_job_spec(ctx: _Context, node: Any, path: str, *, trials: int | None) 
         return
     strategy = _check_scheduling(ctx, node.get("scheduling"), f"{path}.scheduling")
     _check_service_account(ctx, node, path)
+    ctx.errors.extend(check_field_policy(ctx.guards.field_policy, node, path))
     output = node.get("baseOutputDirectory")
     if output is not None:
         if not isinstance(output, dict):
@@ -514,10 +519,6 @@ def _check_strategy(ctx: _Context, raw: Any, path: str) -> str | None:
             f"{raw} is deprecated in Vertex AI; use {DEPRECATED_STRATEGIES[raw]} instead, or "
             "omit strategy for FLEX_START (DWS)",
         )
-    elif raw == "STRATEGY_UNSPECIFIED":
-        # Vertex reads it as STANDARD, which a caller relying on flexjobs' FLEX_START default
-        # would not expect; make the choice explicit.
-        ctx.add(path, "write STANDARD explicitly, or omit strategy to get FLEX_START (DWS)")
     else:
         ctx.add(
             path,
@@ -532,8 +533,7 @@ def _check_worker_pools(
     path = f"{base}.workerPoolSpecs"
     pools = node.get("workerPoolSpecs")
     if pools is None:
-        hint = " (camelCase: worker_pool_specs is not read)" if "worker_pool_specs" in node else ""
-        ctx.add(path, f"is required: at least one worker pool{hint}")
+        ctx.add(path, "is required: at least one worker pool")
         return
     if not isinstance(pools, list):
         ctx.add(path, f"must be an array of worker pools, not {_kind_of(pools)}")
@@ -791,6 +791,11 @@ def _check_deploy_model(ctx: _Context, spec: dict[str, Any]) -> None:
                 f"{_show(endpoint)} is not an endpoint resource name; use "
                 "projects/PROJECT/locations/LOCATION/endpoints/ENDPOINT_ID",
             )
+        elif not is_region(match["location"]):
+            ctx.add(
+                f"{base}.endpoint",
+                f"location {_show(match['location'])} is not {REGION_HINT}",
+            )
         else:
             endpoint_location = match["location"]
             if ctx.location and ctx.location != endpoint_location:
@@ -826,6 +831,8 @@ def _check_deployed_model(
                 f"{_show(model)} is not a model resource name; use "
                 "projects/PROJECT/locations/LOCATION/models/MODEL_ID (optionally @VERSION)",
             )
+        elif not is_region(match["location"]):
+            ctx.add(f"{base}.model", f"location {_show(match['location'])} is not {REGION_HINT}")
         elif endpoint_location and match["location"] != endpoint_location:
             ctx.add(
                 f"{base}.model",
@@ -854,7 +861,8 @@ def _check_deployed_model(
 def _check_dedicated_resources(ctx: _Context, resources: dict[str, Any], base: str) -> None:
     spot = resources.get("spot")
     if spot is not True:
-        got = "missing" if spot is None else _show(spot)
+        # In the canonical body false is the default value, so it arrives as missing.
+        got = "false or missing" if spot is None else _show(spot)
         ctx.add(
             f"{base}.spot",
             f"must be true: this request kind deploys on Spot VMs (got {got}); deploy "

@@ -4,7 +4,12 @@ These models exist only to describe the wire format (``build_schema``); requests
 :mod:`shared.domain.request` and :mod:`shared.domain.rules`, never by these models. Every enum
 and limit is taken from the modules that enforce it, so the schema cannot drift from the code.
 Vertex bodies allow additional properties (they are the Vertex REST API's, and flexjobs passes
-them through); the envelope does not.
+them through); the envelope does not. flexjobs reads a Vertex body the way Vertex does
+(:mod:`shared.domain.vertex_json`), so the schema accepts every proto3 JSON spelling the models'
+fields have: the proto field name beside the camelCase one (``replica_count``), integers as
+strings (``"2"``), and enum numbers beside the names. The models are written in the canonical
+form; :func:`_proto3_spellings` adds the other spellings, so the schema never refuses a body
+flexjobs accepts.
 
 Regenerate the shipped file with::
 
@@ -13,7 +18,9 @@ Regenerate the shipped file with::
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import sys
 from typing import Annotated, Any, Final
 
@@ -21,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
 
 from shared.domain.machines import ALL_ACCELERATORS, DWS_ACCELERATORS, UNSPECIFIED_ACCELERATOR
+from shared.domain.regions import REGION_PATTERN
 from shared.domain.request import DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT, KINDS
 from shared.domain.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
 from shared.domain.rules import (
@@ -37,7 +45,8 @@ SCHEMA_ID: Final = "https://flexjobs.dev/schema/job-request.schema.json"
 _DURATION_PATTERN: Final = r"^[0-9]+(\.[0-9]{1,9})?s$"
 _GCS_PATTERN: Final = r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$"
 _SEGMENT: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_REGION_PATTERN: Final = r"^[a-z]+(-[a-z]+)+[0-9]+$"
+_REGION_PATTERN: Final = rf"^{REGION_PATTERN}$"
+_INTEGER_TEXT: Final = r"^-?[0-9]+$"
 
 Duration = Annotated[str, StringConstraints(pattern=_DURATION_PATTERN)]
 GcsUri = Annotated[str, StringConstraints(pattern=_GCS_PATTERN)]
@@ -110,7 +119,8 @@ class Scheduling(_VertexBody):
         default=None,
         description=f"Provisioning strategy; defaults to {DEFAULT_STRATEGY} (DWS). The "
         f"deprecated {', '.join(DEPRECATED_STRATEGIES)} are refused.",
-        json_schema_extra={"enum": list(STRATEGIES)},
+        # STRATEGY_UNSPECIFIED is the default value: absent, so FLEX_START.
+        json_schema_extra={"enum": [*STRATEGIES, "STRATEGY_UNSPECIFIED"]},
     )
     maxWaitDuration: Duration | SkipJsonSchema[None] = Field(
         default=None,
@@ -192,7 +202,7 @@ class DeployedModel(_VertexBody):
     """Vertex ``DeployedModel`` to create on the endpoint."""
 
     model: str = Field(
-        pattern=rf"^projects/{_SEGMENT}/locations/{_SEGMENT}/models/{_SEGMENT}"
+        pattern=rf"^projects/{_SEGMENT}/locations/{REGION_PATTERN}/models/{_SEGMENT}"
         r"(@[A-Za-z0-9_-]+)?$",
         description="projects/PROJECT/locations/LOCATION/models/MODEL_ID[@VERSION]",
     )
@@ -205,7 +215,7 @@ class DeployModel(_VertexBody):
     """A Vertex ``DeployModelRequest``: deploy a model to an endpoint on Spot VMs."""
 
     endpoint: str = Field(
-        pattern=rf"^projects/{_SEGMENT}/locations/{_SEGMENT}/endpoints/{_SEGMENT}$",
+        pattern=rf"^projects/{_SEGMENT}/locations/{REGION_PATTERN}/endpoints/{_SEGMENT}$",
         description="projects/PROJECT/locations/LOCATION/endpoints/ENDPOINT_ID",
     )
     deployedModel: DeployedModel
@@ -263,8 +273,8 @@ class JobRequestMessage(BaseModel):
         min_length=1,
         description="Idempotency key; defaults to the Pub/Sub message id.",
     )
-    location: str | SkipJsonSchema[None] = Field(
-        default=None, min_length=1, description="Vertex AI region, e.g. us-central1."
+    location: Region | SkipJsonSchema[None] = Field(
+        default=None, description="Vertex AI region, e.g. us-central1."
     )
     retryPolicy: RetryPolicy | SkipJsonSchema[None] = None
     fallback: list[FallbackRung] | SkipJsonSchema[None] = Field(
@@ -291,14 +301,15 @@ def build_schema() -> dict[str, Any]:
         >>> schema["additionalProperties"]
         False
     """
-    generated = _tidy(JobRequestMessage.model_json_schema(mode="validation"))
+    generated = _proto3_spellings(_tidy(JobRequestMessage.model_json_schema(mode="validation")))
     return {
         "$schema": SCHEMA_DIALECT,
         "$id": SCHEMA_ID,
         **generated,
         "description": (
             "A flexjobs job request, published as UTF-8 JSON on Pub/Sub. It carries exactly "
-            f"one of {', '.join(KINDS)}: the Vertex AI v1 REST body of that kind, in camelCase. "
+            f"one of {', '.join(KINDS)}: the Vertex AI v1 REST body of that kind, in any proto3 "
+            "JSON spelling (camelCase is canonical). "
             "Training kinds default to scheduling.strategy FLEX_START (Dynamic Workload "
             "Scheduler); deployModel deploys on Spot VMs."
         ),
@@ -325,6 +336,52 @@ def _tidy(node: Any, in_properties: bool = False) -> Any:
         else:
             out[key] = _tidy(value)
     return out
+
+
+def _proto3_spellings(schema: dict[str, Any]) -> dict[str, Any]:
+    """Let every Vertex body take the other proto3 JSON spellings of its fields.
+
+    A Vertex body's definition (``additionalProperties: true``) gets, for each property, its
+    proto field name as an alias with the same schema (a required field may be given under
+    either name), integers also as strings of digits, and enums also as numbers.
+    """
+    for definition in schema.get("$defs", {}).values():
+        if definition.get("additionalProperties") is not True:
+            continue  # flexjobs' own objects (retryPolicy, fallback) have one spelling
+        properties = definition.get("properties", {})
+        for name in list(properties):
+            properties[name] = _other_encodings(properties[name])
+            snake = _snake(name)
+            if snake != name:
+                properties[snake] = copy.deepcopy(properties[name])
+        required = definition.pop("required", [])
+        plain = [name for name in required if _snake(name) == name]
+        if plain:
+            definition["required"] = plain
+        either = [
+            {"anyOf": [{"required": [name]}, {"required": [_snake(name)]}]}
+            for name in required
+            if _snake(name) != name
+        ]
+        if either:
+            definition["allOf"] = either
+    return schema
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def _other_encodings(prop: dict[str, Any]) -> dict[str, Any]:
+    if prop.get("type") == "integer":
+        other: dict[str, Any] = {"type": "string", "pattern": _INTEGER_TEXT}
+    elif "enum" in prop:
+        other = {"type": "integer", "minimum": 0}
+    else:
+        return prop
+    described = {k: prop[k] for k in ("description",) if k in prop}
+    own = {k: v for k, v in prop.items() if k != "description"}
+    return {**described, "anyOf": [own, other]}
 
 
 def main() -> None:

@@ -9,8 +9,6 @@ from cloudevents.conversion import to_structured
 from functions_framework import create_app
 
 from shared import bootstrap
-from shared.adapters.endpoints import VertexDeploymentBackend
-from shared.adapters.vertex import VertexJobBackend
 from shared.config import Settings
 from shared.deployments import Deployments
 from shared.domain.pricing import PriceTable
@@ -57,14 +55,8 @@ def wire_fakes(settings: Settings | None = None) -> Intake:
         backend=InMemoryJobBackend(),
         rejections=InMemoryRejectionLog(),
         notifier=InMemoryNotifier(),
-        # The production validators, including the adapters' v1 proto parsing (pure: no
-        # client is built), so bodies Vertex would refuse are rejected here as in production.
-        validators=(
-            lambda r: check_request(r, guards=guards),
-            check_options,
-            VertexJobBackend(settings).check,
-            VertexDeploymentBackend(settings).check,
-        ),
+        # The production validators; parse_request already read the body with the v1 protos.
+        validators=(lambda r: check_request(r, guards=guards), check_options),
         clock=clock,
         deployments=deployments,
     )

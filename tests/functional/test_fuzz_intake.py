@@ -57,7 +57,31 @@ non_strings = st.one_of(
     st.lists(scalars, max_size=2),
 )
 non_ints = st.one_of(non_strings.filter(lambda v: not isinstance(v, int)), st.text(max_size=8))
-bad_counts = st.one_of(st.integers(max_value=0), non_ints)
+
+
+def proto_reads(message: str, key: str, value: Any) -> Any:
+    """What the v1 proto reads ``{key: value}`` as (None: absent), or ``...`` when it refuses.
+
+    proto3 JSON takes "2" and 2.0 for 2, enum numbers for names, and null for absent, so a
+    value is only bad when what the proto reads is bad.
+    """
+    from google.cloud.aiplatform_v1 import types
+    from google.protobuf import json_format
+
+    parsed = getattr(types, message).pb()()
+    try:
+        json_format.ParseDict({key: value}, parsed)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError):
+        return ...
+    return json_format.MessageToDict(parsed).get(key)
+
+
+def _bad_count(value: Any) -> bool:
+    read = proto_reads("WorkerPoolSpec", "replicaCount", value)
+    return read is ... or read is None or int(read) <= 0
+
+
+bad_counts = st.one_of(st.integers(max_value=0), non_ints.filter(_bad_count))
 # Strings that no enum value, Duration or resource name can be.
 junk = st.text(min_size=1, max_size=30).map(lambda s: f"~{s}")
 huge_sizes = st.sampled_from([129, 1_000, 70_000, 300_000])
@@ -115,12 +139,22 @@ def break_job_spec(draw: st.DrawFn, body: dict[str, Any], kind: str) -> None:
             st.one_of(st.integers(max_value=-1), st.integers(min_value=3, max_value=2**40))
         )
     elif what == "acceleratorType":
-        pool["machineSpec"]["acceleratorType"] = draw(st.one_of(junk, non_strings))
+        pool["machineSpec"]["acceleratorType"] = draw(
+            st.one_of(junk, non_strings).filter(
+                # An enum number of a real accelerator is a name spelled another way.
+                lambda v: not isinstance(proto_reads("MachineSpec", "acceleratorType", v), str)
+            )
+        )
     elif what == "machineType":
         pool["machineSpec"]["machineType"] = draw(st.one_of(junk, non_strings))
     elif what == "strategy":
         scheduling_of(body, kind)["strategy"] = draw(
-            st.one_of(junk, st.sampled_from(["ON_DEMAND", "LOW_COST"]), non_strings)
+            st.one_of(junk, st.sampled_from(["ON_DEMAND", "LOW_COST"]), non_strings).filter(
+                lambda v: (
+                    proto_reads("Scheduling", "strategy", v)
+                    not in (None, "STANDARD", "SPOT", "FLEX_START")
+                )
+            )
         )
     elif what == "maxWaitDuration":
         scheduling_of(body, kind)["maxWaitDuration"] = draw(

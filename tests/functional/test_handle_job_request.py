@@ -105,3 +105,48 @@ def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
     assert response.status_code == 200
     assert len(intake.backend.created) == 1
     assert intake.store.get("seed-1")["vertexJob"] == next(iter(intake.backend.jobs))
+
+
+@pytest.mark.parametrize(
+    ("kind", "event", "where"),
+    [
+        ("customJob", "seed_request", ("jobSpec",)),
+        ("hyperparameterTuningJob", "hpt_request", ("trialJobSpec",)),
+        ("trainingPipeline", "pipeline_request", ("trainingTaskInputs",)),
+        ("deployModel", "deploy_request", ("deployedModel",)),
+    ],
+)
+def test_snake_case_service_account_is_rejected_and_creates_nothing(
+    intake, post_event, kind, event, where
+):
+    # The v1 parser takes proto field names too, so the allow-list must see this spelling.
+    body = load(event)
+    node = body[kind]
+    for key in where:
+        node = node[key]
+    node["service_account"] = "owner@victim.iam.gserviceaccount.com"
+    response = post_event("handle_job_request", pubsub_cloud_event(body))
+
+    assert response.status_code == 200
+    assert intake.backend.created == []
+    assert intake.deployments.backend.deployed == []
+    (rejection,) = intake.rejections.documents.values()
+    assert [e["path"] for e in rejection["errors"]] == [".".join([kind, *where, "serviceAccount"])]
+
+
+def test_sdk_encodings_are_accepted_and_sent_canonically(intake, post_event):
+    body = load("seed_request")
+    pool = body["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+    pool["replicaCount"] = "1"  # int64 as a string
+    pool["machineSpec"]["acceleratorType"] = 8  # NVIDIA_TESLA_A100 by number
+    body["customJob"]["jobSpec"]["network"] = ""  # a default value: absent
+    body["customJob"]["state"] = 0  # output only
+    post_event("handle_job_request", pubsub_cloud_event(body))
+
+    (request, _), *_ = intake.backend.created
+    sent = request.spec["jobSpec"]["workerPoolSpecs"][0]
+    assert sent["replicaCount"] == 1
+    assert sent["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_A100"
+    assert "network" not in request.spec["jobSpec"] and "state" not in request.spec
+    stored = json.loads(intake.store.get("seed-1")["request"])["jobSpec"]["workerPoolSpecs"][0]
+    assert (stored["replicaCount"], stored["machineSpec"]) == (1, sent["machineSpec"])

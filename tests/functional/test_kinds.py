@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
 from shared.deployments import refresh_deployments
+from shared.errors import QuotaExhausted
 from tests.events import load, pubsub_cloud_event
 from tests.functional.conftest import ENDPOINT
 
@@ -133,7 +135,7 @@ def test_transient_deploy_fault_is_redelivered_and_releases_the_claim(intake, po
     [
         ({"spot": False}, "deployModel.deployedModel.dedicatedResources.spot"),
         ({"minReplicaCount": 0}, "deployModel.deployedModel.dedicatedResources.minReplicaCount"),
-        ({"maxReplicaCount": 0}, "deployModel.deployedModel.dedicatedResources.maxReplicaCount"),
+        ({"maxReplicaCount": -1}, "deployModel.deployedModel.dedicatedResources.maxReplicaCount"),
     ],
 )
 def test_bad_deployment_leaves_a_rejection_and_deploys_nothing(intake, post_event, change, path):
@@ -207,7 +209,10 @@ def test_valid_options_are_kept_on_the_request(intake, post_event):
 
 @pytest.mark.parametrize(
     ("event", "path"),
-    [("pipeline_request", "trainingPipeline"), ("deploy_request", "deployModel")],
+    [
+        ("pipeline_request", "trainingPipeline.noSuchField"),
+        ("deploy_request", "deployModel.noSuchField"),
+    ],
 )
 def test_bodies_the_v1_protos_refuse_are_rejected_not_redelivered(intake, post_event, event, path):
     body = load(event)
@@ -218,3 +223,36 @@ def test_bodies_the_v1_protos_refuse_are_rejected_not_redelivered(intake, post_e
     assert any(e["path"] == path and "noSuchField" in e["message"] for e in errors)
     assert intake.backend.created == []
     assert intake.deployments.backend.deployed == []
+
+
+def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake, post_event):
+    deployments = intake.deployments
+    deployments.rand = lambda: 0.5
+    deployments.backend.fail_with = QuotaExhausted("Vertex AI DeployModel refused for quota: 429")
+
+    post(post_event, load("deploy_request"))  # acknowledged: parked, not redelivered
+
+    record = deployments.store.get("deploy-1")
+    assert (record["state"], record["reason"], record["quotaRetries"]) == ("ACCEPTED", "quota", 1)
+    assert record["nextAttemptAt"] > record["updatedAt"] - timedelta(seconds=1)
+    assert deployments.backend.deployed == []
+    deployments.backend.fail_with = None
+    deployments.clock = lambda: record["nextAttemptAt"] + timedelta(seconds=1)
+
+    assert refresh_deployments(deployments) == 1
+
+    record = deployments.store.get("deploy-1")
+    assert (record["state"], record["nextAttemptAt"], record["reason"]) == ("DEPLOYING", None, None)
+    assert len(deployments.backend.deployed) == 1
+
+
+def test_a_late_refusal_never_overwrites_a_deployed_model(intake, post_event):
+    deployments = intake.deployments
+    post(post_event, load("deploy_request"))
+    deployments.backend.finish(deployments.store.get("deploy-1")["operation"])
+    assert refresh_deployments(deployments) == 1
+
+    deployments.store.record_failure("deploy-1", "a late refusal", deployments.clock())
+
+    record = deployments.store.get("deploy-1")
+    assert (record["state"], record.get("reason")) == ("DEPLOYED", None)

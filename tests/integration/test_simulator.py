@@ -520,3 +520,17 @@ def test_module_entry_point_prints_ready_line_and_stops_on_sigterm():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_late_fault_answers_at_once_and_takes_effect_later(control, jobs):
+    control.inject_faults(
+        "DEADLINE_EXCEEDED", count=1, methods=["CreateCustomJob"], when="late", late_seconds=1
+    )
+    with pytest.raises(exceptions.DeadlineExceeded):
+        create(jobs, make_job("late", labels={"flexjobs-request": "r-late"}))
+    assert control.jobs() == []  # not yet
+
+    deadline = time.monotonic() + 10
+    while not control.jobs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [job["displayName"] for job in control.jobs()] == ["late"]

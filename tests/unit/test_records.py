@@ -159,13 +159,30 @@ def test_an_ended_record_is_not_recorded(state):
     "current",
     [
         accepted(state="QUEUED", vertexJob=JOB_1, vertexJobIds=["1001"]),
-        # A later attempt is already recorded: this one is long done.
-        accepted(state="RUNNING", attempt=3, vertexJob=JOB_2, vertexJobIds=["1", "2", "2002"]),
+        # A later attempt is already recorded, and this job was attempt 1's: long done.
+        accepted(state="RUNNING", attempt=3, vertexJob=JOB_2, vertexJobIds=["1001", "2", "2002"]),
     ],
 )
 def test_an_attempt_already_recorded_writes_nothing(current):
     write = submission_write(current, submission(attempt=1), NOW)
     assert write.recorded is True
+    assert (write.record, write.attempt, write.deletes) == ({}, {}, ())
+
+
+@pytest.mark.parametrize(
+    "current",
+    [
+        # Another job holds attempt 1 already (two creates raced, one after a timeout).
+        accepted(state="QUEUED", vertexJob=JOB_2, vertexJobIds=["2002"]),
+        # The request moved past attempt 1 with other jobs: this one is nobody's.
+        accepted(state="RUNNING", attempt=3, vertexJob=JOB_2, vertexJobIds=["1", "2", "2002"]),
+        # Cancel asked for while the job was being created.
+        accepted(cancelRequested=True),
+    ],
+)
+def test_a_job_the_record_will_not_take_is_refused_so_its_creator_cancels_it(current):
+    write = submission_write(current, submission(attempt=1), NOW)
+    assert write.recorded is False
     assert (write.record, write.attempt, write.deletes) == ({}, {}, ())
 
 
@@ -183,6 +200,7 @@ def test_first_attempt_is_recorded_and_the_claim_dropped():
         "location": "us-central1",
         "updatedAt": NOW,
         "attemptSubmittedAt": NOW,
+        "vertexCreateTime": NOW,
     }
     assert write.attempt == {
         "attempt": 1,

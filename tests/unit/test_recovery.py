@@ -282,7 +282,7 @@ def test_user_error_fails_at_once_with_its_reason():
     reason = f"user-error: not retried (user budget is 0): {USER_ERROR}"
     assert change.record["reason"] == reason
     assert change.record["endedAt"] == ENDED
-    assert "nextAttemptAt" not in change.record
+    assert change.record.get("nextAttemptAt") is None  # nothing is scheduled after an end
     assert "retries" not in change.record
     assert change.attempt["errorClass"] == "user-error"
     assert change.record["outbox"] == [
@@ -350,7 +350,7 @@ def test_a_requested_cancel_ends_cancelled_and_never_retries(seen):
     assert change.state is JobState.CANCELLED
     assert change.record["state"] == "CANCELLED"
     assert change.record["reason"] == "cancelled"
-    assert "nextAttemptAt" not in change.record
+    assert change.record.get("nextAttemptAt") is None  # nothing is scheduled after an end
     assert "retries" not in change.record
     assert change.attempt["errorClass"] == "cancelled"
     assert change.record["outbox"] == [

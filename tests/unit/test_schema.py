@@ -53,9 +53,12 @@ def test_schema_header_and_envelope():
 
 def test_enums_come_from_the_code():
     defs = build_schema()["$defs"]
-    accelerator = defs["MachineSpec"]["properties"]["acceleratorType"]
-    assert accelerator["enum"] == [*ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR]
-    assert defs["Scheduling"]["properties"]["strategy"]["enum"] == list(STRATEGIES)
+    # Names first; the enum numbers proto3 JSON also takes come second.
+    accelerator = defs["MachineSpec"]["properties"]["acceleratorType"]["anyOf"]
+    assert accelerator[0]["enum"] == [*ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR]
+    assert accelerator[1] == {"type": "integer", "minimum": 0}
+    strategy = defs["Scheduling"]["properties"]["strategy"]["anyOf"][0]
+    assert strategy["enum"] == [*STRATEGIES, "STRATEGY_UNSPECIFIED"]
     task = defs["TrainingPipeline"]["properties"]["trainingTaskDefinition"]
     assert task["const"] == CUSTOM_TASK_DEFINITION
     assert defs["DedicatedResources"]["properties"]["spot"]["const"] is True
@@ -66,6 +69,23 @@ def test_vertex_bodies_allow_additional_properties():
     for name in ("CustomJob", "CustomJobSpec", "WorkerPoolSpec", "MachineSpec", "DeployModel"):
         assert defs[name]["additionalProperties"] is True, name
     assert defs["FallbackRung"]["additionalProperties"] is False
+
+
+def test_vertex_bodies_take_every_proto3_spelling():
+    defs = build_schema()["$defs"]
+    pool = defs["WorkerPoolSpec"]["properties"]
+    assert pool["replica_count"] == pool["replicaCount"]
+    assert {"type": "string", "pattern": "^-?[0-9]+$"} in pool["replicaCount"]["anyOf"]
+    assert defs["CustomJob"]["allOf"] == [
+        {"anyOf": [{"required": ["displayName"]}, {"required": ["display_name"]}]},
+        {"anyOf": [{"required": ["jobSpec"]}, {"required": ["job_spec"]}]},
+    ]
+    assert "required" not in defs["CustomJob"]
+    assert defs["FallbackRung"]["properties"].keys() == {
+        "afterCapacityFailures",
+        "strategy",
+        "location",
+    }
 
 
 def test_seed_validates_against_the_schema():
@@ -80,3 +100,22 @@ def test_seed_validates_against_the_schema():
     wrong = copy.deepcopy(SEED)
     wrong["customJob"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "X"
     assert not validator.is_valid(wrong)
+
+
+@pytest.mark.parametrize("integers_for_enums", [False, True])
+def test_bodies_in_the_sdk_json_forms_validate_against_the_schema(integers_for_enums):
+    # What the v1 types' to_json writes: int64 as strings, every default field, and with
+    # use_integers_for_enums (proto-plus's default) enum numbers. The schema must not refuse
+    # what the function accepts.
+    import json
+
+    from google.cloud import aiplatform_v1
+
+    jsonschema = pytest.importorskip("jsonschema")
+    job = aiplatform_v1.CustomJob.from_json(json.dumps(SEED["customJob"]))
+    body = json.loads(
+        aiplatform_v1.CustomJob.to_json(job, use_integers_for_enums=integers_for_enums)
+    )
+    assert isinstance(body["jobSpec"]["workerPoolSpecs"][0]["replicaCount"], str)
+    message = {"requestId": "sdk-1", "customJob": body}
+    jsonschema.Draft202012Validator(build_schema()).validate(message)

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 from google.cloud import aiplatform_v1
 
-from shared.adapters.endpoints import VertexDeploymentBackend
 from shared.adapters.vertex import (
     JOB_SERVICE,
     PIPELINE_SERVICE,
@@ -18,7 +17,7 @@ from shared.adapters.vertex import (
 from shared.config import Settings
 from shared.domain.hints import parse_hint
 from shared.domain.request import parse_request
-from shared.errors import BackendRejected
+from shared.errors import BackendRejected, InvalidRequest
 from tests.events import load
 
 CLIENTS = {
@@ -97,7 +96,6 @@ def test_create_dispatches_on_the_request_kind_with_labels_on_the_resource(backe
     assert kwargs["retry"] is None and kwargs["timeout"] == 30.0
     assert dict(kwargs[spec.field].labels) == labels
     assert f"/{spec.collection}/" in job.name
-    assert backend.check(request) == []
 
 
 @pytest.mark.parametrize("kind", list(TRAINING_KINDS.values()), ids=list(TRAINING_KINDS))
@@ -135,15 +133,18 @@ def test_names_of_other_resources_are_refused():
         kind_of_name("projects/p/locations/l/endpoints/1")
 
 
-def test_check_reports_what_the_v1_proto_refuses(backend):
+def test_what_the_v1_protos_refuse_is_refused_at_parse_time_at_its_rest_path():
     body = load("pipeline_request")
     body["trainingPipeline"]["inputDataConfig"] = {"noSuchField": 1}
-    (error,) = backend.check(parse_request(body, {}, "m"))
-    assert error.path == "trainingPipeline"
-
-
-def test_check_leaves_deployments_to_their_backend(backend):
-    assert backend.check(parse_request(load("deploy_request"), {}, "m")) == []
+    with pytest.raises(InvalidRequest) as err:
+        parse_request(body, {}, "m")
+    assert [e.path for e in err.value.errors] == ["trainingPipeline.inputDataConfig.noSuchField"]
+    body = load("deploy_request")
+    body["deployModel"]["deployedModel"]["dedicatedResources"]["spotty"] = True
+    with pytest.raises(InvalidRequest) as err:
+        parse_request(body, {}, "m")
+    (error,) = err.value.errors
+    assert error.path == "deployModel.deployedModel.dedicatedResources.spotty"
 
 
 @pytest.mark.parametrize("collection", ["hyperparameterTuningJobs", "trainingPipelines"])
@@ -151,14 +152,3 @@ def test_hints_name_tuning_jobs_and_pipelines_too(collection):
     hint = parse_hint({"jobName": f"projects/p/locations/asia-east1/{collection}/42"})
     assert hint is not None
     assert (hint.job_id, hint.location) == ("42", "asia-east1")
-
-
-def test_deployment_check_reports_what_the_v1_proto_refuses():
-    backend = VertexDeploymentBackend(Settings(project="p"))
-    body = load("deploy_request")
-    assert backend.check(parse_request(body, {}, "m")) == []
-    body["deployModel"]["deployedModel"]["dedicatedResources"]["spotty"] = True
-    (error,) = backend.check(parse_request(body, {}, "m"))
-    assert error.path == "deployModel"
-    assert "spotty" in error.message
-    assert backend.check(parse_request(load("hpt_request"), {}, "m")) == []

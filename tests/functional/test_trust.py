@@ -1,0 +1,414 @@
+"""The exactly-once and cancel guarantees under the interleavings a review reproduced.
+
+Each test drives the real entry points through functions-framework on the in-memory fakes,
+and controls the interleaving: a create whose answer is lost, a cancel that lands between two
+steps of a submission, a Vertex cancel that fails, a tick with one bad record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from datetime import timedelta
+
+import pytest
+
+from shared.domain.jobs import JobState, from_vertex
+from shared.domain.records import TOMBSTONE_REASON, Submission
+from shared.domain.recovery import cancel_requested
+from shared.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    OutcomeUnknown,
+    QuotaExhausted,
+)
+from shared.services import MAX_REJECTION_ERRORS, excerpt, labels_for
+from tests.events import load, pubsub_cloud_event
+from tests.functional.test_lifecycle_handlers import (
+    PREEMPTED,
+    SEED,
+    current,
+    end,
+    preempted_and_retrying,
+    run,
+    states,
+    tick,
+)
+
+_ids = itertools.count(1)
+
+
+def deliver(post_event, body) -> int:
+    event = pubsub_cloud_event(body, message_id=f"trust-{next(_ids)}")
+    return post_event("handle_job_request", event).status_code
+
+
+def request_seed(post_event) -> int:
+    return deliver(post_event, load("seed_request"))
+
+
+def cancel(post_event, request_id: str = SEED) -> int:
+    return deliver(post_event, {"cancel": request_id})
+
+
+def live_jobs(backend) -> dict[str, str]:
+    return {
+        name: job.state
+        for name, job in backend.jobs.items()
+        if not (from_vertex(job.state) or JobState.QUEUED).terminal
+    }
+
+
+# --- a create whose outcome is unknown ---------------------------------------------------
+
+
+def test_a_timed_out_create_that_happened_makes_one_job(tracker, clock, post_event):
+    tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
+
+    assert request_seed(post_event) == 500  # redeliver: the outcome is unknown
+    assert len(tracker.backend.created) == 1
+    record = current(tracker)
+    # The claim is kept: a redelivery now must not look up before the job is there.
+    assert record["claim"] is not None and record["vertexJob"] is None
+
+    clock.advance(5)
+    assert request_seed(post_event) == 500  # the claim still holds the submission
+    assert len(tracker.backend.created) == 1
+
+    clock.advance(tracker.settings.claim_ttl_seconds)
+    assert request_seed(post_event) == 200  # claim expired: the lookup adopts the job
+
+    (name,) = tracker.backend.jobs
+    assert len(tracker.backend.created) == 1
+    assert current(tracker)["vertexJob"] == name
+    assert current(tracker)["state"] == "QUEUED"
+
+
+def test_a_second_job_for_a_recorded_attempt_is_refused_by_the_record(tracker, clock, post_event):
+    # Two deliveries both created attempt 1 (the first one's create landed after the second
+    # looked up). The second to record loses: the record keeps the first job.
+    request_seed(post_event)
+    winner = current(tracker)["vertexJob"]
+    loser = tracker.backend.create(_request_of(tracker), labels_for(SEED, 1), "us-central1")
+
+    submission = Submission(SEED, 1, loser, "FLEX_START", "us-central1")
+    assert tracker.store.record_submission("late-token", submission, clock()) is False
+    assert current(tracker)["vertexJob"] == winner
+
+
+def _request_of(tracker):
+    request, _labels = tracker.backend.created[0]
+    return request
+
+
+def test_the_tick_cancels_a_stray_job_under_a_recorded_attempt(tracker, clock, post_event):
+    request_seed(post_event)
+    recorded = current(tracker)["vertexJob"]
+    # A create that landed after its delivery gave up: same labels, never recorded.
+    stray = tracker.backend.create(_request_of(tracker), labels_for(SEED, 1), "us-central1")
+
+    assert tick(post_event, clock) == 200
+
+    assert tracker.backend.jobs[stray.name].state == "JOB_STATE_CANCELLED"
+    assert live_jobs(tracker.backend) == {recorded: "JOB_STATE_QUEUED"}
+    assert current(tracker)["vertexJob"] == recorded
+
+
+def test_a_job_of_a_later_attempt_in_flight_is_no_stray(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    # Attempt 2 is being created by a delivery that has not recorded it yet.
+    in_flight = tracker.backend.create(_request_of(tracker), labels_for(SEED, 2), "us-central1")
+
+    assert tick(post_event, clock, 1) == 200
+
+    assert tracker.backend.jobs[in_flight.name].state == "JOB_STATE_QUEUED"
+
+
+# --- create errors, classified ----------------------------------------------------------
+
+
+def test_quota_parks_the_request_and_the_tick_submits_it(tracker, clock, post_event):
+    tracker.backend.fail_with = QuotaExhausted("CreateCustomJob: 429 quota exceeded")
+
+    assert request_seed(post_event) == 200  # parked, not redelivered
+
+    record = current(tracker)
+    assert (record["state"], record["reason"], record["vertexJob"]) == ("QUEUED", "quota", None)
+    assert record["nextAttemptAt"] > clock.now
+    assert record.get("claim") is None
+    tracker.backend.fail_with = None
+
+    assert tick(post_event, clock, 3600) == 200
+
+    record = current(tracker)
+    assert (record["state"], record["attempt"]) == ("QUEUED", 1)
+    assert record["vertexJob"] in tracker.backend.jobs
+    assert record["reason"] is None
+    assert len(tracker.backend.created) == 1
+    assert states(tracker.notifier) == []
+
+
+def test_quota_on_a_retry_keeps_it_retrying_with_backoff(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    tracker.backend.fail_with = QuotaExhausted("CreateCustomJob: 429 quota exceeded")
+
+    assert tick(post_event, clock, 3600) == 200
+
+    record = current(tracker)
+    assert (record["state"], record["attempt"], record["reason"]) == ("RETRYING", 1, "quota")
+    assert record["nextAttemptAt"] >= clock.now
+    tracker.backend.fail_with = None
+    assert tick(post_event, clock, 3600) == 200
+    assert (current(tracker)["state"], current(tracker)["attempt"]) == ("QUEUED", 2)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "403 Permission 'aiplatform.customJobs.create' denied",
+        "400 FAILED_PRECONDITION: the service account is disabled",
+        "400 INVALID_ARGUMENT: bad machine type",
+    ],
+)
+def test_a_create_refused_for_good_fails_with_a_notification(tracker, clock, post_event, error):
+    tracker.backend.fail_with = BackendRejected(f"Vertex AI refused CreateCustomJob: {error}")
+
+    assert request_seed(post_event) == 200
+
+    record = current(tracker)
+    assert record["state"] == "FAILED"
+    assert error in record["reason"]
+    assert record["endedAt"] == clock.now
+    assert states(tracker.notifier) == [("FAILED", 1)]
+    assert tracker.backend.jobs == {}
+
+
+def test_a_refusal_after_a_cancel_keeps_the_request_cancelled(tracker, clock, post_event):
+    tracker.backend.fail_with = QuotaExhausted("429")
+    request_seed(post_event)  # parked: QUEUED, no job
+    assert cancel(post_event) == 200
+    assert current(tracker)["state"] == "CANCELLED"
+
+    tracker.backend.fail_with = BackendRejected("400 refused")
+    assert tick(post_event, clock, 3600) == 200  # nothing is due any more
+
+    assert current(tracker)["state"] == "CANCELLED"
+    assert states(tracker.notifier) == [("CANCELLED", 1)]
+    assert tracker.backend.jobs == {}
+
+
+def test_unavailable_at_create_is_redelivered_at_once(tracker, clock, post_event):
+    tracker.backend.fail_with = BackendUnavailable("CreateCustomJob: 503 unavailable")
+    assert request_seed(post_event) == 500
+    assert current(tracker).get("claim") is None  # released: nothing was created
+    tracker.backend.fail_with = None
+    assert request_seed(post_event) == 200
+    assert len(tracker.backend.jobs) == 1
+
+
+# --- cancel wins every race ---------------------------------------------------------------
+
+
+def test_a_cancel_during_a_submission_waits_for_it_then_cancels_its_job(
+    tracker, clock, post_event, monkeypatch
+):
+    create = tracker.backend.create
+    answers = []
+
+    def create_then_cancel_arrives(*args, **kwargs):
+        job = create(*args, **kwargs)
+        answers.append(cancel(post_event))  # delivered while the create is in flight
+        return job
+
+    monkeypatch.setattr(tracker.backend, "create", create_then_cancel_arrives)
+
+    assert request_seed(post_event) == 200
+    assert answers == [500]  # the submission held its claim: the cancel is redelivered
+    (name,) = tracker.backend.jobs
+    # The submission found cancelRequested when recording, and cancelled its own job.
+    assert tracker.backend.jobs[name].state == "JOB_STATE_CANCELLED"
+
+    assert cancel(post_event) == 200  # the redelivered cancel
+    assert current(tracker)["state"] == "CANCELLED"
+    assert live_jobs(tracker.backend) == {}
+    assert states(tracker.notifier) == [("CANCELLED", 1)]
+
+
+def test_a_cancel_finds_the_job_of_a_delivery_that_died_before_recording(
+    tracker, clock, post_event
+):
+    tracker.store.fail_next_record = True  # the process dies between create and record
+    with pytest.raises(KeyboardInterrupt):
+        request_seed(post_event)
+    (name,) = tracker.backend.jobs
+    assert current(tracker)["vertexJob"] is None
+
+    assert cancel(post_event) == 500  # the dead delivery's claim is still live
+    clock.advance(tracker.settings.claim_ttl_seconds + 1)
+    assert cancel(post_event) == 200
+
+    assert tracker.backend.jobs[name].state == "JOB_STATE_CANCELLED"
+    assert current(tracker)["state"] == "CANCELLED"
+    assert request_seed(post_event) == 200  # the request's redelivery creates nothing
+    assert len(tracker.backend.created) == 1
+
+
+def test_a_cancel_vertex_does_not_confirm_is_retried_until_it_does(tracker, clock, post_event):
+    request_seed(post_event)
+    name = current(tracker)["vertexJob"]
+    run(tracker, clock, name)
+    tracker.backend.fail_cancel_with = BackendUnavailable("CancelCustomJob: 503")
+
+    assert cancel(post_event) == 500  # redelivered until Vertex confirms
+    record = current(tracker)
+    assert record["state"] == "CANCELLED"
+    assert record["pendingCancels"] == [name] and record["cancelPending"] is True
+    assert tick(post_event, clock) == 200  # still failing: kept pending, tick acknowledged
+    assert current(tracker)["pendingCancels"] == [name]
+
+    tracker.backend.fail_cancel_with = None
+    assert tick(post_event, clock) == 200
+
+    assert tracker.backend.jobs[name].state == "JOB_STATE_CANCELLED"
+    record = current(tracker)
+    assert record["pendingCancels"] == [] and record["cancelPending"] is False
+
+
+def test_a_creator_whose_own_cancel_fails_leaves_it_to_the_tick(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    clock.advance(3600)  # the retry is due
+    # The cancel lands between the retry's create and its record; Vertex then refuses the
+    # creator's cancel for a while.
+    create = tracker.backend.create
+
+    def create_then_cancel_requested(*args, **kwargs):
+        job = create(*args, **kwargs)
+        tracker.store.transact(SEED, lambda rec: cancel_requested(rec, clock()))
+        tracker.backend.fail_cancel_with = BackendUnavailable("CancelCustomJob: 503")
+        return job
+
+    tracker.backend.create = create_then_cancel_requested
+    assert tick(post_event, clock, 1) == 200
+    second = [n for n in tracker.backend.jobs if n != current(tracker)["vertexJob"]]
+    assert current(tracker)["pendingCancels"] == second
+
+    tracker.backend.fail_cancel_with = None
+    assert tick(post_event, clock) == 200
+    assert live_jobs(tracker.backend) == {}
+    assert current(tracker)["cancelPending"] is False
+
+
+def test_a_cancel_that_arrives_before_its_request_wins(tracker, clock, post_event, intake):
+    assert cancel(post_event, "early") == 200
+
+    record = tracker.store.get("early")
+    assert (record["state"], record["reason"]) == ("CANCELLED", TOMBSTONE_REASON)
+    assert record["expireAt"] >= clock.now + timedelta(days=1)
+    assert intake.rejections.documents == {}
+    assert [(m["state"], m["requestId"]) for m in tracker.notifier.messages] == [
+        ("CANCELLED", "early")
+    ]
+
+    body = load("seed_request")
+    body["requestId"] = "early"
+    assert deliver(post_event, body) == 200
+
+    record = tracker.store.get("early")
+    assert record["state"] == "CANCELLED"
+    assert record["kind"] == "customJob" and record["request"]
+    assert record["expireAt"] is None  # a claimed tombstone is an ordinary record now
+    assert tracker.backend.jobs == {}
+
+
+# --- the tick isolates each record --------------------------------------------------------
+
+
+def test_one_failing_retry_does_not_stop_the_tick(tracker, clock, post_event):
+    preempted_and_retrying(tracker, clock, post_event)
+    other = load("seed_request")
+    other["requestId"] = "other"
+    assert deliver(post_event, other) == 200
+    other_job = tracker.store.get("other")["vertexJob"]
+    end(tracker, clock, other_job, "JOB_STATE_SUCCEEDED")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug reached by one record only")
+
+    tracker.backend.create = broken
+
+    assert tick(post_event, clock, 3600) == 200
+
+    assert current(tracker)["state"] == "RETRYING"  # left for the next tick
+    assert tracker.store.get("other")["state"] == "SUCCEEDED"
+    assert ("SUCCEEDED", 1) in states(tracker.notifier)
+
+
+# --- the reconcile window -----------------------------------------------------------------
+
+
+def test_a_job_adopted_hours_after_vertex_made_it_stays_in_the_tick_window(
+    tracker, clock, post_event
+):
+    # A delivery created the job, then died; the redelivery adopts it three hours later.
+    tracker.store.fail_next_record = True
+    with pytest.raises(KeyboardInterrupt):
+        request_seed(post_event)
+    (name,) = tracker.backend.jobs
+    tracker.backend.update(name, create_time=clock.now)
+    clock.advance(3 * 3600)
+    assert request_seed(post_event) == 200
+    assert current(tracker)["vertexJob"] == name
+
+    assert current(tracker)["vertexCreateTime"] == clock.now - timedelta(hours=3)
+    end(tracker, clock, name, "JOB_STATE_FAILED", PREEMPTED)
+    assert tick(post_event, clock) == 200
+
+    # The tick's listing reached the job: its preemption was seen, and attempt 2 follows.
+    assert states(tracker.notifier) == [("RETRYING", 1)]
+    assert current(tracker)["attempt"] == 2
+
+
+# --- bounded rejections -------------------------------------------------------------------
+
+
+def test_a_poison_message_leaves_a_bounded_rejection(tracker, post_event, intake):
+    # An operator raised the message limit; 50,000 bad worker pools, three errors each.
+    intake.settings = dataclasses.replace(intake.settings, max_message_bytes=4 * 1024 * 1024)
+    body = load("seed_request")
+    body["requestId"] = "poison"
+    body["customJob"]["jobSpec"]["workerPoolSpecs"] = [
+        body["customJob"]["jobSpec"]["workerPoolSpecs"][0],
+        *[{"replicaCount": "-1"}] * 50_000,
+    ]
+    data = json.dumps(body, separators=(",", ":")).encode()
+
+    assert post_event("handle_job_request", pubsub_cloud_event(data)).status_code == 200
+
+    document = intake.rejections.documents["poison"]
+    assert len(document["errors"]) == MAX_REJECTION_ERRORS
+    assert document["errorCount"] >= 50_000
+    assert len(document["payloadExcerpt"].encode()) <= 2048
+    # Well inside Firestore's 1 MiB document limit, whatever the request held.
+    assert len(json.dumps(document, default=str).encode()) < 256 * 1024
+    (message,) = tracker.notifier.messages
+    assert len(message["errors"]) == MAX_REJECTION_ERRORS
+    assert tracker.backend.jobs == {}
+
+
+def test_an_excerpt_of_undecodable_bytes_stays_within_its_byte_bound():
+    text = excerpt(b"\xff" * 5000)
+    assert len(text.encode()) <= 2048
+    assert text.startswith("\ufffd")
+
+
+def test_a_cancel_naming_a_deployment_is_rejected_and_leaves_no_tombstone(
+    tracker, post_event, intake
+):
+    assert deliver(post_event, load("deploy_request")) == 200
+    assert cancel(post_event, "deploy-1") == 200
+
+    (rejection,) = intake.rejections.documents.values()
+    assert "deployModel request" in rejection["errors"][0]["message"]
+    assert tracker.store.get("deploy-1") is None
+    assert intake.deployments.store.get("deploy-1")["state"] == "DEPLOYING"
