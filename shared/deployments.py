@@ -34,9 +34,6 @@ from shared.sweep import Sweep
 
 log = get_logger("deployments")
 
-#: What became of one delivery of a ``deployModel`` request (the same outcomes as intake's).
-DeploymentOutcome = Outcome
-
 
 @dataclass
 class Deployments:

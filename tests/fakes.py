@@ -46,8 +46,28 @@ COLLECTIONS = {
 }
 
 
+def _stored(value: Any) -> Any:
+    """A value as Firestore keeps it: a deep copy, with every sequence read back as a list."""
+    if isinstance(value, Mapping):
+        return {key: _stored(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_stored(item) for item in value]
+    return value
+
+
+def _merge(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
+    """Firestore's ``set(..., merge=True)``: nested maps merge key by key."""
+    for key, value in fields.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = _stored(value)
+
+
 class InMemoryJobStore:
-    """The JobStore port in memory, applying the same pure record rules as Firestore."""
+    """The JobStore port in memory: storage only; the record rules are the domain's, applied
+    as the Firestore adapter applies them (tests/integration/test_store_contract.py runs the
+    same cases on both)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -70,7 +90,7 @@ class InMemoryJobStore:
                 return Claim(record=copy.deepcopy(current))
             if seen is ClaimSeen.HELD:
                 raise SubmissionInProgress("held")
-            current["claim"] = lease
+            current.update(claim=lease, updatedAt=now)
             return Claim(token=token, taken_over=True)
 
     def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
@@ -82,23 +102,24 @@ class InMemoryJobStore:
             current = self.jobs[submission.request_id]
             plan = submission_write(current, submission, now)
             if plan.record:
-                current.update(copy.deepcopy(plan.record))
+                current.update(_stored(plan.record))
                 for name in plan.deletes:
                     current.pop(name, None)
-                self.attempts[(submission.request_id, submission.attempt)] = dict(plan.attempt)
+                self.attempts[(submission.request_id, submission.attempt)] = _stored(plan.attempt)
             return plan.recorded
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         with self._lock:
-            current = self.jobs[request_id]
+            current = self.jobs.get(request_id) or {}
             if (current.get("claim") or {}).get("token") == token:
                 current.pop("claim")
+                current["updatedAt"] = now
 
     def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
         with self._lock:
             if request_id in self.jobs:
                 return False
-            self.jobs[request_id] = copy.deepcopy(dict(record))
+            self.jobs[request_id] = _stored(record)
             return True
 
     def get(self, request_id: str) -> dict[str, Any] | None:
@@ -111,7 +132,7 @@ class InMemoryJobStore:
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         with self._lock:
-            self.attempts.setdefault((request_id, attempt), {}).update(fields)
+            _merge(self.attempts.setdefault((request_id, attempt), {}), fields)
 
     def find_by_job_id(self, job_id: str) -> str | None:
         with self._lock:
@@ -152,10 +173,10 @@ class InMemoryJobStore:
             change = decide(copy.deepcopy(current)) if current else None
             if change is None or current is None:
                 return None
-            current.update(copy.deepcopy(change.record))
+            current.update(_stored(change.record))
             if change.attempt:
                 key = (request_id, int(current.get("attempt", 1)))
-                self.attempts.setdefault(key, {}).update(change.attempt)
+                _merge(self.attempts.setdefault(key, {}), change.attempt)
             return change
 
     def due_submissions(self, now: datetime) -> list[str]:
@@ -170,8 +191,8 @@ class InMemoryJobStore:
         self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
     ) -> str | None:
         with self._lock:
-            current = self.jobs[request_id]
-            if not submission_claimable(copy.deepcopy(current), attempt, now):
+            current = self.jobs.get(request_id)
+            if current is None or not submission_claimable(copy.deepcopy(current), attempt, now):
                 return None
             token = uuid.uuid4().hex
             current["claim"] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
@@ -274,7 +295,7 @@ class InMemoryRejectionLog:
         self.documents: dict[str, dict[str, Any]] = {}
 
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
-        self.documents[rejection_id] = dict(document)
+        self.documents[rejection_id] = _stored(document)
 
 
 class InMemoryNotifier:
@@ -328,7 +349,7 @@ class FakeClock:
 
 
 class InMemoryDeploymentStore:
-    """Deployment records by requestId, with the claim semantics of the Firestore store."""
+    """Deployment records by requestId: storage only, the Firestore store's rules applied."""
 
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {}
@@ -342,19 +363,25 @@ class InMemoryDeploymentStore:
             if current is None:
                 self.records[request.request_id] = {**new_deployment(request, now), "claim": lease}
                 return Claim(token=token)
-            if deployment_settled(current):
+            seen = existing_claim(current, now, deployment_settled(current))
+            if seen is ClaimSeen.SUBMITTED:
                 return Claim(record=copy.deepcopy(current))
-            held = current.get("claim") or {}
-            if held.get("expiresAt") is not None and held["expiresAt"] > now:
+            if seen is ClaimSeen.HELD:
                 raise SubmissionInProgress("held")
-            current["claim"] = lease
+            current.update(claim=lease, updatedAt=now)
             return Claim(token=token, taken_over=True)
+
+    def _update(self, request_id: str, fields: Mapping[str, Any] | None) -> None:
+        """Firestore's transactional update: a missing record, or no fields, changes nothing."""
+        current = self.records.get(request_id)
+        if current is not None and fields:
+            current.update(_stored(fields))
 
     def _finish(self, request_id: str, fields: dict[str, Any]) -> None:
         with self._lock:
-            current = self.records[request_id]
-            if not deployment_settled(current):
-                current.update(fields, nextAttemptAt=None, reason=None)
+            current = self.records.get(request_id)
+            if current is not None and not deployment_settled(current):
+                current.update(_stored(fields), nextAttemptAt=None, reason=None)
                 current.pop("claim", None)
 
     def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
@@ -371,19 +398,19 @@ class InMemoryDeploymentStore:
             {
                 "state": DeploymentState.DEPLOYED.value,
                 "deployedModelId": deployed_model_id,
+                "deployedAt": now,
                 "updatedAt": now,
             },
         )
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         with self._lock:
-            current = self.records[request_id]
-            current.update(deploy_failed(current, reason, now) or {})
+            self._update(request_id, deploy_failed(self.records.get(request_id) or {}, reason, now))
 
     def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
         with self._lock:
-            current = self.records[request_id]
-            current.update(deploy_parked(current, now, delay_seconds, detail) or {})
+            current = self.records.get(request_id) or {}
+            self._update(request_id, deploy_parked(current, now, delay_seconds, detail))
 
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:
         with self._lock:
@@ -395,9 +422,10 @@ class InMemoryDeploymentStore:
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         with self._lock:
-            current = self.records[request_id]
+            current = self.records.get(request_id) or {}
             if (current.get("claim") or {}).get("token") == token:
                 current.pop("claim")
+                current["updatedAt"] = now
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -415,11 +443,10 @@ class InMemoryDeploymentStore:
         self, request_id: str, status: OperationStatus, now: datetime
     ) -> str | None:
         with self._lock:
-            current = self.records[request_id]
-            change = observe_operation(current, status, now)
+            change = observe_operation(self.records.get(request_id) or {}, status, now)
             if change is None:
                 return None
-            current.update(change)
+            self._update(request_id, change)
             return str(change["state"])
 
 

@@ -255,7 +255,8 @@ class FirestoreJobStore:
             change = decide(current) if current else None
             if change is None:
                 return None
-            txn.update(ref, change.record)
+            if change.record:  # Firestore refuses an update with no fields
+                txn.update(ref, change.record)
             if change.attempt:
                 attempt_ref = ref.collection(ATTEMPTS).document(str(current.get("attempt", 1)))
                 txn.set(attempt_ref, change.attempt, merge=True)

@@ -1,0 +1,1107 @@
+"""The store contract: the same cases run on the in-memory fakes and on the Firestore emulator.
+
+Every test takes ``stores`` (parametrized over ``memory`` and ``firestore``) and asserts what
+the port promises, so a fake that drifts from the real store fails here. Firestore is the
+reference: the fake holds storage only (copies, sequences read back as lists, nested maps
+merged as ``set(merge=True)`` merges them) and applies the same domain rules.
+
+The Firestore side shares the session's emulator and never resets it: each test works under
+its own requestIds (the ``unique`` fixture) and Vertex job ids, and the whole-collection
+queries (``active``, ``due_submissions``, ``with_outbox``, ``with_pending_cancels``,
+``deploying``, ``parked_due``) are checked for membership of the test's own ids only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared.domain.deployments import OperationStatus, new_deployment
+from shared.domain.hints import HintAction
+from shared.domain.ids import doc_id
+from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.records import (
+    QUOTA_REASON,
+    Submission,
+    new_record,
+    submission_claimable,
+    tombstone,
+)
+from shared.domain.recovery import cancels_confirmed, cancels_pending, finish
+from shared.domain.request import JobRequest, parse_request
+from shared.errors import SubmissionInProgress
+from shared.ports import DeploymentStore, JobStore, RejectionLog
+from tests.events import load
+from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryRejectionLog
+
+pytestmark = pytest.mark.integration
+
+# Whole seconds: Firestore keeps microseconds and answers DatetimeWithNanoseconds in UTC.
+NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
+TTL = 120.0
+LOCATION = "us-central1"
+BACKENDS = ["memory", "firestore"]
+_job_numbers = itertools.count(int(uuid.uuid4().int % 10**12) * 1000)
+
+
+def at(seconds: float) -> datetime:
+    return NOW + timedelta(seconds=seconds)
+
+
+# --- the stores -------------------------------------------------------------------------
+
+
+@dataclass
+class Stores:
+    backend: str
+    jobs: JobStore
+    deployments: DeploymentStore
+    rejections: RejectionLog
+    read_rejection: Callable[[str], dict[str, Any] | None]
+
+
+@pytest.fixture(scope="session")
+def firestore_client(local_stack: Any) -> Any:
+    from google.cloud import firestore
+
+    return firestore.Client(project=local_stack.config.project)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def stores(backend: str, request: pytest.FixtureRequest) -> Stores:
+    if backend == "memory":
+        jobs = InMemoryJobStore()
+        jobs.default_location = LOCATION
+        log = InMemoryRejectionLog()
+        return Stores(backend, jobs, InMemoryDeploymentStore(), log, log.documents.get)
+    from shared.adapters.firestore import REJECTIONS, FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.firestore_deployments import FirestoreDeploymentStore
+    from shared.config import Settings
+
+    # Only the Firestore side needs the emulator stack: `-k memory` runs without it.
+    client = request.getfixturevalue("firestore_client")
+    project = request.getfixturevalue("local_stack").config.project
+    store = FirestoreJobStore(Settings(project=project, location=LOCATION), client=client)
+
+    def read_rejection(rejection_id: str) -> dict[str, Any] | None:
+        snap = client.collection(REJECTIONS).document(doc_id(rejection_id)).get()
+        return snap.to_dict() if snap.exists else None
+
+    return Stores(
+        backend,
+        store,
+        FirestoreDeploymentStore(store),
+        FirestoreRejectionLog(store),
+        read_rejection,
+    )
+
+
+@pytest.fixture
+def jobs(stores: Stores) -> JobStore:
+    return stores.jobs
+
+
+@pytest.fixture
+def deployments(stores: Stores) -> DeploymentStore:
+    return stores.deployments
+
+
+# --- building blocks --------------------------------------------------------------------
+
+
+def job_request(request_id: str) -> JobRequest:
+    body = load("seed_request")
+    body["requestId"] = request_id
+    return parse_request(body, {}, "message-1")
+
+
+def deploy_request(request_id: str) -> JobRequest:
+    body = load("deploy_request")
+    body["requestId"] = request_id
+    return parse_request(body, {}, "message-1")
+
+
+def vertex_job(
+    state: str = "JOB_STATE_QUEUED", create_time: datetime | None = NOW, attempt: int = 1
+) -> VertexJob:
+    """A Vertex job with an id no other test uses (``find_by_job_id`` spans the collection)."""
+    name = f"projects/p/locations/{LOCATION}/customJobs/{next(_job_numbers)}"
+    labels = {"flexjobs-request": "r", "flexjobs-attempt": str(attempt)}
+    return VertexJob(name=name, state=state, labels=labels, create_time=create_time)
+
+
+def submission(request_id: str, job: VertexJob, attempt: int = 1, **fields: Any) -> Submission:
+    return Submission(
+        request_id=request_id,
+        attempt=attempt,
+        vertex_job=job,
+        strategy="FLEX_START",
+        location=LOCATION,
+        **fields,
+    )
+
+
+def lease(token: str | None, now: datetime = NOW) -> dict[str, Any]:
+    return {"token": token, "expiresAt": now + timedelta(seconds=TTL)}
+
+
+def put(jobs: JobStore, request_id: str, **fields: Any) -> None:
+    """Write record fields through the port's own transaction."""
+    change = Change(state=JobState.ACCEPTED, record=fields)
+    assert jobs.transact(request_id, lambda _current: change) == change
+
+
+def claimed(jobs: JobStore, request_id: str) -> str:
+    claim = jobs.claim(job_request(request_id), NOW, TTL)
+    assert claim.token is not None
+    return claim.token
+
+
+def submitted(jobs: JobStore, request_id: str, **job: Any) -> VertexJob:
+    token = claimed(jobs, request_id)
+    made = vertex_job(**job)
+    assert jobs.record_submission(token, submission(request_id, made), at(5))
+    return made
+
+
+# --- JobStore.claim ---------------------------------------------------------------------
+
+
+def test_claim_creates_the_record_in_accepted_with_a_lease(jobs, unique):
+    rid = unique("claim")
+    request = job_request(rid)
+
+    claim = jobs.claim(request, NOW, TTL)
+
+    assert claim.token and claim.record is None and not claim.taken_over
+    assert jobs.get(rid) == {**new_record(request, LOCATION, NOW), "claim": lease(claim.token)}
+    assert jobs.get(rid)["state"] == "ACCEPTED"
+    assert jobs.get_attempt(rid, 1) is None
+
+
+def test_a_second_claim_while_the_first_is_held_raises(jobs, unique):
+    rid = unique("held")
+    token = claimed(jobs, rid)
+    before = jobs.get(rid)
+
+    with pytest.raises(SubmissionInProgress):
+        jobs.claim(job_request(rid), at(TTL - 1), TTL)
+
+    assert jobs.get(rid) == before
+    assert jobs.get(rid)["claim"]["token"] == token
+
+
+@pytest.mark.parametrize("later", [TTL, TTL + 1], ids=["at-expiry", "after-expiry"])
+def test_an_expired_claim_is_taken_over(jobs, unique, later):
+    rid = unique("expired")
+    first = claimed(jobs, rid)
+
+    claim = jobs.claim(job_request(rid), at(later), TTL)
+
+    assert claim.token and claim.token != first and claim.taken_over and claim.record is None
+    assert jobs.get(rid)["claim"] == lease(claim.token, at(later))
+    assert jobs.get(rid)["state"] == "ACCEPTED"
+
+
+def test_a_claim_taken_over_updates_the_record_time(jobs, unique):
+    rid = unique("takeover-time")
+    claimed(jobs, rid)
+
+    jobs.claim(job_request(rid), at(TTL + 1), TTL)
+
+    assert jobs.get(rid)["updatedAt"] == at(TTL + 1)
+
+
+def test_a_released_claim_is_taken_over_at_once(jobs, unique):
+    rid = unique("released")
+    token = claimed(jobs, rid)
+    jobs.release(rid, token, at(1))
+
+    claim = jobs.claim(job_request(rid), at(2), TTL)
+
+    assert claim.token and claim.taken_over
+    assert jobs.get(rid)["claim"] == lease(claim.token, at(2))
+
+
+def test_a_settled_record_is_returned_with_no_token(jobs, unique):
+    rid = unique("settled")
+    submitted(jobs, rid)
+
+    claim = jobs.claim(job_request(rid), at(10), TTL)
+
+    assert claim.token is None and not claim.taken_over
+    assert claim.record == jobs.get(rid)
+    assert claim.record["state"] == "QUEUED"
+
+
+def test_a_record_that_left_accepted_is_settled_without_a_job(jobs, unique):
+    rid = unique("parked")
+    claimed(jobs, rid)
+    put(jobs, rid, state="QUEUED", reason=QUOTA_REASON, claim=None)
+
+    claim = jobs.claim(job_request(rid), at(1), TTL)
+
+    assert claim.token is None and claim.record == jobs.get(rid)
+
+
+# --- JobStore.record_submission ---------------------------------------------------------
+
+
+def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
+    rid = unique("record")
+    token = claimed(jobs, rid)
+    put(jobs, rid, nextAttemptAt=at(1), reason=QUOTA_REASON)
+    job = vertex_job(state="JOB_STATE_PENDING", create_time=at(-30))
+
+    recorded = jobs.record_submission(token, submission(rid, job, resumed_from="gs://b/c/"), at(5))
+
+    assert recorded is True
+    record = jobs.get(rid)
+    expected = {
+        **new_record(job_request(rid), LOCATION, NOW),
+        "state": "QUEUED",
+        "attempt": 1,
+        "vertexJob": job.name,
+        "vertexJobId": job.job_id,
+        "vertexState": "JOB_STATE_PENDING",
+        "vertexJobIds": [job.job_id],
+        "strategy": "FLEX_START",
+        "location": LOCATION,
+        "updatedAt": at(5),
+        "attemptSubmittedAt": at(5),
+        "vertexCreateTime": at(-30),
+        "reason": None,
+    }
+    assert record == expected
+    assert "claim" not in record and "nextAttemptAt" not in record
+    assert jobs.get_attempt(rid, 1) == {
+        "attempt": 1,
+        "vertexJob": job.name,
+        "state": "QUEUED",
+        "strategy": "FLEX_START",
+        "location": LOCATION,
+        "submittedAt": at(5),
+        "resumedFrom": "gs://b/c/",
+    }
+
+
+def test_record_submission_writes_the_extra_fields(jobs, unique):
+    rid = unique("extra")
+    token = claimed(jobs, rid)
+    job = vertex_job(state="JOB_STATE_RUNNING", create_time=None)
+    sub = submission(rid, job, extra={"fallbackRung": 1}, record_extra={"retries": {"capacity": 1}})
+
+    assert jobs.record_submission(token, sub, at(5))
+
+    record = jobs.get(rid)
+    assert record["state"] == "RUNNING"
+    assert record["vertexCreateTime"] == at(5)  # no createTime from Vertex: the record's now
+    assert record["retries"] == {"capacity": 1}
+    assert jobs.get_attempt(rid, 1)["fallbackRung"] == 1
+
+
+def test_record_submission_is_idempotent_for_the_same_job(jobs, unique):
+    rid = unique("again")
+    token = claimed(jobs, rid)
+    job = vertex_job()
+    assert jobs.record_submission(token, submission(rid, job), at(5))
+    record, attempt = jobs.get(rid), jobs.get_attempt(rid, 1)
+
+    assert jobs.record_submission(token, submission(rid, job), at(9)) is True
+    assert jobs.record_submission("another-token", submission(rid, job), at(9)) is True
+
+    assert jobs.get(rid) == record
+    assert jobs.get_attempt(rid, 1) == attempt
+
+
+def test_record_submission_refuses_another_job_for_the_same_attempt(jobs, unique):
+    rid = unique("race")
+    token = claimed(jobs, rid)
+    first, second = vertex_job(), vertex_job()
+    assert jobs.record_submission(token, submission(rid, first), at(5))
+    record, attempt = jobs.get(rid), jobs.get_attempt(rid, 1)
+
+    assert jobs.record_submission(token, submission(rid, second), at(6)) is False
+
+    assert jobs.get(rid) == record
+    assert jobs.get_attempt(rid, 1) == attempt
+
+
+def test_record_submission_refuses_an_attempt_the_request_moved_past(jobs, unique):
+    rid = unique("past")
+    token = claimed(jobs, rid)
+    put(jobs, rid, attempt=2, state="RETRYING")
+    before = jobs.get(rid)
+
+    assert jobs.record_submission(token, submission(rid, vertex_job(), attempt=1), at(5)) is False
+
+    assert jobs.get(rid) == before
+    assert jobs.get_attempt(rid, 1) is None
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"cancelRequested": True}, {"state": "CANCELLED"}, {"state": "FAILED"}],
+    ids=["cancel-requested", "cancelled", "failed"],
+)
+def test_record_submission_refuses_a_cancelled_or_ended_record(jobs, unique, fields):
+    rid = unique("over")
+    token = claimed(jobs, rid)
+    put(jobs, rid, **fields)
+    before = jobs.get(rid)
+
+    assert jobs.record_submission(token, submission(rid, vertex_job()), at(5)) is False
+
+    assert jobs.get(rid) == before
+    assert jobs.get_attempt(rid, 1) is None
+
+
+def test_record_submission_of_the_next_attempt_keeps_every_job_id(jobs, unique):
+    rid = unique("next")
+    first = submitted(jobs, rid)
+    put(jobs, rid, state="RETRYING", nextAttemptAt=at(60))
+    token = jobs.claim_retry(rid, 2, at(60), TTL)
+    assert token is not None
+    second = vertex_job(attempt=2)
+
+    assert jobs.record_submission(token, submission(rid, second, attempt=2), at(61))
+
+    record = jobs.get(rid)
+    assert record["attempt"] == 2 and record["vertexJob"] == second.name
+    assert record["vertexJobIds"] == [first.job_id, second.job_id]
+    assert "claim" not in record and "nextAttemptAt" not in record
+    assert jobs.get_attempt(rid, 1)["vertexJob"] == first.name
+    assert jobs.get_attempt(rid, 2)["vertexJob"] == second.name
+
+
+# --- JobStore.release -------------------------------------------------------------------
+
+
+def test_release_drops_only_the_claim_it_holds(jobs, unique):
+    rid = unique("release")
+    token = claimed(jobs, rid)
+
+    jobs.release(rid, "not-the-holder", at(1))
+    assert jobs.get(rid)["claim"] == lease(token)
+
+    jobs.release(rid, token, at(2))
+    assert "claim" not in jobs.get(rid)
+    jobs.release(rid, token, at(3))  # twice: nothing left to drop
+    assert "claim" not in jobs.get(rid)
+
+
+def test_release_updates_the_record_time(jobs, unique):
+    rid = unique("release-time")
+    token = claimed(jobs, rid)
+
+    jobs.release(rid, token, at(2))
+
+    assert jobs.get(rid)["updatedAt"] == at(2)
+
+
+def test_release_of_a_missing_record_does_nothing(jobs, unique):
+    rid = unique("release-missing")
+
+    jobs.release(rid, "token", NOW)
+
+    assert jobs.get(rid) is None
+
+
+# --- JobStore.create_tombstone ----------------------------------------------------------
+
+
+def test_a_tombstone_is_created_once(jobs, unique):
+    rid = unique("tomb")
+    record = tombstone(rid, NOW)
+
+    assert jobs.create_tombstone(rid, record) is True
+    assert jobs.get(rid) == record
+    assert jobs.create_tombstone(rid, {**record, "reason": "another"}) is False
+    assert jobs.get(rid) == record
+
+
+def test_a_tombstone_is_not_created_over_a_record(jobs, unique):
+    rid = unique("tomb-late")
+    claimed(jobs, rid)
+    before = jobs.get(rid)
+
+    assert jobs.create_tombstone(rid, tombstone(rid, NOW)) is False
+    assert jobs.get(rid) == before
+
+
+def test_a_request_arriving_after_its_tombstone_gets_the_record(jobs, unique):
+    rid = unique("tomb-claim")
+    jobs.create_tombstone(rid, tombstone(rid, NOW))
+
+    claim = jobs.claim(job_request(rid), at(1), TTL)
+
+    assert claim.token is None and claim.record == tombstone(rid, NOW)
+
+
+# --- JobStore.get, get_attempt, update_attempt ------------------------------------------
+
+
+def test_missing_records_and_attempts_are_none(jobs, unique):
+    rid = unique("missing")
+    assert jobs.get(rid) is None
+    assert jobs.get_attempt(rid, 1) is None
+    claimed(jobs, rid)
+    assert jobs.get_attempt(rid, 1) is None
+
+
+def test_update_attempt_merges_fields_into_the_attempt(jobs, unique):
+    rid = unique("attempt")
+    submitted(jobs, rid)
+    before = jobs.get_attempt(rid, 1)
+
+    jobs.update_attempt(rid, 1, {"workLostSeconds": 12.5, "resumedFrom": None})
+    jobs.update_attempt(rid, 2, {"note": "fresh"})
+
+    assert jobs.get_attempt(rid, 1) == {**before, "workLostSeconds": 12.5, "resumedFrom": None}
+    assert jobs.get_attempt(rid, 2) == {"note": "fresh"}
+
+
+def test_update_attempt_merges_nested_maps(jobs, unique):
+    rid = unique("attempt-nested")
+    submitted(jobs, rid)
+
+    jobs.update_attempt(rid, 1, {"cost": {"costUsd": 1.5, "priced": True}})
+    jobs.update_attempt(rid, 1, {"cost": {"priced": False}})
+
+    assert jobs.get_attempt(rid, 1)["cost"] == {"costUsd": 1.5, "priced": False}
+
+
+def test_update_attempt_stores_a_copy(jobs, unique):
+    rid = unique("attempt-copy")
+    submitted(jobs, rid)
+    cost = {"costUsd": 1.5, "priced": True}
+
+    jobs.update_attempt(rid, 1, {"cost": cost})
+    cost["costUsd"] = 99.0
+
+    assert jobs.get_attempt(rid, 1)["cost"] == {"costUsd": 1.5, "priced": True}
+
+
+def test_sequences_are_read_back_as_lists(jobs, unique):
+    rid = unique("tuple")
+    claimed(jobs, rid)
+
+    put(jobs, rid, pendingCancels=("a", "b"))
+
+    assert jobs.get(rid)["pendingCancels"] == ["a", "b"]
+
+
+# --- JobStore.transact ------------------------------------------------------------------
+
+
+def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique):
+    rid = unique("transact")
+    submitted(jobs, rid)
+    seen: list[dict[str, Any]] = []
+    change = Change(
+        state=JobState.RUNNING,
+        record={"state": "RUNNING", "vertexState": "JOB_STATE_RUNNING", "reason": None},
+        attempt={"state": "RUNNING", "startedAt": at(20), "endedAt": None},
+    )
+    before_record, before_attempt = jobs.get(rid), jobs.get_attempt(rid, 1)
+
+    def decide(current: dict[str, Any]) -> Change:
+        seen.append(current)
+        return change
+
+    assert jobs.transact(rid, decide) == change
+
+    assert seen[-1] == before_record
+    assert jobs.get(rid) == {**before_record, **change.record}
+    assert jobs.get_attempt(rid, 1) == {**before_attempt, **change.attempt}
+
+
+def test_transact_writes_the_attempt_the_record_is_on(jobs, unique):
+    rid = unique("transact-attempt")
+    claimed(jobs, rid)
+    put(jobs, rid, attempt=3, state="RETRYING")
+
+    jobs.transact(
+        rid, lambda _r: Change(JobState.RETRYING, {"updatedAt": at(1)}, {"errorClass": "x"})
+    )
+
+    assert jobs.get_attempt(rid, 3) == {"errorClass": "x"}
+    assert jobs.get_attempt(rid, 1) is None
+
+
+def test_transact_stores_a_copy_of_the_attempt_fields(jobs, unique):
+    rid = unique("transact-copy")
+    submitted(jobs, rid)
+    cost = {"costUsd": 1.5, "priced": True}
+    change = Change(JobState.QUEUED, {"updatedAt": at(1)}, {"cost": cost})
+
+    jobs.transact(rid, lambda _r: change)
+    cost["costUsd"] = 99.0
+
+    assert jobs.get_attempt(rid, 1)["cost"] == {"costUsd": 1.5, "priced": True}
+
+
+def test_transact_replaces_a_map_field(jobs, unique):
+    rid = unique("transact-map")
+    claimed(jobs, rid)
+    put(jobs, rid, retries={"capacity": 2, "preemption": 1})
+
+    put(jobs, rid, retries={"capacity": 3})
+
+    assert jobs.get(rid)["retries"] == {"capacity": 3}
+
+
+def test_transact_writes_nothing_when_decide_says_none(jobs, unique):
+    rid = unique("transact-none")
+    claimed(jobs, rid)
+    before = jobs.get(rid)
+
+    assert jobs.transact(rid, lambda _r: None) is None
+
+    assert jobs.get(rid) == before
+
+
+def test_transact_on_a_missing_record_returns_none_without_deciding(jobs, unique):
+    rid = unique("transact-missing")
+    seen: list[dict[str, Any]] = []
+
+    def decide(current: dict[str, Any]) -> Change:
+        seen.append(current)
+        return Change(JobState.ACCEPTED, {"state": "ACCEPTED"})
+
+    assert jobs.transact(rid, decide) is None
+    assert seen == []
+    assert jobs.get(rid) is None
+
+
+def test_transact_with_attempt_fields_only(jobs, unique):
+    rid = unique("transact-attempt-only")
+    submitted(jobs, rid)
+
+    change = Change(JobState.QUEUED, record={}, attempt={"note": "only the attempt"})
+    assert jobs.transact(rid, lambda _r: change) == change
+
+    assert jobs.get_attempt(rid, 1)["note"] == "only the attempt"
+
+
+def test_finish_through_transact_fills_the_outbox(jobs, unique):
+    rid = unique("finish")
+    submitted(jobs, rid)
+
+    change = jobs.transact(rid, lambda r: finish(r, JobState.FAILED, at(30), "refused"))
+
+    assert change is not None
+    record = jobs.get(rid)
+    assert record["state"] == "FAILED" and record["reason"] == "refused"
+    assert record["claim"] is None and record["nextAttemptAt"] is None
+    assert record["endedAt"] == at(30)
+    assert record["outbox"] == [
+        {"requestId": rid, "state": "FAILED", "attempt": 1, "reason": "refused"}
+    ]
+    assert record["outboxPending"] is True
+    assert rid in jobs.with_outbox()
+    assert jobs.transact(rid, lambda r: finish(r, JobState.CANCELLED, at(31), "late")) is None
+
+
+# --- JobStore.find_by_job_id ------------------------------------------------------------
+
+
+def test_find_by_job_id_finds_every_attempt_of_a_request(jobs, unique):
+    rid = unique("find")
+    first = submitted(jobs, rid)
+    put(jobs, rid, state="RETRYING", nextAttemptAt=at(60))
+    token = jobs.claim_retry(rid, 2, at(60), TTL)
+    second = vertex_job(attempt=2)
+    jobs.record_submission(token, submission(rid, second, attempt=2), at(61))
+
+    assert jobs.find_by_job_id(first.job_id) == rid
+    assert jobs.find_by_job_id(second.job_id) == rid
+    assert jobs.find_by_job_id(vertex_job().job_id) is None
+
+
+def test_request_ids_that_need_escaping_round_trip(jobs, unique):
+    rid = unique("team/run 7%")
+    job = submitted(jobs, rid)
+
+    assert jobs.get(rid)["requestId"] == rid
+    assert jobs.find_by_job_id(job.job_id) == rid
+    assert jobs.get_attempt(rid, 1)["vertexJob"] == job.name
+
+
+# --- JobStore.active --------------------------------------------------------------------
+
+
+def test_active_lists_the_records_not_yet_ended(jobs, unique):
+    accepted, queued, retrying = unique("accepted"), unique("queued"), unique("retrying")
+    succeeded, cancelled = unique("succeeded"), unique("cancelled")
+    claimed(jobs, accepted)
+    submitted(jobs, queued)
+    submitted(jobs, retrying)
+    put(jobs, retrying, state="RETRYING")
+    submitted(jobs, succeeded)
+    put(jobs, succeeded, state="SUCCEEDED")
+    jobs.create_tombstone(cancelled, tombstone(cancelled, NOW))
+
+    active = {r["requestId"]: r for r in jobs.active()}
+
+    for rid in (accepted, queued, retrying):
+        assert active[rid] == jobs.get(rid)
+    assert succeeded not in active and cancelled not in active
+
+
+# --- JobStore.begin_read, renew_read, release_reader ------------------------------------
+
+
+def test_read_leases_coalesce_hints(jobs, unique):
+    rid = unique("hints")
+    submitted(jobs, rid)
+    window = 10.0
+
+    assert jobs.begin_read(rid, at(100), window, at(99)) == (HintAction.READ, None)
+    assert jobs.get(rid)["lastReadAt"] == at(100) and jobs.get(rid)["hintPending"] is False
+    # published well before the read began: that read saw it
+    assert jobs.begin_read(rid, at(101), window, at(95)) == (HintAction.COVERED, at(100))
+    # inside the window: the first becomes the trailing reader, the next ones wait on it
+    assert jobs.begin_read(rid, at(102), window, at(101)) == (HintAction.TRAIL, at(100))
+    assert jobs.get(rid)["hintPending"] is True
+    assert jobs.begin_read(rid, at(103), window, at(102)) == (HintAction.PENDING, at(100))
+    assert jobs.get(rid)["lastReadAt"] == at(100)
+
+    jobs.renew_read(rid, at(110))
+    assert jobs.get(rid)["lastReadAt"] == at(110) and jobs.get(rid)["hintPending"] is False
+    # the window of the trailing read closed: the next hint reads again
+    assert jobs.begin_read(rid, at(121), window, at(120)) == (HintAction.READ, at(110))
+    assert jobs.get(rid)["lastReadAt"] == at(121)
+
+
+def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
+    rid = unique("reader")
+    submitted(jobs, rid)
+    jobs.begin_read(rid, at(100), 10.0, at(99))
+
+    jobs.release_reader(rid)
+
+    record = jobs.get(rid)
+    assert record["lastReadAt"] is None and record["hintPending"] is False
+    assert jobs.begin_read(rid, at(101), 10.0, at(100)) == (HintAction.READ, None)
+
+
+# --- JobStore.due_submissions and claim_retry -------------------------------------------
+
+
+def test_due_submissions_lists_records_whose_next_attempt_is_due(jobs, unique):
+    due, exactly, later, unset, never = (
+        unique(n) for n in ("due", "exactly", "later", "unset", "never")
+    )
+    for rid in (due, exactly, later, unset, never):
+        submitted(jobs, rid)
+    put(jobs, due, state="RETRYING", nextAttemptAt=at(50))
+    put(jobs, exactly, state="RETRYING", nextAttemptAt=at(100))
+    put(jobs, later, state="RETRYING", nextAttemptAt=at(101))
+    put(jobs, unset, state="RETRYING", nextAttemptAt=None)
+
+    found = set(jobs.due_submissions(at(100)))
+
+    assert {due, exactly} <= found
+    assert not {later, unset, never} & found
+
+
+# name -> (record fields after a submitted attempt 1, attempt to claim, claimable)
+RETRY_CASES: dict[str, tuple[dict[str, Any], int, bool]] = {
+    "retrying-due": ({"state": "RETRYING", "nextAttemptAt": at(50)}, 2, True),
+    "retrying-due-now": ({"state": "RETRYING", "nextAttemptAt": at(100)}, 2, True),
+    "retrying-unscheduled": ({"state": "RETRYING", "nextAttemptAt": None}, 2, True),
+    "retrying-not-due": ({"state": "RETRYING", "nextAttemptAt": at(101)}, 2, False),
+    "retrying-held": (
+        {"state": "RETRYING", "nextAttemptAt": at(50), "claim": lease("t", at(0))},
+        2,
+        False,
+    ),
+    "retrying-claim-expired": (
+        {"state": "RETRYING", "nextAttemptAt": at(50), "claim": lease("t", at(-30))},
+        2,
+        True,
+    ),
+    "retrying-cancel-requested": (
+        {"state": "RETRYING", "nextAttemptAt": at(50), "cancelRequested": True},
+        2,
+        False,
+    ),
+    "retrying-same-attempt": ({"state": "RETRYING", "nextAttemptAt": at(50)}, 1, False),
+    "retrying-skipping-an-attempt": ({"state": "RETRYING", "nextAttemptAt": at(50)}, 3, False),
+    "parked-own-attempt": (
+        {"state": "QUEUED", "vertexJob": None, "reason": QUOTA_REASON, "nextAttemptAt": at(50)},
+        1,
+        True,
+    ),
+    "parked-next-attempt": (
+        {"state": "QUEUED", "vertexJob": None, "reason": QUOTA_REASON, "nextAttemptAt": at(50)},
+        2,
+        False,
+    ),
+    "queued-with-a-job": ({"state": "QUEUED", "nextAttemptAt": at(50)}, 1, False),
+    "running": ({"state": "RUNNING", "nextAttemptAt": at(50)}, 2, False),
+    "failed": ({"state": "FAILED", "nextAttemptAt": at(50)}, 2, False),
+}
+
+
+@pytest.mark.parametrize("case", list(RETRY_CASES))
+def test_claim_retry_follows_submission_claimable(jobs, unique, case):
+    fields, attempt, claimable = RETRY_CASES[case]
+    rid = unique("retry")
+    submitted(jobs, rid)
+    put(jobs, rid, **fields)
+    before = jobs.get(rid)
+    assert submission_claimable(before, attempt, at(100)) is claimable  # the rule itself
+
+    token = jobs.claim_retry(rid, attempt, at(100), TTL)
+
+    if claimable:
+        assert token
+        assert jobs.get(rid) == {**before, "claim": lease(token, at(100)), "updatedAt": at(100)}
+        assert jobs.claim_retry(rid, attempt, at(101), TTL) is None  # now held
+    else:
+        assert token is None
+        assert jobs.get(rid) == before
+
+
+def test_claim_retry_of_a_missing_record_is_none(jobs, unique):
+    assert jobs.claim_retry(unique("retry-missing"), 2, NOW, TTL) is None
+
+
+# --- JobStore outbox and pending cancels ------------------------------------------------
+
+
+def test_outbox_lists_and_drops_what_was_published(jobs, unique):
+    rid, quiet = unique("outbox"), unique("quiet")
+    claimed(jobs, quiet)
+    first = {"requestId": rid, "state": "RETRYING", "attempt": 1, "reason": "r"}
+    second = {"requestId": rid, "state": "FAILED", "attempt": 2, "reason": "f"}
+    claimed(jobs, rid)
+    put(jobs, rid, outbox=[first, second], outboxPending=True)
+
+    assert rid in jobs.with_outbox() and quiet not in jobs.with_outbox()
+
+    jobs.drop_from_outbox(rid, [first])
+    assert jobs.get(rid)["outbox"] == [second] and jobs.get(rid)["outboxPending"] is True
+    assert rid in jobs.with_outbox()
+
+    jobs.drop_from_outbox(rid, [second, {"requestId": rid, "state": "never sent"}])
+    assert jobs.get(rid)["outbox"] == [] and jobs.get(rid)["outboxPending"] is False
+    assert rid not in jobs.with_outbox()
+
+
+def test_a_tombstone_waits_in_the_outbox(jobs, unique):
+    rid = unique("tomb-outbox")
+    jobs.create_tombstone(rid, tombstone(rid, NOW))
+
+    assert rid in jobs.with_outbox()
+    jobs.drop_from_outbox(rid, tombstone(rid, NOW)["outbox"])
+    assert rid not in jobs.with_outbox()
+
+
+def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
+    rid, quiet = unique("cancels"), unique("no-cancels")
+    submitted(jobs, quiet)
+    submitted(jobs, rid)
+    names = ["projects/p/locations/us-central1/customJobs/1", "projects/p/x/customJobs/2"]
+
+    assert jobs.transact(rid, lambda r: cancels_pending(r, names, at(10))) is not None
+
+    assert jobs.get(rid)["pendingCancels"] == names and jobs.get(rid)["cancelPending"] is True
+    assert rid in jobs.with_pending_cancels() and quiet not in jobs.with_pending_cancels()
+
+    jobs.transact(rid, lambda r: cancels_confirmed(r, names[:1], at(11)))
+    assert rid in jobs.with_pending_cancels()
+    jobs.transact(rid, lambda r: cancels_confirmed(r, names[1:], at(12)))
+    assert jobs.get(rid)["pendingCancels"] == [] and jobs.get(rid)["cancelPending"] is False
+    assert rid not in jobs.with_pending_cancels()
+
+
+# --- DeploymentStore --------------------------------------------------------------------
+
+OPERATION = "projects/p/locations/us-central1/endpoints/123/operations/7"
+
+
+def deploy_claimed(deployments: DeploymentStore, request_id: str) -> str:
+    claim = deployments.claim(deploy_request(request_id), NOW, TTL)
+    assert claim.token is not None
+    return claim.token
+
+
+def deploying_record(deployments: DeploymentStore, request_id: str) -> str:
+    token = deploy_claimed(deployments, request_id)
+    deployments.record_operation(token, request_id, OPERATION + request_id, at(5))
+    return OPERATION + request_id
+
+
+def test_deployment_claim_creates_the_record_in_accepted_with_a_lease(deployments, unique):
+    rid = unique("deploy")
+    request = deploy_request(rid)
+
+    claim = deployments.claim(request, NOW, TTL)
+
+    assert claim.token and claim.record is None and not claim.taken_over
+    assert deployments.get(rid) == {**new_deployment(request, NOW), "claim": lease(claim.token)}
+
+
+def test_a_second_deployment_claim_while_held_raises(deployments, unique):
+    rid = unique("deploy-held")
+    deploy_claimed(deployments, rid)
+    before = deployments.get(rid)
+
+    with pytest.raises(SubmissionInProgress):
+        deployments.claim(deploy_request(rid), at(TTL - 1), TTL)
+    assert deployments.get(rid) == before
+
+
+def test_an_expired_deployment_claim_is_taken_over(deployments, unique):
+    rid = unique("deploy-expired")
+    first = deploy_claimed(deployments, rid)
+
+    claim = deployments.claim(deploy_request(rid), at(TTL), TTL)
+
+    assert claim.token and claim.token != first and claim.taken_over
+    assert deployments.get(rid)["claim"] == lease(claim.token, at(TTL))
+
+
+def test_a_deployment_claim_taken_over_updates_the_record_time(deployments, unique):
+    rid = unique("deploy-takeover-time")
+    deploy_claimed(deployments, rid)
+
+    deployments.claim(deploy_request(rid), at(TTL + 1), TTL)
+
+    assert deployments.get(rid)["updatedAt"] == at(TTL + 1)
+
+
+def test_deployment_release_drops_only_the_claim_it_holds(deployments, unique):
+    rid = unique("deploy-release")
+    token = deploy_claimed(deployments, rid)
+
+    deployments.release(rid, "not-the-holder", at(1))
+    assert deployments.get(rid)["claim"] == lease(token)
+    deployments.release(rid, token, at(2))
+    assert "claim" not in deployments.get(rid)
+
+    claim = deployments.claim(deploy_request(rid), at(3), TTL)
+    assert claim.token and claim.taken_over
+
+
+def test_deployment_release_updates_the_record_time(deployments, unique):
+    rid = unique("deploy-release-time")
+    token = deploy_claimed(deployments, rid)
+
+    deployments.release(rid, token, at(2))
+
+    assert deployments.get(rid)["updatedAt"] == at(2)
+
+
+def test_record_operation_makes_the_record_deploying(deployments, unique):
+    rid = unique("deploy-op")
+    token = deploy_claimed(deployments, rid)
+    before = deployments.get(rid)
+
+    deployments.record_operation(token, rid, OPERATION, at(5))
+
+    expected = {**before, "state": "DEPLOYING", "operation": OPERATION, "updatedAt": at(5)}
+    del expected["claim"]
+    assert deployments.get(rid) == {**expected, "nextAttemptAt": None, "reason": None}
+    claim = deployments.claim(deploy_request(rid), at(6), TTL)
+    assert claim.token is None and claim.record == deployments.get(rid)
+    assert rid in {r["requestId"] for r in deployments.deploying()}
+
+
+def test_record_adopted_makes_the_record_deployed(deployments, unique):
+    rid = unique("deploy-adopt")
+    token = deploy_claimed(deployments, rid)
+
+    deployments.record_adopted(token, rid, "9001", at(5))
+
+    record = deployments.get(rid)
+    assert record["state"] == "DEPLOYED" and record["deployedModelId"] == "9001"
+    assert record["updatedAt"] == at(5) and "claim" not in record
+    assert record["nextAttemptAt"] is None and record["reason"] is None
+    assert rid not in {r["requestId"] for r in deployments.deploying()}
+
+
+def test_record_adopted_records_when_it_was_deployed(deployments, unique):
+    rid = unique("deploy-adopt-time")
+    token = deploy_claimed(deployments, rid)
+
+    deployments.record_adopted(token, rid, "9001", at(5))
+
+    assert deployments.get(rid)["deployedAt"] == at(5)
+
+
+def test_a_settled_deployment_is_not_recorded_again(deployments, unique):
+    rid = unique("deploy-settled")
+    token = deploy_claimed(deployments, rid)
+    deployments.record_adopted(token, rid, "9001", at(5))
+    before = deployments.get(rid)
+
+    deployments.record_operation(token, rid, OPERATION, at(6))
+    deployments.record_adopted(token, rid, "9002", at(7))
+
+    assert deployments.get(rid) == before
+
+
+def test_record_failure_fails_once_and_never_overwrites_deployed(deployments, unique):
+    failing, deployed = unique("deploy-fail"), unique("deploy-done")
+    deploy_claimed(deployments, failing)
+    token = deploy_claimed(deployments, deployed)
+    deployments.record_adopted(token, deployed, "9001", at(5))
+    kept = deployments.get(deployed)
+
+    deployments.record_failure(failing, "endpoint not found", at(6))
+    deployments.record_failure(failing, "a later reason", at(7))
+    deployments.record_failure(deployed, "a late refusal", at(8))
+
+    record = deployments.get(failing)
+    assert record["state"] == "FAILED" and record["reason"] == "endpoint not found"
+    assert record["endedAt"] == at(6) and record["updatedAt"] == at(6)
+    assert record["claim"] is None
+    assert deployments.get(deployed) == kept
+
+
+def test_park_waits_for_quota_until_due(deployments, unique):
+    rid = unique("deploy-park")
+    deploy_claimed(deployments, rid)
+
+    deployments.park(rid, at(5), 60, "quota exceeded")
+    deployments.park(rid, at(6), 60, "x" * 2000)
+
+    record = deployments.get(rid)
+    assert record["state"] == "ACCEPTED" and record["reason"] == "quota"
+    assert record["quotaRetries"] == 2 and record["quotaDetail"] == "x" * 1024
+    assert record["nextAttemptAt"] == at(66) and record["claim"] is None
+    assert record["updatedAt"] == at(6)
+    assert rid not in {r["requestId"] for r in deployments.parked_due(at(65))}
+    due = {r["requestId"]: r for r in deployments.parked_due(at(66))}
+    assert due[rid] == record
+
+    claim = deployments.claim(deploy_request(rid), at(66), TTL)
+    assert claim.token and claim.taken_over
+    deployments.record_operation(claim.token, rid, OPERATION, at(67))
+    record = deployments.get(rid)
+    assert record["nextAttemptAt"] is None and record["reason"] is None
+    assert rid not in {r["requestId"] for r in deployments.parked_due(at(1000))}
+
+
+def test_a_settled_deployment_is_not_parked(deployments, unique):
+    rid = unique("deploy-no-park")
+    deploying_record(deployments, rid)
+    before = deployments.get(rid)
+
+    deployments.park(rid, at(6), 60, "quota")
+
+    assert deployments.get(rid) == before
+
+
+def test_apply_operation_moves_a_deploying_record(deployments, unique):
+    rid = unique("deploy-apply")
+    operation = deploying_record(deployments, rid)
+    before = deployments.get(rid)
+
+    assert deployments.apply_operation(rid, OperationStatus(operation, False), at(10)) is None
+    assert deployments.apply_operation(rid, OperationStatus("other", True, "1"), at(10)) is None
+    assert deployments.get(rid) == before
+
+    done = OperationStatus(operation, True, deployed_model_id="9001")
+    assert deployments.apply_operation(rid, done, at(11)) == "DEPLOYED"
+    assert deployments.get(rid) == {
+        **before,
+        "state": "DEPLOYED",
+        "deployedModelId": "9001",
+        "updatedAt": at(11),
+        "deployedAt": at(11),
+    }
+    assert rid not in {r["requestId"] for r in deployments.deploying()}
+    failed = OperationStatus(operation, True, error_code=9, error_message="late")
+    assert deployments.apply_operation(rid, failed, at(12)) is None
+
+
+def test_apply_operation_records_a_failed_operation(deployments, unique):
+    rid = unique("deploy-apply-fail")
+    operation = deploying_record(deployments, rid)
+    before = deployments.get(rid)
+
+    failed = OperationStatus(operation, True, error_code=9, error_message="no capacity")
+    assert deployments.apply_operation(rid, failed, at(11)) == "FAILED"
+
+    assert deployments.get(rid) == {
+        **before,
+        "state": "FAILED",
+        "reason": "no capacity",
+        "errorCode": 9,
+        "updatedAt": at(11),
+        "endedAt": at(11),
+    }
+
+
+MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentStore, str], Any]] = {
+    "record_operation": lambda d, rid: d.record_operation("t", rid, OPERATION, NOW),
+    "record_adopted": lambda d, rid: d.record_adopted("t", rid, "9001", NOW),
+    "release": lambda d, rid: d.release(rid, "t", NOW),
+    "park": lambda d, rid: d.park(rid, NOW, 60, "quota"),
+    "apply_operation": lambda d, rid: d.apply_operation(
+        rid, OperationStatus(OPERATION, True, "1"), NOW
+    ),
+}
+
+
+@pytest.mark.parametrize("call", list(MISSING_DEPLOYMENT_CALLS))
+def test_deployment_calls_on_a_missing_record_change_nothing(deployments, unique, call):
+    rid = unique("deploy-missing")
+
+    assert MISSING_DEPLOYMENT_CALLS[call](deployments, rid) is None
+
+    assert deployments.get(rid) is None
+
+
+# --- RejectionLog -----------------------------------------------------------------------
+
+
+def test_a_rejection_round_trips_and_is_overwritten_on_redelivery(stores, unique):
+    rid = unique("refused/with slash")
+    first = {
+        "requestId": rid,
+        "messageId": "m-1",
+        "errors": [{"path": "customJob", "message": "missing"}],
+        "errorCount": 1,
+        "source": "pubsub",
+        "receivedAt": NOW,
+        "payloadExcerpt": "{}",
+        "payloadBytes": 2,
+    }
+
+    stores.rejections.record(rid, first)
+    assert stores.read_rejection(rid) == first
+
+    second = {"requestId": rid, "messageId": "m-2", "errors": [], "receivedAt": at(1)}
+    stores.rejections.record(rid, second)
+    assert stores.read_rejection(rid) == second
+    assert stores.read_rejection(unique("never-refused")) is None
+
+
+def test_a_rejection_is_stored_as_a_copy(stores, unique):
+    rid = unique("refused-copy")
+    errors = [{"path": "customJob", "message": "missing"}]
+
+    stores.rejections.record(rid, {"requestId": rid, "errors": errors})
+    errors.append({"path": "later", "message": "mutated"})
+
+    assert stores.read_rejection(rid) == {
+        "requestId": rid,
+        "errors": [{"path": "customJob", "message": "missing"}],
+    }
