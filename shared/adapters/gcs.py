@@ -1,7 +1,21 @@
 """GcsCheckpointStore: find a job's latest complete checkpoint in Cloud Storage.
 
-The store lists every object under the checkpoint prefix once (the client follows the pages)
-and hands the listing to the pure :func:`shared.domain.checkpoints.latest_complete`.
+The pure :func:`shared.domain.checkpoints.latest_checkpoint` decides; this store only lists,
+always with ``delimiter="/"`` so a request shows one directory's own entries, never the
+(possibly millions of) shards below it:
+
+1. the prefix itself, for its step directories and single-file checkpoints;
+2. each step directory, from the highest step down, until one holds its completion marker
+   (and, for an Orbax step without its step-level marker, each item directory).
+
+Work is bounded (the README's "Job lifecycle" says the same): at most ``max_requests`` list
+requests (50) of at most 1,000 entries each, the prefix's own listing taking at most
+``max_top_pages`` of them (10 pages: 10,000 step directories and files), one page per step
+directory, and ``deadline_seconds`` (60 s) for the whole lookup, retries included. One page
+per step directory suffices: torch's ``.metadata`` and ``_SUCCESS`` sort before its
+``__0_0.distcp`` shards, and an Orbax step holds only a few entries of its own (its items'
+files sit one level down). When a bound is reached the search decides on what it has seen and
+logs a warning: the prefix's listing arrives in name order, so a cut one misses the last names.
 
 Errors:
     * transient faults (429, 500, 502, 503, 504, connection resets) are retried by
@@ -16,9 +30,9 @@ Errors:
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,10 +41,18 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry, if_exception_type
 from google.auth.credentials import AnonymousCredentials
 
-from shared.domain.checkpoints import Checkpoint, ObjectInfo, latest_complete, split_gcs_uri
+from shared.domain.checkpoints import (
+    Checkpoint,
+    Listing,
+    ObjectInfo,
+    latest_checkpoint,
+    split_gcs_uri,
+)
 from shared.errors import StoreUnavailable
+from shared.logs import get_logger
 
-logger = logging.getLogger(__name__)
+# Through the flexjobs hierarchy, so warnings are JSON lines carrying the requestId label.
+logger = get_logger("gcs")
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 EMULATOR_PROJECT = "flexjobs-local"
@@ -58,6 +80,34 @@ _TRANSIENT = (
 # Objects without timestamps (never seen from GCS itself) sort as the oldest.
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
+# Entries (objects and prefixes together) per list request: the most GCS returns.
+PAGE_SIZE = 1000
+MAX_REQUESTS = 50
+MAX_TOP_PAGES = 10
+# JSON API v1 object resource names: a field left out here is absent from the response, so
+# ``customTime`` must be named for Custom-Time to be read, and ``prefixes`` for directories.
+LIST_FIELDS = "items(name,updated,timeCreated,customTime,size),prefixes,nextPageToken"
+
+
+class _Budget:
+    """List requests and time left for one lookup."""
+
+    def __init__(self, requests: int, seconds: float) -> None:
+        self.requests = requests
+        self.deadline = time.monotonic() + seconds
+        self.spent = False
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def take(self) -> bool:
+        """Spend one request; False (and ``spent``) when none or no time is left."""
+        if self.requests <= 0 or self.remaining() <= 0:
+            self.spent = True
+            return False
+        self.requests -= 1
+        return True
+
 
 class GcsCheckpointStore:
     """Checkpoint lookups in Cloud Storage; the client is built on first use.
@@ -69,7 +119,9 @@ class GcsCheckpointStore:
             the ``STORAGE_EMULATOR_HOST`` environment variable read at first use. With an
             emulator the client uses anonymous credentials.
         timeout_seconds: the timeout of each HTTP request.
-        deadline_seconds: the total time allowed for a listing, retries included.
+        deadline_seconds: the total time allowed for one lookup, retries included.
+        max_requests: the list requests allowed for one lookup.
+        max_top_pages: the pages of the prefix's own listing, within ``max_requests``.
 
     Examples:
         >>> store = GcsCheckpointStore(project="demo")  # no client, no network yet
@@ -83,11 +135,16 @@ class GcsCheckpointStore:
         emulator_host: str | None = None,
         timeout_seconds: float = 30.0,
         deadline_seconds: float = 60.0,
+        max_requests: int = MAX_REQUESTS,
+        max_top_pages: int = MAX_TOP_PAGES,
     ) -> None:
         self._client = client
         self._project = project
         self._emulator_host = emulator_host
         self._timeout = timeout_seconds
+        self._deadline = deadline_seconds
+        self._max_requests = max_requests
+        self._max_top_pages = max_top_pages
         self._retry = Retry(
             predicate=if_exception_type(*_RETRYABLE),
             initial=0.5,
@@ -118,33 +175,29 @@ class GcsCheckpointStore:
             client_options={"api_endpoint": endpoint},
         )
 
-    def latest(self, prefix_uri: str) -> Checkpoint | None:
+    def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
         """The latest complete checkpoint under ``prefix_uri`` (``gs://bucket/prefix/``).
 
+        Checkpoints whose time is earlier than ``not_before`` (timezone-aware) are ignored.
+
         Raises:
-            ValueError: when ``prefix_uri`` is not a ``gs://`` URI.
+            ValueError: when ``prefix_uri`` is not a ``gs://`` URI, or ``not_before`` is naive.
             StoreUnavailable: when Cloud Storage stays unreachable past the deadline.
         """
         bucket, prefix = split_gcs_uri(prefix_uri)
         if prefix and not prefix.endswith("/"):
             # Without the slash, "ck" would also match the objects of "ck-old/".
             prefix += "/"
+        budget = _Budget(self._max_requests, self._deadline)
         try:
-            objects = [
-                ObjectInfo(
-                    name=blob.name,
-                    # Custom-Time, when a writer sets it, says when the checkpoint was taken.
-                    updated=blob.custom_time or blob.updated or blob.time_created or _EPOCH,
-                    size=int(blob.size or 0),
-                )
-                for blob in self.client.list_blobs(
-                    bucket,
-                    prefix=prefix,
-                    fields="items(name,updated,timeCreated,size),nextPageToken",
-                    timeout=self._timeout,
-                    retry=self._retry,
-                )
-            ]
+            top = self._list(bucket, prefix, budget, self._max_top_pages) or Listing()
+            found = latest_checkpoint(
+                top,
+                lambda directory: self._list(bucket, directory, budget, 1),
+                bucket,
+                prefix,
+                not_before=not_before,
+            )
         except gexc.NotFound:
             logger.warning(
                 "checkpoint bucket %r does not exist; treating %s as holding no checkpoint",
@@ -154,4 +207,52 @@ class GcsCheckpointStore:
             return None
         except _TRANSIENT as exc:
             raise StoreUnavailable(f"listing {prefix_uri} failed: {exc}") from exc
-        return latest_complete(objects, bucket, prefix)
+        if top.truncated or budget.spent:
+            logger.warning(
+                "checkpoint lookup under %s reached its bound (%d requests, %d top-level "
+                "pages, %.0f s); decided on a partial listing: %s",
+                prefix_uri,
+                self._max_requests,
+                self._max_top_pages,
+                self._deadline,
+                found.uri if found else None,
+            )
+        return found
+
+    def _list(self, bucket: str, directory: str, budget: _Budget, max_pages: int) -> Listing | None:
+        """One directory's own entries (``delimiter="/"``), at most ``max_pages`` pages; None
+        when the budget allows no request at all."""
+        if not budget.take():
+            return None
+        remaining = budget.remaining()
+        iterator = self.client.list_blobs(
+            bucket,
+            prefix=directory,
+            delimiter="/",
+            fields=LIST_FIELDS,
+            page_size=PAGE_SIZE,
+            timeout=min(self._timeout, remaining),
+            retry=self._retry.with_timeout(remaining),
+        )
+        objects: list[ObjectInfo] = []
+        subdirectories: list[str] = []
+        # Each step of ``pages`` is one request, so the budget is spent before the next one.
+        for number, page in enumerate(iterator.pages, start=1):
+            objects.extend(_object_info(blob) for blob in page)
+            subdirectories.extend(page.prefixes)
+            if iterator.next_page_token is None or number >= max_pages or not budget.take():
+                break
+        return Listing(
+            tuple(objects),
+            tuple(subdirectories),
+            truncated=iterator.next_page_token is not None,
+        )
+
+
+def _object_info(blob: Any) -> ObjectInfo:
+    return ObjectInfo(
+        name=blob.name,
+        # Custom-Time, when a writer sets it, says when the checkpoint was taken.
+        updated=blob.custom_time or blob.updated or blob.time_created or _EPOCH,
+        size=int(blob.size or 0),
+    )

@@ -26,13 +26,22 @@ A checkpoint prefix holds step directories, single checkpoint files, or both:
   ``*.safetensors``) are the fallback when no directory is complete: the newest by update
   time wins, and its step is parsed from the name when present (``model_step200.pt``).
   Shards such as ``model-00001-of-00004.safetensors`` are not single-file checkpoints.
+
+A checkpoint's time is its marker's (or file's) Custom-Time when the writer set one, else its
+update time. ``not_before`` ignores checkpoints older than it: a reused output directory may
+hold another run's, which must not be resumed by accident.
+
+The search reads *delimiter listings* (what sits directly in one directory) through a
+``read`` callback, so the caller chooses the I/O and its bound: the step directories come from
+the listing of the prefix, and each is read only when every higher step has been ruled out.
+:func:`latest_complete` runs the same search over one flat listing held in memory.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from shared.errors import FieldError
@@ -84,21 +93,23 @@ class ObjectInfo:
     size: int
 
 
-@dataclass
-class _StepDir:
-    """What the listing says about one step directory (mutable only while scanning)."""
+@dataclass(frozen=True)
+class Listing:
+    """What one delimiter listing (``delimiter="/"``) shows of a directory.
 
-    step: int
-    marker_at: datetime | None = None
-    items: set[str] = field(default_factory=set)
-    item_markers: dict[str, datetime] = field(default_factory=dict)
+    Attributes:
+        objects: the objects directly in the directory.
+        subdirectories: its subdirectories, as full prefixes ending with ``/``.
+        truncated: True when a bound on work cut the listing short.
+    """
 
-    def committed_at(self, item_markers: bool) -> datetime | None:
-        if self.marker_at is not None:
-            return self.marker_at
-        if item_markers and self.items and self.items <= set(self.item_markers):
-            return max(self.item_markers.values())
-        return None
+    objects: tuple[ObjectInfo, ...] = ()
+    subdirectories: tuple[str, ...] = ()
+    truncated: bool = False
+
+
+# The delimiter listing of a directory, or None once the caller's bound on work is spent.
+ReadDirectory = Callable[[str], "Listing | None"]
 
 
 def step_of(name: str) -> int | None:
@@ -126,20 +137,81 @@ def _normalise_prefix(prefix: str) -> str:
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
 
-def latest_complete(
-    objects: Iterable[ObjectInfo], bucket: str, prefix: str, *, item_markers: bool = True
+def latest_checkpoint(
+    top: Listing,
+    read: ReadDirectory,
+    bucket: str,
+    prefix: str,
+    *,
+    item_markers: bool = True,
+    not_before: datetime | None = None,
 ) -> Checkpoint | None:
     """Return the latest complete checkpoint under ``gs://bucket/prefix``, or None.
 
-    The highest step among complete step directories wins (ties: the later commit); failing
-    any, the newest single checkpoint file directly under the prefix. See the module
-    docstring for what counts as complete.
+    Step directories are checked from the highest step down, each with one call of ``read``
+    (more for Orbax item markers); the first step with a complete directory committed no
+    earlier than ``not_before`` wins (two directories of that step: the later commit). Failing
+    any, the newest single checkpoint file in ``top`` no older than ``not_before``. See the
+    module docstring for what counts as complete.
 
     Args:
-        objects: every object under the prefix, in any order (one listing, no delimiter).
+        top: the delimiter listing of the prefix itself.
+        read: the delimiter listing of a directory (a full prefix ending with ``/``), or None
+            once the caller's bound on work is spent; the search then stops checking
+            directories and falls back to the single files.
         bucket: the bucket name, used to build the URI.
         prefix: the object prefix, such as ``runs/r1/checkpoints/`` ("" for the bucket root).
         item_markers: accept Orbax item-level markers when the step-level one is missing.
+        not_before: ignore checkpoints whose time is earlier (another run's, left in a reused
+            directory); must be timezone-aware.
+
+    Raises:
+        ValueError: when ``not_before`` is a naive datetime.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t = datetime(2025, 1, 1, tzinfo=UTC)
+        >>> dirs = {"ck/step-100/": Listing((ObjectInfo("ck/step-100/.metadata", t, 9),)),
+        ...         "ck/step-200/": Listing((ObjectInfo("ck/step-200/__0_0.distcp", t, 9),))}
+        >>> top = Listing(subdirectories=tuple(dirs))
+        >>> latest_checkpoint(top, dirs.get, "bkt", "ck/").uri
+        'gs://bkt/ck/step-100/'
+    """
+    if not_before is not None and not_before.utcoffset() is None:
+        raise ValueError(f"not_before must be timezone-aware, got {not_before!r}")
+    prefix = _normalise_prefix(prefix)
+    for step, names in step_directories(top.subdirectories, prefix):
+        found: list[tuple[datetime, str]] = []
+        spent = False
+        for name in names:
+            listing = read(f"{prefix}{name}/")
+            if listing is None:
+                spent = True
+                break
+            at = _committed_at(f"{prefix}{name}/", listing, read, item_markers)
+            if at is not None and (not_before is None or at >= not_before):
+                found.append((at, name))
+        if found:
+            at, name = max(found)
+            return Checkpoint(f"gs://{bucket}/{prefix}{name}/", step, at)
+        if spent:
+            break
+    return _newest_file(top.objects, bucket, prefix, not_before)
+
+
+def latest_complete(
+    objects: Iterable[ObjectInfo],
+    bucket: str,
+    prefix: str,
+    *,
+    item_markers: bool = True,
+    not_before: datetime | None = None,
+) -> Checkpoint | None:
+    """:func:`latest_checkpoint` over one flat listing of every object under the prefix.
+
+    Args:
+        objects: every object under the prefix, in any order (one listing, no delimiter).
+        bucket, prefix, item_markers, not_before: as for :func:`latest_checkpoint`.
 
     Examples:
         >>> from datetime import UTC
@@ -150,40 +222,100 @@ def latest_complete(
         'gs://bkt/ck/step-100/'
     """
     prefix = _normalise_prefix(prefix)
-    dirs: dict[str, _StepDir] = {}
-    files: list[tuple[datetime, str, int | None]] = []
+    read = listings(objects, prefix)
+    return latest_checkpoint(
+        read(prefix), read, bucket, prefix, item_markers=item_markers, not_before=not_before
+    )
+
+
+def listings(objects: Iterable[ObjectInfo], prefix: str) -> Callable[[str], Listing]:
+    """Index a flat listing of the objects under ``prefix`` as delimiter listings.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t = datetime(2025, 1, 1, tzinfo=UTC)
+        >>> read = listings([ObjectInfo("ck/1/a/b", t, 1), ObjectInfo("ck/f.pt", t, 1)], "ck/")
+        >>> [o.name for o in read("ck/").objects], read("ck/").subdirectories
+        (['ck/f.pt'], ('ck/1/',))
+    """
+    direct: dict[str, list[ObjectInfo]] = {}
+    subdirectories: dict[str, set[str]] = {}
     for obj in objects:
         if not obj.name.startswith(prefix):
             continue
-        parts = obj.name[len(prefix) :].split("/")
-        if len(parts) == 1:
-            stem = _file_stem(parts[0]) if parts[0] else None
-            if stem is not None:
-                files.append((obj.updated, parts[0], step_of(stem)))
+        parent = prefix
+        cut = obj.name.find("/", len(parent))
+        while cut != -1:
+            child = obj.name[: cut + 1]
+            subdirectories.setdefault(parent, set()).add(child)
+            parent = child
+            cut = obj.name.find("/", len(parent))
+        direct.setdefault(parent, []).append(obj)
+
+    def read(directory: str) -> Listing:
+        return Listing(
+            tuple(direct.get(directory, ())), tuple(sorted(subdirectories.get(directory, ())))
+        )
+
+    return read
+
+
+def step_directories(subdirectories: Iterable[str], prefix: str) -> list[tuple[int, list[str]]]:
+    """The step directories among a listing's subdirectories, grouped by step, highest first.
+
+    Names without a trailing step number and Orbax temporary directories are left out.
+
+    Examples:
+        >>> step_directories(["ck/step-9/", "ck/logs/", "ck/ckpt-10/", "ck/step-10/"], "ck/")
+        [(10, ['ckpt-10', 'step-10']), (9, ['step-9'])]
+    """
+    by_step: dict[int, list[str]] = {}
+    for sub in subdirectories:
+        if not (sub.startswith(prefix) and sub.endswith("/")):
             continue
-        name = parts[0]
+        name = sub[len(prefix) : -1]
         step = step_of(name)
-        if step is None or ORBAX_TMP in name:
+        if step is None or "/" in name or ORBAX_TMP in name:
             continue
-        entry = dirs.setdefault(name, _StepDir(step))
-        if len(parts) == 2 and parts[1] in STEP_MARKERS:
-            entry.marker_at = max(entry.marker_at or obj.updated, obj.updated)
-        elif len(parts) >= 3 and parts[1]:
-            entry.items.add(parts[1])
-            if len(parts) == 3 and parts[2] == COMMIT_SUCCESS:
-                entry.item_markers[parts[1]] = obj.updated
-    complete = [
-        (entry.step, committed, name)
-        for name, entry in dirs.items()
-        if (committed := entry.committed_at(item_markers)) is not None
-    ]
-    if complete:
-        step, committed, name = max(complete)
-        return Checkpoint(f"gs://{bucket}/{prefix}{name}/", step, committed)
-    if files:
-        updated, name, file_step = max(files, key=lambda f: (f[0], f[1]))
-        return Checkpoint(f"gs://{bucket}/{prefix}{name}", file_step, updated)
-    return None
+        by_step.setdefault(step, []).append(name)
+    return [(step, sorted(by_step[step])) for step in sorted(by_step, reverse=True)]
+
+
+def _committed_at(
+    directory: str, listing: Listing, read: ReadDirectory, item_markers: bool
+) -> datetime | None:
+    """When a step directory was committed (its latest marker), or None if half-written."""
+    markers = [o.updated for o in listing.objects if o.name[len(directory) :] in STEP_MARKERS]
+    if markers:
+        return max(markers)
+    items = [sub for sub in listing.subdirectories if sub != directory + "/"]
+    if not item_markers or listing.truncated or not items:
+        return None
+    committed: list[datetime] = []
+    for item in items:
+        inside = read(item)
+        done = (
+            [o.updated for o in inside.objects if o.name == item + COMMIT_SUCCESS] if inside else []
+        )
+        if not done:
+            return None  # an item never committed (or the bound on work is spent)
+        committed.append(max(done))
+    return max(committed)
+
+
+def _newest_file(
+    objects: Iterable[ObjectInfo], bucket: str, prefix: str, not_before: datetime | None
+) -> Checkpoint | None:
+    files: list[tuple[datetime, str, int | None]] = []
+    for obj in objects:
+        rel = obj.name[len(prefix) :] if obj.name.startswith(prefix) else ""
+        stem = _file_stem(rel) if rel and "/" not in rel else None
+        if stem is not None and (not_before is None or obj.updated >= not_before):
+            files.append((obj.updated, rel, step_of(stem)))
+    if not files:
+        return None
+    updated, name, file_step = max(files, key=lambda f: (f[0], f[1]))
+    return Checkpoint(f"gs://{bucket}/{prefix}{name}", file_step, updated)
 
 
 def split_gcs_uri(uri: str) -> tuple[str, str]:

@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,19 @@ def test_unreachable_storage_raises_store_unavailable() -> None:
     assert info.value.retryable
     assert info.value.__cause__ is not None
     assert time.monotonic() - started < 15
+
+
+def test_custom_time_and_not_before(client: storage.Client, bucket: Any) -> None:
+    # A reused directory: the earlier run's step 500, then this run's step 100, whose marker
+    # carries the time it was taken as Custom-Time.
+    _write(bucket, ["ck/step-500/_SUCCESS", "ck/step-100/__0_0.distcp"])
+    taken = datetime.now(UTC) + timedelta(hours=1)
+    marker = bucket.blob("ck/step-100/_SUCCESS")
+    marker.custom_time = taken
+    marker.upload_from_string(b"")
+    store = GcsCheckpointStore(client=client)
+    found = store.latest(f"gs://{bucket.name}/ck/", not_before=taken - timedelta(minutes=1))
+    assert found is not None and found.uri == f"gs://{bucket.name}/ck/step-100/"
+    assert found.at == taken
+    stale = store.latest(f"gs://{bucket.name}/ck/")
+    assert stale is not None and stale.step == 500

@@ -10,11 +10,15 @@ from hypothesis import strategies as st
 
 from shared.domain.checkpoints import (
     Checkpoint,
+    Listing,
     ObjectInfo,
     check_checkpoint_uri,
     checkpoint_prefix,
+    latest_checkpoint,
     latest_complete,
+    listings,
     split_gcs_uri,
+    step_directories,
     step_of,
 )
 
@@ -186,6 +190,131 @@ def test_checkpoint_dict_round_trip() -> None:
     assert cp.to_dict() == {"uri": uri("step-200/"), "step": 200, "at": "2025-06-01T12:00:00+00:00"}
     assert Checkpoint.from_dict(cp.to_dict()) == cp
     assert Checkpoint.from_dict({"uri": "gs://abc/x.pt", "step": None, "at": T0}).step is None
+
+
+# Stale checkpoints (not_before) -----------------------------------------------------------------
+
+
+def test_not_before_skips_an_earlier_runs_higher_step() -> None:
+    # A reused output directory: the earlier run reached step 500, this run is at step 100.
+    objects = [obj("step-00000500/.metadata", 0), obj("step-00000100/.metadata", 30)]
+    assert latest_complete(objects, BUCKET, PREFIX) == Checkpoint(uri("step-00000500/"), 500, T0)
+    found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=10))
+    assert found == Checkpoint(uri("step-00000100/"), 100, T0 + timedelta(minutes=30))
+
+
+def test_not_before_is_inclusive_and_can_leave_nothing() -> None:
+    objects = [obj("step-1/_SUCCESS", 5)]
+    assert latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=5))
+    assert latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=6)) is None
+
+
+def test_not_before_applies_to_single_files() -> None:
+    objects = [obj("old.pt", 50), obj("mine.pt", 20), obj("older.ckpt", 1)]
+    cutoff = T0 + timedelta(minutes=60)
+    assert latest_complete(objects, BUCKET, PREFIX, not_before=cutoff) is None
+    found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=10))
+    assert found is not None and found.uri == uri("old.pt")
+
+
+def test_a_stale_complete_directory_does_not_beat_a_fresh_file() -> None:
+    objects = [obj("step-900/_SUCCESS", 0), obj("final.pt", 40)]
+    found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=1))
+    assert found is not None and found.uri == uri("final.pt")
+
+
+def test_same_step_twice_with_one_stale_takes_the_fresh_one() -> None:
+    objects = [obj("checkpoint_200/_SUCCESS", 1), obj("step-200/_SUCCESS", 9)]
+    found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=5))
+    assert found is not None and found.uri == uri("step-200/")
+
+
+def test_naive_not_before_is_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        latest_complete([], BUCKET, PREFIX, not_before=datetime(2025, 1, 1))
+
+
+@given(
+    st.dictionaries(
+        st.integers(min_value=0, max_value=10**6),
+        st.tuples(st.booleans(), st.integers(min_value=0, max_value=100)),
+        max_size=10,
+    ),
+    st.integers(min_value=0, max_value=101),
+)
+def test_property_highest_fresh_marked_step_wins(
+    steps: dict[int, tuple[bool, int]], cutoff: int
+) -> None:
+    objects = []
+    for step, (marked, minutes) in steps.items():
+        objects.append(obj(f"step-{step:08d}/__0_0.distcp", minutes))
+        if marked:
+            objects.append(obj(f"step-{step:08d}/.metadata", minutes))
+    not_before = T0 + timedelta(minutes=cutoff)
+    found = latest_complete(objects, BUCKET, PREFIX, not_before=not_before)
+    fresh = [s for s, (marked, minutes) in steps.items() if marked and minutes >= cutoff]
+    assert (found.step if found else None) == (max(fresh) if fresh else None)
+
+
+# The search over delimiter listings ------------------------------------------------------------
+
+
+def test_step_directories_highest_first() -> None:
+    subs = [
+        PREFIX + "step-9/",
+        PREFIX + "logs/",
+        PREFIX + "10.orbax-checkpoint-tmp-17/",
+        PREFIX + "step-10/",
+        PREFIX + "ckpt-10/",
+        "elsewhere/step-99/",
+    ]
+    assert step_directories(subs, PREFIX) == [(10, ["ckpt-10", "step-10"]), (9, ["step-9"])]
+
+
+def test_listings_index_a_flat_listing() -> None:
+    read = listings([obj("step-1/_SUCCESS"), obj("step-1/a/b/c"), obj("x.pt")], PREFIX)
+    assert [o.name for o in read(PREFIX).objects] == [PREFIX + "x.pt"]
+    assert read(PREFIX).subdirectories == (PREFIX + "step-1/",)
+    assert read(PREFIX + "step-1/").subdirectories == (PREFIX + "step-1/a/",)
+    assert read(PREFIX + "step-1/a/b/").objects == (obj("step-1/a/b/c"),)
+
+
+def test_directories_are_read_highest_first_and_only_as_needed() -> None:
+    read = listings([obj("step-1/_SUCCESS"), obj("step-2/x"), obj("step-3/_SUCCESS")], PREFIX)
+    asked: list[str] = []
+
+    def reading(directory: str) -> Listing:
+        asked.append(directory)
+        return read(directory)
+
+    found = latest_checkpoint(read(PREFIX), reading, BUCKET, PREFIX)
+    assert found is not None and found.step == 3
+    assert asked == [PREFIX + "step-3/"]
+
+
+def test_a_spent_budget_stops_the_search_and_falls_back_to_files() -> None:
+    read = listings([obj("step-1/_SUCCESS"), obj("step-2/x"), obj("last.pt", 9)], PREFIX)
+    budget = [1]
+
+    def bounded(directory: str) -> Listing | None:
+        if not budget[0]:
+            return None
+        budget[0] -= 1
+        return read(directory)
+
+    found = latest_checkpoint(read(PREFIX), bounded, BUCKET, PREFIX)
+    assert found is not None and found.uri == uri("last.pt")
+
+
+def test_a_truncated_step_listing_cannot_prove_its_items_committed() -> None:
+    step = Listing(subdirectories=(PREFIX + "200/default/",), truncated=True)
+    item = Listing(objects=(obj("200/default/commit_success.txt"),))
+    dirs = {PREFIX + "200/": step, PREFIX + "200/default/": item}
+    top = Listing(subdirectories=(PREFIX + "200/",))
+    assert latest_checkpoint(top, dirs.get, BUCKET, PREFIX) is None
+    dirs[PREFIX + "200/"] = Listing(subdirectories=step.subdirectories)
+    found = latest_checkpoint(top, dirs.get, BUCKET, PREFIX)
+    assert found is not None and found.step == 200
 
 
 # Prefix derivation -----------------------------------------------------------------------------
