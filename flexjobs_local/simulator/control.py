@@ -41,8 +41,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from flexjobs_local.simulator.common import SimError
 from flexjobs_local.simulator.effects import SideEffects
-from flexjobs_local.simulator.engine import Engine, SimError
+from flexjobs_local.simulator.engine import Engine
 
 _HTTP_FOR_CODE = {
     "NOT_FOUND": HTTPStatus.NOT_FOUND,

@@ -23,13 +23,9 @@ import requests
 from google.api_core.exceptions import GoogleAPIError
 from google.auth.credentials import AnonymousCredentials
 
-from flexjobs_local.simulator.engine import (
-    FAILED,
-    CheckpointWrite,
-    Engine,
-    StateChanged,
-    rfc3339,
-)
+from flexjobs_local.simulator.clock import rfc3339
+from flexjobs_local.simulator.common import FAILED, CheckpointWrite, StateChanged
+from flexjobs_local.simulator.engine import Engine
 
 HINT_TEXT = {
     "JOB_STATE_QUEUED": "Job is queued.",

@@ -20,7 +20,8 @@ from google.cloud import aiplatform_v1 as v1
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, json_format
 
-from flexjobs_local.simulator.engine import Engine, SimError
+from flexjobs_local.simulator.common import SimError
+from flexjobs_local.simulator.engine import Engine
 
 JOB_SERVICE = "google.cloud.aiplatform.v1.JobService"
 ENDPOINT_SERVICE = "google.cloud.aiplatform.v1.EndpointService"
