@@ -7,7 +7,6 @@ the Google clients themselves are created on their first call. Tests pass their 
 
 from __future__ import annotations
 
-import functools
 import random
 import threading
 from collections.abc import Callable
@@ -41,7 +40,7 @@ def build_intake(
     from shared.adapters.firestore import FirestoreJobStore, FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex import VertexJobBackend
-    from shared.domain.rules import Guards, check_options, check_request
+    from shared.domain.validation import Guards, validators
 
     settings = settings or Settings.from_env()
     store = FirestoreJobStore(settings)
@@ -56,7 +55,7 @@ def build_intake(
         notifier=PubsubNotifier(settings),
         # The body was parsed with the v1 proto by parse_request (shared.domain.vertex_json),
         # so what the protos refuse is already reported; these run on its canonical form.
-        validators=(functools.partial(check_request, guards=guards), check_options),
+        validators=validators(guards),
         clock=clock,
         deployments=deployments,
     )

@@ -20,10 +20,10 @@ from shared.deployments import Deployments, refresh_deployments
 from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
 from shared.domain.hints import HintAction, parse_hint
 from shared.domain.jobs import Change, JobState, VertexJob
-from shared.domain.records import is_stray, pending_attempt
+from shared.domain.records import is_stray, next_placement, pending_attempt
 from shared.domain.recovery import RecoveryPolicy, settle, work_lost_seconds
 from shared.domain.request import JobRequest, job_spec_of
-from shared.domain.retry import backoff_seconds, placement_for
+from shared.domain.retry import backoff_seconds
 from shared.errors import HintDeferred
 from shared.logs import get_logger, request_context
 from shared.ports import CheckpointStore, JobBackend, JobStore, Notifier
@@ -45,6 +45,8 @@ log = get_logger("lifecycle")
 # expired it by then, so the record and Vertex disagree about something.
 OVERDUE_GRACE = timedelta(minutes=10)
 LIST_MARGIN = timedelta(hours=1)
+# How long a record that ended is still watched for stray jobs under its labels.
+STRAY_WATCH = timedelta(hours=2)
 
 
 @dataclass
@@ -196,13 +198,7 @@ def run_retry(tracker: Tracker, request_id: str) -> Outcome | None:
 
         kind = str(record["kind"])
         spec = json.loads(record["request"])
-        options = json.loads(record.get("options") or "{}")
-        placement = placement_for(
-            options.get("fallback"),
-            int(record.get("capacityFailures") or 0),
-            JobRequest(request_id, kind, spec).strategy,
-            str(record.get("baseLocation") or record.get("location") or settings.location),
-        )
+        placement = next_placement(record, settings.location)
         plan = AttemptPlan(
             attempt=attempt,
             strategy=placement.strategy,
@@ -252,20 +248,27 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     """The scheduler tick: due submissions, one paged list per location, strays, overdue
     flags, outboxes, pending cancels and deployments. Returns how many records changed state.
 
-    Every record is isolated (:class:`~shared.sweep.Sweep`): a failure is logged with its
-    requestId, counted, and left for the next tick, and the tick still acknowledges. Only a
-    failure to read the records at all raises (then nothing could run).
+    Every record, every listing and every query is isolated (:class:`~shared.sweep.Sweep`): a
+    failure is logged with its requestId, counted, and left for the next tick, and the tick
+    still acknowledges. Only when Firestore answered none of its queries does it raise (then
+    nothing could run, and Pub/Sub redelivers the tick).
+
+    Raises:
+        StoreUnavailable: every query of the tick failed.
     """
     now = tracker.clock()
     store = tracker.store
     sweep = Sweep("tick")
-    for request_id in store.due_submissions(now):
+    for request_id in sweep.query("due submissions", store.due_submissions, now):
         sweep.each(request_id, "submit", run_retry, tracker, request_id)
-    active = store.active()
+    active = sweep.query("active records", store.active)
+    # Records that ended lately are still watched for strays: a create that lands after its
+    # request ended (a timed-out create, a cancel that came first) has no other sweeper.
+    ended = sweep.query("ended records", store.ended_since, now - STRAY_WATCH)
     by_name = {str(r["vertexJob"]): r for r in active if r.get("vertexJob")}
-    by_label = {str(r["runId"]): r for r in active if r.get("runId")}
+    by_label = {str(r["runId"]): r for r in [*ended, *active] if r.get("runId")}
     changed = 0
-    for location, since in _listing_windows(active, tracker.settings.location):
+    for location, since in _listing_windows(active, ended, tracker.settings.location):
         jobs = sweep.each(None, f"list {location}", _listed, tracker, location, since)
         for job in jobs or []:
             # A listed job belongs to the record that follows it, else to the request its
@@ -278,16 +281,19 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
             changed += state is not None
     for record in active:
         sweep.each(str(record["requestId"]), "overdue", _flag_overdue, tracker, record, now)
-    for request_id in store.with_outbox():
+    for request_id in sweep.query("outboxes", store.with_outbox):
         sweep.each(request_id, "outbox", flush_outbox, request_id, store, tracker.notifier)
-    for request_id in store.with_pending_cancels():
+    for request_id in sweep.query("pending cancels", store.with_pending_cancels):
         sweep.each(request_id, "cancel", _retry_cancels, tracker, request_id)
     if tracker.deployments is not None:
-        changed += refresh_deployments(tracker.deployments, sweep)
+        changed += (
+            sweep.each(None, "deployments", refresh_deployments, tracker.deployments, sweep) or 0
+        )
     log.info(
         "tick done",
         extra={"fields": {"changed": changed, "failed": sweep.failed, **sweep.failures}},
     )
+    sweep.raise_if_nothing_ran()
     return changed
 
 
@@ -296,21 +302,22 @@ def _listed(tracker: Tracker, location: str, since: datetime | None) -> list[Ver
 
 
 def _listing_windows(
-    active: list[dict[str, Any]], default_location: str
+    active: list[dict[str, Any]], ended: list[dict[str, Any]], default_location: str
 ) -> list[tuple[str, datetime | None]]:
-    """One listing per location of an active record, from its oldest active attempt's job.
+    """One listing per location of a watched record, from the oldest time a job of it may
+    have been created.
 
-    Anchored on the job's create time as Vertex reports it (``vertexCreateTime``), not on
-    when the record was written: a job adopted hours after Vertex made it must stay in reach.
+    An active record is anchored on its current job's create time as Vertex reports it
+    (``vertexCreateTime``), not on when the record was written: a job adopted hours after
+    Vertex made it must stay in reach. An ended record is watched only for strays created
+    after it ended (while it was active, its strays were found with it).
     """
     anchors: dict[str, datetime] = {}
-    for record in active:
+    watched = [(r, r.get("vertexCreateTime") or r.get("attemptSubmittedAt")) for r in active]
+    watched += [(r, r.get("endedAt")) for r in ended]
+    for record, since in watched:
         location = str(record.get("location") or default_location)
-        anchor = (
-            record.get("vertexCreateTime")
-            or record.get("attemptSubmittedAt")
-            or record.get("createdAt")
-        )
+        anchor = since or record.get("createdAt")
         if isinstance(anchor, datetime):
             anchors[location] = min(anchor, anchors.get(location, anchor))
     return [(loc, anchors[loc] - LIST_MARGIN) for loc in sorted(anchors)]

@@ -77,6 +77,10 @@ class JobStore(Protocol):
         """Every record not yet in a terminal state."""
         ...
 
+    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+        """Every record that reached a terminal state at or after ``since`` (``endedAt``)."""
+        ...
+
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
     ) -> tuple[HintAction, datetime | None]:
@@ -138,8 +142,9 @@ class JobBackend(Protocol):
 
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
-    ) -> VertexJob | None:
-        """The job of this request and attempt already created, looked up by its labels.
+    ) -> list[VertexJob]:
+        """Every job of this request and attempt already created in ``location``, looked up
+        by its labels (usually none or one; more only after a create raced).
 
         ``kind`` (the request kind) narrows the lookup; None searches every training kind.
         """

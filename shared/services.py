@@ -16,8 +16,8 @@ from shared.deployments import Deployments, submit_deployment
 from shared.domain.attempts import attempt_spec
 from shared.domain.deployments import KIND as DEPLOY_KIND
 from shared.domain.ids import label_value
-from shared.domain.jobs import Change, JobState, VertexJob, from_vertex
-from shared.domain.records import tombstone, tombstone_claimed
+from shared.domain.jobs import Change, JobState, VertexJob, adoptable, from_vertex
+from shared.domain.records import next_placement, tombstone, tombstone_claimed
 from shared.domain.recovery import (
     cancel_requested,
     cancelled,
@@ -34,6 +34,8 @@ from shared.domain.request import (
     read_request_id,
 )
 from shared.domain.retry import backoff_seconds
+from shared.domain.validation import Validator
+from shared.domain.values import clip
 from shared.errors import (
     BackendRejected,
     BackendUnavailable,
@@ -54,11 +56,8 @@ log = get_logger("intake")
 EXCERPT_BYTES = 2048
 #: A rejection keeps at most this many errors (plus their total), so it always fits.
 MAX_REJECTION_ERRORS = 100
-MAX_ERROR_TEXT = 1024
 LABEL_REQUEST = "flexjobs-request"
 LABEL_ATTEMPT = "flexjobs-attempt"
-
-Validator = Callable[[JobRequest], list[FieldError]]
 
 
 @dataclass
@@ -220,7 +219,8 @@ def submit_attempt(
     prepared = functools.cache(plan.prepare)
 
     def find() -> VertexJob | None:
-        return backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, kind=request.kind)
+        found = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, request.kind)
+        return adoptable(found)
 
     def create() -> VertexJob:
         body = attempt_spec(
@@ -387,18 +387,24 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
 
 
 def _live_jobs(intake: Intake, record: dict[str, Any]) -> list[str]:
-    """Every Vertex job of the record's current (and next) attempt, recorded or not."""
+    """Every live Vertex job of the record's current and next attempt, recorded or not.
+
+    The current attempt is looked for where it runs, the next one where its retry would
+    create it (a fallback rung may move it to another location).
+    """
     names: list[str] = []
     if record.get("vertexJob") and record.get("state") != JobState.RETRYING.value:
         names.append(str(record["vertexJob"]))
     attempt = int(record.get("attempt") or 1)
-    location = str(record.get("location") or intake.settings.location)
+    here = str(record.get("location") or intake.settings.location)
+    later = (
+        next_placement(record, intake.settings.location).location if record.get("kind") else here
+    )
     kind = record.get("kind")
-    for number in (attempt, attempt + 1):
+    for number, location in ((attempt, here), (attempt + 1, later)):
         labels = labels_for(str(record["requestId"]), number)
-        job = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=kind)
-        if job is not None and not _ended(job):
-            names.append(job.name)
+        found = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=kind)
+        names += [job.name for job in found if not _ended(job)]
     return list(dict.fromkeys(names))
 
 
@@ -449,14 +455,11 @@ def flush_outbox(request_id: str, store: JobStore, notifier: Notifier) -> int:
     return len(pending)
 
 
-def _clip(text: str, limit: int = MAX_ERROR_TEXT) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def bounded_errors(errors: Sequence[FieldError]) -> list[dict[str, str]]:
     """At most :data:`MAX_REJECTION_ERRORS` errors, each path and message clipped."""
     return [
-        {"path": _clip(e.path), "message": _clip(e.message)} for e in errors[:MAX_REJECTION_ERRORS]
+        {"path": clip(e.path) or "", "message": clip(e.message) or ""}
+        for e in errors[:MAX_REJECTION_ERRORS]
     ]
 
 
@@ -494,7 +497,7 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
                 "requestId": request_id,
                 "state": "REJECTED",
                 "attempt": 0,
-                "reason": _clip(str(err)),
+                "reason": clip(str(err)),
                 "errors": errors,
                 "errorCount": len(err.errors),
             }

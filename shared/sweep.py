@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from shared.errors import StoreUnavailable
 from shared.logs import get_logger, request_context
 
 log = get_logger("sweep")
@@ -26,6 +27,8 @@ class Sweep:
     name: str
     failed: int = 0
     failures: dict[str, int] = field(default_factory=dict)
+    queries: int = 0
+    queries_failed: int = 0
 
     def each(self, request_id: str | None, step: str, fn: Callable[..., T], *args: Any) -> T | None:
         """Run ``fn(*args)`` for one record (or, with no requestId, one other item such as a
@@ -49,3 +52,21 @@ class Sweep:
                     extra={"fields": {"step": step, "error": type(exc).__name__}},
                 )
                 return None
+
+    def query(self, step: str, fn: Callable[..., list[T]], *args: Any) -> list[T]:
+        """Run one of the sweep's queries; a failure is counted and gives no items."""
+        self.queries += 1
+        found = self.each(None, step, fn, *args)
+        if found is None:
+            self.queries_failed += 1
+            return []
+        return found
+
+    def raise_if_nothing_ran(self) -> None:
+        """Raise when every query failed: the store is down, and redelivery should follow.
+
+        Raises:
+            StoreUnavailable: no query of the sweep got an answer.
+        """
+        if self.queries and self.queries_failed == self.queries:
+            raise StoreUnavailable(f"{self.name}: no query of the sweep was answered")

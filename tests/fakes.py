@@ -147,6 +147,14 @@ class InMemoryJobStore:
                 copy.deepcopy(r) for r in self.jobs.values() if not JobState(r["state"]).terminal
             ]
 
+    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy.deepcopy(r)
+                for r in self.jobs.values()
+                if isinstance(r.get("endedAt"), datetime) and r["endedAt"] >= since
+            ]
+
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
     ) -> tuple[HintAction, datetime | None]:
@@ -237,14 +245,14 @@ class InMemoryJobBackend:
 
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
-    ) -> VertexJob | None:
+    ) -> list[VertexJob]:
         collections = [COLLECTIONS[kind]] if kind else list(COLLECTIONS.values())
-        for job in self.jobs.values():
-            if job.name.split("/")[-2] not in collections:
-                continue
-            if job.labels == {"flexjobs-request": request_label, "flexjobs-attempt": str(attempt)}:
-                return job
-        return None
+        wanted = {"flexjobs-request": request_label, "flexjobs-attempt": str(attempt)}
+        return [
+            job
+            for job in self.list_labelled(location)
+            if job.name.split("/")[-2] in collections and job.labels == wanted
+        ]
 
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
         if self.fail_with is not None:
@@ -271,10 +279,14 @@ class InMemoryJobBackend:
     def list_labelled(
         self, location: str, created_since: datetime | None = None
     ) -> Iterable[VertexJob]:
+        # Like Vertex: a listing covers one location only.
         return [
             job
             for job in self.jobs.values()
-            if created_since is None or job.create_time is None or job.create_time >= created_since
+            if f"/locations/{location}/" in job.name
+            and (
+                created_since is None or job.create_time is None or job.create_time >= created_since
+            )
         ]
 
     def cancel(self, name: str) -> None:

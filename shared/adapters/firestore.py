@@ -214,6 +214,10 @@ class FirestoreJobStore:
         query = self.db.collection(JOBS).where(filter=_in("state", states))
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
+    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+        query = self.db.collection(JOBS).where(filter=FieldFilter("endedAt", ">=", since))
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
     ) -> tuple[HintAction, datetime | None]:

@@ -60,8 +60,15 @@ _REJECTED = (
     gexc.PermissionDenied,
 )
 # After these, a create may still have happened (the request reached Vertex, the answer did
-# not reach us). UNAVAILABLE means the call was not served, so it is not ambiguous.
-_AMBIGUOUS = (gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError, gexc.Aborted)
+# not reach us). gRPC documents UNAVAILABLE as "not always safe to retry" for calls that are
+# not idempotent: a connection can break after the server acted, so it is ambiguous too.
+_AMBIGUOUS = (
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.Unknown,
+    gexc.InternalServerError,
+    gexc.Aborted,
+)
 
 # Reads are safe to repeat, so api_core retries them briefly. Creates are never retried here:
 # a create that timed out may have happened, and only the label lookup of the redelivery can
@@ -280,18 +287,15 @@ class VertexJobBackend:
 
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
-    ) -> VertexJob | None:
-        """The job of this request and attempt, looked up by its labels.
+    ) -> list[VertexJob]:
+        """Every job of this request and attempt in ``location``, looked up by its labels.
 
         ``kind`` narrows the lookup to one request kind; without it every training kind is
         searched (one list call each), which is always correct but costs more calls.
         """
         query = f'labels.{LABEL_REQUEST}="{request_label}" AND labels.{LABEL_ATTEMPT}="{attempt}"'
         kinds = [TRAINING_KINDS[kind]] if kind is not None else list(TRAINING_KINDS.values())
-        for each in kinds:
-            for job in self._list(each, location, query):
-                return job
-        return None
+        return [job for each in kinds for job in self._list(each, location, query)]
 
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
         """Create the job (or pipeline) of one attempt, with ``labels`` on the resource.

@@ -16,7 +16,8 @@ import copy
 from datetime import datetime
 from typing import Any
 
-from shared.domain.request import DEFAULT_MAX_WAIT, job_spec_of
+from shared.domain.request import job_spec_of
+from shared.domain.scheduling import DEFAULT_MAX_WAIT
 
 ENV_RUN_ID = "FLEXJOBS_RUN_ID"
 ENV_ATTEMPT = "FLEXJOBS_ATTEMPT"

@@ -25,12 +25,10 @@ from enum import StrEnum
 from typing import Any
 
 from shared.domain.ids import label_value
-from shared.domain.request import JobRequest
+from shared.domain.request import MAX_DISPLAY_NAME, JobRequest
+from shared.domain.values import clip
 
 KIND = "deployModel"
-
-#: Vertex allows display names of up to 128 UTF-8 characters.
-MAX_DISPLAY_NAME = 128
 DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
 
 
@@ -120,7 +118,8 @@ def observe_operation(
     if status.error_code:
         return {
             "state": DeploymentState.FAILED.value,
-            "reason": status.error_message or f"DeployModel failed with code {status.error_code}",
+            "reason": clip(status.error_message)
+            or f"DeployModel failed with code {status.error_code}",
             "errorCode": status.error_code,
             "updatedAt": now,
             "endedAt": now,
@@ -143,7 +142,7 @@ def deploy_failed(record: dict[str, Any], reason: str, now: datetime) -> dict[st
         return None
     return {
         "state": DeploymentState.FAILED.value,
-        "reason": reason,
+        "reason": clip(reason),
         "updatedAt": now,
         "endedAt": now,
         "claim": None,

@@ -44,6 +44,12 @@ def _each(value: Any) -> list[tuple[str, Any]]:
     return [(f"[{i}]", item) for i, item in enumerate(value)] if isinstance(value, list) else []
 
 
+def _kms_key(value: Any) -> list[tuple[str, Any]]:
+    if not isinstance(value, dict):
+        return [("", value)]
+    return [(f".{key}", item) for key, item in value.items()]
+
+
 def _attachment(value: Any) -> list[tuple[str, Any]]:
     if not isinstance(value, dict):
         return [("", value)]
@@ -57,7 +63,9 @@ class PolicyField:
 
     ``values`` yields the (path suffix, value) pairs an allow-list is checked against; a
     boolean field has none (the policy allows it or not). ``form`` is a shape every value
-    must have whatever the policy says.
+    must have whatever the policy says. ``where`` is the message the field belongs to: a
+    CustomJobSpec (``jobSpec``), the top-level job, tuning job or pipeline (``resource``),
+    or a worker pool (``pool``).
     """
 
     name: str
@@ -67,6 +75,7 @@ class PolicyField:
     allowed_by_default: bool = False
     form: Callable[[Any], bool] | None = None
     form_hint: str = ""
+    where: str = "jobSpec"
 
 
 POLICY_FIELDS: Final[tuple[PolicyField, ...]] = (
@@ -127,6 +136,47 @@ POLICY_FIELDS: Final[tuple[PolicyField, ...]] = (
         "writes to a Vertex AI TensorBoard",
         '{"tensorboard": ["projects/p/locations/l/tensorboards/t"]}',
     ),
+    PolicyField(
+        "nfsMounts",
+        "mounts NFS shares of a network into the containers",
+        '{"nfsMounts": true}',
+        values=None,
+        where="pool",
+    ),
+    PolicyField(
+        "encryptionSpec",
+        "encrypts the job's resources with a customer-managed KMS key",
+        '{"encryptionSpec": ["projects/p/locations/l/keyRings/r/cryptoKeys/k"]}',
+        values=_kms_key,
+        where="resource",
+    ),
+    PolicyField(
+        "modelToUpload",
+        "registers the trained model, whose serving container later runs on endpoints",
+        '{"modelToUpload": true}',
+        values=None,
+        where="resource",
+    ),
+    PolicyField(
+        "parentModel",
+        "adds the trained model as a version of an existing model",
+        '{"parentModel": ["projects/p/locations/l/models/m"]}',
+        where="resource",
+    ),
+    PolicyField(
+        "modelId",
+        "names the model the pipeline registers",
+        '{"modelId": true}',
+        values=None,
+        where="resource",
+    ),
+    PolicyField(
+        "inputDataConfig",
+        "reads a managed dataset and exports it to a destination the request names",
+        '{"inputDataConfig": true}',
+        values=None,
+        where="resource",
+    ),
 )
 
 _BY_NAME: Final = {f.name: f for f in POLICY_FIELDS}
@@ -170,9 +220,11 @@ def parse_field_policy(text: str | None) -> dict[str, Allowance]:
 
 
 def check_field_policy(
-    policy: Mapping[str, Allowance], job_spec: dict[str, Any], base: str
+    policy: Mapping[str, Allowance], job_spec: dict[str, Any], base: str, where: str = "jobSpec"
 ) -> list[FieldError]:
-    """Every policy field of the canonical CustomJobSpec ``job_spec`` that is not allowed.
+    """Every policy field of the canonical message ``job_spec`` that is not allowed.
+
+    ``where`` says which message it is (see :class:`PolicyField`); a CustomJobSpec by default.
 
     Examples:
         >>> check_field_policy({}, {"network": "projects/1/global/networks/v"}, "j")[0].path
@@ -182,7 +234,7 @@ def check_field_policy(
     """
     errors: list[FieldError] = []
     for field in POLICY_FIELDS:
-        if field.name not in job_spec:
+        if field.where != where or field.name not in job_spec:
             continue
         path = f"{base}.{field.name}"
         allowance = policy.get(field.name, field.allowed_by_default)

@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from shared.domain.values import clip
+
 
 class JobState(StrEnum):
     """The record states of the contract."""
@@ -97,6 +99,26 @@ class VertexJob:
         return self.name.rsplit("/", 1)[-1]
 
 
+def adoptable(jobs: list[VertexJob]) -> VertexJob | None:
+    """The job to adopt among those found under an attempt's labels: a live one first.
+
+    Usually there is none or one. After a create raced there may be more; the others are
+    strays the tick cancels, and adopting one that already ended would settle the attempt on
+    the wrong job.
+
+    Examples:
+        >>> ended = VertexJob("p/customJobs/1", "JOB_STATE_CANCELLED", {})
+        >>> live = VertexJob("p/customJobs/2", "JOB_STATE_RUNNING", {})
+        >>> adoptable([ended, live]).name
+        'p/customJobs/2'
+    """
+    for job in jobs:
+        state = from_vertex(job.state)
+        if state is None or not state.terminal:
+            return job
+    return jobs[0] if jobs else None
+
+
 @dataclass(frozen=True)
 class Change:
     """Fields to write on the record and on its current attempt after an observation."""
@@ -130,6 +152,7 @@ def observe(record: dict[str, Any], job: VertexJob, now: datetime) -> Change | N
         change["endedAt"] = job.end_time or now
     if job.error_code:
         attempt["errorCode"] = job.error_code
-        attempt["errorMessage"] = job.error_message
-        change["reason"] = job.error_message
+        # Vertex's text is stored (and notified) bounded, whatever its length.
+        attempt["errorMessage"] = clip(job.error_message)
+        change["reason"] = clip(job.error_message)
     return Change(state=new, record=change, attempt=attempt)

@@ -16,6 +16,7 @@ from shared.domain.attempts import gpu_shape
 from shared.domain.ids import label_value
 from shared.domain.jobs import JobState, VertexJob, from_vertex
 from shared.domain.request import JobRequest
+from shared.domain.retry import Placement, placement_for
 
 #: The ``reason`` of a record whose attempt Vertex refused for quota, parked for the tick.
 QUOTA_REASON = "quota"
@@ -142,6 +143,11 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
     ):
         return SubmissionWrite(recorded=False)  # superseded: another job holds this attempt
     state = from_vertex(job.state) or JobState.QUEUED
+    if state.terminal:
+        # An adopted job that already ended: recording its end here would skip finish() (no
+        # notification, no retry, no accounting). Record it as started or queued; the next
+        # read (the tick's listing, a hint) settles the end through the one terminal path.
+        state = JobState.RUNNING if job.start_time else JobState.QUEUED
     record = {
         "state": state.value,
         "attempt": sub.attempt,
@@ -272,3 +278,18 @@ def is_stray(record: dict[str, Any], job: VertexJob) -> bool:
     if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
         return True
     return job_attempt < attempt or (job_attempt == attempt and settled)
+
+
+def next_placement(record: dict[str, Any], default_location: str) -> Placement:
+    """Where and how the request's next attempt runs: its fallback ladder after the capacity
+    failures so far, from its own strategy and base location. The retry creates it there, and
+    a cancel looks for it there."""
+    spec = json.loads(record["request"])
+    options = json.loads(record.get("options") or "{}")
+    base = str(record.get("baseLocation") or record.get("location") or default_location)
+    return placement_for(
+        options.get("fallback"),
+        int(record.get("capacityFailures") or 0),
+        JobRequest(str(record["requestId"]), str(record["kind"]), spec).strategy,
+        base,
+    )

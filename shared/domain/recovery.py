@@ -22,6 +22,7 @@ from shared.domain.jobs import Change, JobState, VertexJob, observe
 from shared.domain.pricing import PriceTable
 from shared.domain.records import QUOTA_REASON, notification
 from shared.domain.retry import CAPACITY, RetryPolicy, backoff_seconds, decide
+from shared.domain.values import clip
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def settle(
     decision = decide(
         RetryPolicy.from_request(_options(record).get("retryPolicy")), failure, retries
     )
-    reason = f"{decision.reason}: {job.error_message or job.state}"
+    reason = clip(f"{decision.reason}: {job.error_message or job.state}") or ""
     if not decision.retry:
         return finish(
             record,
@@ -184,9 +185,9 @@ def finish(
         "nextAttemptAt": None,
         **(fields or {}),
         "state": state.value,
-        "reason": reason,
+        "reason": clip(reason),
     }
-    return _with(record, state, written, attempt_fields or {}, reason)
+    return _with(record, state, written, attempt_fields or {}, clip(reason))
 
 
 def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
@@ -242,9 +243,12 @@ def cancels_pending(record: dict[str, Any], names: list[str], now: datetime) -> 
     """
     pending = list(record.get("pendingCancels") or [])
     new = [n for n in dict.fromkeys(names) if n not in pending]
+    # Never drop a cancel Vertex has not confirmed: past the bound, a name is not kept (its
+    # cancel is still asked for now, and a stray is found again by the next tick's listing).
+    new = new[: max(0, MAX_PENDING_CANCELS - len(pending))]
     if not new:
         return None
-    pending = (pending + new)[-MAX_PENDING_CANCELS:]
+    pending += new
     state = JobState(record.get("state", JobState.ACCEPTED.value))
     fields = {"pendingCancels": pending, "cancelPending": True, "updatedAt": now}
     return Change(state=state, record=fields)

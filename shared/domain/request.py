@@ -18,6 +18,7 @@ from typing import Any
 from shared.domain.checkpoints import check_checkpoint_uri
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.retry import check_fallback, check_retry_policy
+from shared.domain.scheduling import DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
 from shared.domain.vertex_json import canonical_body
 from shared.errors import FieldError, InvalidRequest
 
@@ -25,9 +26,8 @@ KINDS = ("customJob", "hyperparameterTuningJob", "trainingPipeline", "deployMode
 TRAINING_KINDS = KINDS[:3]
 ENVELOPE_FIELDS = {"requestId", "location", "retryPolicy", "fallback", "checkpointUri", *KINDS}
 
-DEFAULT_STRATEGY = "FLEX_START"
-DEFAULT_MAX_WAIT = "86400s"
-DEFAULT_TIMEOUT = "604800s"
+#: Vertex allows display names of up to 128 UTF-8 characters.
+MAX_DISPLAY_NAME = 128
 
 _DURATION = re.compile(r"^(-?)(\d+)(\.\d{1,9})?s$")
 
@@ -217,7 +217,7 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
 
 def check_options(request: JobRequest) -> list[FieldError]:
     """Return every problem with the request's options: ``retryPolicy``, ``fallback`` and
-    ``checkpointUri`` (which :func:`~shared.domain.rules.check_request` leaves alone); empty
+    ``checkpointUri`` (which :func:`~shared.domain.validation.check_request` leaves alone); empty
     means valid.
 
     The options steer retries of training jobs, so a ``deployModel`` request may not set them.

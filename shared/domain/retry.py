@@ -36,6 +36,8 @@ from typing import Any
 
 from shared.domain.failures import FailureClass
 from shared.domain.regions import REGION_HINT, is_region
+from shared.domain.scheduling import STRATEGIES
+from shared.domain.values import is_int
 from shared.errors import FieldError, InvalidRequest
 
 PREEMPTION = "preemption"
@@ -47,7 +49,6 @@ GROUPS = (PREEMPTION, CAPACITY, INFRASTRUCTURE, USER)
 # A request may raise a budget, but not without bound: every retry rents GPUs again.
 MAX_RETRIES_PER_GROUP = 100
 MAX_FALLBACK_RUNGS = 10
-STRATEGIES = ("FLEX_START", "SPOT", "STANDARD")
 
 GROUP_OF: Mapping[FailureClass, str | None] = {
     FailureClass.PREEMPTED: PREEMPTION,
@@ -58,11 +59,6 @@ GROUP_OF: Mapping[FailureClass, str | None] = {
     FailureClass.CANCELLED: None,
     FailureClass.UNKNOWN: None,
 }
-
-
-def _is_int(value: object) -> bool:
-    # bool is an int subclass, and `true` is never a meaningful count.
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -120,7 +116,7 @@ def check_retry_policy(raw: object) -> list[FieldError]:
             errors.append(FieldError(path, f"unknown budget group; allowed: {', '.join(GROUPS)}"))
             continue
         value = raw[key]
-        if not _is_int(value) or not 0 <= value <= MAX_RETRIES_PER_GROUP:
+        if not is_int(value) or not 0 <= value <= MAX_RETRIES_PER_GROUP:
             errors.append(FieldError(path, f"must be an integer from 0 to {MAX_RETRIES_PER_GROUP}"))
     return errors
 
@@ -159,7 +155,7 @@ def decide(policy: RetryPolicy, failure: FailureClass, used: Mapping[str, int]) 
         )
         return RetryDecision(False, None, 0, 0, why)
     spent = used.get(group, 0)
-    if not _is_int(spent) or spent < 0:
+    if not is_int(spent) or spent < 0:
         raise ValueError(f"retries used in {group!r} must be a non-negative integer: {spent!r}")
     budget = policy.budget(group)
     if spent < budget:
@@ -239,7 +235,7 @@ def _check_rung(path: str, raw: object, previous: int | None) -> list[FieldError
     after = raw.get("afterCapacityFailures")
     if after is None:
         errors.append(FieldError(f"{path}.afterCapacityFailures", "is required"))
-    elif not _is_int(after) or not 1 <= after <= MAX_RETRIES_PER_GROUP:
+    elif not is_int(after) or not 1 <= after <= MAX_RETRIES_PER_GROUP:
         errors.append(
             FieldError(
                 f"{path}.afterCapacityFailures",
@@ -277,7 +273,7 @@ def check_fallback(raw: object) -> list[FieldError]:
     for i, rung in enumerate(raw):
         errors.extend(_check_rung(f"fallback[{i}]", rung, previous))
         after = rung.get("afterCapacityFailures") if isinstance(rung, Mapping) else None
-        if _is_int(after):
+        if is_int(after):
             previous = after
     return errors
 

@@ -1,7 +1,7 @@
 """The JSON Schema of the job-request message, generated from pydantic models.
 
 These models exist only to describe the wire format (``build_schema``); requests are checked by
-:mod:`shared.domain.request` and :mod:`shared.domain.rules`, never by these models. Every enum
+:mod:`shared.domain.request` and :mod:`shared.domain.validation`, never by these models. Every enum
 and limit is taken from the modules that enforce it, so the schema cannot drift from the code.
 Vertex bodies allow additional properties (they are the Vertex REST API's, and flexjobs passes
 them through); the envelope does not. flexjobs reads a Vertex body the way Vertex does
@@ -29,15 +29,17 @@ from pydantic.json_schema import SkipJsonSchema
 
 from shared.domain.machines import ALL_ACCELERATORS, DWS_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.regions import REGION_PATTERN
-from shared.domain.request import DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT, KINDS
+from shared.domain.request import KINDS, MAX_DISPLAY_NAME
 from shared.domain.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
-from shared.domain.rules import (
-    CUSTOM_TASK_DEFINITION,
+from shared.domain.scheduling import (
+    DEFAULT_MAX_WAIT,
+    DEFAULT_STRATEGY,
+    DEFAULT_TIMEOUT,
     DEPRECATED_STRATEGIES,
-    MAX_DISPLAY_NAME,
     MAX_DWS_TIMEOUT_SECONDS,
     STRATEGIES,
 )
+from shared.domain.validation import CUSTOM_TASK_DEFINITION
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID: Final = "https://flexjobs.dev/schema/job-request.schema.json"

@@ -1,4 +1,4 @@
-"""Reading untrusted JSON for messages: type names and short, safe renderings of values."""
+"""Reading untrusted JSON: integer checks, type names and short, safe renderings of values."""
 
 from __future__ import annotations
 
@@ -7,6 +7,16 @@ import re
 from typing import Any, Final
 
 _SIMPLE_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def is_int(value: Any) -> bool:
+    """True for a JSON integer; JSON booleans arrive as Python bools, which are not counts.
+
+    Examples:
+        >>> is_int(3), is_int(True), is_int(3.0)
+        (True, False, False)
+    """
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def kind_of(value: Any) -> str:
@@ -45,3 +55,19 @@ def key_path(base: str, key: Any) -> str:
     """``base.key`` for a plain key, else ``base["key"]`` (quoted, cut to 60 characters)."""
     text = str(key) if isinstance(key, str) else show(key)
     return f"{base}.{text}" if _SIMPLE_KEY.fullmatch(text) else f"{base}[{json.dumps(text[:60])}]"
+
+
+#: Text from outside (a Vertex error message, an exception) is stored at most this long.
+MAX_TEXT = 1024
+
+
+def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
+    """``text`` cut to ``limit`` characters, so whatever Vertex says stays bounded when stored.
+
+    Examples:
+        >>> clip("x" * 2000)[-5:], len(clip("x" * 2000))
+        ('x...', 1024)
+    """
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."

@@ -43,6 +43,9 @@ TASK_INPUTS_MESSAGE: Final = "CustomJobSpec"
 
 _PACKAGE: Final = "google.cloud.aiplatform.v1."
 _INT64_TYPES: Final = frozenset({3, 4, 6, 16, 18})  # INT64, UINT64, FIXED64, SFIXED64, SINT64
+_TYPE_ENUM: Final = 14
+# DOUBLE, FLOAT, the integer types and ENUM: none of them takes a JSON boolean.
+_NUMERIC_TYPES: Final = frozenset({1, 2, 3, 4, 5, 6, 7, 13, 14, 15, 16, 17, 18})
 # A field's line in a generated class docstring, then the first line of its description.
 _DOC_FIELD: Final = re.compile(r"^ {8}(\w+) \([^\n]*\):\n {12}Output only\.", re.M)
 # json_format's own error texts: the message path it names, and the chain of fields.
@@ -107,8 +110,9 @@ def _canonical(
         return body, [_parse_error(str(exc), pb_class.DESCRIPTOR, body, base)]
     except RecursionError:
         return body, [FieldError(base, "is nested too deeply to process")]
-    except (ValueError, TypeError) as exc:
-        # json_format raises these for a few values it cannot convert (an int too large).
+    except (ValueError, TypeError, OverflowError) as exc:
+        # json_format raises these for a few values it cannot convert: an int too large, or
+        # an infinite number (JSON's 1e400) where an integer or an enum number belongs.
         return body, [FieldError(base, f"is not a valid Vertex AI v1 {message}: {exc}")]
     return out, []
 
@@ -186,6 +190,12 @@ def _nested_spelling_errors(field: Any, value: Any, path: str) -> list[FieldErro
             for key, item in value.items()
             for error in _spelling_errors(entry.message_type, item, key_path(path, key))
         ]
+    if field.type == _TYPE_ENUM and not _all(value, _is_enum_value):
+        # json_format reads false or 0.0 as the number 0, the enum's default: the strategy
+        # false would become FLEX_START. proto3 JSON takes an enum's name or integer only.
+        return [FieldError(path, "must be an enum value name or integer")]
+    if field.type in _NUMERIC_TYPES and not _all(value, lambda item: not isinstance(item, bool)):
+        return [FieldError(path, "must be a number, not a boolean")]
     if not _is_plain_message(field):
         return []
     what = f"a Vertex AI v1 {field.message_type.name}"
@@ -204,6 +214,15 @@ def _nested_spelling_errors(field: Any, value: Any, path: str) -> list[FieldErro
     if not isinstance(value, dict):
         return [FieldError(path, f"must be a JSON object ({what}), not {kind_of(value)}")]
     return _spelling_errors(field.message_type, value, path)
+
+
+def _is_enum_value(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _all(value: Any, test: Any) -> bool:
+    """``test`` holds for the value, or for every item of a repeated field's list."""
+    return all(test(item) for item in value) if isinstance(value, list) else bool(test(value))
 
 
 def _parse_error(text: str, descriptor: Any, body: dict[str, Any], base: str) -> FieldError:
@@ -269,7 +288,7 @@ def _locate(descriptor: Any, node: Any, chain: list[str], path: str) -> str:
         for i, item in enumerate(value):
             try:
                 json_format.ParseDict(item, message_class())
-            except json_format.ParseError:
+            except (json_format.ParseError, ValueError, TypeError, OverflowError):
                 return _locate(field.message_type, item, chain[1:], f"{here}[{i}]")
         return here
     return _locate(field.message_type, value, chain[1:], here)

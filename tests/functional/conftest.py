@@ -13,7 +13,7 @@ from shared.config import Settings
 from shared.deployments import Deployments
 from shared.domain.pricing import PriceTable
 from shared.domain.recovery import RecoveryPolicy
-from shared.domain.rules import Guards, check_options, check_request
+from shared.domain.validation import Guards, validators
 from shared.lifecycle import Tracker
 from shared.services import Intake
 from tests.fakes import (
@@ -56,7 +56,7 @@ def wire_fakes(settings: Settings | None = None) -> Intake:
         rejections=InMemoryRejectionLog(),
         notifier=InMemoryNotifier(),
         # The production validators; parse_request already read the body with the v1 protos.
-        validators=(lambda r: check_request(r, guards=guards), check_options),
+        validators=validators(guards),
         clock=clock,
         deployments=deployments,
     )

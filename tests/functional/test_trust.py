@@ -198,8 +198,10 @@ def test_a_refusal_after_a_cancel_keeps_the_request_cancelled(tracker, clock, po
     assert tracker.backend.jobs == {}
 
 
-def test_unavailable_at_create_is_redelivered_at_once(tracker, clock, post_event):
-    tracker.backend.fail_with = BackendUnavailable("CreateCustomJob: 503 unavailable")
+def test_a_transient_fault_that_made_nothing_is_redelivered_at_once(tracker, clock, post_event):
+    # (The Vertex adapter raises BackendUnavailable only where nothing can have been made:
+    # reads, and the label lookup; a create that broke off is OutcomeUnknown.)
+    tracker.backend.fail_with = BackendUnavailable("ListCustomJobs: 503 unavailable")
     assert request_seed(post_event) == 500
     assert current(tracker).get("claim") is None  # released: nothing was created
     tracker.backend.fail_with = None
@@ -412,3 +414,78 @@ def test_a_cancel_naming_a_deployment_is_rejected_and_leaves_no_tombstone(
     assert "deployModel request" in rejection["errors"][0]["message"]
     assert tracker.store.get("deploy-1") is None
     assert intake.deployments.store.get("deploy-1")["state"] == "DEPLOYING"
+
+
+# --- found by review: strays after the end, adopting an ended job, fallback locations -----
+
+
+def test_a_create_landing_after_its_request_was_cancelled_is_cancelled_by_the_tick(
+    tracker, clock, post_event
+):
+    tracker.backend.fail_with = OutcomeUnknown("504 deadline exceeded")  # not made yet
+    assert request_seed(post_event) == 500
+    tracker.backend.fail_with = None
+    clock.advance(tracker.settings.claim_ttl_seconds + 1)
+    assert cancel(post_event) == 200  # nothing found under the labels: CANCELLED
+    assert current(tracker)["state"] == "CANCELLED"
+    # The slow create lands in Vertex now.
+    late = tracker.backend.create(_request_of_seed(), labels_for(SEED, 1), "us-central1")
+
+    assert tick(post_event, clock) == 200
+
+    assert tracker.backend.jobs[late.name].state == "JOB_STATE_CANCELLED"
+
+
+def test_a_duplicate_appearing_after_success_is_cancelled_by_the_tick(tracker, clock, post_event):
+    request_seed(post_event)
+    end(tracker, clock, current(tracker)["vertexJob"], "JOB_STATE_SUCCEEDED")
+    assert tick(post_event, clock) == 200
+    assert current(tracker)["state"] == "SUCCEEDED"
+    late = tracker.backend.create(_request_of(tracker), labels_for(SEED, 1), "us-central1")
+
+    assert tick(post_event, clock) == 200
+
+    assert tracker.backend.jobs[late.name].state == "JOB_STATE_CANCELLED"
+    assert current(tracker)["state"] == "SUCCEEDED"
+
+
+def test_adopting_a_job_that_already_ended_settles_it_through_the_one_terminal_path(
+    tracker, clock, post_event
+):
+    tracker.backend.fail_after_create = OutcomeUnknown("504")  # made, the answer lost
+    assert request_seed(post_event) == 500
+    (name,) = tracker.backend.jobs
+    run(tracker, clock, name)
+    end(tracker, clock, name, "JOB_STATE_FAILED", PREEMPTED, code=14)
+    clock.advance(tracker.settings.claim_ttl_seconds + 1)
+
+    assert request_seed(post_event) == 200  # adopted: recorded as started, not ended
+    assert current(tracker)["state"] == "RUNNING"
+    assert tick(post_event, clock) == 200  # the tick settles the preemption
+
+    assert states(tracker.notifier)[0] == ("RETRYING", 1)
+    assert current(tracker)["attempt"] == 2  # retried at once (backoff 0 here)
+
+
+def test_a_cancel_finds_a_crashed_retry_in_its_fallback_location(tracker, clock, post_event):
+    body = load("seed_request")
+    body["fallback"] = [{"afterCapacityFailures": 1, "location": "europe-west4"}]
+    assert deliver(post_event, body) == 200
+    first = current(tracker)["vertexJob"]
+    end(tracker, clock, first, "JOB_STATE_EXPIRED")  # a capacity failure: the rung applies
+    tracker.store.fail_next_record = True  # the retry's create lands, then the process dies
+    with pytest.raises(KeyboardInterrupt):
+        tick(post_event, clock)
+    (retry,) = [n for n in tracker.backend.jobs if "/europe-west4/" in n]
+    clock.advance(tracker.settings.claim_ttl_seconds + 1)
+
+    assert cancel(post_event) == 200
+
+    assert tracker.backend.jobs[retry].state == "JOB_STATE_CANCELLED"
+    assert live_jobs(tracker.backend) == {}
+
+
+def _request_of_seed():
+    from shared.domain.request import parse_request
+
+    return parse_request(load("seed_request"), {}, "m")

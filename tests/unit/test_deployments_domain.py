@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 import pytest
 
 from shared.domain.deployments import (
-    MAX_DISPLAY_NAME,
     OperationStatus,
     carries_tag,
     deployment_tag,
     observe_operation,
     tagged_display_name,
 )
+from shared.domain.request import MAX_DISPLAY_NAME
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
+from flexjobs_local.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
 from shared.domain.request import parse_request
-from shared.domain.rules import Guards, check_request
+from shared.domain.validation import Guards, check_options, check_request
 from shared.errors import InvalidRequest
 
 # The gcloud example of seed 000, verbatim.
@@ -155,8 +155,6 @@ def test_text_must_be_a_string():
 
 def test_seed_yaml_and_its_json_form_are_the_same_request():
     """The gcloud form and the JSON form of the same job produce one model and one schedule."""
-    from shared.domain.rules import check_options
-
     json_form = {
         "requestId": "seed-yaml",
         "customJob": {

@@ -12,8 +12,9 @@ import pytest
 from shared.domain import schema as schema_module
 from shared.domain.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.request import KINDS
-from shared.domain.rules import CUSTOM_TASK_DEFINITION, STRATEGIES
+from shared.domain.scheduling import STRATEGIES
 from shared.domain.schema import build_schema
+from shared.domain.validation import CUSTOM_TASK_DEFINITION
 from tests.events import load
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schema" / "job-request.schema.json"

@@ -154,3 +154,6 @@ def test_pending_cancels_are_kept_bounded_and_dropped_once_confirmed():
     assert done is not None and done.record["pendingCancels"] == [JOB + "2"]
     many = cancels_pending(record(), [JOB + str(n) for n in range(200)], NOW)
     assert many is not None and len(many.record["pendingCancels"]) == MAX_PENDING_CANCELS
+    full = {**record(), **many.record}
+    # A full list never forgets an unconfirmed cancel to make room for a new one.
+    assert cancels_pending(full, [JOB + "new"], NOW) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from shared.adapters.vertex import GapicClients, build_gapic_client
 from shared.config import Settings
 from shared.domain.field_policy import POLICY_FIELDS, check_field_policy, parse_field_policy
 from shared.domain.request import parse_request
-from shared.domain.rules import Guards, check_options, check_request
+from shared.domain.validation import Guards, check_options, check_request
 from shared.domain.vertex_json import canonical_body
 from shared.errors import BackendRejected, FieldError, InvalidRequest
 from tests.events import load
@@ -390,3 +391,78 @@ def test_valid_rungs_pass():
         ],
     }
     assert problems(body) == []
+
+
+@pytest.mark.parametrize("field", ["acceleratorType", "acceleratorCount"])
+def test_an_infinite_number_is_a_field_error_not_a_crash(field):
+    # json.loads reads 1e400 as float("inf"); the proto parser cannot make an int of it.
+    text = '{"displayName": "x", "jobSpec": {"workerPoolSpecs": [{"machineSpec": {"F": 1e400}}]}}'
+    body = json.loads(text.replace('"F"', json.dumps(field)))
+    _, errors = canonical_body("customJob", body)
+    assert errors and errors[0].path.startswith("customJob")
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("strategy", False), ("strategy", True)],
+)
+def test_a_boolean_where_an_enum_belongs_is_refused_not_read_as_its_number(where, value):
+    body = {"displayName": "x", "jobSpec": {"scheduling": {where: value}}}
+    _, errors = canonical_body("customJob", body)
+    assert [e.path for e in errors] == [f"customJob.jobSpec.scheduling.{where}"]
+
+
+def test_a_boolean_where_a_count_belongs_is_refused():
+    body = {"displayName": "x", "jobSpec": {"workerPoolSpecs": [{"replicaCount": True}]}}
+    _, errors = canonical_body("customJob", body)
+    assert [e.path for e in errors] == ["customJob.jobSpec.workerPoolSpecs[0].replicaCount"]
+
+
+@pytest.mark.parametrize("kind", ["customJob", "hyperparameterTuningJob", "trainingPipeline"])
+def test_a_customer_managed_key_is_a_policy_field_of_every_training_kind(kind):
+    body = load(EVENTS[kind])
+    key = "projects/other/locations/us/keyRings/r/cryptoKeys/k"
+    body[kind]["encryptionSpec"] = {"kms_key_name": key}
+    (error,) = problems(body)
+    assert error.path == f"{kind}.encryptionSpec"
+    allowed = Guards(field_policy=parse_field_policy(json.dumps({"encryptionSpec": [key]})))
+    assert problems(body, allowed) == []
+
+
+def test_nfs_mounts_are_a_policy_field_of_every_worker_pool():
+    body = load("seed_request")
+    pool = body["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+    pool["nfsMounts"] = [{"server": "10.0.0.2", "path": "/data", "mountPoint": "data"}]
+    (error,) = problems(body)
+    assert error.path == "customJob.jobSpec.workerPoolSpecs[0].nfsMounts"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("inputDataConfig", {"datasetId": "1", "gcsDestination": {"outputUriPrefix": "gs://x/y"}}),
+        ("modelToUpload", {"displayName": "m", "containerSpec": {"imageUri": "python:3.10"}}),
+        ("parentModel", "projects/p/locations/us-central1/models/1"),
+        ("modelId", "my-model"),
+    ],
+)
+def test_pipeline_fields_outside_its_custom_job_spec_are_policy_fields(field, value):
+    body = load("pipeline_request")
+    body["trainingPipeline"][field] = value
+    (error,) = problems(body)
+    assert error.path == f"trainingPipeline.{field}"
+    assert "FLEXJOBS_FIELD_POLICY" in error.message
+
+
+def test_the_image_allow_list_holds_for_the_model_a_pipeline_registers():
+    body = load("pipeline_request")
+    body["trainingPipeline"]["modelToUpload"] = {
+        "displayName": "m",
+        "containerSpec": {"imageUri": "attacker.example/evil:latest"},
+    }
+    guards = Guards(
+        allowed_image_prefixes=("python:",),
+        field_policy=parse_field_policy('{"modelToUpload": true}'),
+    )
+    (error,) = problems(body, guards)
+    assert error.path == "trainingPipeline.modelToUpload.containerSpec.imageUri"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
 from shared.adapters.vertex import (
@@ -12,12 +13,19 @@ from shared.adapters.vertex import (
     PIPELINE_SERVICE,
     TRAINING_KINDS,
     VertexJobBackend,
+    call_vertex,
     kind_of_name,
 )
 from shared.config import Settings
 from shared.domain.hints import parse_hint
 from shared.domain.request import parse_request
-from shared.errors import BackendRejected, InvalidRequest
+from shared.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    InvalidRequest,
+    OutcomeUnknown,
+    QuotaExhausted,
+)
 from tests.events import load
 
 CLIENTS = {
@@ -122,7 +130,7 @@ def test_list_labelled_pages_through_every_kind(backend, clients):
 
 
 def test_find_narrows_to_one_kind_when_told(backend, clients):
-    assert backend.find("r", 1, "us-central1", kind="trainingPipeline") is None
+    assert backend.find("r", 1, "us-central1", kind="trainingPipeline") == []
     ((method, _),) = clients[(PIPELINE_SERVICE, "us-central1")].calls
     assert method == "list_training_pipelines"
     assert (JOB_SERVICE, "us-central1") not in clients
@@ -152,3 +160,49 @@ def test_hints_name_tuning_jobs_and_pipelines_too(collection):
     hint = parse_hint({"jobName": f"projects/p/locations/asia-east1/{collection}/42"})
     assert hint is not None
     assert (hint.job_id, hint.location) == ("42", "asia-east1")
+
+
+@pytest.mark.parametrize(
+    ("fault", "creates", "expected"),
+    [
+        (gexc.ResourceExhausted("quota"), True, QuotaExhausted),
+        (gexc.ResourceExhausted("quota"), False, QuotaExhausted),
+        (gexc.ServiceUnavailable("reset"), True, OutcomeUnknown),
+        (gexc.DeadlineExceeded("slow"), True, OutcomeUnknown),
+        (gexc.InternalServerError("oops"), True, OutcomeUnknown),
+        (gexc.ServiceUnavailable("reset"), False, BackendUnavailable),
+        (gexc.DeadlineExceeded("slow"), False, BackendUnavailable),
+        (gexc.Unauthenticated("token"), True, BackendUnavailable),
+        (gexc.PermissionDenied("iam"), True, BackendRejected),
+        (gexc.FailedPrecondition("sa disabled"), True, BackendRejected),
+        (gexc.InvalidArgument("bad"), True, BackendRejected),
+    ],
+)
+def test_every_vertex_error_is_classified(fault, creates, expected):
+    def call():
+        raise fault
+
+    with pytest.raises(expected) as raised:
+        call_vertex("CreateCustomJob", call, creates=creates)
+    # Exactly that class: an OutcomeUnknown is a BackendUnavailable, not the other way round.
+    assert type(raised.value) is expected
+
+
+@pytest.mark.parametrize("fault", [gexc.FailedPrecondition("ended"), gexc.NotFound("gone")])
+def test_cancelling_a_job_that_ended_or_went_counts_as_cancelled(fault):
+    class Refusing:
+        def cancel_custom_job(self, **kwargs):
+            raise fault
+
+    backend = VertexJobBackend(Settings(project="p"), lambda service, location: Refusing())
+    backend.cancel("projects/p/locations/us-central1/customJobs/1")  # no error
+
+
+def test_a_cancel_vertex_refuses_for_another_reason_is_not_confirmed():
+    class Refusing:
+        def cancel_custom_job(self, **kwargs):
+            raise gexc.PermissionDenied("iam")
+
+    backend = VertexJobBackend(Settings(project="p"), lambda service, location: Refusing())
+    with pytest.raises(BackendRejected):
+        backend.cancel("projects/p/locations/us-central1/customJobs/1")

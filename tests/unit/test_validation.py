@@ -10,7 +10,7 @@ import pytest
 
 from shared.config import Settings
 from shared.domain.request import JobRequest, parse_request
-from shared.domain.rules import CUSTOM_TASK_DEFINITION, Guards, check_request
+from shared.domain.validation import CUSTOM_TASK_DEFINITION, Guards, check_request
 from shared.errors import InvalidRequest
 from tests.events import load
 

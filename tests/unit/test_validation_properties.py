@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.domain.request import KINDS, JobRequest, decode_message, parse_request
-from shared.domain.rules import Guards, check_request
+from shared.domain.validation import Guards, check_request
 from shared.errors import FieldError, InvalidRequest
 from tests.events import load
 
