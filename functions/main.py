@@ -10,7 +10,7 @@ from typing import Any
 
 import functions_framework
 
-from shared import bootstrap, lifecycle, services
+from shared import bootstrap, intake, lifecycle
 from shared.commands import Reconcile, SubmitJob, TrackJob
 from shared.entrypoint import pubsub_handler
 from shared.envelopes import PubsubMessage
@@ -21,7 +21,7 @@ from shared.envelopes import PubsubMessage
 def handle_job_request(event: Any) -> None:
     """Pub/Sub trigger on the requests topic: submit one job request."""
     message = PubsubMessage.from_cloud_event(event)
-    services.submit_job(SubmitJob(message=message), bootstrap.intake())
+    intake.submit_job(SubmitJob(message=message), bootstrap.intake())
 
 
 @functions_framework.cloud_event

@@ -1,8 +1,9 @@
 """Wire the services to their adapters once per function instance, lazily.
 
 Nothing here runs at import time: the first invocation builds the settings and adapters, and
-the Google clients themselves are created on their first call. Tests pass their own ports to
-:func:`build_intake` (in-memory fakes) or call :func:`reset` between configurations.
+the Google clients themselves are created on their first call. Tests install their own
+wiring (in-memory fakes) with :func:`override` and :func:`override_tracker`, and drop it with
+``override(None)`` so the next call rebuilds.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from shared.config import Settings
 from shared.deployments import Deployments
-from shared.domain.recovery import RecoveryPolicy
+from shared.domain.pricing import PriceTable
+from shared.domain.retry import Backoff, RetryPolicy
+from shared.intake import Intake
 from shared.lifecycle import Tracker
 from shared.logs import configure
-from shared.services import Intake
 
 if TYPE_CHECKING:
     from shared.adapters.firestore import FirestoreJobStore
@@ -58,6 +60,7 @@ def build_intake(
         validators=validators(guards),
         clock=clock,
         deployments=deployments,
+        retry=retry_policy(settings),
     )
 
 
@@ -80,6 +83,7 @@ def build_deployments(
         store=FirestoreDeploymentStore(jobs or FirestoreJobStore(settings)),
         backend=VertexDeploymentBackend(settings),
         clock=clock,
+        retry=retry_policy(settings),
     )
 
 
@@ -100,23 +104,22 @@ def override(value: Intake | None) -> None:
         _intake = value
 
 
-def recovery_policy(settings: Settings) -> RecoveryPolicy:
-    """Backoff, prices and the failure table; ``FLEXJOBS_FAILURE_RULES`` is a path or text."""
+def retry_policy(settings: Settings) -> RetryPolicy:
+    """The one retry policy, from the settings: the failure table (``FLEXJOBS_FAILURE_RULES``,
+    a path or the text), the budgets, and the backoff with random jitter."""
     from shared.domain.failures import DEFAULT_RULES, load_rules
-    from shared.domain.pricing import PriceTable
 
     rules = DEFAULT_RULES
     if settings.failure_rules:
         source = Path(settings.failure_rules)
         is_path = len(settings.failure_rules) < 4096 and source.is_file()
         rules = load_rules(source.read_text() if is_path else settings.failure_rules)
-    return RecoveryPolicy(
-        rules=rules,
-        backoff_base_seconds=settings.backoff_base_seconds,
-        backoff_cap_seconds=settings.backoff_cap_seconds,
-        prices=PriceTable.default(),
-        rand=random.random,
+    backoff = Backoff(
+        base_seconds=settings.backoff_base_seconds,
+        cap_seconds=settings.backoff_cap_seconds,
+        jitter=random.random,
     )
+    return RetryPolicy(rules=rules, backoff=backoff)
 
 
 def build_tracker(
@@ -136,7 +139,8 @@ def build_tracker(
         backend=VertexJobBackend(settings),
         checkpoints=GcsCheckpointStore(project=settings.project),
         notifier=PubsubNotifier(settings),
-        recovery=recovery_policy(settings),
+        retry=retry_policy(settings),
+        prices=PriceTable.default(),
         clock=clock,
         deployments=build_deployments(settings, clock, jobs=store),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.domain.request import JobRequest
 from shared.envelopes import PubsubMessage
 
 
@@ -32,3 +33,18 @@ class CancelJob:
     """Cancel a request's current Vertex job and every retry that would follow."""
 
     request_id: str
+
+
+@dataclass(frozen=True)
+class CreateJob:
+    """Create attempt 1 of a validated training request (a custom job, tuning job or
+    pipeline) exactly once."""
+
+    request: JobRequest
+
+
+@dataclass(frozen=True)
+class DeployModel:
+    """Deploy a validated ``deployModel`` request on Spot VMs exactly once."""
+
+    request: JobRequest

@@ -17,15 +17,14 @@ DEPLOYING record and moves the record to DEPLOYED or FAILED, and deploys parked 
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from shared.config import Settings
 from shared.domain.request import JobRequest
-from shared.domain.retry import backoff_seconds
+from shared.domain.retry import RetryPolicy
 from shared.errors import BackendRejected, QuotaExhausted
 from shared.exactly_once import Creation, Outcome, create_once
 from shared.logs import get_logger, request_context
@@ -43,7 +42,8 @@ class Deployments:
     store: DeploymentStore
     backend: DeploymentBackend
     clock: Callable[[], datetime]
-    rand: Callable[[], float] = random.random
+    # The retry policy: its backoff spaces the deployments parked for quota.
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
@@ -93,9 +93,8 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
         return Outcome.FAILED
 
     def parked(token: str, exc: QuotaExhausted) -> Outcome:
-        s = ports.settings
         retries = int((store.get(request_id) or {}).get("quotaRetries") or 0) + 1
-        delay = backoff_seconds(retries, s.backoff_base_seconds, s.backoff_cap_seconds, ports.rand)
+        delay = ports.retry.backoff.seconds(retries)
         store.park(request_id, clock(), delay, str(exc))
         return Outcome.PARKED
 

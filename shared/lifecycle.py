@@ -19,18 +19,19 @@ from shared.config import Settings
 from shared.deployments import Deployments, refresh_deployments
 from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
 from shared.domain.hints import HintAction, parse_hint
+from shared.domain.ids import LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.pricing import PriceTable
 from shared.domain.records import is_stray, next_placement, pending_attempt
-from shared.domain.recovery import RecoveryPolicy, settle, work_lost_seconds
+from shared.domain.recovery import settle, work_lost_seconds
 from shared.domain.request import JobRequest, job_spec_of
-from shared.domain.retry import backoff_seconds
+from shared.domain.retry import RetryPolicy
 from shared.errors import HintDeferred
+from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
 from shared.ports import CheckpointStore, JobBackend, JobStore, Notifier
-from shared.services import (
-    LABEL_REQUEST,
+from shared.submission import (
     AttemptPlan,
-    Outcome,
     Prepared,
     cancel_until_confirmed,
     drive_cancels,
@@ -58,18 +59,18 @@ class Tracker:
     backend: JobBackend
     checkpoints: CheckpointStore
     notifier: Notifier
-    recovery: RecoveryPolicy
+    retry: RetryPolicy
     clock: Callable[[], datetime]
     # Spot deployments followed by the tick; None where an instance follows none.
     deployments: Deployments | None = None
     sleep: Callable[[float], None] = time.sleep
 
+    # Prices the attempts' cost; None leaves costs unpriced.
+    prices: PriceTable | None = None
+
     def backoff(self, retry_number: int) -> float:
         """Seconds before a submission parked for quota is tried again."""
-        policy = self.recovery
-        return backoff_seconds(
-            retry_number, policy.backoff_base_seconds, policy.backoff_cap_seconds, policy.rand
-        )
+        return self.retry.backoff.seconds(retry_number)
 
 
 def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
@@ -138,7 +139,7 @@ def _read_current(
     record = record if record is not None else tracker.store.get(request_id) or {}
     if not record.get("vertexJob") or JobState(record["state"]).terminal:
         return None
-    return observe_job(tracker, request_id, tracker.backend.get(str(record["vertexJob"])))
+    return settle_then_retry(tracker, request_id, tracker.backend.get(str(record["vertexJob"])))
 
 
 def _published(raw: str | None, fallback: datetime) -> datetime:
@@ -151,29 +152,35 @@ def _published(raw: str | None, fallback: datetime) -> datetime:
         return fallback
 
 
-def observe_job(tracker: Tracker, request_id: str, job: VertexJob) -> str | None:
-    """Settle the record against one authoritative read; run a retry that is due at once."""
+def settle_job(tracker: Tracker, request_id: str, job: VertexJob) -> Change | None:
+    """Settle the record against one authoritative read of its job, and publish what the
+    change queued; None when nothing changed."""
     now = tracker.clock()
     change = tracker.store.transact(
-        request_id, lambda record: settle(record, job, now, tracker.recovery)
+        request_id, lambda record: settle(record, job, now, tracker.retry, tracker.prices)
     )
     if change is None:
         # Nothing new to send; a notification a failed publish left behind is sent by the
         # tick, which flushes every pending outbox, so unchanged reads cost no extra read.
         return None
     flush_outbox(request_id, tracker.store, tracker.notifier)
-    log.info(
-        f"job is {change.state.value}",
-        extra={
-            "fields": {
-                "vertexJob": job.name,
-                "vertexState": job.state,
-                "reason": change.record.get("reason"),
-            }
-        },
-    )
+    fields = {
+        "vertexJob": job.name,
+        "vertexState": job.state,
+        "reason": change.record.get("reason"),
+    }
+    log.info(f"job is {change.state.value}", extra={"fields": fields})
+    return change
+
+
+def settle_then_retry(tracker: Tracker, request_id: str, job: VertexJob) -> str | None:
+    """:func:`settle_job`, then run at once a retry the settlement made due now (backoff 0),
+    rather than leave it to the next tick. Returns the record's new state when it changed."""
+    change = settle_job(tracker, request_id, job)
+    if change is None:
+        return None
     due = change.record.get("nextAttemptAt")
-    if change.state is JobState.RETRYING and due is not None and due <= now:
+    if change.state is JobState.RETRYING and due is not None and due <= tracker.clock():
         run_retry(tracker, request_id)
     return change.state.value
 
@@ -326,7 +333,7 @@ def _listing_windows(
 def _settle_listed(tracker: Tracker, record: dict[str, Any], job: VertexJob) -> str | None:
     request_id = str(record["requestId"])
     if record.get("vertexJob") == job.name:
-        return observe_job(tracker, request_id, job)
+        return settle_then_retry(tracker, request_id, job)
     if is_stray(record, job):
         # Created under one of this request's attempts but not the job its record follows (a
         # create that landed after its claim expired, a crash after a cancel): nothing will

@@ -24,6 +24,7 @@ from shared.domain.deployments import (
     tagged_display_name,
 )
 from shared.domain.hints import HintAction, take_hint
+from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.records import (
     Claim,
@@ -247,7 +248,7 @@ class InMemoryJobBackend:
         self, request_label: str, attempt: int, location: str, kind: str | None = None
     ) -> list[VertexJob]:
         collections = [COLLECTIONS[kind]] if kind else list(COLLECTIONS.values())
-        wanted = {"flexjobs-request": request_label, "flexjobs-attempt": str(attempt)}
+        wanted = {LABEL_REQUEST: request_label, LABEL_ATTEMPT: str(attempt)}
         return [
             job
             for job in self.list_labelled(location)

@@ -15,7 +15,7 @@ from typing import Any
 
 from shared.adapters.vertex import (
     ENDPOINT_SERVICE,
-    READ_RETRY,
+    IDEMPOTENT_RETRY,
     GapicClients,
     call_vertex,
     location_of,
@@ -23,8 +23,6 @@ from shared.adapters.vertex import (
 from shared.config import Settings
 from shared.domain.deployments import OperationStatus, carries_tag, tagged_display_name
 from shared.domain.request import JobRequest
-
-KIND = "deployModel"
 
 
 def _deployed_model(request: JobRequest) -> Any:
@@ -52,7 +50,7 @@ class VertexDeploymentBackend:
         found = call_vertex(
             "GetEndpoint",
             lambda: client.get_endpoint(
-                name=endpoint, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
+                name=endpoint, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
             ),
         )
         for deployed in found.deployed_models:
@@ -94,7 +92,7 @@ class VertexDeploymentBackend:
             "GetOperation",
             lambda: client.get_operation(
                 request={"name": name},
-                retry=READ_RETRY,
+                retry=IDEMPOTENT_RETRY,
                 timeout=self._settings.call_timeout_seconds,
             ),
         )

@@ -24,6 +24,7 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 
 from shared.config import Settings
+from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.jobs import VertexJob
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.request import JobRequest
@@ -36,8 +37,6 @@ from shared.errors import (
 
 T = TypeVar("T")
 
-LABEL_REQUEST = "flexjobs-request"
-LABEL_ATTEMPT = "flexjobs-attempt"
 
 # Faults that may pass: the caller raises so Pub/Sub redelivers. RESOURCE_EXHAUSTED (quota) is
 # its own class: a create refused for quota is parked and retried from the tick.
@@ -70,10 +69,10 @@ _AMBIGUOUS = (
     gexc.Aborted,
 )
 
-# Reads are safe to repeat, so api_core retries them briefly. Creates are never retried here:
-# a create that timed out may have happened, and only the label lookup of the redelivery can
-# tell; Pub/Sub's redelivery is the retry.
-READ_RETRY = gretry.Retry(
+# Reads and cancels are safe to repeat (idempotent), so api_core retries them briefly.
+# Creates are never retried here: a create that timed out may have happened, and only the
+# label lookup of the redelivery can tell; Pub/Sub's redelivery is the retry.
+IDEMPOTENT_RETRY = gretry.Retry(
     predicate=gretry.if_exception_type(gexc.ServiceUnavailable, gexc.DeadlineExceeded),
     initial=0.2,
     maximum=2.0,
@@ -329,7 +328,7 @@ class VertexJobBackend:
         job = call_vertex(
             kind.rpc("Get"),
             lambda: method(
-                name=name, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
+                name=name, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
             ),
         )
         return to_vertex_job(job)
@@ -355,7 +354,7 @@ class VertexJobBackend:
             rpc,
             lambda: method(
                 request={"parent": self._parent(location), "filter": query, "page_size": 100},
-                retry=READ_RETRY,
+                retry=IDEMPOTENT_RETRY,
                 timeout=self._settings.call_timeout_seconds,
             ),
         )
@@ -379,7 +378,7 @@ class VertexJobBackend:
             call_vertex(
                 kind.rpc("Cancel"),
                 lambda: method(
-                    name=name, retry=READ_RETRY, timeout=self._settings.call_timeout_seconds
+                    name=name, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
                 ),
             )
         except BackendRejected as exc:

@@ -31,7 +31,7 @@ Operators can replace the table with :func:`load_rules` (JSON or YAML), for exam
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -256,16 +256,3 @@ def load_rules(text: str) -> RuleTable:
         raise InvalidRules(problems)
     table = tuple(rule for rule in parsed if rule is not None)
     return table + DEFAULT_RULES if include_defaults else table
-
-
-def describe_rules(rules: Iterable[FailureRule]) -> list[dict[str, Any]]:
-    """Return the table in the document form :func:`load_rules` reads (for logs and docs)."""
-    return [
-        {
-            "class": rule.failure.value,
-            "states": sorted(rule.states),
-            "codes": sorted(rule.codes),
-            "messages": list(rule.messages),
-        }
-        for rule in rules
-    ]

@@ -27,16 +27,14 @@ _JOB_NAME = re.compile(
 
 @dataclass(frozen=True)
 class JobHint:
-    """The job a hint is about: its numeric id, and its location when the hint names it."""
+    """The job a hint is about: its numeric id (all a hint is trusted for)."""
 
     job_id: str
-    location: str | None = None
-    source: str = "unknown"
 
 
-def _from_name(name: object, source: str) -> JobHint | None:
-    match = _JOB_NAME.match(name) if isinstance(name, str) else None
-    return JobHint(job_id=match.group(2), location=match.group(1), source=source) if match else None
+def _from_name(name: object) -> JobHint | None:
+    match = _JOB_NAME.fullmatch(name) if isinstance(name, str) else None
+    return JobHint(job_id=match.group(2)) if match else None
 
 
 def parse_hint(body: Any) -> JobHint | None:
@@ -45,22 +43,22 @@ def parse_hint(body: Any) -> JobHint | None:
     Examples:
         >>> parse_hint({"jobName": "projects/p/locations/us-central1/customJobs/42"}).job_id
         '42'
-        >>> parse_hint({"resource": {"type": "ml_job", "labels": {"job_id": "42"}}}).source
-        'ml_job'
+        >>> parse_hint({"resource": {"type": "ml_job", "labels": {"job_id": "42"}}}).job_id
+        '42'
     """
     if not isinstance(body, dict):
         return None
     if "jobName" in body:
-        return _from_name(body["jobName"], "jobName")
+        return _from_name(body["jobName"])
     payload = body.get("protoPayload")
     if isinstance(payload, dict):
-        return _from_name(payload.get("resourceName"), "audit")
+        return _from_name(payload.get("resourceName"))
     resource = body.get("resource")
     if isinstance(resource, dict) and resource.get("type") == "ml_job":
         labels = resource.get("labels")
         job_id = labels.get("job_id") if isinstance(labels, dict) else None
         if isinstance(job_id, str) and job_id.isdigit():
-            return JobHint(job_id=job_id, source="ml_job")
+            return JobHint(job_id=job_id)
     return None
 
 

@@ -22,6 +22,10 @@ from __future__ import annotations
 import hashlib
 import re
 
+#: The Vertex labels that identify one attempt of one request: the idempotency key.
+LABEL_REQUEST = "flexjobs-request"
+LABEL_ATTEMPT = "flexjobs-attempt"
+
 MAX_DOC_ID_BYTES = 200
 MAX_LABEL_CHARS = 63
 _LABEL_OK = re.compile(r"[a-z0-9_-]{1,63}")
@@ -74,3 +78,13 @@ def label_value(value: str) -> str:
     cleaned = _LABEL_BAD_CHARS.sub("-", value.lower()).strip("-")[: MAX_LABEL_CHARS - 17]
     digest = _sha256(value)[:16]
     return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def labels_for(request_id: str, attempt: int) -> dict[str, str]:
+    """The Vertex labels of one attempt of one request.
+
+    Examples:
+        >>> labels_for("seed-1", 2)
+        {'flexjobs-request': 'seed-1', 'flexjobs-attempt': '2'}
+    """
+    return {LABEL_REQUEST: label_value(request_id), LABEL_ATTEMPT: str(attempt)}

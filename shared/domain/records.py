@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.domain.attempts import gpu_shape
-from shared.domain.ids import label_value
+from shared.domain.ids import LABEL_ATTEMPT, label_value
 from shared.domain.jobs import JobState, VertexJob, from_vertex
 from shared.domain.request import JobRequest
 from shared.domain.retry import Placement, placement_for
@@ -57,7 +57,6 @@ class Submission:
     strategy: str
     location: str
     resumed_from: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     record_extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -174,7 +173,6 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         "location": sub.location,
         "submittedAt": now,
         "resumedFrom": sub.resumed_from,
-        **sub.extra,
     }
     return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt"))
 
@@ -270,7 +268,7 @@ def is_stray(record: dict[str, Any], job: VertexJob) -> bool:
     if job.name == record.get("vertexJob") or (state is not None and state.terminal):
         return False
     try:
-        job_attempt = int(job.labels.get("flexjobs-attempt", ""))
+        job_attempt = int(job.labels.get(LABEL_ATTEMPT, ""))
     except ValueError:
         return False
     attempt = int(record.get("attempt") or 0)

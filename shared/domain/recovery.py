@@ -10,30 +10,17 @@ same transaction (nothing is lost if the publish fails afterwards).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain.attempts import usage
 from shared.domain.checkpoints import Checkpoint
-from shared.domain.failures import DEFAULT_RULES, FailureClass, RuleTable, classify
+from shared.domain.failures import FailureClass
 from shared.domain.jobs import Change, JobState, VertexJob, observe
 from shared.domain.pricing import PriceTable
 from shared.domain.records import QUOTA_REASON, notification
-from shared.domain.retry import CAPACITY, RetryPolicy, backoff_seconds, decide
+from shared.domain.retry import CAPACITY, RetryPolicy
 from shared.domain.values import clip
-
-
-@dataclass(frozen=True)
-class RecoveryPolicy:
-    """Operator-wide recovery settings (per-request budgets come from the record)."""
-
-    rules: RuleTable = DEFAULT_RULES
-    backoff_base_seconds: float = 60.0
-    backoff_cap_seconds: float = 1800.0
-    prices: PriceTable | None = None
-    rand: Callable[[], float] = field(default=lambda: 0.5)
 
 
 def _options(record: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +30,14 @@ def _options(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def settle(
-    record: dict[str, Any], job: VertexJob, now: datetime, policy: RecoveryPolicy
+    record: dict[str, Any],
+    job: VertexJob,
+    now: datetime,
+    policy: RetryPolicy,
+    prices: PriceTable | None = None,
 ) -> Change | None:
-    """Reconcile ``record`` to ``job``; when the attempt ends, account it and decide what next.
+    """Reconcile ``record`` to ``job``; when the attempt ends, account it (priced with
+    ``prices``) and decide what next under ``policy`` and the request's own budgets.
 
     Returns None when nothing changes (see :func:`observe`).
     """
@@ -54,7 +46,7 @@ def settle(
         return change
     gpus = int(record.get("gpus") or 0)
     spent = usage(job.create_time, job.start_time, job.end_time or now, gpus)
-    cost = _cost(record, spent["gpuSeconds"], policy)
+    cost = _cost(record, spent["gpuSeconds"], prices)
     attempt_fields = {**change.attempt, **spent, "cost": cost}
     record_fields = {**change.record, **_totals(record, spent, cost)}
     if change.state is JobState.SUCCEEDED:
@@ -67,7 +59,7 @@ def settle(
             attempt_fields=attempt_fields,
             fields=record_fields,
         )
-    failure = classify(job.state, job.error_code, job.error_message, policy.rules)
+    failure = policy.classify(job.state, job.error_code, job.error_message)
     if record.get("cancelRequested") or change.state is JobState.CANCELLED:
         failure = FailureClass.CANCELLED
     attempt_fields["errorClass"] = failure.value
@@ -81,9 +73,7 @@ def settle(
             fields=record_fields,
         )
     retries = dict(record.get("retries") or {})
-    decision = decide(
-        RetryPolicy.from_request(_options(record).get("retryPolicy")), failure, retries
-    )
+    decision = policy.for_request(_options(record).get("retryPolicy")).decide(failure, retries)
     reason = clip(f"{decision.reason}: {job.error_message or job.state}") or ""
     if not decision.retry:
         return finish(
@@ -96,12 +86,7 @@ def settle(
         )
     assert decision.group is not None
     retries[decision.group] = decision.used_after
-    delay = backoff_seconds(
-        decision.used_after,
-        policy.backoff_base_seconds,
-        policy.backoff_cap_seconds,
-        policy.rand,
-    )
+    delay = policy.backoff.seconds(decision.used_after)
     record_fields.update(
         state=JobState.RETRYING.value,
         reason=reason,
@@ -128,10 +113,10 @@ def _with(
     return Change(state=state, record=fields, attempt=attempt_fields)
 
 
-def _cost(record: dict[str, Any], gpu_seconds: float, policy: RecoveryPolicy) -> dict[str, Any]:
-    if policy.prices is None or not record.get("acceleratorType"):
+def _cost(record: dict[str, Any], gpu_seconds: float, prices: PriceTable | None) -> dict[str, Any]:
+    if prices is None or not record.get("acceleratorType"):
         return {"priced": False}
-    estimate = policy.prices.estimate(
+    estimate = prices.estimate(
         str(record["acceleratorType"]), str(record.get("strategy")), gpu_seconds
     )
     return estimate.to_dict()

@@ -31,10 +31,10 @@ europe-west4 (a later rung overrides only the fields it sets).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.domain.failures import FailureClass
+from shared.domain.failures import DEFAULT_RULES, FailureClass, RuleTable, classify
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.scheduling import STRATEGIES
 from shared.domain.values import is_int
@@ -62,13 +62,13 @@ GROUP_OF: Mapping[FailureClass, str | None] = {
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class Budgets:
     """Retries allowed per budget group. Build from a request with :meth:`from_request`.
 
     Examples:
-        >>> RetryPolicy.from_request({"preemption": 10}).budget("preemption")
+        >>> Budgets.from_request({"preemption": 10}).budget("preemption")
         10
-        >>> RetryPolicy.from_request(None).budget("capacity")
+        >>> Budgets.from_request(None).budget("capacity")
         3
     """
 
@@ -85,8 +85,9 @@ class RetryPolicy:
         return value
 
     @classmethod
-    def from_request(cls, raw: object) -> RetryPolicy:
-        """Build the policy from a request's optional ``retryPolicy`` value (None: defaults).
+    def from_request(cls, raw: object, defaults: Budgets | None = None) -> Budgets:
+        """Build the budgets from a request's optional ``retryPolicy`` value; groups it leaves
+        out keep ``defaults`` (the operator's, else flexjobs').
 
         Raises:
             InvalidRequest: with every problem, at paths such as ``retryPolicy.preemption``.
@@ -94,10 +95,11 @@ class RetryPolicy:
         errors = check_retry_policy(raw)
         if errors:
             raise InvalidRequest(errors)
+        base = defaults or cls()
         if raw is None:
-            return cls()
+            return base
         assert isinstance(raw, Mapping)
-        return cls(**{group: int(raw[group]) for group in GROUPS if group in raw})
+        return replace(base, **{group: int(raw[group]) for group in GROUPS if group in raw})
 
     def to_dict(self) -> dict[str, int]:
         return {group: self.budget(group) for group in GROUPS}
@@ -136,17 +138,22 @@ class RetryDecision:
     reason: str
 
 
-def decide(policy: RetryPolicy, failure: FailureClass, used: Mapping[str, int]) -> RetryDecision:
+def decide(
+    policy: Budgets,
+    failure: FailureClass,
+    used: Mapping[str, int],
+    groups: Mapping[FailureClass, str | None] = GROUP_OF,
+) -> RetryDecision:
     """Decide whether ``failure`` may be retried, given the retries ``used`` per group.
 
     Examples:
-        >>> d = decide(RetryPolicy(), FailureClass.PREEMPTED, {"preemption": 2})
+        >>> d = decide(Budgets(), FailureClass.PREEMPTED, {"preemption": 2})
         >>> d.retry, d.used_after, d.reason
         (True, 3, 'preempted: retry 3 of 6')
-        >>> decide(RetryPolicy(), FailureClass.USER_ERROR, {}).retry
+        >>> decide(Budgets(), FailureClass.USER_ERROR, {}).retry
         False
     """
-    group = GROUP_OF[failure]
+    group = groups[failure]
     if group is None:
         why = (
             "cancelled by a user: never retried"
@@ -203,6 +210,66 @@ def backoff_seconds(retry_number: int, base: float, cap: float, rand: Callable[[
     exponent = min(retry_number - 1, 1000)
     window = min(cap, base * 2.0**exponent)
     return fraction * window
+
+
+def _no_jitter() -> float:
+    return 0.5
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long a retry waits: full jitter between 0 and ``min(cap, base * 2^(n-1))``.
+
+    ``jitter`` returns a float in [0, 1]; the bootstrap passes ``random.random``, tests a
+    constant.
+
+    Examples:
+        >>> Backoff(base_seconds=10, cap_seconds=300).seconds(3)
+        20.0
+    """
+
+    base_seconds: float = 60.0
+    cap_seconds: float = 1800.0
+    jitter: Callable[[], float] = _no_jitter
+
+    def seconds(self, retry_number: int) -> float:
+        """Seconds before retry ``retry_number`` (1 for the first)."""
+        return backoff_seconds(retry_number, self.base_seconds, self.cap_seconds, self.jitter)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The one retry policy: what a failure is, which budget it charges, how many retries each
+    budget holds, and how long a retry waits. Declared once (the bootstrap builds it from the
+    settings); a request may only change its budgets (:meth:`for_request`).
+
+    Examples:
+        >>> policy = RetryPolicy(backoff=Backoff(base_seconds=0))
+        >>> failure = policy.classify("JOB_STATE_FAILED", 14, "The replica was preempted")
+        >>> failure, policy.decide(failure, {}).reason, policy.backoff.seconds(1)
+        (<FailureClass.PREEMPTED: 'preempted'>, 'preempted: retry 1 of 6', 0.0)
+    """
+
+    rules: RuleTable = DEFAULT_RULES
+    groups: Mapping[FailureClass, str | None] = field(default_factory=lambda: dict(GROUP_OF))
+    budgets: Budgets = field(default_factory=Budgets)
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def classify(self, state: str, code: int | None, message: str | None) -> FailureClass:
+        """The failure class of an ended job (the first rule of the table that matches)."""
+        return classify(state, code, message, self.rules)
+
+    def for_request(self, raw: object) -> RetryPolicy:
+        """This policy with a request's ``retryPolicy`` budgets applied.
+
+        Raises:
+            InvalidRequest: the request's ``retryPolicy`` does not validate.
+        """
+        return replace(self, budgets=Budgets.from_request(raw, self.budgets))
+
+    def decide(self, failure: FailureClass, used: Mapping[str, int]) -> RetryDecision:
+        """Whether ``failure`` may be retried, given the retries ``used`` per group."""
+        return decide(self.budgets, failure, used, self.groups)
 
 
 @dataclass(frozen=True)

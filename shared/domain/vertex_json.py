@@ -108,6 +108,10 @@ def _canonical(
         _int64_to_int(pb_class.DESCRIPTOR, out)
     except json_format.ParseError as exc:
         return body, [_parse_error(str(exc), pb_class.DESCRIPTOR, body, base)]
+    except json_format.Error as exc:
+        # Serializing back can fail too: an infinite number inside a google.protobuf.Value
+        # (a pipeline's trainingTaskInputs) has no JSON form.
+        return body, [FieldError(base, f"is not a valid Vertex AI v1 {message}: {exc}")]
     except RecursionError:
         return body, [FieldError(base, "is nested too deeply to process")]
     except (ValueError, TypeError, OverflowError) as exc:

@@ -12,10 +12,10 @@ from shared import bootstrap
 from shared.config import Settings
 from shared.deployments import Deployments
 from shared.domain.pricing import PriceTable
-from shared.domain.recovery import RecoveryPolicy
+from shared.domain.retry import Backoff, RetryPolicy
 from shared.domain.validation import Guards, validators
+from shared.intake import Intake
 from shared.lifecycle import Tracker
-from shared.services import Intake
 from tests.fakes import (
     FakeClock,
     InMemoryCheckpointStore,
@@ -89,9 +89,8 @@ def tracker(intake: Intake, clock: FakeClock) -> Iterator[Tracker]:
         backend=intake.backend,
         checkpoints=InMemoryCheckpointStore(),
         notifier=intake.notifier,
-        recovery=RecoveryPolicy(
-            backoff_base_seconds=0, prices=PriceTable.load(PRICES), rand=lambda: 0.5
-        ),
+        retry=RetryPolicy(backoff=Backoff(base_seconds=0, jitter=lambda: 0.5)),
+        prices=PriceTable.load(PRICES),
         clock=clock,
         sleep=lambda _seconds: None,
     )

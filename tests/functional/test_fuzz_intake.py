@@ -71,9 +71,10 @@ def proto_reads(message: str, key: str, value: Any) -> Any:
     parsed = getattr(types, message).pb()()
     try:
         json_format.ParseDict({key: value}, parsed)
-    except (json_format.ParseError, ValueError, TypeError, RecursionError):
+        return json_format.MessageToDict(parsed).get(key)
+    except (json_format.Error, ValueError, TypeError, OverflowError, RecursionError):
+        # An infinite number (JSON 1e400) has no integer or enum form: refused.
         return ...
-    return json_format.MessageToDict(parsed).get(key)
 
 
 def _bad_count(value: Any) -> bool:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shared import services
+from shared import intake as intake_service
 from shared.commands import SubmitJob
 from shared.envelopes import PubsubMessage
 from tests.events import load, pubsub_cloud_event
@@ -99,7 +99,7 @@ def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
     intake.settings = dataclasses.replace(intake.settings, claim_ttl_seconds=0)
     message = PubsubMessage.from_cloud_event(pubsub_cloud_event(load("seed_request")))
     with pytest.raises(KeyboardInterrupt):
-        services.submit_job(SubmitJob(message=message), intake)
+        intake_service.submit_job(SubmitJob(message=message), intake)
     assert intake.store.get("seed-1")["state"] == "ACCEPTED"  # the claim was never released
     response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
     assert response.status_code == 200

@@ -227,7 +227,6 @@ def test_bodies_the_v1_protos_refuse_are_rejected_not_redelivered(intake, post_e
 
 def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake, post_event):
     deployments = intake.deployments
-    deployments.rand = lambda: 0.5
     deployments.backend.fail_with = QuotaExhausted("Vertex AI DeployModel refused for quota: 429")
 
     post(post_event, load("deploy_request"))  # acknowledged: parked, not redelivered

@@ -352,7 +352,9 @@ def test_hint_redelivered_after_a_failed_read_reads_vertex_again(
 
 
 def test_tick_runs_a_due_retry_and_reconciles_without_hints(tracker, clock, post_event):
-    tracker.recovery = dataclasses.replace(tracker.recovery, backoff_base_seconds=60)
+    tracker.retry = dataclasses.replace(
+        tracker.retry, backoff=dataclasses.replace(tracker.retry.backoff, base_seconds=60)
+    )
     submit(post_event)
     first = current(tracker)["vertexJob"]
     run(tracker, clock, first)
@@ -420,7 +422,9 @@ def test_tick_publishes_what_a_failed_publish_left_in_the_outbox(tracker, clock,
 
 def preempted_and_retrying(tracker, clock, post_event, backoff: float = 60) -> str:
     """Submit, run and preempt attempt 1; returns its job. The record is RETRYING."""
-    tracker.recovery = dataclasses.replace(tracker.recovery, backoff_base_seconds=backoff)
+    tracker.retry = dataclasses.replace(
+        tracker.retry, backoff=dataclasses.replace(tracker.retry.backoff, base_seconds=backoff)
+    )
     submit(post_event)
     name = current(tracker)["vertexJob"]
     run(tracker, clock, name)
@@ -492,7 +496,9 @@ def test_cancel_ends_the_running_job_and_nothing_follows(tracker, clock, post_ev
 
 
 def test_cancel_while_retrying_stops_the_retry(tracker, clock, post_event):
-    tracker.recovery = dataclasses.replace(tracker.recovery, backoff_base_seconds=60)
+    tracker.retry = dataclasses.replace(
+        tracker.retry, backoff=dataclasses.replace(tracker.retry.backoff, base_seconds=60)
+    )
     submit(post_event)
     name = current(tracker)["vertexJob"]
     run(tracker, clock, name)

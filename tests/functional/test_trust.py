@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import pytest
 
+from shared.domain.ids import labels_for
 from shared.domain.jobs import JobState, from_vertex
 from shared.domain.records import TOMBSTONE_REASON, Submission
 from shared.domain.recovery import cancel_requested
@@ -23,7 +24,7 @@ from shared.errors import (
     OutcomeUnknown,
     QuotaExhausted,
 )
-from shared.services import MAX_REJECTION_ERRORS, excerpt, labels_for
+from shared.intake import MAX_REJECTION_ERRORS, excerpt
 from tests.events import load, pubsub_cloud_event
 from tests.functional.test_lifecycle_handlers import (
     PREEMPTED,

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from shared import bootstrap, services
+from shared import bootstrap
+from shared import intake as intake_service
 from shared.commands import SubmitJob
 from shared.config import Settings
 from shared.envelopes import PubsubMessage
@@ -96,7 +97,7 @@ def test_crash_between_create_and_record_still_yields_one_job(stack, db, unique)
     crashing = dataclasses.replace(real, store=DiesAfterCreate(real.store))
     message = PubsubMessage(data=json.dumps(request(rid)).encode(), message_id="m-crash")
     with pytest.raises(KeyboardInterrupt):
-        services.submit_job(SubmitJob(message=message), crashing)
+        intake_service.submit_job(SubmitJob(message=message), crashing)
     assert len(creates(stack, label=rid)) == 1
     assert record(db, rid)["state"] == "ACCEPTED"
 

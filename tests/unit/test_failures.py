@@ -10,7 +10,6 @@ from shared.domain.failures import (
     FailureRule,
     InvalidRules,
     classify,
-    describe_rules,
     load_rules,
 )
 
@@ -137,12 +136,6 @@ def test_custom_yaml_table_with_defaults_after() -> None:
     # ...and the defaults still apply after it.
     assert classify(FAILED, 13, "Internal error", table) is FailureClass.INFRASTRUCTURE
     assert classify("JOB_STATE_EXPIRED", None, None, table) is FailureClass.MAX_WAIT_EXPIRED
-
-
-def test_describe_rules_round_trips() -> None:
-    import json
-
-    assert load_rules(json.dumps(describe_rules(DEFAULT_RULES))) == DEFAULT_RULES
 
 
 @pytest.mark.parametrize(

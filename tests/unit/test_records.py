@@ -229,7 +229,6 @@ def test_next_attempt_accumulates_job_ids_and_carries_its_extras():
         name=JOB_2,
         strategy="STANDARD",
         resumed_from="gs://b/ck/step-2/",
-        extra={"note": "x"},
         record_extra={"workLostSeconds": 12.5},
     )
     write = submission_write(retrying, sub, NOW)
@@ -243,7 +242,6 @@ def test_next_attempt_accumulates_job_ids_and_carries_its_extras():
     assert write.record["location"] == "europe-west4"
     assert write.record["workLostSeconds"] == 12.5
     assert write.attempt["resumedFrom"] == "gs://b/ck/step-2/"
-    assert write.attempt["note"] == "x"
     assert write.attempt["attempt"] == 2
     assert write.deletes == ("claim", "nextAttemptAt")
     assert retrying["vertexJobIds"] == ["1001"]  # the current record is not mutated

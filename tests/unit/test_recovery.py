@@ -12,13 +12,13 @@ from shared.domain.checkpoints import Checkpoint
 from shared.domain.jobs import JobState, VertexJob
 from shared.domain.pricing import PriceTable
 from shared.domain.recovery import (
-    RecoveryPolicy,
     cancel_requested,
     cancelled,
     failed,
     settle,
     work_lost_seconds,
 )
+from shared.domain.retry import Backoff, RetryPolicy
 
 NAME = "projects/p/locations/us-central1/customJobs/1001"
 CREATED = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -30,7 +30,7 @@ PRICES = PriceTable.load(
     "accelerators: {NVIDIA_L4: {STANDARD: 1.00, SPOT: 0.40, FLEX_START: 0.50}}"
 )
 # rand 0.25: the first retry waits a quarter of the base window.
-POLICY = RecoveryPolicy(backoff_base_seconds=60, backoff_cap_seconds=1800, rand=lambda: 0.25)
+POLICY = RetryPolicy(backoff=Backoff(base_seconds=60, cap_seconds=1800, jitter=lambda: 0.25))
 
 PREEMPTED = "The replica workerpool0-0 was preempted"
 STOCKOUT = "ZONE_RESOURCE_POOL_EXHAUSTED: us-central1-a"
@@ -73,8 +73,7 @@ def options(**raw: Any) -> str:
 
 
 def test_success_accounts_queued_running_gpu_seconds_and_cost():
-    policy = RecoveryPolicy(prices=PRICES)
-    change = settle(record(), job("JOB_STATE_SUCCEEDED"), NOW, policy)
+    change = settle(record(), job("JOB_STATE_SUCCEEDED"), NOW, RetryPolicy(), PRICES)
 
     assert change.state is JobState.SUCCEEDED
     # 1 h running on 4 GPUs under FLEX_START: 4 GPU-hours at 0.50 vs 1.00 on demand.
@@ -111,7 +110,7 @@ def test_totals_add_this_attempt_to_the_earlier_ones():
         gpuSeconds=800.0,
         cost={"costUsd": 1.25, "onDemandUsd": 2.5, "savingsUsd": 1.25, "priced": True},
     )
-    change = settle(earlier, job("JOB_STATE_SUCCEEDED"), NOW, RecoveryPolicy(prices=PRICES))
+    change = settle(earlier, job("JOB_STATE_SUCCEEDED"), NOW, RetryPolicy(), PRICES)
     assert change.record["queuedSeconds"] == 700.0
     assert change.record["runningSeconds"] == 3800.0
     assert change.record["gpuSeconds"] == 15200.0
@@ -128,9 +127,7 @@ def test_totals_add_this_attempt_to_the_earlier_ones():
 
 
 def test_cost_follows_the_attempts_strategy():
-    change = settle(
-        record(strategy="SPOT"), job("JOB_STATE_SUCCEEDED"), NOW, RecoveryPolicy(prices=PRICES)
-    )
+    change = settle(record(strategy="SPOT"), job("JOB_STATE_SUCCEEDED"), NOW, RetryPolicy(), PRICES)
     assert change.attempt["cost"] == {
         "costUsd": 1.6,
         "onDemandUsd": 4.0,
@@ -140,20 +137,20 @@ def test_cost_follows_the_attempts_strategy():
 
 
 def test_gpu_seconds_scale_with_the_records_gpus():
-    change = settle(record(gpus=16), job("JOB_STATE_SUCCEEDED"), NOW, RecoveryPolicy())
+    change = settle(record(gpus=16), job("JOB_STATE_SUCCEEDED"), NOW, RetryPolicy())
     assert change.attempt["gpuSeconds"] == 16 * 3600.0
 
 
 @pytest.mark.parametrize(
-    ("policy", "fields"),
+    ("prices", "fields"),
     [
-        (RecoveryPolicy(prices=None), {}),
-        (RecoveryPolicy(prices=PRICES), {"acceleratorType": None}),
-        (RecoveryPolicy(prices=PRICES), {"acceleratorType": "TPU_V5_LITEPOD"}),
+        (None, {}),
+        (PRICES, {"acceleratorType": None}),
+        (PRICES, {"acceleratorType": "TPU_V5_LITEPOD"}),
     ],
 )
-def test_unpriced_attempts_are_flagged_not_guessed(policy, fields):
-    change = settle(record(**fields), job("JOB_STATE_SUCCEEDED"), NOW, policy)
+def test_unpriced_attempts_are_flagged_not_guessed(prices, fields):
+    change = settle(record(**fields), job("JOB_STATE_SUCCEEDED"), NOW, RetryPolicy(), prices)
     assert change.attempt["cost"]["priced"] is False
     assert change.record["cost"]["priced"] is False
     assert change.record["cost"]["costUsd"] == 0.0
@@ -161,7 +158,7 @@ def test_unpriced_attempts_are_flagged_not_guessed(policy, fields):
 
 def test_a_job_ended_without_times_is_accounted_up_to_now():
     seen = job("JOB_STATE_SUCCEEDED", start_time=None, end_time=None)
-    change = settle(record(), seen, NOW, RecoveryPolicy())
+    change = settle(record(), seen, NOW, RetryPolicy())
     # Never started: the whole time since creation was spent queued, none running.
     assert change.attempt["queuedSeconds"] == (NOW - CREATED).total_seconds()
     assert change.attempt["runningSeconds"] == 0.0
@@ -212,13 +209,18 @@ def test_backoff_window_doubles_with_each_retry_of_the_group():
 def test_backoff_is_capped():
     seen = job("JOB_STATE_FAILED", PREEMPTED)
     used = record(retries={"preemption": 20}, options=options(retryPolicy={"preemption": 30}))
-    change = settle(used, seen, NOW, RecoveryPolicy(backoff_cap_seconds=100, rand=lambda: 1.0))
+    change = settle(
+        used, seen, NOW, RetryPolicy(backoff=Backoff(cap_seconds=100, jitter=lambda: 1.0))
+    )
     assert change.record["nextAttemptAt"] == NOW + timedelta(seconds=100)
 
 
 def test_zero_backoff_makes_the_retry_due_now():
     change = settle(
-        record(), job("JOB_STATE_FAILED", PREEMPTED), NOW, RecoveryPolicy(backoff_base_seconds=0)
+        record(),
+        job("JOB_STATE_FAILED", PREEMPTED),
+        NOW,
+        RetryPolicy(backoff=Backoff(base_seconds=0)),
     )
     assert change.record["nextAttemptAt"] == NOW
 

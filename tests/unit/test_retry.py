@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from shared.domain.failures import FailureClass
 from shared.domain.retry import (
     GROUP_OF,
+    Budgets,
     FallbackRung,
     Placement,
-    RetryPolicy,
     backoff_seconds,
     check_fallback,
     check_retry_policy,
@@ -23,7 +23,7 @@ from shared.errors import InvalidRequest
 
 
 def test_default_budgets() -> None:
-    assert RetryPolicy().to_dict() == {
+    assert Budgets().to_dict() == {
         "preemption": 6,
         "capacity": 3,
         "infrastructure": 3,
@@ -48,7 +48,7 @@ def test_every_failure_class_has_a_group(failure: FailureClass, group: str | Non
 
 
 def test_first_retry_reason() -> None:
-    decision = decide(RetryPolicy(), FailureClass.PREEMPTED, {})
+    decision = decide(Budgets(), FailureClass.PREEMPTED, {})
     assert decision.retry
     assert decision.group == "preemption"
     assert decision.used_after == 1
@@ -57,7 +57,7 @@ def test_first_retry_reason() -> None:
 
 
 def test_seven_preemptions_with_budget_six_stop_at_the_seventh() -> None:
-    policy, used = RetryPolicy(), {"preemption": 0}
+    policy, used = Budgets(), {"preemption": 0}
     outcomes = []
     for _ in range(7):
         decision = decide(policy, FailureClass.PREEMPTED, used)
@@ -70,23 +70,23 @@ def test_seven_preemptions_with_budget_six_stop_at_the_seventh() -> None:
 
 def test_groups_are_independent() -> None:
     used = {"preemption": 6, "capacity": 0}
-    assert not decide(RetryPolicy(), FailureClass.PREEMPTED, used).retry
-    stockout = decide(RetryPolicy(), FailureClass.STOCKOUT, used)
+    assert not decide(Budgets(), FailureClass.PREEMPTED, used).retry
+    stockout = decide(Budgets(), FailureClass.STOCKOUT, used)
     assert stockout.retry and stockout.reason == "stockout: retry 1 of 3"
 
 
 def test_stockout_and_max_wait_share_the_capacity_budget() -> None:
     used: dict[str, int] = {}
     for failure in (FailureClass.STOCKOUT, FailureClass.MAX_WAIT_EXPIRED, FailureClass.STOCKOUT):
-        decision = decide(RetryPolicy(), failure, used)
+        decision = decide(Budgets(), failure, used)
         assert decision.retry
         used = {"capacity": decision.used_after}
-    last = decide(RetryPolicy(), FailureClass.MAX_WAIT_EXPIRED, used)
+    last = decide(Budgets(), FailureClass.MAX_WAIT_EXPIRED, used)
     assert not last.retry and last.used_after == 3
 
 
 def test_user_error_never_retried_by_default() -> None:
-    decision = decide(RetryPolicy(), FailureClass.USER_ERROR, {})
+    decision = decide(Budgets(), FailureClass.USER_ERROR, {})
     assert not decision.retry
     assert decision.budget == 0
     assert decision.reason == "user-error: not retried (user budget is 0)"
@@ -94,16 +94,14 @@ def test_user_error_never_retried_by_default() -> None:
 
 @pytest.mark.parametrize("failure", [FailureClass.CANCELLED, FailureClass.UNKNOWN])
 def test_cancelled_and_unknown_never_retry_even_with_big_budgets(failure: FailureClass) -> None:
-    policy = RetryPolicy(preemption=100, capacity=100, infrastructure=100, user=100)
+    policy = Budgets(preemption=100, capacity=100, infrastructure=100, user=100)
     decision = decide(policy, failure, {})
     assert (decision.retry, decision.group, decision.budget) == (False, None, 0)
     assert "never retried" in decision.reason
 
 
 def test_per_request_overrides() -> None:
-    policy = RetryPolicy.from_request(
-        {"preemption": 10, "capacity": 1, "infrastructure": 2, "user": 1}
-    )
+    policy = Budgets.from_request({"preemption": 10, "capacity": 1, "infrastructure": 2, "user": 1})
     assert (
         decide(policy, FailureClass.PREEMPTED, {"preemption": 6}).reason
         == "preempted: retry 7 of 10"
@@ -113,8 +111,8 @@ def test_per_request_overrides() -> None:
 
 
 def test_partial_override_keeps_other_defaults() -> None:
-    assert RetryPolicy.from_request({"capacity": 0}) == RetryPolicy(capacity=0)
-    assert RetryPolicy.from_request(None) == RetryPolicy()
+    assert Budgets.from_request({"capacity": 0}) == Budgets(capacity=0)
+    assert Budgets.from_request(None) == Budgets()
 
 
 @pytest.mark.parametrize(
@@ -133,13 +131,13 @@ def test_partial_override_keeps_other_defaults() -> None:
 def test_invalid_retry_policies(raw: object, paths: list[str]) -> None:
     assert [e.path for e in check_retry_policy(raw)] == paths
     with pytest.raises(InvalidRequest) as info:
-        RetryPolicy.from_request(raw)
+        Budgets.from_request(raw)
     assert [e.path for e in info.value.errors] == paths
 
 
 def test_negative_used_count_is_a_bug_not_a_retry() -> None:
     with pytest.raises(ValueError, match="non-negative"):
-        decide(RetryPolicy(), FailureClass.PREEMPTED, {"preemption": -1})
+        decide(Budgets(), FailureClass.PREEMPTED, {"preemption": -1})
 
 
 # Backoff -------------------------------------------------------------------------------------

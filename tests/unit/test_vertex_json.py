@@ -466,3 +466,11 @@ def test_the_image_allow_list_holds_for_the_model_a_pipeline_registers():
     )
     (error,) = problems(body, guards)
     assert error.path == "trainingPipeline.modelToUpload.containerSpec.imageUri"
+
+
+def test_an_infinite_number_in_a_pipelines_task_inputs_is_a_field_error():
+    body = json.loads(
+        '{"displayName": "p", "trainingTaskInputs": {"workerPoolSpecs": [{"replicaCount": 1e400}]}}'
+    )
+    _, errors = canonical_body("trainingPipeline", body)
+    assert errors and errors[0].path.startswith("trainingPipeline")

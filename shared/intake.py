@@ -1,0 +1,257 @@
+"""Intake: one delivered request message becomes exactly one command, handled once.
+
+A message is decoded and validated, then dispatched by command type, as a message bus maps
+commands to handlers: ``{"cancel": id}`` is a :class:`~shared.commands.CancelJob`, a
+``deployModel`` request a :class:`~shared.commands.DeployModel`, any training kind a
+:class:`~shared.commands.CreateJob`. Bad input is acknowledged and recorded as a rejection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.cancel import cancel_job
+from shared.commands import CancelJob, CreateJob, DeployModel, SubmitJob
+from shared.config import Settings
+from shared.deployments import Deployments, submit_deployment
+from shared.domain.deployments import KIND as DEPLOY_KIND
+from shared.domain.jobs import Change, JobState
+from shared.domain.records import tombstone_claimed
+from shared.domain.request import (
+    KINDS,
+    JobRequest,
+    decode_message,
+    parse_request,
+    read_request_id,
+)
+from shared.domain.retry import RetryPolicy
+from shared.domain.validation import Validator
+from shared.domain.values import clip
+from shared.errors import FieldError, InvalidRequest
+from shared.exactly_once import Outcome
+from shared.logs import get_logger, request_context
+from shared.ports import Claim, JobBackend, JobStore, Notifier, RejectionLog
+from shared.submission import AttemptPlan, submit_attempt
+
+__all__ = ["Intake", "Outcome", "submit_job"]
+
+log = get_logger("intake")
+
+EXCERPT_BYTES = 2048
+#: A rejection keeps at most this many errors (plus their total), so it always fits.
+MAX_REJECTION_ERRORS = 100
+
+
+@dataclass
+class Intake:
+    """Ports and policy for :func:`submit_job`, wired once per instance by the bootstrap."""
+
+    settings: Settings
+    store: JobStore
+    backend: JobBackend
+    rejections: RejectionLog
+    notifier: Notifier
+    validators: Sequence[Validator]
+    clock: Callable[[], datetime]
+    # Spot deployments (``deployModel``); None where an instance takes no deployments.
+    deployments: Deployments | None = None
+    # The retry policy: its backoff spaces the creates parked for quota.
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def backoff(self, retry_number: int) -> float:
+        """Seconds before a parked submission is tried again (full jitter, capped)."""
+        return self.retry.backoff.seconds(retry_number)
+
+
+def read_body(cmd: SubmitJob, intake: Intake) -> dict[str, Any]:
+    """Decode a delivered message into a JSON object, within the size limit.
+
+    Raises:
+        InvalidRequest: the message is too large, not UTF-8, not JSON or not an object.
+    """
+    data = cmd.message.data
+    limit = intake.settings.max_message_bytes
+    if len(data) > limit:
+        raise InvalidRequest(
+            [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]
+        )
+    return decode_message(data)
+
+
+def read_job_request(cmd: SubmitJob, intake: Intake, body: dict[str, Any]) -> JobRequest:
+    """Parse and validate a decoded request, collecting every problem.
+
+    Raises:
+        InvalidRequest: with all the problems found; the message can never succeed.
+    """
+    request = parse_request(body, cmd.message.attributes, cmd.message.message_id)
+    errors = [error for validate in intake.validators for error in validate(request)]
+    if errors:
+        raise InvalidRequest(errors)
+    return request
+
+
+Command = CancelJob | CreateJob | DeployModel
+
+
+def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
+    """Handle one delivered request message: decode, validate, dispatch by command type.
+
+    A bad request is acknowledged and recorded as a rejection; transient faults raise so that
+    Pub/Sub redelivers.
+    """
+    try:
+        command = read_command(cmd, intake)
+        return HANDLERS[type(command)](command, intake)
+    except InvalidRequest as err:
+        reject(cmd, err, intake)
+        return Outcome.REJECTED
+
+
+def read_command(cmd: SubmitJob, intake: Intake) -> Command:
+    """The command a delivered message carries.
+
+    Raises:
+        InvalidRequest: with every problem found; the message can never succeed.
+    """
+    body = read_body(cmd, intake)
+    if is_cancel(body):
+        return CancelJob(request_id=_cancel_target(body))
+    request = read_job_request(cmd, intake, body)
+    return DeployModel(request) if request.kind == DEPLOY_KIND else CreateJob(request)
+
+
+def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
+    """Submit attempt 1 of a training request exactly once, however often it is delivered."""
+    request = cmd.request
+    with request_context(request.request_id):
+        existing: list[Claim] = []
+
+        def claim() -> str | None:
+            taken = intake.store.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
+            if taken.token is None:
+                existing.append(taken)
+            return taken.token
+
+        location = request.location or intake.settings.location
+        plan = AttemptPlan(attempt=1, strategy=request.strategy, location=location)
+        outcome = submit_attempt(request, plan, claim, intake)
+        if existing:
+            return _already_claimed(request, existing[0], intake)
+        return outcome
+
+
+def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
+    """Deploy a ``deployModel`` request on Spot VMs exactly once."""
+    return submit_deployment(cmd.request, _deployments_of(intake))
+
+
+#: The message bus: each command type and its handler.
+HANDLERS: Mapping[type, Callable[[Any, Intake], Outcome]] = {
+    CancelJob: cancel_job,
+    CreateJob: create_job,
+    DeployModel: deploy_model,
+}
+
+
+def _already_claimed(request: JobRequest, claim: Claim, intake: Intake) -> Outcome:
+    """A delivery that found its request's record: a duplicate, or a cancel came first."""
+    record = claim.record or {}
+    fields = tombstone_claimed(record, request, intake.settings.location, intake.clock())
+    if fields is not None:
+        # The cancel arrived first (Pub/Sub keeps no order): record what was cancelled.
+        intake.store.transact(
+            request.request_id, lambda rec: Change(JobState(rec["state"]), fields)
+        )
+        log.info("request arrived after its cancel: nothing created")
+        return Outcome.CANCELLED
+    brief = {"vertexJob": record.get("vertexJob"), "state": record.get("state")}
+    log.info("duplicate delivery: already submitted", extra={"fields": brief})
+    return Outcome.DUPLICATE
+
+
+def is_cancel(body: dict[str, Any]) -> bool:
+    """``{"cancel": "<requestId>"}`` on the requests topic cancels that request."""
+    return "cancel" in body and not any(kind in body for kind in KINDS)
+
+
+def _cancel_target(body: dict[str, Any]) -> str:
+    target = body.get("cancel")
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId string")])
+    return target
+
+
+def bounded_errors(errors: Sequence[FieldError]) -> list[dict[str, str]]:
+    """At most :data:`MAX_REJECTION_ERRORS` errors, each path and message clipped."""
+    return [
+        {"path": clip(e.path) or "", "message": clip(e.message) or ""}
+        for e in errors[:MAX_REJECTION_ERRORS]
+    ]
+
+
+def excerpt(data: bytes, limit: int = EXCERPT_BYTES) -> str:
+    """The first ``limit`` bytes of a payload as text, at most ``limit`` bytes once encoded.
+
+    Undecodable bytes become U+FFFD, which takes three bytes: the text is cut again after
+    decoding, on a character boundary.
+    """
+    text = data[:limit].decode("utf-8", errors="replace")
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+
+
+def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
+    """Record a refused request and tell upstream, so nothing is lost."""
+    message = cmd.message
+    request_id = _readable_request_id(message.data, message.attributes, message.message_id)
+    errors = bounded_errors(err.errors)
+    with request_context(request_id):
+        intake.rejections.record(
+            request_id,
+            {
+                "requestId": request_id,
+                "messageId": message.message_id,
+                "errors": errors,
+                "errorCount": len(err.errors),
+                "source": cmd.source,
+                "receivedAt": intake.clock(),
+                "payloadExcerpt": excerpt(message.data),
+                "payloadBytes": len(message.data),
+            },
+        )
+        intake.notifier.notify(
+            {
+                "requestId": request_id,
+                "state": "REJECTED",
+                "attempt": 0,
+                "reason": clip(str(err)),
+                "errors": errors,
+                "errorCount": len(err.errors),
+            }
+        )
+        log.warning(
+            "request rejected", extra={"fields": {"errors": errors[:10], "count": len(errors)}}
+        )
+
+
+def _readable_request_id(data: bytes, attributes: dict[str, str], message_id: str) -> str:
+    """The requestId when one can be read from the message at all, else the message id."""
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        # Undecodable: fall back to what the transport says about the message.
+        return attributes.get("requestId") or message_id
+    if isinstance(body, dict):
+        return read_request_id(body, attributes, message_id)
+    return attributes.get("requestId") or message_id
+
+
+def _deployments_of(intake: Intake) -> Deployments:
+    if intake.deployments is None:
+        # A wiring mistake, not bad input: raise so the message is redelivered once fixed.
+        raise RuntimeError("this instance takes no deployModel requests: Intake.deployments")
+    return intake.deployments

@@ -1,0 +1,194 @@
+"""Submitting one attempt of a training request exactly once, settling its record, and
+cancelling (until Vertex confirms) any job no record will follow.
+
+Intake's attempt 1 and every retry (the lifecycle) call :func:`submit_attempt`; the order of
+its steps and what each failure does to the claim are :func:`shared.exactly_once.create_once`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from shared.domain.attempts import attempt_spec
+from shared.domain.ids import LABEL_REQUEST, label_value, labels_for
+from shared.domain.jobs import Change, VertexJob, adoptable
+from shared.domain.recovery import cancels_confirmed, cancels_pending, failed, parked
+from shared.domain.request import JobRequest
+from shared.errors import BackendRejected, FlexjobsError, QuotaExhausted
+from shared.exactly_once import Creation, Outcome, create_once
+from shared.logs import get_logger
+from shared.ports import JobBackend, JobStore, Notifier, Submission
+
+log = get_logger("submission")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What an attempt resumes from, and extra record fields; computed once it is claimed."""
+
+    resume_from: str | None = None
+    record_extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """Where and how one attempt runs; ``prepare`` runs after the claim (it may do I/O)."""
+
+    attempt: int
+    strategy: str
+    location: str
+    prepare: Callable[[], Prepared] = Prepared
+
+
+class AttemptPorts(Protocol):
+    """What creating an attempt needs: both :class:`Intake` and the lifecycle's Tracker."""
+
+    @property
+    def store(self) -> JobStore: ...
+
+    @property
+    def backend(self) -> JobBackend: ...
+
+    @property
+    def notifier(self) -> Notifier: ...
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    def backoff(self, retry_number: int) -> float: ...
+
+
+def submit_attempt(
+    request: JobRequest, plan: AttemptPlan, claim: Callable[[], str | None], ports: AttemptPorts
+) -> Outcome:
+    """Create (or adopt) the Vertex job of one attempt and record it, exactly once.
+
+    The attempt's labels are its idempotency key: a job found under them was created by a
+    delivery that died before recording it, and is adopted rather than created again.
+
+    Raises:
+        TransientError: any fault that redelivery may cure.
+    """
+    request_id = request.request_id
+    labels = labels_for(request_id, plan.attempt)
+    store, backend, clock = ports.store, ports.backend, ports.clock
+    prepared = functools.cache(plan.prepare)
+
+    def find() -> VertexJob | None:
+        found = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, request.kind)
+        return adoptable(found)
+
+    def create() -> VertexJob:
+        body = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=label_value(request_id),
+            attempt=plan.attempt,
+            resume_from=prepared().resume_from,
+            strategy=plan.strategy,
+        )
+        return backend.create(replace(request, spec=body), labels, plan.location)
+
+    def record(token: str, job: VertexJob, adopted: bool) -> Outcome:
+        submission = Submission(
+            request_id=request_id,
+            attempt=plan.attempt,
+            vertex_job=job,
+            strategy=plan.strategy,
+            location=plan.location,
+            resumed_from=prepared().resume_from,
+            record_extra=prepared().record_extra,
+        )
+        if not store.record_submission(token, submission, clock()):
+            # Cancelled meanwhile, or another job holds this attempt: no record will ever
+            # follow this job, so it must not keep running.
+            cancel_until_confirmed(ports, request_id, [job.name])
+            store.release(request_id, token, clock())
+            log.info("job cancelled: the record will not take it", extra=_job_fields(job))
+            return Outcome.CANCELLED
+        outcome = Outcome.ADOPTED if adopted else Outcome.SUBMITTED
+        log.info(f"attempt {plan.attempt} {outcome.value}", extra=_job_fields(job, plan))
+        return outcome
+
+    def release(token: str) -> None:
+        store.release(request_id, token, clock())
+
+    def refused(token: str, exc: BackendRejected) -> Outcome:
+        reason = f"attempt {plan.attempt} refused by Vertex AI: {exc}"
+        settle_record(ports, request_id, lambda rec: failed(rec, clock(), reason))
+        release(token)
+        return Outcome.FAILED
+
+    def park(token: str, exc: QuotaExhausted) -> Outcome:
+        def decide(rec: dict[str, Any]) -> Change | None:
+            delay = ports.backoff(int(rec.get("quotaRetries") or 0) + 1)
+            return parked(rec, clock(), plan.attempt, delay, str(exc))
+
+        store.transact(request_id, decide)
+        release(token)
+        return Outcome.PARKED
+
+    return create_once(Creation(claim, find, create, record, release, refused, park))
+
+
+def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, Any]:
+    fields: dict[str, Any] = {"vertexJob": job.name}
+    if plan is not None:
+        fields.update(strategy=plan.strategy, location=plan.location)
+    return {"fields": fields}
+
+
+def settle_record(
+    ports: AttemptPorts, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+) -> Change | None:
+    """Apply one change to a record, then publish the notifications it queued."""
+    change = ports.store.transact(request_id, decide)
+    if change is not None and change.record.get("outboxPending"):
+        flush_outbox(request_id, ports.store, ports.notifier)
+    return change
+
+
+def flush_outbox(request_id: str, store: JobStore, notifier: Notifier) -> int:
+    """Publish a record's pending notifications, then forget them; returns how many."""
+    record = store.get(request_id) or {}
+    pending = list(record.get("outbox") or [])
+    for message in pending:
+        notifier.notify(message)
+    if pending:
+        store.drop_from_outbox(request_id, pending)
+    return len(pending)
+
+
+def cancel_until_confirmed(ports: AttemptPorts, request_id: str, names: list[str]) -> list[str]:
+    """Keep ``names`` on the record as pending cancels, then cancel them; returns those left."""
+    if not names:
+        return []
+    ports.store.transact(request_id, lambda rec: cancels_pending(rec, names, ports.clock()))
+    return drive_cancels(ports, request_id, names)
+
+
+def drive_cancels(ports: AttemptPorts, request_id: str, names: list[str]) -> list[str]:
+    """Ask Vertex to cancel each job; forget those it confirmed. Returns the ones left.
+
+    A job that already ended counts as confirmed (the backend's cancel is idempotent); any
+    other fault leaves the name pending, for the redelivery or the next tick.
+    """
+    confirmed: list[str] = []
+    for name in names:
+        try:
+            ports.backend.cancel(name)
+        except FlexjobsError as exc:
+            log.warning(
+                f"cancel not confirmed, kept pending: {exc}", extra={"fields": {"vertexJob": name}}
+            )
+            continue
+        confirmed.append(name)
+    if confirmed:
+        ports.store.transact(
+            request_id, lambda rec: cancels_confirmed(rec, confirmed, ports.clock())
+        )
+    return [n for n in names if n not in confirmed]
