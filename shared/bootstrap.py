@@ -22,6 +22,7 @@ from shared.domain.retry import Backoff, RetryPolicy
 from shared.intake import Intake
 from shared.lifecycle import Tracker
 from shared.logs import configure
+from shared.repository import DeploymentRecords, JobRecords
 
 if TYPE_CHECKING:
     from shared.adapters.firestore import FirestoreJobStore
@@ -51,7 +52,7 @@ def build_intake(
     guards = Guards.from_settings(settings)
     return Intake(
         settings=settings,
-        store=store,
+        store=JobRecords(store, settings.location),
         backend=backend,
         rejections=FirestoreRejectionLog(store),
         notifier=PubsubNotifier(settings),
@@ -80,7 +81,7 @@ def build_deployments(
     settings = settings or Settings.from_env()
     return Deployments(
         settings=settings,
-        store=FirestoreDeploymentStore(jobs or FirestoreJobStore(settings)),
+        store=DeploymentRecords(FirestoreDeploymentStore(jobs or FirestoreJobStore(settings))),
         backend=VertexDeploymentBackend(settings),
         clock=clock,
         retry=retry_policy(settings),
@@ -135,7 +136,7 @@ def build_tracker(
     store = FirestoreJobStore(settings)
     return Tracker(
         settings=settings,
-        store=store,
+        store=JobRecords(store, settings.location),
         backend=VertexJobBackend(settings),
         checkpoints=GcsCheckpointStore(project=settings.project),
         notifier=PubsubNotifier(settings),

@@ -28,7 +28,8 @@ from shared.domain.retry import RetryPolicy
 from shared.errors import BackendRejected, QuotaExhausted
 from shared.exactly_once import Creation, Outcome, create_once
 from shared.logs import get_logger, request_context
-from shared.ports import DeploymentBackend, DeploymentStore
+from shared.ports import DeploymentBackend
+from shared.repository import DeploymentRecords
 from shared.sweep import Sweep
 
 log = get_logger("deployments")
@@ -39,7 +40,7 @@ class Deployments:
     """Ports and policy of the deployment handlers, wired once per instance by the bootstrap."""
 
     settings: Settings
-    store: DeploymentStore
+    store: DeploymentRecords
     backend: DeploymentBackend
     clock: Callable[[], datetime]
     # The retry policy: its backoff spaces the deployments parked for quota.

@@ -34,7 +34,8 @@ from shared.domain.values import clip
 from shared.errors import FieldError, InvalidRequest
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
-from shared.ports import Claim, JobBackend, JobStore, Notifier, RejectionLog
+from shared.ports import Claim, JobBackend, Notifier, RejectionLog
+from shared.repository import JobRecords
 from shared.submission import AttemptPlan, submit_attempt
 
 __all__ = ["Intake", "Outcome", "submit_job"]
@@ -51,7 +52,7 @@ class Intake:
     """Ports and policy for :func:`submit_job`, wired once per instance by the bootstrap."""
 
     settings: Settings
-    store: JobStore
+    store: JobRecords
     backend: JobBackend
     rejections: RejectionLog
     notifier: Notifier

@@ -29,7 +29,8 @@ from shared.domain.retry import RetryPolicy
 from shared.errors import HintDeferred
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
-from shared.ports import CheckpointStore, JobBackend, JobStore, Notifier
+from shared.ports import CheckpointStore, JobBackend, Notifier
+from shared.repository import JobRecords
 from shared.submission import (
     AttemptPlan,
     Prepared,
@@ -55,7 +56,7 @@ class Tracker:
     """Ports for the lifecycle handlers, wired once per instance by the bootstrap."""
 
     settings: Settings
-    store: JobStore
+    store: JobRecords
     backend: JobBackend
     checkpoints: CheckpointStore
     notifier: Notifier

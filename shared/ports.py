@@ -12,7 +12,6 @@ from typing import Any, Protocol
 
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.deployments import OperationStatus
-from shared.domain.hints import HintAction
 from shared.domain.jobs import Change, VertexJob
 from shared.domain.records import Claim, Submission
 from shared.domain.request import JobRequest
@@ -30,32 +29,11 @@ __all__ = [
 
 
 class JobStore(Protocol):
-    """The job records (Firestore ``jobs`` and their ``attempts``)."""
+    """The job records (Firestore ``jobs`` and their ``attempts``): storage only.
 
-    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
-        """Create the record in ACCEPTED, or report the existing one; see :class:`Claim`.
-
-        Raises:
-            SubmissionInProgress: another live claim holds the request.
-            StoreUnavailable: Firestore could not be reached.
-        """
-        ...
-
-    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
-        """Record the Vertex job of an attempt (idempotent for the same job).
-
-        Returns False, writing nothing, when the record will not take this job (see
-        :func:`~shared.domain.records.submission_write`): the caller must cancel it.
-        """
-        ...
-
-    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
-        """Create the record ``record`` only if none exists; False when one does."""
-        ...
-
-    def release(self, request_id: str, token: str, now: datetime) -> None:
-        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
-        ...
+    What a write means is decided by the domain's pure functions, applied through
+    :meth:`transact` by :class:`shared.repository.JobRecords`.
+    """
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         """The record as stored, or None."""
@@ -65,8 +43,24 @@ class JobStore(Protocol):
         """One attempt document, or None."""
         ...
 
-    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
-        """Merge ``fields`` into one attempt document."""
+    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        """Create the record only if none exists (a conditional put); False when one does.
+
+        Raises:
+            StoreUnavailable: Firestore could not be reached.
+        """
+        ...
+
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+    ) -> Change | None:
+        """In one transaction: read the record, let ``decide`` compute a change, write it.
+
+        The change's ``record`` fields are set and its ``deletes`` removed; its ``attempt``
+        fields are merged into attempt ``attempt_no`` (the record's current attempt when
+        None). A missing record is never passed to ``decide``: the result is None. Whatever
+        ``decide`` raises propagates, and nothing is written.
+        """
         ...
 
     def find_by_job_id(self, job_id: str) -> str | None:
@@ -81,46 +75,12 @@ class JobStore(Protocol):
         """Every record that reached a terminal state at or after ``since`` (``endedAt``)."""
         ...
 
-    def begin_read(
-        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
-    ) -> tuple[HintAction, datetime | None]:
-        """Apply :func:`~shared.domain.hints.take_hint` in one transaction.
-
-        Returns the action and the lease's start before this hint (for a trailing read).
-        """
-        ...
-
-    def renew_read(self, request_id: str, now: datetime) -> None:
-        """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
-        ...
-
-    def release_reader(self, request_id: str) -> None:
-        """Drop the read lease (after a failed read), so the next hint reads at once."""
-        ...
-
-    def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
-    ) -> Change | None:
-        """Read the record, let ``decide`` compute a change, write it, in one transaction."""
-        ...
-
     def due_submissions(self, now: datetime) -> list[str]:
         """requestIds whose next submission (a retry, or a parked attempt) is due."""
         ...
 
-    def claim_retry(
-        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
-    ) -> str | None:
-        """Claim the submission of ``attempt`` (see
-        :func:`~shared.domain.records.submission_claimable`); None when it may not be."""
-        ...
-
     def with_outbox(self) -> list[str]:
         """requestIds with notifications not yet published."""
-        ...
-
-    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
-        """Forget notifications once published."""
         ...
 
     def with_pending_cancels(self) -> list[str]:
@@ -186,57 +146,32 @@ class RejectionLog(Protocol):
 
 
 class DeploymentStore(Protocol):
-    """The deployment records (Firestore ``deployments``)."""
-
-    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
-        """Create the record in ACCEPTED, or report the existing one; see :class:`Claim`.
-
-        Raises:
-            SubmissionInProgress: another live claim holds the request.
-            StoreUnavailable: Firestore could not be reached.
-        """
-        ...
-
-    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
-        """Record the DeployModel operation: the record is DEPLOYING and the claim is dropped."""
-        ...
-
-    def record_adopted(
-        self, token: str, request_id: str, deployed_model_id: str, now: datetime
-    ) -> None:
-        """Record a deployment found already on the endpoint: DEPLOYED, claim dropped."""
-        ...
-
-    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
-        """Mark a request FAILED for good (Vertex refused it), keeping the reason; never
-        overwrites DEPLOYED or FAILED (see :func:`~shared.domain.deployments.deploy_failed`)."""
-        ...
-
-    def release(self, request_id: str, token: str, now: datetime) -> None:
-        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
-        ...
+    """The deployment records (Firestore ``deployments``): storage only, like
+    :class:`JobStore` (the writes are :class:`shared.repository.DeploymentRecords`')."""
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         """The record as stored, or None."""
+        ...
+
+    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        """Create the record only if none exists; False when one does."""
+        ...
+
+    def transact(
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], dict[str, Any] | None],
+    ) -> dict[str, Any] | None:
+        """In one transaction: read the record, let ``decide`` compute the fields to set
+        (None: nothing), write them; returns them. A missing record is never decided on."""
         ...
 
     def deploying(self) -> list[dict[str, Any]]:
         """Every record in DEPLOYING (its operation not yet seen done)."""
         ...
 
-    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
-        """Park a deployment Vertex refused for quota (see
-        :func:`~shared.domain.deployments.deploy_parked`), dropping its claim."""
-        ...
-
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:
         """Every parked record whose next deployment is due."""
-        ...
-
-    def apply_operation(
-        self, request_id: str, status: OperationStatus, now: datetime
-    ) -> str | None:
-        """Move the record to what its operation says, in one transaction; the new state."""
         ...
 
 

@@ -21,7 +21,8 @@ from shared.domain.request import JobRequest
 from shared.errors import BackendRejected, FlexjobsError, QuotaExhausted
 from shared.exactly_once import Creation, Outcome, create_once
 from shared.logs import get_logger
-from shared.ports import JobBackend, JobStore, Notifier, Submission
+from shared.ports import JobBackend, Notifier, Submission
+from shared.repository import JobRecords
 
 log = get_logger("submission")
 
@@ -48,7 +49,7 @@ class AttemptPorts(Protocol):
     """What creating an attempt needs: both :class:`Intake` and the lifecycle's Tracker."""
 
     @property
-    def store(self) -> JobStore: ...
+    def store(self) -> JobRecords: ...
 
     @property
     def backend(self) -> JobBackend: ...
@@ -152,7 +153,7 @@ def settle_record(
     return change
 
 
-def flush_outbox(request_id: str, store: JobStore, notifier: Notifier) -> int:
+def flush_outbox(request_id: str, store: JobRecords, notifier: Notifier) -> int:
     """Publish a record's pending notifications, then forget them; returns how many."""
     record = store.get(request_id) or {}
     pending = list(record.get("outbox") or [])

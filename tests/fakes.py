@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import itertools
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,28 +15,12 @@ from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
     carries_tag,
-    deploy_failed,
-    deploy_parked,
-    deployment_settled,
-    new_deployment,
-    observe_operation,
     tagged_display_name,
 )
-from shared.domain.hints import HintAction, take_hint
 from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
-from shared.domain.records import (
-    Claim,
-    ClaimSeen,
-    Submission,
-    existing_claim,
-    job_settled,
-    new_record,
-    submission_claimable,
-    submission_write,
-)
 from shared.domain.request import JobRequest
-from shared.errors import BackendRejected, SubmissionInProgress
+from shared.errors import BackendRejected
 
 # Request kind -> the Vertex collection its resources are named in.
 COLLECTIONS = {
@@ -66,62 +49,14 @@ def _merge(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
 
 
 class InMemoryJobStore:
-    """The JobStore port in memory: storage only; the record rules are the domain's, applied
-    as the Firestore adapter applies them (tests/integration/test_store_contract.py runs the
-    same cases on both)."""
+    """The JobStore port in memory: storage only, like Firestore (copies in and out, every
+    sequence read back as a list, attempt fields merged as ``set(merge=True)`` merges them).
+    tests/integration/test_store_contract.py runs the same cases on both."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.attempts: dict[tuple[str, int], dict[str, Any]] = {}
         self._lock = threading.RLock()
-        self.fail_next_record = False
-        self.default_location = "us-central1"
-
-    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
-        with self._lock:
-            token = uuid.uuid4().hex
-            lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-            current = self.jobs.get(request.request_id)
-            if current is None:
-                record = new_record(request, self.default_location, now)
-                self.jobs[request.request_id] = {**record, "claim": lease}
-                return Claim(token=token)
-            seen = existing_claim(current, now, job_settled(current))
-            if seen is ClaimSeen.SUBMITTED:
-                return Claim(record=copy.deepcopy(current))
-            if seen is ClaimSeen.HELD:
-                raise SubmissionInProgress("held")
-            current.update(claim=lease, updatedAt=now)
-            return Claim(token=token, taken_over=True)
-
-    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
-        if self.fail_next_record:
-            self.fail_next_record = False
-            # BaseException, like the process dying: nothing after it runs, not even release.
-            raise KeyboardInterrupt("injected crash between create and record")
-        with self._lock:
-            current = self.jobs[submission.request_id]
-            plan = submission_write(current, submission, now)
-            if plan.record:
-                current.update(_stored(plan.record))
-                for name in plan.deletes:
-                    current.pop(name, None)
-                self.attempts[(submission.request_id, submission.attempt)] = _stored(plan.attempt)
-            return plan.recorded
-
-    def release(self, request_id: str, token: str, now: datetime) -> None:
-        with self._lock:
-            current = self.jobs.get(request_id) or {}
-            if (current.get("claim") or {}).get("token") == token:
-                current.pop("claim")
-                current["updatedAt"] = now
-
-    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
-        with self._lock:
-            if request_id in self.jobs:
-                return False
-            self.jobs[request_id] = _stored(record)
-            return True
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -131,9 +66,30 @@ class InMemoryJobStore:
         with self._lock:
             return copy.deepcopy(self.attempts.get((request_id, attempt)))
 
-    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
         with self._lock:
-            _merge(self.attempts.setdefault((request_id, attempt), {}), fields)
+            if request_id in self.jobs:
+                return False
+            self.jobs[request_id] = _stored(record)
+            return True
+
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+    ) -> Change | None:
+        with self._lock:
+            current = self.jobs.get(request_id)
+            if current is None:
+                return None
+            change = decide(copy.deepcopy(current))
+            if change is None:
+                return None
+            current.update(_stored(change.record))
+            for name in change.deletes:
+                current.pop(name, None)
+            if change.attempt:
+                number = change.attempt_no or int(current.get("attempt", 1))
+                _merge(self.attempts.setdefault((request_id, number), {}), change.attempt)
+            return change
 
     def find_by_job_id(self, job_id: str) -> str | None:
         with self._lock:
@@ -143,84 +99,28 @@ class InMemoryJobStore:
             return None
 
     def active(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [
-                copy.deepcopy(r) for r in self.jobs.values() if not JobState(r["state"]).terminal
-            ]
+        return self._where(lambda r: not JobState(r["state"]).terminal)
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        with self._lock:
-            return [
-                copy.deepcopy(r)
-                for r in self.jobs.values()
-                if isinstance(r.get("endedAt"), datetime) and r["endedAt"] >= since
-            ]
-
-    def begin_read(
-        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
-    ) -> tuple[HintAction, datetime | None]:
-        with self._lock:
-            current = self.jobs[request_id]
-            last_read = current.get("lastReadAt")
-            action, fields = take_hint(current, published, now, interval_seconds)
-            current.update(fields)
-            return action, last_read
-
-    def renew_read(self, request_id: str, now: datetime) -> None:
-        with self._lock:
-            self.jobs[request_id].update(lastReadAt=now, hintPending=False)
-
-    def release_reader(self, request_id: str) -> None:
-        with self._lock:
-            self.jobs[request_id].update(lastReadAt=None, hintPending=False)
-
-    def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
-    ) -> Change | None:
-        with self._lock:
-            current = self.jobs.get(request_id)
-            change = decide(copy.deepcopy(current)) if current else None
-            if change is None or current is None:
-                return None
-            current.update(_stored(change.record))
-            if change.attempt:
-                key = (request_id, int(current.get("attempt", 1)))
-                _merge(self.attempts.setdefault(key, {}), change.attempt)
-            return change
+        return self._where(
+            lambda r: isinstance(r.get("endedAt"), datetime) and r["endedAt"] >= since
+        )
 
     def due_submissions(self, now: datetime) -> list[str]:
-        with self._lock:
-            return [
-                r["requestId"]
-                for r in self.jobs.values()
-                if r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
-            ]
-
-    def claim_retry(
-        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
-    ) -> str | None:
-        with self._lock:
-            current = self.jobs.get(request_id)
-            if current is None or not submission_claimable(copy.deepcopy(current), attempt, now):
-                return None
-            token = uuid.uuid4().hex
-            current["claim"] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-            current["updatedAt"] = now
-            return token
+        due = self._where(
+            lambda r: r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
+        )
+        return [r["requestId"] for r in due]
 
     def with_outbox(self) -> list[str]:
-        with self._lock:
-            return [r["requestId"] for r in self.jobs.values() if r.get("outboxPending")]
-
-    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
-        with self._lock:
-            current = self.jobs[request_id]
-            current["outbox"] = [m for m in current.get("outbox") or [] if m not in sent]
-            current["outboxPending"] = bool(current["outbox"])
+        return [r["requestId"] for r in self._where(lambda r: r.get("outboxPending") is True)]
 
     def with_pending_cancels(self) -> list[str]:
+        return [r["requestId"] for r in self._where(lambda r: r.get("cancelPending") is True)]
+
+    def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         with self._lock:
-            return [r["requestId"] for r in self.jobs.values() if r.get("cancelPending")]
+            return [copy.deepcopy(r) for r in self.jobs.values() if test(r)]
 
 
 class InMemoryJobBackend:
@@ -362,68 +262,44 @@ class FakeClock:
 
 
 class InMemoryDeploymentStore:
-    """Deployment records by requestId: storage only, the Firestore store's rules applied."""
+    """The DeploymentStore port in memory: storage only, like Firestore."""
 
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+    def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
-            token = uuid.uuid4().hex
-            lease = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-            current = self.records.get(request.request_id)
-            if current is None:
-                self.records[request.request_id] = {**new_deployment(request, now), "claim": lease}
-                return Claim(token=token)
-            seen = existing_claim(current, now, deployment_settled(current))
-            if seen is ClaimSeen.SUBMITTED:
-                return Claim(record=copy.deepcopy(current))
-            if seen is ClaimSeen.HELD:
-                raise SubmissionInProgress("held")
-            current.update(claim=lease, updatedAt=now)
-            return Claim(token=token, taken_over=True)
+            return copy.deepcopy(self.records.get(request_id))
 
-    def _update(self, request_id: str, fields: Mapping[str, Any] | None) -> None:
-        """Firestore's transactional update: a missing record, or no fields, changes nothing."""
-        current = self.records.get(request_id)
-        if current is not None and fields:
-            current.update(_stored(fields))
+    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        with self._lock:
+            if request_id in self.records:
+                return False
+            self.records[request_id] = _stored(record)
+            return True
 
-    def _finish(self, request_id: str, fields: dict[str, Any]) -> None:
+    def transact(
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], dict[str, Any] | None],
+    ) -> dict[str, Any] | None:
         with self._lock:
             current = self.records.get(request_id)
-            if current is not None and not deployment_settled(current):
-                current.update(_stored(fields), nextAttemptAt=None, reason=None)
-                current.pop("claim", None)
+            if current is None:
+                return None
+            fields = decide(copy.deepcopy(current))
+            if fields:
+                current.update(_stored(fields))
+            return fields
 
-    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
-        self._finish(
-            request_id,
-            {"state": DeploymentState.DEPLOYING.value, "operation": operation, "updatedAt": now},
-        )
-
-    def record_adopted(
-        self, token: str, request_id: str, deployed_model_id: str, now: datetime
-    ) -> None:
-        self._finish(
-            request_id,
-            {
-                "state": DeploymentState.DEPLOYED.value,
-                "deployedModelId": deployed_model_id,
-                "deployedAt": now,
-                "updatedAt": now,
-            },
-        )
-
-    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+    def deploying(self) -> list[dict[str, Any]]:
         with self._lock:
-            self._update(request_id, deploy_failed(self.records.get(request_id) or {}, reason, now))
-
-    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
-        with self._lock:
-            current = self.records.get(request_id) or {}
-            self._update(request_id, deploy_parked(current, now, delay_seconds, detail))
+            return [
+                copy.deepcopy(r)
+                for r in self.records.values()
+                if r.get("state") == DeploymentState.DEPLOYING.value
+            ]
 
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:
         with self._lock:
@@ -432,35 +308,6 @@ class InMemoryDeploymentStore:
                 for r in self.records.values()
                 if r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
             ]
-
-    def release(self, request_id: str, token: str, now: datetime) -> None:
-        with self._lock:
-            current = self.records.get(request_id) or {}
-            if (current.get("claim") or {}).get("token") == token:
-                current.pop("claim")
-                current["updatedAt"] = now
-
-    def get(self, request_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            return copy.deepcopy(self.records.get(request_id))
-
-    def deploying(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [
-                copy.deepcopy(r)
-                for r in self.records.values()
-                if r["state"] == DeploymentState.DEPLOYING.value
-            ]
-
-    def apply_operation(
-        self, request_id: str, status: OperationStatus, now: datetime
-    ) -> str | None:
-        with self._lock:
-            change = observe_operation(self.records.get(request_id) or {}, status, now)
-            if change is None:
-                return None
-            self._update(request_id, change)
-            return str(change["state"])
 
 
 class InMemoryDeploymentBackend:
@@ -512,3 +359,16 @@ class InMemoryDeploymentBackend:
 
     def operation(self, name: str) -> OperationStatus:
         return self.operations[name]
+
+
+def crash_on_next_record(records: Any) -> None:
+    """The process dies between create and record: the next ``record_submission`` of
+    ``records`` (a :class:`~shared.repository.JobRecords`) raises a BaseException, which no
+    handler catches, so nothing after it runs (not even a claim release)."""
+    original = records.record_submission
+
+    def crash(*args: Any, **kwargs: Any) -> bool:
+        records.record_submission = original
+        raise KeyboardInterrupt("injected crash between create and record")
+
+    records.record_submission = crash

@@ -121,11 +121,15 @@ def adoptable(jobs: list[VertexJob]) -> VertexJob | None:
 
 @dataclass(frozen=True)
 class Change:
-    """Fields to write on the record and on its current attempt after an observation."""
+    """One write to a job record: fields to set on it, fields to delete from it, and fields
+    merged into one of its attempt documents (``attempt_no``; the record's current attempt
+    when None). ``state`` is the record's state after the write."""
 
     state: JobState
     record: dict[str, Any]
     attempt: dict[str, Any] = field(default_factory=dict)
+    deletes: tuple[str, ...] = ()
+    attempt_no: int | None = None
 
 
 def observe(record: dict[str, Any], job: VertexJob, now: datetime) -> Change | None:

@@ -16,6 +16,7 @@ from shared.domain.retry import Backoff, RetryPolicy
 from shared.domain.validation import Guards, validators
 from shared.intake import Intake
 from shared.lifecycle import Tracker
+from shared.repository import DeploymentRecords, JobRecords
 from tests.fakes import (
     FakeClock,
     InMemoryCheckpointStore,
@@ -44,14 +45,14 @@ def wire_fakes(settings: Settings | None = None) -> Intake:
     clock = lambda: datetime.now(UTC)  # noqa: E731
     deployments = Deployments(
         settings=settings,
-        store=InMemoryDeploymentStore(),
+        store=DeploymentRecords(InMemoryDeploymentStore()),
         backend=InMemoryDeploymentBackend(),
         clock=clock,
     )
     deployments.backend.add_endpoint(ENDPOINT)
     return Intake(
         settings=settings,
-        store=InMemoryJobStore(),
+        store=JobRecords(InMemoryJobStore(), settings.location),
         backend=InMemoryJobBackend(),
         rejections=InMemoryRejectionLog(),
         notifier=InMemoryNotifier(),

@@ -378,9 +378,9 @@ def test_ten_thousand_bad_messages_are_each_rejected_and_create_nothing(intake, 
             intake.notifier.messages,
             intake.backend.created,
             intake.backend.jobs,
-            intake.store.jobs,
+            intake.store.store.jobs,
             deployments.backend.deployed,
-            deployments.store.records,
+            deployments.store.store.records,
         ):
             collection.clear()
         message_id = f"fuzz-{next(counter)}"
@@ -389,9 +389,9 @@ def test_ten_thousand_bad_messages_are_each_rejected_and_create_nothing(intake, 
         )
         assert response.status_code == 200, data[:200]
         assert intake.backend.created == [], data[:300]
-        assert intake.store.jobs == {}
+        assert intake.store.store.jobs == {}
         assert deployments.backend.deployed == [], data[:300]
-        assert deployments.store.records == {}
+        assert deployments.store.store.records == {}
         (rejection,) = intake.rejections.documents.values()
         assert rejection["errors"], data[:200]
         assert rejection["payloadBytes"] == len(data)

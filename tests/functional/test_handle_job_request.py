@@ -11,6 +11,7 @@ from shared import intake as intake_service
 from shared.commands import SubmitJob
 from shared.envelopes import PubsubMessage
 from tests.events import load, pubsub_cloud_event
+from tests.fakes import crash_on_next_record
 
 
 def test_seed_request_creates_one_flex_start_job(intake, post_event):
@@ -95,7 +96,7 @@ def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
 
 
 def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
-    intake.store.fail_next_record = True
+    crash_on_next_record(intake.store)
     intake.settings = dataclasses.replace(intake.settings, claim_ttl_seconds=0)
     message = PubsubMessage.from_cloud_event(pubsub_cloud_event(load("seed_request")))
     with pytest.raises(KeyboardInterrupt):

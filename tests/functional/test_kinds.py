@@ -70,7 +70,7 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
     assert record["spot"] is True
     assert record["endpoint"] == ENDPOINT
     assert record["operation"].startswith(f"{ENDPOINT}/operations/")
-    assert "claim" not in record
+    assert record.get("claim") is None
 
     assert refresh_deployments(deployments) == 0  # still running: nothing changes
     deployments.backend.finish(record["operation"])
@@ -123,7 +123,7 @@ def test_transient_deploy_fault_is_redelivered_and_releases_the_claim(intake, po
     deployments.backend.fail_with = BackendUnavailable("Vertex AI DeployModel failed: 503")
     response = post_event("handle_job_request", pubsub_cloud_event(load("deploy_request")))
     assert response.status_code == 500
-    assert "claim" not in deployments.store.get("deploy-1")
+    assert deployments.store.get("deploy-1").get("claim") is None
     deployments.backend.fail_with = None
     post(post_event, load("deploy_request"))
     assert len(deployments.backend.deployed) == 1

@@ -26,6 +26,7 @@ from shared.errors import (
 )
 from shared.intake import MAX_REJECTION_ERRORS, excerpt
 from tests.events import load, pubsub_cloud_event
+from tests.fakes import crash_on_next_record
 from tests.functional.test_lifecycle_handlers import (
     PREEMPTED,
     SEED,
@@ -241,7 +242,7 @@ def test_a_cancel_during_a_submission_waits_for_it_then_cancels_its_job(
 def test_a_cancel_finds_the_job_of_a_delivery_that_died_before_recording(
     tracker, clock, post_event
 ):
-    tracker.store.fail_next_record = True  # the process dies between create and record
+    crash_on_next_record(tracker.store)  # the process dies between create and record
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs
@@ -354,7 +355,7 @@ def test_a_job_adopted_hours_after_vertex_made_it_stays_in_the_tick_window(
     tracker, clock, post_event
 ):
     # A delivery created the job, then died; the redelivery adopts it three hours later.
-    tracker.store.fail_next_record = True
+    crash_on_next_record(tracker.store)
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs
@@ -474,7 +475,7 @@ def test_a_cancel_finds_a_crashed_retry_in_its_fallback_location(tracker, clock,
     assert deliver(post_event, body) == 200
     first = current(tracker)["vertexJob"]
     end(tracker, clock, first, "JOB_STATE_EXPIRED")  # a capacity failure: the rung applies
-    tracker.store.fail_next_record = True  # the retry's create lands, then the process dies
+    crash_on_next_record(tracker.store)  # the retry's create lands, then the process dies
     with pytest.raises(KeyboardInterrupt):
         tick(post_event, clock)
     (retry,) = [n for n in tracker.backend.jobs if "/europe-west4/" in n]

@@ -1,5 +1,9 @@
 """The store contract: the same cases run on the in-memory fakes and on the Firestore emulator.
 
+The cases drive the stores through :class:`shared.repository.JobRecords` and
+``DeploymentRecords``, the one place that gives the stores' few primitives (get, create,
+transact, the queries) their meaning, so what is compared is what the services see.
+
 Every test takes ``stores`` (parametrized over ``memory`` and ``firestore``) and asserts what
 the port promises, so a fake that drifts from the real store fails here. Firestore is the
 reference: the fake holds storage only (copies, sequences read back as lists, nested maps
@@ -36,7 +40,8 @@ from shared.domain.records import (
 from shared.domain.recovery import cancels_confirmed, cancels_pending, finish
 from shared.domain.request import JobRequest, parse_request
 from shared.errors import SubmissionInProgress
-from shared.ports import DeploymentStore, JobStore, RejectionLog
+from shared.ports import RejectionLog
+from shared.repository import DeploymentRecords, JobRecords
 from tests.events import load
 from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryRejectionLog
 
@@ -60,8 +65,8 @@ def at(seconds: float) -> datetime:
 @dataclass
 class Stores:
     backend: str
-    jobs: JobStore
-    deployments: DeploymentStore
+    jobs: JobRecords
+    deployments: DeploymentRecords
     rejections: RejectionLog
     read_rejection: Callable[[str], dict[str, Any] | None]
 
@@ -81,10 +86,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def stores(backend: str, request: pytest.FixtureRequest) -> Stores:
     if backend == "memory":
-        jobs = InMemoryJobStore()
-        jobs.default_location = LOCATION
+        jobs = JobRecords(InMemoryJobStore(), LOCATION)
         log = InMemoryRejectionLog()
-        return Stores(backend, jobs, InMemoryDeploymentStore(), log, log.documents.get)
+        deployments = DeploymentRecords(InMemoryDeploymentStore())
+        return Stores(backend, jobs, deployments, log, log.documents.get)
     from shared.adapters.firestore import REJECTIONS, FirestoreJobStore, FirestoreRejectionLog
     from shared.adapters.firestore_deployments import FirestoreDeploymentStore
     from shared.config import Settings
@@ -100,20 +105,20 @@ def stores(backend: str, request: pytest.FixtureRequest) -> Stores:
 
     return Stores(
         backend,
-        store,
-        FirestoreDeploymentStore(store),
+        JobRecords(store, LOCATION),
+        DeploymentRecords(FirestoreDeploymentStore(store)),
         FirestoreRejectionLog(store),
         read_rejection,
     )
 
 
 @pytest.fixture
-def jobs(stores: Stores) -> JobStore:
+def jobs(stores: Stores) -> JobRecords:
     return stores.jobs
 
 
 @pytest.fixture
-def deployments(stores: Stores) -> DeploymentStore:
+def deployments(stores: Stores) -> DeploymentRecords:
     return stores.deployments
 
 
@@ -156,26 +161,26 @@ def lease(token: str | None, now: datetime = NOW) -> dict[str, Any]:
     return {"token": token, "expiresAt": now + timedelta(seconds=TTL)}
 
 
-def put(jobs: JobStore, request_id: str, **fields: Any) -> None:
+def put(jobs: JobRecords, request_id: str, **fields: Any) -> None:
     """Write record fields through the port's own transaction."""
     change = Change(state=JobState.ACCEPTED, record=fields)
     assert jobs.transact(request_id, lambda _current: change) == change
 
 
-def claimed(jobs: JobStore, request_id: str) -> str:
+def claimed(jobs: JobRecords, request_id: str) -> str:
     claim = jobs.claim(job_request(request_id), NOW, TTL)
     assert claim.token is not None
     return claim.token
 
 
-def submitted(jobs: JobStore, request_id: str, **job: Any) -> VertexJob:
+def submitted(jobs: JobRecords, request_id: str, **job: Any) -> VertexJob:
     token = claimed(jobs, request_id)
     made = vertex_job(**job)
     assert jobs.record_submission(token, submission(request_id, made), at(5))
     return made
 
 
-# --- JobStore.claim ---------------------------------------------------------------------
+# --- JobRecords.claim ---------------------------------------------------------------------
 
 
 def test_claim_creates_the_record_in_accepted_with_a_lease(jobs, unique):
@@ -255,7 +260,7 @@ def test_a_record_that_left_accepted_is_settled_without_a_job(jobs, unique):
     assert claim.token is None and claim.record == jobs.get(rid)
 
 
-# --- JobStore.record_submission ---------------------------------------------------------
+# --- JobRecords.record_submission ---------------------------------------------------------
 
 
 def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
@@ -300,7 +305,7 @@ def test_record_submission_writes_the_extra_fields(jobs, unique):
     rid = unique("extra")
     token = claimed(jobs, rid)
     job = vertex_job(state="JOB_STATE_RUNNING", create_time=None)
-    sub = submission(rid, job, extra={"fallbackRung": 1}, record_extra={"retries": {"capacity": 1}})
+    sub = submission(rid, job, record_extra={"retries": {"capacity": 1}})
 
     assert jobs.record_submission(token, sub, at(5))
 
@@ -308,7 +313,7 @@ def test_record_submission_writes_the_extra_fields(jobs, unique):
     assert record["state"] == "RUNNING"
     assert record["vertexCreateTime"] == at(5)  # no createTime from Vertex: the record's now
     assert record["retries"] == {"capacity": 1}
-    assert jobs.get_attempt(rid, 1)["fallbackRung"] == 1
+    assert jobs.get_attempt(rid, 1)["state"] == "RUNNING"
 
 
 def test_record_submission_is_idempotent_for_the_same_job(jobs, unique):
@@ -385,7 +390,7 @@ def test_record_submission_of_the_next_attempt_keeps_every_job_id(jobs, unique):
     assert jobs.get_attempt(rid, 2)["vertexJob"] == second.name
 
 
-# --- JobStore.release -------------------------------------------------------------------
+# --- JobRecords.release -------------------------------------------------------------------
 
 
 def test_release_drops_only_the_claim_it_holds(jobs, unique):
@@ -418,7 +423,7 @@ def test_release_of_a_missing_record_does_nothing(jobs, unique):
     assert jobs.get(rid) is None
 
 
-# --- JobStore.create_tombstone ----------------------------------------------------------
+# --- JobRecords.create_tombstone ----------------------------------------------------------
 
 
 def test_a_tombstone_is_created_once(jobs, unique):
@@ -449,7 +454,7 @@ def test_a_request_arriving_after_its_tombstone_gets_the_record(jobs, unique):
     assert claim.token is None and claim.record == tombstone(rid, NOW)
 
 
-# --- JobStore.get, get_attempt, update_attempt ------------------------------------------
+# --- JobRecords.get, get_attempt, update_attempt ------------------------------------------
 
 
 def test_missing_records_and_attempts_are_none(jobs, unique):
@@ -502,7 +507,7 @@ def test_sequences_are_read_back_as_lists(jobs, unique):
     assert jobs.get(rid)["pendingCancels"] == ["a", "b"]
 
 
-# --- JobStore.transact ------------------------------------------------------------------
+# --- JobRecords.transact ------------------------------------------------------------------
 
 
 def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique):
@@ -614,7 +619,7 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     assert jobs.transact(rid, lambda r: finish(r, JobState.CANCELLED, at(31), "late")) is None
 
 
-# --- JobStore.find_by_job_id ------------------------------------------------------------
+# --- JobRecords.find_by_job_id ------------------------------------------------------------
 
 
 def test_find_by_job_id_finds_every_attempt_of_a_request(jobs, unique):
@@ -639,7 +644,7 @@ def test_request_ids_that_need_escaping_round_trip(jobs, unique):
     assert jobs.get_attempt(rid, 1)["vertexJob"] == job.name
 
 
-# --- JobStore.active --------------------------------------------------------------------
+# --- JobRecords.active --------------------------------------------------------------------
 
 
 def test_active_lists_the_records_not_yet_ended(jobs, unique):
@@ -660,7 +665,7 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
     assert succeeded not in active and cancelled not in active
 
 
-# --- JobStore.begin_read, renew_read, release_reader ------------------------------------
+# --- JobRecords.begin_read, renew_read, release_reader ------------------------------------
 
 
 def test_read_leases_coalesce_hints(jobs, unique):
@@ -697,7 +702,7 @@ def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
     assert jobs.begin_read(rid, at(101), 10.0, at(100)) == (HintAction.READ, None)
 
 
-# --- JobStore.due_submissions and claim_retry -------------------------------------------
+# --- JobRecords.due_submissions and claim_retry -------------------------------------------
 
 
 def test_due_submissions_lists_records_whose_next_attempt_is_due(jobs, unique):
@@ -780,7 +785,7 @@ def test_claim_retry_of_a_missing_record_is_none(jobs, unique):
     assert jobs.claim_retry(unique("retry-missing"), 2, NOW, TTL) is None
 
 
-# --- JobStore outbox and pending cancels ------------------------------------------------
+# --- JobRecords outbox and pending cancels ------------------------------------------------
 
 
 def test_outbox_lists_and_drops_what_was_published(jobs, unique):
@@ -829,18 +834,18 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
     assert rid not in jobs.with_pending_cancels()
 
 
-# --- DeploymentStore --------------------------------------------------------------------
+# --- DeploymentRecords --------------------------------------------------------------------
 
 OPERATION = "projects/p/locations/us-central1/endpoints/123/operations/7"
 
 
-def deploy_claimed(deployments: DeploymentStore, request_id: str) -> str:
+def deploy_claimed(deployments: DeploymentRecords, request_id: str) -> str:
     claim = deployments.claim(deploy_request(request_id), NOW, TTL)
     assert claim.token is not None
     return claim.token
 
 
-def deploying_record(deployments: DeploymentStore, request_id: str) -> str:
+def deploying_record(deployments: DeploymentRecords, request_id: str) -> str:
     token = deploy_claimed(deployments, request_id)
     deployments.record_operation(token, request_id, OPERATION + request_id, at(5))
     return OPERATION + request_id
@@ -892,7 +897,7 @@ def test_deployment_release_drops_only_the_claim_it_holds(deployments, unique):
     deployments.release(rid, "not-the-holder", at(1))
     assert deployments.get(rid)["claim"] == lease(token)
     deployments.release(rid, token, at(2))
-    assert "claim" not in deployments.get(rid)
+    assert deployments.get(rid).get("claim") is None
 
     claim = deployments.claim(deploy_request(rid), at(3), TTL)
     assert claim.token and claim.taken_over
@@ -915,8 +920,8 @@ def test_record_operation_makes_the_record_deploying(deployments, unique):
     deployments.record_operation(token, rid, OPERATION, at(5))
 
     expected = {**before, "state": "DEPLOYING", "operation": OPERATION, "updatedAt": at(5)}
-    del expected["claim"]
-    assert deployments.get(rid) == {**expected, "nextAttemptAt": None, "reason": None}
+    expected.update(claim=None, nextAttemptAt=None, reason=None)
+    assert deployments.get(rid) == expected
     claim = deployments.claim(deploy_request(rid), at(6), TTL)
     assert claim.token is None and claim.record == deployments.get(rid)
     assert rid in {r["requestId"] for r in deployments.deploying()}
@@ -930,7 +935,7 @@ def test_record_adopted_makes_the_record_deployed(deployments, unique):
 
     record = deployments.get(rid)
     assert record["state"] == "DEPLOYED" and record["deployedModelId"] == "9001"
-    assert record["updatedAt"] == at(5) and "claim" not in record
+    assert record["updatedAt"] == at(5) and record.get("claim") is None
     assert record["nextAttemptAt"] is None and record["reason"] is None
     assert rid not in {r["requestId"] for r in deployments.deploying()}
 
@@ -1049,7 +1054,7 @@ def test_apply_operation_records_a_failed_operation(deployments, unique):
     }
 
 
-MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentStore, str], Any]] = {
+MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentRecords, str], Any]] = {
     "record_operation": lambda d, rid: d.record_operation("t", rid, OPERATION, NOW),
     "record_adopted": lambda d, rid: d.record_adopted("t", rid, "9001", NOW),
     "release": lambda d, rid: d.release(rid, "t", NOW),
@@ -1105,3 +1110,50 @@ def test_a_rejection_is_stored_as_a_copy(stores, unique):
         "requestId": rid,
         "errors": [{"path": "customJob", "message": "missing"}],
     }
+
+
+# --- the port's own primitives ----------------------------------------------------------
+
+
+def test_create_is_a_conditional_put(jobs, unique):
+    rid = unique("create")
+    assert jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"}) is True
+    assert jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"}) is False
+    assert jobs.get(rid)["state"] == "ACCEPTED"
+
+
+def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
+    rid = unique("primitives")
+    jobs.store.create(rid, {"requestId": rid, "state": "QUEUED", "attempt": 2, "claim": {"t": 1}})
+    change = Change(
+        JobState.QUEUED,
+        {"updatedAt": at(1)},
+        {"workLostSeconds": 5.0},
+        deletes=("claim",),
+        attempt_no=1,
+    )
+
+    assert jobs.store.transact(rid, lambda current: change) == change
+
+    record = jobs.get(rid)
+    assert "claim" not in record and record["updatedAt"] == at(1)
+    assert jobs.get_attempt(rid, 1) == {"workLostSeconds": 5.0}
+    assert jobs.get_attempt(rid, 2) is None
+
+
+def test_transact_never_decides_on_a_missing_record(jobs, unique):
+    seen = []
+    assert jobs.store.transact(unique("missing"), seen.append) is None
+    assert seen == []
+
+
+def test_a_decision_that_raises_writes_nothing(jobs, unique):
+    rid = unique("raises")
+    jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"})
+
+    def refuse(current):
+        raise SubmissionInProgress("held")
+
+    with pytest.raises(SubmissionInProgress):
+        jobs.store.transact(rid, refuse)
+    assert jobs.get(rid) == {"requestId": rid, "state": "QUEUED"}

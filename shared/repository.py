@@ -1,0 +1,340 @@
+"""The records' repositories: every write the services make, as a pure decision applied in
+one transaction of a small store.
+
+The stores (:class:`~shared.ports.JobStore`, :class:`~shared.ports.DeploymentStore`) know
+storage only: get, a conditional create, a transaction that applies one decision, and a few
+queries. What each write means (a claim seen, a submission recorded, a read lease taken) is
+decided here by the domain's pure functions, once for Firestore and the in-memory fake alike.
+
+Examples:
+    >>> from tests.fakes import InMemoryJobStore   # doctest: +SKIP
+    >>> records = JobRecords(InMemoryJobStore(), "us-central1")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.domain.deployments import (
+    DeploymentState,
+    OperationStatus,
+    deploy_failed,
+    deploy_parked,
+    deployment_settled,
+    new_deployment,
+    observe_operation,
+)
+from shared.domain.hints import HintAction, take_hint
+from shared.domain.jobs import Change, JobState
+from shared.domain.records import (
+    Claim,
+    ClaimSeen,
+    Submission,
+    existing_claim,
+    job_settled,
+    new_record,
+    submission_claimable,
+    submission_write,
+)
+from shared.domain.request import JobRequest
+from shared.errors import SubmissionInProgress
+from shared.ports import DeploymentStore, JobStore
+
+Decide = Callable[[dict[str, Any]], Change | None]
+
+
+def _lease(now: datetime, ttl_seconds: float) -> tuple[str, dict[str, Any]]:
+    token = uuid.uuid4().hex
+    return token, {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+
+
+def _same(current: dict[str, Any], fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
+    """A change that keeps the record's state."""
+    state = JobState(current.get("state", JobState.ACCEPTED.value))
+    return Change(state=state, record=fields, deletes=deletes)
+
+
+def _claim(
+    record: dict[str, Any],
+    *,
+    create: Callable[[dict[str, Any]], bool],
+    transact: Callable[[Callable[[dict[str, Any]], dict[str, Any] | None]], Any],
+    settled: Callable[[dict[str, Any]], bool],
+    now: datetime,
+    ttl_seconds: float,
+) -> Claim:
+    """The one claim of every collection: a conditional create, else a decision on the
+    record found (a duplicate, a live claim held elsewhere, or a dead claim to take over)."""
+    token, lease = _lease(now, ttl_seconds)
+    if create({**record, "claim": lease}):
+        return Claim(token=token)
+    seen: dict[str, Any] = {}
+
+    def decide(current: dict[str, Any]) -> dict[str, Any] | None:
+        seen.clear()
+        seen.update(copy.deepcopy(current))
+        verdict = existing_claim(current, now, settled(current))
+        if verdict is ClaimSeen.SUBMITTED:
+            return None
+        if verdict is ClaimSeen.HELD:
+            raise SubmissionInProgress(
+                f"request {current.get('requestId')!r} is being submitted by another "
+                f"delivery until {current['claim']['expiresAt'].isoformat()}"
+            )
+        return {"claim": lease, "updatedAt": now}
+
+    if transact(decide) is None:
+        return Claim(record=seen)
+    return Claim(token=token, taken_over=True)
+
+
+class JobRecords:
+    """The job records: every write the services make, over a :class:`~shared.ports.JobStore`."""
+
+    def __init__(self, store: JobStore, default_location: str) -> None:
+        self.store = store
+        self._default_location = default_location
+
+    # -- reads and queries: the store's own ---------------------------------------------------
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        return self.store.get(request_id)
+
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        return self.store.get_attempt(request_id, attempt)
+
+    def find_by_job_id(self, job_id: str) -> str | None:
+        return self.store.find_by_job_id(job_id)
+
+    def active(self) -> list[dict[str, Any]]:
+        return self.store.active()
+
+    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+        return self.store.ended_since(since)
+
+    def due_submissions(self, now: datetime) -> list[str]:
+        return self.store.due_submissions(now)
+
+    def with_outbox(self) -> list[str]:
+        return self.store.with_outbox()
+
+    def with_pending_cancels(self) -> list[str]:
+        return self.store.with_pending_cancels()
+
+    def transact(self, request_id: str, decide: Decide) -> Change | None:
+        """Apply ``decide`` to the record in one transaction (None: nothing to write)."""
+        return self.store.transact(request_id, decide)
+
+    # -- writes: a pure decision each ----------------------------------------------------------
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        """Create the record in ACCEPTED with a claim, or report the existing one.
+
+        Raises:
+            SubmissionInProgress: another live claim holds the request.
+        """
+        rid = request.request_id
+
+        def transact(fields_of: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
+            return self.store.transact(rid, lambda cur: _keeping_state(cur, fields_of(cur)))
+
+        return _claim(
+            new_record(request, self._default_location, now),
+            create=lambda record: self.store.create(rid, record),
+            transact=transact,
+            settled=job_settled,
+            now=now,
+            ttl_seconds=ttl_seconds,
+        )
+
+    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        """Create ``record`` only if no record exists; False when one does."""
+        return self.store.create(request_id, dict(record))
+
+    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
+        """Record the Vertex job of an attempt; False when the record will not take it (see
+        :func:`~shared.domain.records.submission_write`): the caller must cancel it."""
+        recorded: list[bool] = [False]
+
+        def decide(current: dict[str, Any]) -> Change | None:
+            plan = submission_write(current, submission, now)
+            recorded[0] = plan.recorded
+            if not plan.record:
+                return None
+            state = JobState(plan.record["state"])
+            return Change(
+                state,
+                plan.record,
+                plan.attempt,
+                deletes=plan.deletes,
+                attempt_no=submission.attempt,
+            )
+
+        self.store.transact(submission.request_id, decide)
+        return recorded[0]
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
+
+        def decide(current: dict[str, Any]) -> Change | None:
+            if (current.get("claim") or {}).get("token") != token:
+                return None
+            return _same(current, {"updatedAt": now}, deletes=("claim",))
+
+        self.store.transact(request_id, decide)
+
+    def claim_retry(
+        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
+    ) -> str | None:
+        """Claim the submission of ``attempt``; None when it may not be (see
+        :func:`~shared.domain.records.submission_claimable`)."""
+        token, lease = _lease(now, ttl_seconds)
+
+        def decide(current: dict[str, Any]) -> Change | None:
+            if not submission_claimable(current, attempt, now):
+                return None
+            return _same(current, {"claim": lease, "updatedAt": now})
+
+        return token if self.store.transact(request_id, decide) is not None else None
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        """Merge ``fields`` into attempt document ``attempt``."""
+
+        def decide(current: dict[str, Any]) -> Change:
+            state = JobState(current.get("state", JobState.ACCEPTED.value))
+            return Change(state, {}, dict(fields), attempt_no=attempt)
+
+        self.store.transact(request_id, decide)
+
+    def begin_read(
+        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
+    ) -> tuple[HintAction, datetime | None]:
+        """Apply :func:`~shared.domain.hints.take_hint`; returns the action and the read
+        lease's start before this hint (for a trailing read)."""
+        taken: list[tuple[HintAction, datetime | None]] = []
+
+        def decide(current: dict[str, Any]) -> Change | None:
+            action, fields = take_hint(current, published, now, interval_seconds)
+            taken[:] = [(action, current.get("lastReadAt"))]
+            return _same(current, fields) if fields else None
+
+        self.store.transact(request_id, decide)
+        if not taken:  # no record: what the rule says of an empty one
+            return take_hint({}, published, now, interval_seconds)[0], None
+        return taken[0]
+
+    def renew_read(self, request_id: str, now: datetime) -> None:
+        """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
+        self.store.transact(
+            request_id, lambda cur: _same(cur, {"lastReadAt": now, "hintPending": False})
+        )
+
+    def release_reader(self, request_id: str) -> None:
+        """Drop the read lease (after a failed read), so the next hint reads at once."""
+        self.store.transact(
+            request_id, lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False})
+        )
+
+    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
+        """Forget notifications once published."""
+
+        def decide(current: dict[str, Any]) -> Change:
+            left = [m for m in current.get("outbox") or [] if m not in sent]
+            return _same(current, {"outbox": left, "outboxPending": bool(left)})
+
+        self.store.transact(request_id, decide)
+
+
+def _keeping_state(current: dict[str, Any], fields: dict[str, Any] | None) -> Change | None:
+    return None if fields is None else _same(current, fields)
+
+
+class DeploymentRecords:
+    """The deployment records: every write, over a :class:`~shared.ports.DeploymentStore`."""
+
+    def __init__(self, store: DeploymentStore) -> None:
+        self.store = store
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        return self.store.get(request_id)
+
+    def deploying(self) -> list[dict[str, Any]]:
+        return self.store.deploying()
+
+    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+        return self.store.parked_due(now)
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        """Create ``deployments/{id}`` in ACCEPTED with a claim, or report the existing one.
+
+        Raises:
+            SubmissionInProgress: another live claim holds the request.
+        """
+        rid = request.request_id
+        return _claim(
+            new_deployment(request, now),
+            create=lambda record: self.store.create(rid, record),
+            transact=lambda fields_of: self.store.transact(rid, fields_of),
+            settled=deployment_settled,
+            now=now,
+            ttl_seconds=ttl_seconds,
+        )
+
+    def _finish_claim(self, request_id: str, fields: dict[str, Any]) -> None:
+        # A parked deployment deployed after all is no longer waiting; the claim is done.
+        unpark = {"nextAttemptAt": None, "reason": None, "claim": None}
+
+        def decide(current: dict[str, Any]) -> dict[str, Any] | None:
+            # A redelivery that found the same deployment may have recorded it first.
+            return None if deployment_settled(current) else {**fields, **unpark}
+
+        self.store.transact(request_id, decide)
+
+    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
+        """The DeployModel operation started: DEPLOYING, with its name."""
+        fields = {"state": DeploymentState.DEPLOYING.value, "operation": operation}
+        self._finish_claim(request_id, {**fields, "updatedAt": now})
+
+    def record_adopted(
+        self, token: str, request_id: str, deployed_model_id: str, now: datetime
+    ) -> None:
+        """The request's model is on the endpoint already: DEPLOYED, with its id."""
+        fields = {
+            "state": DeploymentState.DEPLOYED.value,
+            "deployedModelId": deployed_model_id,
+            "deployedAt": now,
+        }
+        self._finish_claim(request_id, {**fields, "updatedAt": now})
+
+    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+        """Vertex refused the deployment for good: FAILED with the reason (never over an end)."""
+        self.store.transact(request_id, lambda current: deploy_failed(current, reason, now))
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        """Drop this delivery's claim, if it still holds it."""
+
+        def decide(current: dict[str, Any]) -> dict[str, Any] | None:
+            held = (current.get("claim") or {}).get("token") == token
+            return {"claim": None, "updatedAt": now} if held else None
+
+        self.store.transact(request_id, decide)
+
+    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
+        """Park a deployment refused for quota (see
+        :func:`~shared.domain.deployments.deploy_parked`)."""
+        self.store.transact(
+            request_id, lambda current: deploy_parked(current, now, delay_seconds, detail)
+        )
+
+    def apply_operation(
+        self, request_id: str, status: OperationStatus, now: datetime
+    ) -> str | None:
+        """Move the record to what its operation says; the new state, or None."""
+        change = self.store.transact(
+            request_id, lambda current: observe_operation(current, status, now)
+        )
+        return None if change is None else str(change["state"])
