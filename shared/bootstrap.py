@@ -61,7 +61,7 @@ def build_intake(
         validators=validators(guards),
         clock=clock,
         deployments=deployments,
-        retry=retry_policy(settings),
+        retry=retry_policy(settings, classify=False),
     )
 
 
@@ -84,7 +84,7 @@ def build_deployments(
         store=DeploymentRecords(FirestoreDeploymentStore(jobs or FirestoreJobStore(settings))),
         backend=VertexDeploymentBackend(settings),
         clock=clock,
-        retry=retry_policy(settings),
+        retry=retry_policy(settings, classify=False),
     )
 
 
@@ -105,13 +105,18 @@ def override(value: Intake | None) -> None:
         _intake = value
 
 
-def retry_policy(settings: Settings) -> RetryPolicy:
+def retry_policy(settings: Settings, *, classify: bool = True) -> RetryPolicy:
     """The one retry policy, from the settings: the failure table (``FLEXJOBS_FAILURE_RULES``,
-    a path or the text), the budgets, and the backoff with random jitter."""
+    a path or the text), the budgets, and the backoff with random jitter.
+
+    Intake and deployments only space parked creates with the backoff, so they build it with
+    ``classify=False``: a malformed failure table then stops only the functions that
+    classify failures (the event handler and the tick), never the intake of requests.
+    """
     from shared.domain.failures import DEFAULT_RULES, load_rules
 
     rules = DEFAULT_RULES
-    if settings.failure_rules:
+    if classify and settings.failure_rules:
         source = Path(settings.failure_rules)
         is_path = len(settings.failure_rules) < 4096 and source.is_file()
         rules = load_rules(source.read_text() if is_path else settings.failure_rules)

@@ -3,17 +3,14 @@ Vertex confirms."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shared.commands import CancelJob
 from shared.domain.ids import LABEL_REQUEST, labels_for
 from shared.domain.jobs import Change, JobState, VertexJob, from_vertex
+from shared.domain.record import JobRecord
 from shared.domain.records import next_placement, tombstone
-from shared.domain.recovery import (
-    cancel_requested,
-    cancelled,
-    cancels_pending,
-)
+from shared.domain.recovery import cancel_now, cancel_requested
 from shared.errors import (
     BackendUnavailable,
     FieldError,
@@ -56,11 +53,10 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
     request_id = cmd.request_id
     store, clock = intake.store, intake.clock
     with request_context(request_id):
-        seen: dict[str, Any] = {}
+        seen: list[JobRecord] = []
 
-        def mark(rec: dict[str, Any]) -> Change | None:
-            seen.clear()
-            seen.update(rec)
+        def mark(rec: JobRecord) -> Change | None:
+            seen[:] = [rec]
             return cancel_requested(rec, clock())
 
         store.transact(request_id, mark)
@@ -81,30 +77,20 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
                 return Outcome.CANCELLED
             # The request arrived between the read and the tombstone: decide on its record.
             raise SubmissionInProgress("the request arrived while its cancel was handled")
-        record = seen
-        if JobState(record["state"]).terminal:
-            left = drive_cancels(intake, request_id, list(record.get("pendingCancels") or []))
+        record = seen[0]
+        if record.state.terminal:
+            left = drive_cancels(intake, request_id, list(record.pending_cancels))
             if left:
                 raise BackendUnavailable(f"Vertex has not confirmed the cancel of {left}")
-            log.info(f"cancel ignored: the request is already {record['state']}")
+            log.info(f"cancel ignored: the request is already {record.state.value}")
             return Outcome.DUPLICATE
-        held = (record.get("claim") or {}).get("expiresAt")
-        if held is not None and held > clock():
+        if record.claim is not None and record.claim.live(clock()):
             # A submission is in flight: it will see cancelRequested and cancel its own job;
             # if it died, its job is found by label once its claim expires.
             raise SubmissionInProgress("a submission is in flight; the cancel follows it")
         names = _live_jobs(intake, record)
 
-        def decide(rec: dict[str, Any]) -> Change | None:
-            pending = cancels_pending(rec, names, clock())
-            merged = {**rec, **(pending.record if pending else {})}
-            done = cancelled(merged, clock())
-            fields = {**(pending.record if pending else {}), **(done.record if done else {})}
-            if not fields:
-                return None
-            return Change(JobState.CANCELLED, fields, done.attempt if done else {})
-
-        settle_record(intake, request_id, decide)
+        settle_record(intake, request_id, lambda rec: cancel_now(rec, names, clock()))
         left = drive_cancels(intake, request_id, names)
         log.info("request cancelled", extra={"fields": {"vertexJobs": names, "pending": left}})
         if left:
@@ -112,24 +98,21 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
         return Outcome.CANCELLED
 
 
-def _live_jobs(intake: Intake, record: dict[str, Any]) -> list[str]:
+def _live_jobs(intake: Intake, record: JobRecord) -> list[str]:
     """Every live Vertex job of the record's current and next attempt, recorded or not.
 
     The current attempt is looked for where it runs, the next one where its retry would
     create it (a fallback rung may move it to another location).
     """
     names: list[str] = []
-    if record.get("vertexJob") and record.get("state") != JobState.RETRYING.value:
-        names.append(str(record["vertexJob"]))
-    attempt = int(record.get("attempt") or 1)
-    here = str(record.get("location") or intake.settings.location)
-    later = (
-        next_placement(record, intake.settings.location).location if record.get("kind") else here
-    )
-    kind = record.get("kind")
+    if record.vertex_job and record.state is not JobState.RETRYING:
+        names.append(record.vertex_job)
+    attempt = record.attempt or 1
+    here = record.location or intake.settings.location
+    later = next_placement(record, intake.settings.location).location if record.kind else here
     for number, location in ((attempt, here), (attempt + 1, later)):
-        labels = labels_for(str(record["requestId"]), number)
-        found = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=kind)
+        labels = labels_for(record.request_id, number)
+        found = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=record.kind)
         names += [job.name for job in found if not _ended(job)]
     return list(dict.fromkeys(names))
 

@@ -16,13 +16,12 @@ DEPLOYING record and moves the record to DEPLOYED or FAILED, and deploys parked 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from shared.config import Settings
+from shared.domain.record import DeploymentRecord
 from shared.domain.request import JobRequest
 from shared.domain.retry import RetryPolicy
 from shared.errors import BackendRejected, QuotaExhausted
@@ -63,8 +62,8 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
     def claim() -> str | None:
         taken = store.claim(request, clock(), ports.settings.claim_ttl_seconds)
         if taken.token is None:
-            record = taken.record or {}
-            fields = {"state": record.get("state"), "operation": record.get("operation")}
+            record = DeploymentRecord.decode(taken.record or {})
+            fields = {"state": record.state.value, "operation": record.operation}
             log.info("duplicate delivery: already deploying", extra={"fields": fields})
         return taken.token
 
@@ -94,8 +93,8 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
         return Outcome.FAILED
 
     def parked(token: str, exc: QuotaExhausted) -> Outcome:
-        retries = int((store.get(request_id) or {}).get("quotaRetries") or 0) + 1
-        delay = ports.retry.backoff.seconds(retries)
+        current = store.get(request_id)
+        delay = ports.retry.backoff.seconds((current.quota_retries if current else 0) + 1)
         store.park(request_id, clock(), delay, str(exc))
         return Outcome.PARKED
 
@@ -117,27 +116,24 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
     sweep = sweep or Sweep("deployments")
     changed = 0
     for record in ports.store.deploying():
-        request_id = str(record["requestId"])
-        changed += sweep.each(request_id, "follow deployment", _follow, ports, record) or 0
+        changed += sweep.each(record.request_id, "follow deployment", _follow, ports, record) or 0
     for record in ports.store.parked_due(ports.clock()):
-        request_id = str(record["requestId"])
-        outcome = sweep.each(request_id, "deploy parked", _redeploy, ports, record)
+        outcome = sweep.each(record.request_id, "deploy parked", _redeploy, ports, record)
         changed += outcome in (Outcome.SUBMITTED, Outcome.ADOPTED, Outcome.FAILED)
     return changed
 
 
-def _redeploy(ports: Deployments, record: dict[str, Any]) -> Outcome:
-    request_id = str(record["requestId"])
-    request = JobRequest(request_id, str(record["kind"]), json.loads(str(record["request"])))
+def _redeploy(ports: Deployments, record: DeploymentRecord) -> Outcome:
+    request = JobRequest(record.request_id, str(record.kind), record.request)
     return submit_deployment(request, ports)
 
 
-def _follow(ports: Deployments, record: dict[str, Any]) -> int:
-    operation = record.get("operation")
+def _follow(ports: Deployments, record: DeploymentRecord) -> int:
+    operation = record.operation
     if not operation:
         return 0  # DEPLOYING always has its operation; a hand-edited record waits
-    status = ports.backend.operation(str(operation))
-    state = ports.store.apply_operation(str(record["requestId"]), status, ports.clock())
+    status = ports.backend.operation(operation)
+    state = ports.store.apply_operation(record.request_id, status, ports.clock())
     if state is None:
         return 0
     fields = {"operation": operation, "deployedModelId": status.deployed_model_id}

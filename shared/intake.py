@@ -19,7 +19,7 @@ from shared.commands import CancelJob, CreateJob, DeployModel, SubmitJob
 from shared.config import Settings
 from shared.deployments import Deployments, submit_deployment
 from shared.domain.deployments import KIND as DEPLOY_KIND
-from shared.domain.jobs import Change, JobState
+from shared.domain.record import JobRecord
 from shared.domain.records import tombstone_claimed
 from shared.domain.request import (
     KINDS,
@@ -161,16 +161,16 @@ HANDLERS: Mapping[type, Callable[[Any, Intake], Outcome]] = {
 
 def _already_claimed(request: JobRequest, claim: Claim, intake: Intake) -> Outcome:
     """A delivery that found its request's record: a duplicate, or a cancel came first."""
-    record = claim.record or {}
-    fields = tombstone_claimed(record, request, intake.settings.location, intake.clock())
-    if fields is not None:
+    record = JobRecord.decode(claim.record or {})
+    location, now = intake.settings.location, intake.clock()
+    if tombstone_claimed(record, request, location, now) is not None:
         # The cancel arrived first (Pub/Sub keeps no order): record what was cancelled.
         intake.store.transact(
-            request.request_id, lambda rec: Change(JobState(rec["state"]), fields)
+            request.request_id, lambda rec: tombstone_claimed(rec, request, location, now)
         )
         log.info("request arrived after its cancel: nothing created")
         return Outcome.CANCELLED
-    brief = {"vertexJob": record.get("vertexJob"), "state": record.get("state")}
+    brief = {"vertexJob": record.vertex_job, "state": record.state.value}
     log.info("duplicate delivery: already submitted", extra={"fields": brief})
     return Outcome.DUPLICATE
 

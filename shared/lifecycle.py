@@ -22,7 +22,14 @@ from shared.domain.hints import HintAction, parse_hint
 from shared.domain.ids import LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.pricing import PriceTable
-from shared.domain.records import is_stray, next_placement, pending_attempt
+from shared.domain.record import JobRecord
+from shared.domain.records import (
+    is_overdue,
+    is_stray,
+    next_placement,
+    overdue_change,
+    pending_attempt,
+)
 from shared.domain.recovery import settle, work_lost_seconds
 from shared.domain.request import JobRequest, job_spec_of
 from shared.domain.retry import RetryPolicy
@@ -43,9 +50,6 @@ from shared.sweep import Sweep
 
 log = get_logger("lifecycle")
 
-# A QUEUED job still waiting this long past its max wait is flagged: Vertex should have
-# expired it by then, so the record and Vertex disagree about something.
-OVERDUE_GRACE = timedelta(minutes=10)
 LIST_MARGIN = timedelta(hours=1)
 # How long a record that ended is still watched for stray jobs under its labels.
 STRAY_WATCH = timedelta(hours=2)
@@ -106,8 +110,8 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
         )
         return None
     with request_context(request_id):
-        record = tracker.store.get(request_id) or {}
-        if record.get("vertexJobId") != hint.job_id:
+        record = tracker.store.get(request_id)
+        if record is None or record.vertex_job_id != hint.job_id:
             log.info(
                 "hint about an earlier attempt acknowledged",
                 extra={"fields": {"jobId": hint.job_id}},
@@ -134,13 +138,11 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
             raise
 
 
-def _read_current(
-    tracker: Tracker, request_id: str, record: dict[str, Any] | None = None
-) -> str | None:
-    record = record if record is not None else tracker.store.get(request_id) or {}
-    if not record.get("vertexJob") or JobState(record["state"]).terminal:
+def _read_current(tracker: Tracker, request_id: str, record: JobRecord | None = None) -> str | None:
+    record = record if record is not None else tracker.store.get(request_id)
+    if record is None or not record.vertex_job or record.state.terminal:
         return None
-    return settle_then_retry(tracker, request_id, tracker.backend.get(str(record["vertexJob"])))
+    return settle_then_retry(tracker, request_id, tracker.backend.get(record.vertex_job))
 
 
 def _published(raw: str | None, fallback: datetime) -> datetime:
@@ -153,10 +155,9 @@ def _published(raw: str | None, fallback: datetime) -> datetime:
         return fallback
 
 
-def settle_job(tracker: Tracker, request_id: str, job: VertexJob) -> Change | None:
+def settle_job(tracker: Tracker, request_id: str, job: VertexJob, now: datetime) -> Change | None:
     """Settle the record against one authoritative read of its job, and publish what the
     change queued; None when nothing changed."""
-    now = tracker.clock()
     change = tracker.store.transact(
         request_id, lambda record: settle(record, job, now, tracker.retry, tracker.prices)
     )
@@ -177,11 +178,12 @@ def settle_job(tracker: Tracker, request_id: str, job: VertexJob) -> Change | No
 def settle_then_retry(tracker: Tracker, request_id: str, job: VertexJob) -> str | None:
     """:func:`settle_job`, then run at once a retry the settlement made due now (backoff 0),
     rather than leave it to the next tick. Returns the record's new state when it changed."""
-    change = settle_job(tracker, request_id, job)
+    now = tracker.clock()
+    change = settle_job(tracker, request_id, job, now)
     if change is None:
         return None
     due = change.record.get("nextAttemptAt")
-    if change.state is JobState.RETRYING and due is not None and due <= tracker.clock():
+    if change.state is JobState.RETRYING and due is not None and due <= now:
         run_retry(tracker, request_id)
     return change.state.value
 
@@ -193,9 +195,9 @@ def run_retry(tracker: Tracker, request_id: str) -> Outcome | None:
     (parked). Exactly once, through :func:`shared.exactly_once.create_once`.
     """
     with request_context(request_id):
-        record = tracker.store.get(request_id) or {}
-        attempt = pending_attempt(record)
-        if attempt is None:
+        record = tracker.store.get(request_id)
+        attempt = pending_attempt(record) if record is not None else None
+        if record is None or attempt is None:
             return None
         settings = tracker.settings
 
@@ -204,8 +206,6 @@ def run_retry(tracker: Tracker, request_id: str) -> Outcome | None:
             now = tracker.clock()
             return tracker.store.claim_retry(request_id, attempt, now, settings.claim_ttl_seconds)
 
-        kind = str(record["kind"])
-        spec = json.loads(record["request"])
         placement = next_placement(record, settings.location)
         plan = AttemptPlan(
             attempt=attempt,
@@ -213,42 +213,35 @@ def run_retry(tracker: Tracker, request_id: str) -> Outcome | None:
             location=placement.location,
             prepare=lambda: _prepare(tracker, request_id, record, attempt),
         )
-        request = JobRequest(request_id, kind, spec, location=placement.location)
+        request = JobRequest(
+            request_id, str(record.kind), record.request, location=placement.location
+        )
         return submit_attempt(request, plan, claim, tracker)
 
 
-def _prepare(tracker: Tracker, request_id: str, record: dict[str, Any], attempt: int) -> Prepared:
+def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int) -> Prepared:
     """The checkpoint attempt ``attempt`` resumes from, and the work the previous one lost."""
     if attempt <= 1:
         return Prepared()  # a parked first attempt starts as intake would have started it
-    kind = str(record["kind"])
-    spec = json.loads(record["request"])
-    options = json.loads(record.get("options") or "{}")
-    latest = _latest_checkpoint(tracker, kind, spec, options, record.get("createdAt"))
+    latest = _latest_checkpoint(tracker, record)
     previous = tracker.store.get_attempt(request_id, attempt - 1) or {}
     lost = work_lost_seconds(previous, latest, previous.get("resumedFrom"))
     tracker.store.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
-    extra: dict[str, Any] = {"workLostSeconds": float(record.get("workLostSeconds") or 0) + lost}
+    extra: dict[str, Any] = {"workLostSeconds": record.work_lost_seconds + lost}
     if latest is not None:
         extra["latestCheckpoint"] = latest.to_dict()
     return Prepared(resume_from=latest.uri if latest else None, record_extra=extra)
 
 
-def _latest_checkpoint(
-    tracker: Tracker,
-    kind: str,
-    spec: dict[str, Any],
-    options: dict[str, Any],
-    created_at: datetime | None,
-) -> Checkpoint | None:
-    job_spec = job_spec_of(kind, spec) or {}
+def _latest_checkpoint(tracker: Tracker, record: JobRecord) -> Checkpoint | None:
+    job_spec = job_spec_of(str(record.kind), record.request) or {}
     output = job_spec.get("baseOutputDirectory") or {}
-    prefix = checkpoint_prefix(options, output.get("outputUriPrefix"))
+    prefix = checkpoint_prefix(record.options, output.get("outputUriPrefix"))
     if not prefix:
         return None
     # A reused output directory may hold another run's checkpoints: only this request's count,
     # unless the request named checkpointUri itself (resuming another run is then deliberate).
-    not_before = None if options.get("checkpointUri") else created_at
+    not_before = None if record.options.get("checkpointUri") else record.created_at
     return tracker.checkpoints.latest(prefix, not_before=not_before)
 
 
@@ -273,8 +266,8 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     # Records that ended lately are still watched for strays: a create that lands after its
     # request ended (a timed-out create, a cancel that came first) has no other sweeper.
     ended = sweep.query("ended records", store.ended_since, now - STRAY_WATCH)
-    by_name = {str(r["vertexJob"]): r for r in active if r.get("vertexJob")}
-    by_label = {str(r["runId"]): r for r in [*ended, *active] if r.get("runId")}
+    by_name = {r.vertex_job: r for r in active if r.vertex_job}
+    by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
     changed = 0
     for location, since in _listing_windows(active, ended, tracker.settings.location):
         jobs = sweep.each(None, f"list {location}", _listed, tracker, location, since)
@@ -284,11 +277,11 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
             record = by_name.get(job.name) or by_label.get(job.labels.get(LABEL_REQUEST, ""))
             if record is None:
                 continue
-            request_id = str(record["requestId"])
-            state = sweep.each(request_id, "reconcile", _settle_listed, tracker, record, job)
+            state = sweep.each(record.request_id, "reconcile", _settle_listed, tracker, record, job)
             changed += state is not None
     for record in active:
-        sweep.each(str(record["requestId"]), "overdue", _flag_overdue, tracker, record, now)
+        if is_overdue(record, now):
+            sweep.each(record.request_id, "overdue", _flag_overdue, tracker, record, now)
     for request_id in sweep.query("outboxes", store.with_outbox):
         sweep.each(request_id, "outbox", flush_outbox, request_id, store, tracker.notifier)
     for request_id in sweep.query("pending cancels", store.with_pending_cancels):
@@ -310,7 +303,7 @@ def _listed(tracker: Tracker, location: str, since: datetime | None) -> list[Ver
 
 
 def _listing_windows(
-    active: list[dict[str, Any]], ended: list[dict[str, Any]], default_location: str
+    active: list[JobRecord], ended: list[JobRecord], default_location: str
 ) -> list[tuple[str, datetime | None]]:
     """One listing per location of a watched record, from the oldest time a job of it may
     have been created.
@@ -321,19 +314,19 @@ def _listing_windows(
     after it ended (while it was active, its strays were found with it).
     """
     anchors: dict[str, datetime] = {}
-    watched = [(r, r.get("vertexCreateTime") or r.get("attemptSubmittedAt")) for r in active]
-    watched += [(r, r.get("endedAt")) for r in ended]
+    watched = [(r, r.vertex_create_time or r.attempt_submitted_at) for r in active]
+    watched += [(r, r.ended_at) for r in ended]
     for record, since in watched:
-        location = str(record.get("location") or default_location)
-        anchor = since or record.get("createdAt")
-        if isinstance(anchor, datetime):
+        location = record.location or default_location
+        anchor = since or record.created_at
+        if anchor is not None:
             anchors[location] = min(anchor, anchors.get(location, anchor))
     return [(loc, anchors[loc] - LIST_MARGIN) for loc in sorted(anchors)]
 
 
-def _settle_listed(tracker: Tracker, record: dict[str, Any], job: VertexJob) -> str | None:
-    request_id = str(record["requestId"])
-    if record.get("vertexJob") == job.name:
+def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str | None:
+    request_id = record.request_id
+    if record.vertex_job == job.name:
         return settle_then_retry(tracker, request_id, job)
     if is_stray(record, job):
         # Created under one of this request's attempts but not the job its record follows (a
@@ -345,31 +338,15 @@ def _settle_listed(tracker: Tracker, record: dict[str, Any], job: VertexJob) -> 
 
 
 def _retry_cancels(tracker: Tracker, request_id: str) -> list[str]:
-    record = tracker.store.get(request_id) or {}
-    return drive_cancels(tracker, request_id, list(record.get("pendingCancels") or []))
+    record = tracker.store.get(request_id)
+    return drive_cancels(tracker, request_id, list(record.pending_cancels if record else ()))
 
 
 def _fields(job: VertexJob) -> dict[str, Any]:
     return {"fields": {"vertexJob": job.name, "labels": job.labels, "vertexState": job.state}}
 
 
-def _flag_overdue(tracker: Tracker, record: dict[str, Any], now: datetime) -> None:
-    wait = record.get("maxWaitSeconds")
-    submitted = record.get("attemptSubmittedAt")
-    if record.get("state") != JobState.QUEUED.value or not wait or submitted is None:
-        return
-    if record.get("overdueSince") or now < submitted + timedelta(seconds=wait) + OVERDUE_GRACE:
-        return
-    request_id = str(record["requestId"])
-    with request_context(request_id):
-        log.warning(
-            "job queued past its max wait",
-            extra={"fields": {"vertexJob": record.get("vertexJob"), "maxWaitSeconds": wait}},
-        )
-        tracker.store.transact(request_id, lambda rec: _overdue_change(rec, now))
-
-
-def _overdue_change(record: dict[str, Any], now: datetime) -> Change | None:
-    if record.get("state") != JobState.QUEUED.value:
-        return None
-    return Change(state=JobState.QUEUED, record={"overdueSince": now, "updatedAt": now})
+def _flag_overdue(tracker: Tracker, record: JobRecord, now: datetime) -> None:
+    fields = {"vertexJob": record.vertex_job, "maxWaitSeconds": record.max_wait_seconds}
+    log.warning("job queued past its max wait", extra={"fields": fields})
+    tracker.store.transact(record.request_id, lambda current: overdue_change(current, now))

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from shared.domain.checkpoints import Checkpoint
-from shared.domain.deployments import OperationStatus
+from shared.domain.deployments import OperationStatus, Write
 from shared.domain.jobs import Change, VertexJob
 from shared.domain.records import Claim, Submission
 from shared.domain.request import JobRequest
@@ -158,12 +158,11 @@ class DeploymentStore(Protocol):
         ...
 
     def transact(
-        self,
-        request_id: str,
-        decide: Callable[[dict[str, Any]], dict[str, Any] | None],
-    ) -> dict[str, Any] | None:
-        """In one transaction: read the record, let ``decide`` compute the fields to set
-        (None: nothing), write them; returns them. A missing record is never decided on."""
+        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
+    ) -> Write | None:
+        """In one transaction: read the record, let ``decide`` compute a write (fields to
+        set and to delete; None: nothing), apply it; returns it. A missing record is never
+        decided on."""
         ...
 
     def deploying(self) -> list[dict[str, Any]]:

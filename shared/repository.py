@@ -22,14 +22,18 @@ from typing import Any
 from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
+    Write,
+    claim_released,
     deploy_failed,
     deploy_parked,
+    deploy_recorded,
     deployment_settled,
     new_deployment,
     observe_operation,
 )
 from shared.domain.hints import HintAction, take_hint
 from shared.domain.jobs import Change, JobState
+from shared.domain.record import DeploymentRecord, JobRecord, Lease
 from shared.domain.records import (
     Claim,
     ClaimSeen,
@@ -41,10 +45,10 @@ from shared.domain.records import (
     submission_write,
 )
 from shared.domain.request import JobRequest
-from shared.errors import SubmissionInProgress
+from shared.errors import StoreUnavailable, SubmissionInProgress
 from shared.ports import DeploymentStore, JobStore
 
-Decide = Callable[[dict[str, Any]], Change | None]
+Decide = Callable[[JobRecord], Change | None]
 
 
 def _lease(now: datetime, ttl_seconds: float) -> tuple[str, dict[str, Any]]:
@@ -52,10 +56,9 @@ def _lease(now: datetime, ttl_seconds: float) -> tuple[str, dict[str, Any]]:
     return token, {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
 
 
-def _same(current: dict[str, Any], fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
+def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
     """A change that keeps the record's state."""
-    state = JobState(current.get("state", JobState.ACCEPTED.value))
-    return Change(state=state, record=fields, deletes=deletes)
+    return Change(state=current.state, record=fields, deletes=deletes)
 
 
 def _claim(
@@ -77,7 +80,7 @@ def _claim(
     def decide(current: dict[str, Any]) -> dict[str, Any] | None:
         seen.clear()
         seen.update(copy.deepcopy(current))
-        verdict = existing_claim(current, now, settled(current))
+        verdict = existing_claim(Lease.of(current.get("claim")), now, settled(current))
         if verdict is ClaimSeen.SUBMITTED:
             return None
         if verdict is ClaimSeen.HELD:
@@ -89,7 +92,7 @@ def _claim(
 
     if transact(decide) is None:
         return Claim(record=seen)
-    return Claim(token=token, taken_over=True)
+    return Claim(token=token)
 
 
 class JobRecords:
@@ -101,8 +104,9 @@ class JobRecords:
 
     # -- reads and queries: the store's own ---------------------------------------------------
 
-    def get(self, request_id: str) -> dict[str, Any] | None:
-        return self.store.get(request_id)
+    def get(self, request_id: str) -> JobRecord | None:
+        raw = self.store.get(request_id)
+        return None if raw is None else JobRecord.decode(raw)
 
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         return self.store.get_attempt(request_id, attempt)
@@ -110,11 +114,11 @@ class JobRecords:
     def find_by_job_id(self, job_id: str) -> str | None:
         return self.store.find_by_job_id(job_id)
 
-    def active(self) -> list[dict[str, Any]]:
-        return self.store.active()
+    def active(self) -> list[JobRecord]:
+        return [JobRecord.decode(raw) for raw in self.store.active()]
 
-    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        return self.store.ended_since(since)
+    def ended_since(self, since: datetime) -> list[JobRecord]:
+        return [JobRecord.decode(raw) for raw in self.store.ended_since(since)]
 
     def due_submissions(self, now: datetime) -> list[str]:
         return self.store.due_submissions(now)
@@ -126,8 +130,9 @@ class JobRecords:
         return self.store.with_pending_cancels()
 
     def transact(self, request_id: str, decide: Decide) -> Change | None:
-        """Apply ``decide`` to the record in one transaction (None: nothing to write)."""
-        return self.store.transact(request_id, decide)
+        """Apply ``decide`` to the record, decoded, in one transaction (None: nothing to
+        write, or no record)."""
+        return self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)))
 
     # -- writes: a pure decision each ----------------------------------------------------------
 
@@ -140,13 +145,15 @@ class JobRecords:
         rid = request.request_id
 
         def transact(fields_of: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
-            return self.store.transact(rid, lambda cur: _keeping_state(cur, fields_of(cur)))
+            return self.store.transact(
+                rid, lambda raw: _keeping_state(JobRecord.decode(raw), fields_of(raw))
+            )
 
         return _claim(
             new_record(request, self._default_location, now),
             create=lambda record: self.store.create(rid, record),
             transact=transact,
-            settled=job_settled,
+            settled=lambda raw: job_settled(JobRecord.decode(raw)),
             now=now,
             ttl_seconds=ttl_seconds,
         )
@@ -158,11 +165,11 @@ class JobRecords:
     def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
         """Record the Vertex job of an attempt; False when the record will not take it (see
         :func:`~shared.domain.records.submission_write`): the caller must cancel it."""
-        recorded: list[bool] = [False]
+        recorded: list[bool] = []
 
-        def decide(current: dict[str, Any]) -> Change | None:
+        def decide(current: JobRecord) -> Change | None:
             plan = submission_write(current, submission, now)
-            recorded[0] = plan.recorded
+            recorded[:] = [plan.recorded]
             if not plan.record:
                 return None
             state = JobState(plan.record["state"])
@@ -174,18 +181,22 @@ class JobRecords:
                 attempt_no=submission.attempt,
             )
 
-        self.store.transact(submission.request_id, decide)
+        self.transact(submission.request_id, decide)
+        if not recorded:
+            # The record vanished after its claim (deleted by hand): nothing may be decided
+            # about the job now; redelivery claims anew, and its lookup adopts the job.
+            raise StoreUnavailable(f"no record of {submission.request_id!r} to record it on")
         return recorded[0]
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
 
-        def decide(current: dict[str, Any]) -> Change | None:
-            if (current.get("claim") or {}).get("token") != token:
+        def decide(current: JobRecord) -> Change | None:
+            if current.claim is None or current.claim.token != token:
                 return None
             return _same(current, {"updatedAt": now}, deletes=("claim",))
 
-        self.store.transact(request_id, decide)
+        self.transact(request_id, decide)
 
     def claim_retry(
         self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
@@ -194,21 +205,20 @@ class JobRecords:
         :func:`~shared.domain.records.submission_claimable`)."""
         token, lease = _lease(now, ttl_seconds)
 
-        def decide(current: dict[str, Any]) -> Change | None:
+        def decide(current: JobRecord) -> Change | None:
             if not submission_claimable(current, attempt, now):
                 return None
             return _same(current, {"claim": lease, "updatedAt": now})
 
-        return token if self.store.transact(request_id, decide) is not None else None
+        return token if self.transact(request_id, decide) is not None else None
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         """Merge ``fields`` into attempt document ``attempt``."""
 
-        def decide(current: dict[str, Any]) -> Change:
-            state = JobState(current.get("state", JobState.ACCEPTED.value))
-            return Change(state, {}, dict(fields), attempt_no=attempt)
+        def decide(current: JobRecord) -> Change:
+            return Change(current.state, {}, dict(fields), attempt_no=attempt)
 
-        self.store.transact(request_id, decide)
+        self.transact(request_id, decide)
 
     def begin_read(
         self, request_id: str, now: datetime, interval_seconds: float, published: datetime
@@ -217,39 +227,37 @@ class JobRecords:
         lease's start before this hint (for a trailing read)."""
         taken: list[tuple[HintAction, datetime | None]] = []
 
-        def decide(current: dict[str, Any]) -> Change | None:
+        def decide(current: JobRecord) -> Change | None:
             action, fields = take_hint(current, published, now, interval_seconds)
-            taken[:] = [(action, current.get("lastReadAt"))]
+            taken[:] = [(action, current.last_read_at)]
             return _same(current, fields) if fields else None
 
-        self.store.transact(request_id, decide)
-        if not taken:  # no record: what the rule says of an empty one
-            return take_hint({}, published, now, interval_seconds)[0], None
+        self.transact(request_id, decide)
+        if not taken:  # no record: no lease, so the hint reads at once
+            return HintAction.READ, None
         return taken[0]
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
-        self.store.transact(
-            request_id, lambda cur: _same(cur, {"lastReadAt": now, "hintPending": False})
-        )
+        self.transact(request_id, lambda cur: _same(cur, {"lastReadAt": now, "hintPending": False}))
 
     def release_reader(self, request_id: str) -> None:
         """Drop the read lease (after a failed read), so the next hint reads at once."""
-        self.store.transact(
+        self.transact(
             request_id, lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False})
         )
 
     def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
         """Forget notifications once published."""
 
-        def decide(current: dict[str, Any]) -> Change:
-            left = [m for m in current.get("outbox") or [] if m not in sent]
+        def decide(current: JobRecord) -> Change:
+            left = [m for m in current.outbox if m not in sent]
             return _same(current, {"outbox": left, "outboxPending": bool(left)})
 
-        self.store.transact(request_id, decide)
+        self.transact(request_id, decide)
 
 
-def _keeping_state(current: dict[str, Any], fields: dict[str, Any] | None) -> Change | None:
+def _keeping_state(current: JobRecord, fields: dict[str, Any] | None) -> Change | None:
     return None if fields is None else _same(current, fields)
 
 
@@ -259,14 +267,15 @@ class DeploymentRecords:
     def __init__(self, store: DeploymentStore) -> None:
         self.store = store
 
-    def get(self, request_id: str) -> dict[str, Any] | None:
-        return self.store.get(request_id)
+    def get(self, request_id: str) -> DeploymentRecord | None:
+        raw = self.store.get(request_id)
+        return None if raw is None else DeploymentRecord.decode(raw)
 
-    def deploying(self) -> list[dict[str, Any]]:
-        return self.store.deploying()
+    def deploying(self) -> list[DeploymentRecord]:
+        return [DeploymentRecord.decode(raw) for raw in self.store.deploying()]
 
-    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
-        return self.store.parked_due(now)
+    def parked_due(self, now: datetime) -> list[DeploymentRecord]:
+        return [DeploymentRecord.decode(raw) for raw in self.store.parked_due(now)]
 
     def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
         """Create ``deployments/{id}`` in ACCEPTED with a claim, or report the existing one.
@@ -278,21 +287,22 @@ class DeploymentRecords:
         return _claim(
             new_deployment(request, now),
             create=lambda record: self.store.create(rid, record),
-            transact=lambda fields_of: self.store.transact(rid, fields_of),
-            settled=deployment_settled,
+            transact=lambda fields_of: self.store.transact(
+                rid, lambda raw: _as_write(fields_of(raw))
+            ),
+            settled=lambda raw: deployment_settled(DeploymentRecord.decode(raw)),
             now=now,
             ttl_seconds=ttl_seconds,
         )
 
+    def transact(
+        self, request_id: str, decide: Callable[[DeploymentRecord], Write | None]
+    ) -> Write | None:
+        """Apply ``decide`` to the record, decoded, in one transaction."""
+        return self.store.transact(request_id, lambda raw: decide(DeploymentRecord.decode(raw)))
+
     def _finish_claim(self, request_id: str, fields: dict[str, Any]) -> None:
-        # A parked deployment deployed after all is no longer waiting; the claim is done.
-        unpark = {"nextAttemptAt": None, "reason": None, "claim": None}
-
-        def decide(current: dict[str, Any]) -> dict[str, Any] | None:
-            # A redelivery that found the same deployment may have recorded it first.
-            return None if deployment_settled(current) else {**fields, **unpark}
-
-        self.store.transact(request_id, decide)
+        self.transact(request_id, lambda current: deploy_recorded(current, fields))
 
     def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
         """The DeployModel operation started: DEPLOYING, with its name."""
@@ -312,21 +322,16 @@ class DeploymentRecords:
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         """Vertex refused the deployment for good: FAILED with the reason (never over an end)."""
-        self.store.transact(request_id, lambda current: deploy_failed(current, reason, now))
+        self.transact(request_id, lambda current: deploy_failed(current, reason, now))
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Drop this delivery's claim, if it still holds it."""
-
-        def decide(current: dict[str, Any]) -> dict[str, Any] | None:
-            held = (current.get("claim") or {}).get("token") == token
-            return {"claim": None, "updatedAt": now} if held else None
-
-        self.store.transact(request_id, decide)
+        self.transact(request_id, lambda current: claim_released(current, token, now))
 
     def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
         """Park a deployment refused for quota (see
         :func:`~shared.domain.deployments.deploy_parked`)."""
-        self.store.transact(
+        self.transact(
             request_id, lambda current: deploy_parked(current, now, delay_seconds, detail)
         )
 
@@ -334,7 +339,9 @@ class DeploymentRecords:
         self, request_id: str, status: OperationStatus, now: datetime
     ) -> str | None:
         """Move the record to what its operation says; the new state, or None."""
-        change = self.store.transact(
-            request_id, lambda current: observe_operation(current, status, now)
-        )
-        return None if change is None else str(change["state"])
+        change = self.transact(request_id, lambda current: observe_operation(current, status, now))
+        return None if change is None else str(change.fields["state"])
+
+
+def _as_write(fields: dict[str, Any] | None) -> Write | None:
+    return None if fields is None else Write(fields)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from shared.domain.attempts import attempt_spec
 from shared.domain.ids import LABEL_REQUEST, label_value, labels_for
 from shared.domain.jobs import Change, VertexJob, adoptable
+from shared.domain.record import JobRecord
 from shared.domain.recovery import cancels_confirmed, cancels_pending, failed, parked
 from shared.domain.request import JobRequest
 from shared.errors import BackendRejected, FlexjobsError, QuotaExhausted
@@ -125,8 +126,8 @@ def submit_attempt(
         return Outcome.FAILED
 
     def park(token: str, exc: QuotaExhausted) -> Outcome:
-        def decide(rec: dict[str, Any]) -> Change | None:
-            delay = ports.backoff(int(rec.get("quotaRetries") or 0) + 1)
+        def decide(rec: JobRecord) -> Change | None:
+            delay = ports.backoff(rec.quota_retries + 1)
             return parked(rec, clock(), plan.attempt, delay, str(exc))
 
         store.transact(request_id, decide)
@@ -144,7 +145,7 @@ def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, An
 
 
 def settle_record(
-    ports: AttemptPorts, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
+    ports: AttemptPorts, request_id: str, decide: Callable[[JobRecord], Change | None]
 ) -> Change | None:
     """Apply one change to a record, then publish the notifications it queued."""
     change = ports.store.transact(request_id, decide)
@@ -155,8 +156,8 @@ def settle_record(
 
 def flush_outbox(request_id: str, store: JobRecords, notifier: Notifier) -> int:
     """Publish a record's pending notifications, then forget them; returns how many."""
-    record = store.get(request_id) or {}
-    pending = list(record.get("outbox") or [])
+    record = store.get(request_id)
+    pending = list(record.outbox) if record is not None else []
     for message in pending:
         notifier.notify(message)
     if pending:

@@ -14,6 +14,7 @@ from shared.domain.checkpoints import Checkpoint
 from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
+    Write,
     carries_tag,
     tagged_display_name,
 )
@@ -280,18 +281,18 @@ class InMemoryDeploymentStore:
             return True
 
     def transact(
-        self,
-        request_id: str,
-        decide: Callable[[dict[str, Any]], dict[str, Any] | None],
-    ) -> dict[str, Any] | None:
+        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
+    ) -> Write | None:
         with self._lock:
             current = self.records.get(request_id)
             if current is None:
                 return None
-            fields = decide(copy.deepcopy(current))
-            if fields:
-                current.update(_stored(fields))
-            return fields
+            change = decide(copy.deepcopy(current))
+            if change is not None:
+                current.update(_stored(change.fields))
+                for name in change.deletes:
+                    current.pop(name, None)
+            return change
 
     def deploying(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.firestore import call_firestore, create_document, transact_document
-from shared.domain.deployments import DeploymentState
+from shared.domain.deployments import DeploymentState, Write
 from shared.domain.ids import doc_id
 
 if TYPE_CHECKING:
@@ -36,15 +36,16 @@ class FirestoreDeploymentStore:
         return create_document(self._ref(request_id), record)
 
     def transact(
-        self,
-        request_id: str,
-        decide: Callable[[dict[str, Any]], dict[str, Any] | None],
-    ) -> dict[str, Any] | None:
+        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
+    ) -> Write | None:
+        from google.cloud import firestore
+
         ref = self._ref(request_id)
 
-        def write(txn: Any, current: dict[str, Any], fields: dict[str, Any]) -> None:
-            if fields:
-                txn.update(ref, fields)
+        def write(txn: Any, current: dict[str, Any], change: Write) -> None:
+            deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
+            if change.fields or deletes:
+                txn.update(ref, {**change.fields, **deletes})
 
         return transact_document(self._jobs.db, ref, decide, write)
 

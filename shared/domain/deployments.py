@@ -22,11 +22,14 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.domain.ids import label_value
 from shared.domain.request import MAX_DISPLAY_NAME, JobRequest
 from shared.domain.values import clip
+
+if TYPE_CHECKING:
+    from shared.domain.record import DeploymentRecord
 
 KIND = "deployModel"
 DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
@@ -93,9 +96,17 @@ class OperationStatus:
     error_message: str | None = None
 
 
+@dataclass(frozen=True)
+class Write:
+    """One write to a deployment record: fields to set, fields to delete."""
+
+    fields: dict[str, Any]
+    deletes: tuple[str, ...] = ()
+
+
 def observe_operation(
-    record: dict[str, Any], status: OperationStatus, now: datetime
-) -> dict[str, Any] | None:
+    record: DeploymentRecord, status: OperationStatus, now: datetime
+) -> Write | None:
     """The fields to write on a deployment record after reading its operation, or None.
 
     None when nothing changes: the operation is still running, it is not the record's
@@ -104,61 +115,63 @@ def observe_operation(
     Examples:
         >>> from datetime import UTC
         >>> now = datetime(2025, 1, 1, tzinfo=UTC)
-        >>> record = {"state": "DEPLOYING", "operation": "op/1"}
-        >>> observe_operation(record, OperationStatus("op/1", True, "42"), now)["state"]
+        >>> from shared.domain.record import DeploymentRecord
+        >>> record = DeploymentRecord.decode({"state": "DEPLOYING", "operation": "op/1"})
+        >>> observe_operation(record, OperationStatus("op/1", True, "42"), now).fields["state"]
         'DEPLOYED'
         >>> observe_operation(record, OperationStatus("op/1", False), now) is None
         True
     """
-    if not status.done or record.get("operation") != status.name:
-        return None
-    current = DeploymentState(record.get("state", DeploymentState.ACCEPTED.value))
-    if current.terminal:
+    if not status.done or record.operation != status.name or record.state.terminal:
         return None
     if status.error_code:
-        return {
-            "state": DeploymentState.FAILED.value,
-            "reason": clip(status.error_message)
-            or f"DeployModel failed with code {status.error_code}",
-            "errorCode": status.error_code,
+        reason = clip(status.error_message) or f"DeployModel failed with code {status.error_code}"
+        return Write(
+            {
+                "state": DeploymentState.FAILED.value,
+                "reason": reason,
+                "errorCode": status.error_code,
+                "updatedAt": now,
+                "endedAt": now,
+            }
+        )
+    return Write(
+        {
+            "state": DeploymentState.DEPLOYED.value,
+            "deployedModelId": status.deployed_model_id,
             "updatedAt": now,
-            "endedAt": now,
+            "deployedAt": now,
         }
-    return {
-        "state": DeploymentState.DEPLOYED.value,
-        "deployedModelId": status.deployed_model_id,
-        "updatedAt": now,
-        "deployedAt": now,
-    }
+    )
 
 
-def deploy_failed(record: dict[str, Any], reason: str, now: datetime) -> dict[str, Any] | None:
+def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Write | None:
     """The fields that make a deployment FAILED for good, or None when it already ended.
 
     A deployment that reached DEPLOYED or FAILED keeps it: a late refusal (a redelivery whose
     lookup failed) never overwrites the outcome.
     """
-    if DeploymentState(record.get("state", DeploymentState.ACCEPTED.value)).terminal:
+    if record.state.terminal:
         return None
-    return {
+    fields = {
         "state": DeploymentState.FAILED.value,
         "reason": clip(reason),
         "updatedAt": now,
         "endedAt": now,
-        "claim": None,
     }
+    return Write(fields, deletes=("claim",))
 
 
-def deployment_settled(record: dict[str, Any]) -> bool:
+def deployment_settled(record: DeploymentRecord) -> bool:
     """A deployment record is past its claim once it has an operation or a deployed model."""
-    return record.get("state") != DeploymentState.ACCEPTED.value or bool(
-        record.get("operation") or record.get("deployedModelId")
+    return record.state is not DeploymentState.ACCEPTED or bool(
+        record.operation or record.deployed_model_id
     )
 
 
 def deploy_parked(
-    record: dict[str, Any], now: datetime, delay_seconds: float, detail: str
-) -> dict[str, Any] | None:
+    record: DeploymentRecord, now: datetime, delay_seconds: float, detail: str
+) -> Write | None:
     """The fields that park a deployment Vertex refused for quota, or None when settled.
 
     The record stays ACCEPTED with ``reason`` ``quota``; the tick deploys it again once
@@ -166,14 +179,30 @@ def deploy_parked(
     """
     if deployment_settled(record):
         return None
-    return {
+    fields = {
         "reason": "quota",
-        "quotaDetail": detail[:1024],
-        "quotaRetries": int(record.get("quotaRetries") or 0) + 1,
+        "quotaDetail": clip(detail),
+        "quotaRetries": record.quota_retries + 1,
         "nextAttemptAt": now + timedelta(seconds=delay_seconds),
         "updatedAt": now,
-        "claim": None,
     }
+    return Write(fields, deletes=("claim",))
+
+
+def deploy_recorded(record: DeploymentRecord, fields: dict[str, Any]) -> Write | None:
+    """Record what the claim's delivery started (an operation) or found (a deployed model):
+    the claim is done, and a parked deployment no longer waits. None when a redelivery that
+    found the same deployment recorded it first."""
+    if deployment_settled(record):
+        return None
+    return Write({**fields, "nextAttemptAt": None, "reason": None}, deletes=("claim",))
+
+
+def claim_released(record: DeploymentRecord, token: str, now: datetime) -> Write | None:
+    """Drop the claim ``token`` holds, if it still holds it."""
+    if record.claim is None or record.claim.token != token:
+        return None
+    return Write({"updatedAt": now}, deletes=("claim",))
 
 
 def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:

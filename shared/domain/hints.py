@@ -18,6 +18,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from shared.domain.record import JobRecord
+
 # Every resource flexjobs creates: custom jobs, hyperparameter-tuning jobs, training pipelines.
 _JOB_NAME = re.compile(
     r"^projects/[^/]+/locations/([^/]+)/(?:customJobs|hyperparameterTuningJobs|trainingPipelines)"
@@ -101,7 +103,7 @@ def hint_action(
 
 
 def take_hint(
-    record: dict[str, Any], published: datetime, now: datetime, interval_seconds: float
+    record: JobRecord, published: datetime, now: datetime, interval_seconds: float
 ) -> tuple[HintAction, dict[str, Any]]:
     """Coalesce hint storms to at most one Vertex read per job per window, losing nothing.
 
@@ -111,9 +113,9 @@ def take_hint(
     delivery, and a single hint costs no wait at all. No hint is ever refused for coalescing
     (a refused push slows the whole subscription).
     """
-    action = hint_action(record.get("lastReadAt"), published, now, interval_seconds)
+    action = hint_action(record.last_read_at, published, now, interval_seconds)
     if action is HintAction.READ:
         return action, {"lastReadAt": now, "hintPending": False}
-    if action is HintAction.PENDING and not record.get("hintPending"):
+    if action is HintAction.PENDING and not record.hint_pending:
         return HintAction.TRAIL, {"hintPending": True}
     return action, {}

@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.domain.values import clip
+
+if TYPE_CHECKING:
+    from shared.domain.record import JobRecord
 
 
 class JobState(StrEnum):
@@ -132,17 +135,17 @@ class Change:
     attempt_no: int | None = None
 
 
-def observe(record: dict[str, Any], job: VertexJob, now: datetime) -> Change | None:
+def observe(record: JobRecord, job: VertexJob, now: datetime) -> Change | None:
     """Reconcile a record to the authoritative state of its current attempt's job.
 
     Returns None when nothing changes: the job is not the record's current attempt (a stale
     hint of an older attempt), the state is unknown, or the observation does not move the
     record strictly forward (a replay, or a stale RUNNING after SUCCEEDED).
     """
-    if record.get("vertexJob") != job.name:
+    if record.vertex_job != job.name:
         return None
     new = from_vertex(job.state)
-    current = JobState(record.get("state", JobState.ACCEPTED.value))
+    current = record.state
     # RETRYING: this job's attempt is over and settled; only attempt n+1's job matters now.
     if new is None or current.terminal or current is JobState.RETRYING:
         return None

@@ -14,7 +14,8 @@ from typing import Any
 
 from shared.domain.attempts import gpu_shape
 from shared.domain.ids import LABEL_ATTEMPT, label_value
-from shared.domain.jobs import JobState, VertexJob, from_vertex
+from shared.domain.jobs import Change, JobState, VertexJob, from_vertex
+from shared.domain.record import JobRecord, Lease
 from shared.domain.request import JobRequest
 from shared.domain.retry import Placement, placement_for
 
@@ -22,16 +23,9 @@ from shared.domain.retry import Placement, placement_for
 QUOTA_REASON = "quota"
 
 
-def notification(
-    record: dict[str, Any], state: str, attempt: int, reason: str | None
-) -> dict[str, Any]:
+def notification(request_id: str, state: str, attempt: int, reason: str | None) -> dict[str, Any]:
     """The notification message of the contract."""
-    return {
-        "requestId": record.get("requestId"),
-        "state": state,
-        "attempt": attempt,
-        "reason": reason,
-    }
+    return {"requestId": request_id, "state": state, "attempt": attempt, "reason": reason}
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,6 @@ class Claim:
 
     token: str | None = None
     record: dict[str, Any] | None = None
-    taken_over: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,20 +88,19 @@ class ClaimSeen(StrEnum):
     EXPIRED = "expired"  # the holder died or released it: take the claim over
 
 
-def job_settled(current: dict[str, Any]) -> bool:
+def job_settled(current: JobRecord) -> bool:
     """A job record is past its first claim once it has a Vertex job or left ACCEPTED."""
-    return bool(current.get("vertexJob")) or current.get("state") != JobState.ACCEPTED.value
+    return bool(current.vertex_job) or current.state is not JobState.ACCEPTED
 
 
-def existing_claim(current: dict[str, Any], now: datetime, settled: bool) -> ClaimSeen:
-    """Classify an existing record for a delivery that wants to claim it.
+def existing_claim(claim: Lease | None, now: datetime, settled: bool) -> ClaimSeen:
+    """Classify an existing record, holding ``claim``, for a delivery that wants to claim it.
 
     ``settled`` says whether the record is past its claim (submitted, deploying, finished).
     """
     if settled:
         return ClaimSeen.SUBMITTED
-    expires = (current.get("claim") or {}).get("expiresAt")
-    return ClaimSeen.HELD if expires is not None and expires > now else ClaimSeen.EXPIRED
+    return ClaimSeen.HELD if claim is not None and claim.live(now) else ClaimSeen.EXPIRED
 
 
 @dataclass(frozen=True)
@@ -122,7 +114,7 @@ class SubmissionWrite:
     deletes: tuple[str, ...] = ()
 
 
-def submission_write(current: dict[str, Any], sub: Submission, now: datetime) -> SubmissionWrite:
+def submission_write(current: JobRecord, sub: Submission, now: datetime) -> SubmissionWrite:
     """Decide how to record ``sub`` on the record ``current``.
 
     ``recorded`` is True only when the record names ``sub``'s job afterwards. Otherwise the
@@ -131,15 +123,11 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
     creates raced, one of them after a timeout), or the request has moved past this attempt.
     """
     job = sub.vertex_job
-    if current.get("vertexJob") == job.name or job.job_id in (current.get("vertexJobIds") or []):
+    if current.vertex_job == job.name or job.job_id in current.vertex_job_ids:
         return SubmissionWrite(recorded=True)  # a redelivery recorded this very job already
-    state = JobState(current.get("state", JobState.ACCEPTED.value))
-    if state.terminal or current.get("cancelRequested"):
+    if current.state.terminal or current.cancel_requested:
         return SubmissionWrite(recorded=False)  # cancelled meanwhile: no attempt may start
-    recorded_attempt = int(current.get("attempt", 0))
-    if recorded_attempt > sub.attempt or (
-        recorded_attempt == sub.attempt and current.get("vertexJob")
-    ):
+    if current.attempt > sub.attempt or (current.attempt == sub.attempt and current.vertex_job):
         return SubmissionWrite(recorded=False)  # superseded: another job holds this attempt
     state = from_vertex(job.state) or JobState.QUEUED
     if state.terminal:
@@ -154,7 +142,7 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         "vertexJobId": job.job_id,
         "vertexState": job.state,
         # Every attempt's job id, so a late hint about an older attempt is known as stale.
-        "vertexJobIds": [*list(current.get("vertexJobIds") or []), job.job_id],
+        "vertexJobIds": [*current.vertex_job_ids, job.job_id],
         "strategy": sub.strategy,
         "location": sub.location,
         "updatedAt": now,
@@ -162,7 +150,7 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
         # When Vertex made the job: an adopted job may be hours older than its record, and the
         # tick's bounded listing must still reach it.
         "vertexCreateTime": job.create_time or now,
-        **({"reason": None} if current.get("reason") == QUOTA_REASON else {}),
+        **({"reason": None} if current.reason == QUOTA_REASON else {}),
         **sub.record_extra,
     }
     attempt = {
@@ -177,34 +165,32 @@ def submission_write(current: dict[str, Any], sub: Submission, now: datetime) ->
     return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt"))
 
 
-def pending_attempt(current: dict[str, Any]) -> int | None:
+def pending_attempt(current: JobRecord) -> int | None:
     """The attempt a due submission would create, or None when none is waiting.
 
     RETRYING: attempt n ended, n+1 follows. QUEUED without a Vertex job: attempt n was parked
     (Vertex refused it for quota) and is submitted again.
     """
-    state = current.get("state")
-    attempt = int(current.get("attempt") or 1)
-    if state == JobState.RETRYING.value:
+    attempt = current.attempt or 1
+    if current.state is JobState.RETRYING:
         return attempt + 1
-    if state == JobState.QUEUED.value and not current.get("vertexJob"):
+    if current.state is JobState.QUEUED and not current.vertex_job:
         return attempt
     return None
 
 
-def submission_claimable(current: dict[str, Any], attempt: int, now: datetime) -> bool:
+def submission_claimable(current: JobRecord, attempt: int, now: datetime) -> bool:
     """May a delivery claim the submission of ``attempt`` (a retry or a parked attempt) now?
 
     Only when that attempt is the one waiting, it is due, no cancel was asked for, and no live
     claim holds it (a create whose outcome is unknown keeps its claim until it expires).
     """
-    due = current.get("nextAttemptAt")
-    held = (current.get("claim") or {}).get("expiresAt")
+    due = current.next_attempt_at
     return (
         pending_attempt(current) == attempt
-        and not current.get("cancelRequested")
+        and not current.cancel_requested
         and (due is None or due <= now)
-        and (held is None or held <= now)
+        and not (current.claim is not None and current.claim.live(now))
     )
 
 
@@ -231,27 +217,27 @@ def tombstone(request_id: str, now: datetime) -> dict[str, Any]:
         "endedAt": now,
         "expireAt": now + TOMBSTONE_TTL,
     }
-    message = notification(record, JobState.CANCELLED.value, 0, TOMBSTONE_REASON)
+    message = notification(request_id, JobState.CANCELLED.value, 0, TOMBSTONE_REASON)
     return {**record, "outbox": [message], "outboxPending": True}
 
 
 def tombstone_claimed(
-    current: dict[str, Any], request: JobRequest, default_location: str, now: datetime
-) -> dict[str, Any] | None:
+    current: JobRecord, request: JobRequest, default_location: str, now: datetime
+) -> Change | None:
     """Fields that fill a tombstone in with the request that arrived after its cancel.
 
     The record stays CANCELLED and keeps no TTL any more; None when ``current`` is not an
     unclaimed tombstone.
     """
-    if current.get("reason") != TOMBSTONE_REASON or current.get("kind"):
+    if current.reason != TOMBSTONE_REASON or current.kind:
         return None
     fresh = new_record(request, default_location, now)
     kept = ("requestId", "state", "attempt", "vertexJob", "createdAt", "reason")
     fields = {k: v for k, v in fresh.items() if k not in kept}
-    return {**fields, "expireAt": None, "updatedAt": now}
+    return Change(current.state, {**fields, "expireAt": None, "updatedAt": now})
 
 
-def is_stray(record: dict[str, Any], job: VertexJob) -> bool:
+def is_stray(record: JobRecord, job: VertexJob) -> bool:
     """Is ``job``, listed under ``record``'s request label, a job nothing will ever follow?
 
     A live job is a stray when its attempt label names an attempt the record has settled with
@@ -259,35 +245,53 @@ def is_stray(record: dict[str, Any], job: VertexJob) -> bool:
     record's is a submission in flight, and never a stray.
 
     Examples:
-        >>> record = {"attempt": 1, "vertexJob": "p/customJobs/1", "state": "QUEUED"}
+        >>> raw = {"attempt": 1, "vertexJob": "p/customJobs/1", "state": "QUEUED"}
+        >>> record = JobRecord.decode(raw)
         >>> job = VertexJob("p/customJobs/2", "JOB_STATE_QUEUED", {"flexjobs-attempt": "1"})
         >>> is_stray(record, job)
         True
     """
     state = from_vertex(job.state)
-    if job.name == record.get("vertexJob") or (state is not None and state.terminal):
+    if job.name == record.vertex_job or (state is not None and state.terminal):
         return False
     try:
         job_attempt = int(job.labels.get(LABEL_ATTEMPT, ""))
     except ValueError:
         return False
-    attempt = int(record.get("attempt") or 0)
-    settled = bool(record.get("vertexJob"))
-    if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
+    if record.state.terminal:
         return True
-    return job_attempt < attempt or (job_attempt == attempt and settled)
+    attempt = record.attempt
+    return job_attempt < attempt or (job_attempt == attempt and bool(record.vertex_job))
 
 
-def next_placement(record: dict[str, Any], default_location: str) -> Placement:
+def next_placement(record: JobRecord, default_location: str) -> Placement:
     """Where and how the request's next attempt runs: its fallback ladder after the capacity
     failures so far, from its own strategy and base location. The retry creates it there, and
     a cancel looks for it there."""
-    spec = json.loads(record["request"])
-    options = json.loads(record.get("options") or "{}")
-    base = str(record.get("baseLocation") or record.get("location") or default_location)
+    request = JobRequest(record.request_id, str(record.kind), record.request)
     return placement_for(
-        options.get("fallback"),
-        int(record.get("capacityFailures") or 0),
-        JobRequest(str(record["requestId"]), str(record["kind"]), spec).strategy,
-        base,
+        record.options.get("fallback"),
+        record.capacity_failures,
+        request.strategy,
+        record.home or default_location,
     )
+
+
+#: A QUEUED job still waiting this long past its max wait is flagged: Vertex should have
+#: expired it by then, so the record and Vertex disagree about something.
+OVERDUE_GRACE = timedelta(minutes=10)
+
+
+def is_overdue(record: JobRecord, now: datetime) -> bool:
+    """A QUEUED job waiting past its max wait (plus a grace), not flagged yet."""
+    wait, submitted = record.max_wait_seconds, record.attempt_submitted_at
+    if record.state is not JobState.QUEUED or not wait or submitted is None:
+        return False
+    return not record.overdue_since and now >= submitted + timedelta(seconds=wait) + OVERDUE_GRACE
+
+
+def overdue_change(record: JobRecord, now: datetime) -> Change | None:
+    """Flag an overdue job (``overdueSince``); the state stays QUEUED."""
+    if not is_overdue(record, now):
+        return None
+    return Change(state=JobState.QUEUED, record={"overdueSince": now, "updatedAt": now})

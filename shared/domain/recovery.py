@@ -9,7 +9,7 @@ same transaction (nothing is lost if the publish fails afterwards).
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,19 +18,14 @@ from shared.domain.checkpoints import Checkpoint
 from shared.domain.failures import FailureClass
 from shared.domain.jobs import Change, JobState, VertexJob, observe
 from shared.domain.pricing import PriceTable
+from shared.domain.record import JobRecord
 from shared.domain.records import QUOTA_REASON, notification
 from shared.domain.retry import CAPACITY, RetryPolicy
 from shared.domain.values import clip
 
 
-def _options(record: dict[str, Any]) -> dict[str, Any]:
-    raw = record.get("options")
-    value = json.loads(raw) if isinstance(raw, str) and raw else {}
-    return value if isinstance(value, dict) else {}
-
-
 def settle(
-    record: dict[str, Any],
+    record: JobRecord,
     job: VertexJob,
     now: datetime,
     policy: RetryPolicy,
@@ -44,8 +39,7 @@ def settle(
     change = observe(record, job, now)
     if change is None or not change.state.terminal:
         return change
-    gpus = int(record.get("gpus") or 0)
-    spent = usage(job.create_time, job.start_time, job.end_time or now, gpus)
+    spent = usage(job.create_time, job.start_time, job.end_time or now, record.gpus)
     cost = _cost(record, spent["gpuSeconds"], prices)
     attempt_fields = {**change.attempt, **spent, "cost": cost}
     record_fields = {**change.record, **_totals(record, spent, cost)}
@@ -60,7 +54,7 @@ def settle(
             fields=record_fields,
         )
     failure = policy.classify(job.state, job.error_code, job.error_message)
-    if record.get("cancelRequested") or change.state is JobState.CANCELLED:
+    if record.cancel_requested or change.state is JobState.CANCELLED:
         failure = FailureClass.CANCELLED
     attempt_fields["errorClass"] = failure.value
     if failure is FailureClass.CANCELLED:
@@ -72,8 +66,8 @@ def settle(
             attempt_fields=attempt_fields,
             fields=record_fields,
         )
-    retries = dict(record.get("retries") or {})
-    decision = policy.for_request(_options(record).get("retryPolicy")).decide(failure, retries)
+    retries = dict(record.retries)
+    decision = policy.for_request(record.options.get("retryPolicy")).decide(failure, retries)
     reason = clip(f"{decision.reason}: {job.error_message or job.state}") or ""
     if not decision.retry:
         return finish(
@@ -91,7 +85,7 @@ def settle(
         state=JobState.RETRYING.value,
         reason=reason,
         retries=retries,
-        capacityFailures=int(record.get("capacityFailures") or 0) + (decision.group == CAPACITY),
+        capacityFailures=record.capacity_failures + (decision.group == CAPACITY),
         nextAttemptAt=now + timedelta(seconds=delay),
         lastFailureClass=failure.value,
     )
@@ -100,33 +94,29 @@ def settle(
 
 
 def _with(
-    record: dict[str, Any],
+    record: JobRecord,
     state: JobState,
     fields: dict[str, Any],
     attempt_fields: dict[str, Any],
     reason: str | None,
 ) -> Change:
     """A change that also queues its notification in the record's outbox."""
-    message = notification(record, state.value, int(record.get("attempt", 1)), reason)
-    outbox = [*list(record.get("outbox") or []), message]
+    message = notification(record.request_id, state.value, record.attempt or 1, reason)
+    outbox = [*record.outbox, message]
     fields = {**fields, "outbox": outbox, "outboxPending": True}
     return Change(state=state, record=fields, attempt=attempt_fields)
 
 
-def _cost(record: dict[str, Any], gpu_seconds: float, prices: PriceTable | None) -> dict[str, Any]:
-    if prices is None or not record.get("acceleratorType"):
+def _cost(record: JobRecord, gpu_seconds: float, prices: PriceTable | None) -> dict[str, Any]:
+    if prices is None or not record.accelerator_type:
         return {"priced": False}
-    estimate = prices.estimate(
-        str(record["acceleratorType"]), str(record.get("strategy")), gpu_seconds
-    )
+    estimate = prices.estimate(record.accelerator_type, str(record.strategy), gpu_seconds)
     return estimate.to_dict()
 
 
-def _totals(
-    record: dict[str, Any], spent: dict[str, float], cost: dict[str, Any]
-) -> dict[str, Any]:
-    totals = {k: float(record.get(k) or 0.0) + v for k, v in spent.items()}
-    previous = record.get("cost") or {}
+def _totals(record: JobRecord, spent: dict[str, float], cost: dict[str, Any]) -> dict[str, Any]:
+    totals = {k: record.totals.get(k, 0.0) + v for k, v in spent.items()}
+    previous = record.cost
     summed = {
         key: round(float(previous.get(key) or 0.0) + float(cost.get(key) or 0.0), 2)
         for key in ("costUsd", "onDemandUsd", "savingsUsd")
@@ -134,16 +124,15 @@ def _totals(
     return {**totals, "cost": {**summed, "priced": bool(cost.get("priced"))}}
 
 
-def cancel_requested(record: dict[str, Any], now: datetime) -> Change | None:
+def cancel_requested(record: JobRecord, now: datetime) -> Change | None:
     """Mark a cancel as asked for, before Vertex is told (so no attempt can start after it)."""
-    state = JobState(record.get("state", JobState.ACCEPTED.value))
-    if state.terminal or record.get("cancelRequested"):
+    if record.state.terminal or record.cancel_requested:
         return None
-    return Change(state=state, record={"cancelRequested": True, "updatedAt": now})
+    return Change(state=record.state, record={"cancelRequested": True, "updatedAt": now})
 
 
 def finish(
-    record: dict[str, Any],
+    record: JobRecord,
     state: JobState,
     now: datetime,
     reason: str | None,
@@ -161,24 +150,24 @@ def finish(
     """
     if not state.terminal:
         raise ValueError(f"{state} is not a terminal state")
-    if JobState(record.get("state", JobState.ACCEPTED.value)).terminal:
+    if record.state.terminal:
         return None
     written = {
         "updatedAt": now,
         "endedAt": now,
-        "claim": None,
-        "nextAttemptAt": None,
         **(fields or {}),
         "state": state.value,
         "reason": clip(reason),
     }
-    return _with(record, state, written, attempt_fields or {}, clip(reason))
+    change = _with(record, state, written, attempt_fields or {}, clip(reason))
+    # Nothing is submitted after an end: no claim, no retry schedule.
+    return replace(change, deletes=("claim", "nextAttemptAt"))
 
 
-def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
+def cancelled(record: JobRecord, now: datetime) -> Change | None:
     """Settle a cancelled request as CANCELLED (once), with its notification."""
     # An attempt that already ended (RETRYING), or never got a job, keeps how it ended.
-    running = record.get("state") != JobState.RETRYING.value and bool(record.get("vertexJob"))
+    running = record.state is not JobState.RETRYING and bool(record.vertex_job)
     attempt = (
         {"state": JobState.CANCELLED.value, "errorClass": FailureClass.CANCELLED.value}
         if running
@@ -187,46 +176,63 @@ def cancelled(record: dict[str, Any], now: datetime) -> Change | None:
     return finish(record, JobState.CANCELLED, now, "cancelled", attempt_fields=attempt)
 
 
-def failed(record: dict[str, Any], now: datetime, reason: str) -> Change | None:
+def cancel_now(record: JobRecord, names: list[str], now: datetime) -> Change | None:
+    """Settle a cancel in one write: the jobs still to cancel (``names``) kept pending until
+    Vertex confirms, and the record CANCELLED with its notification. None when nothing is
+    left to write."""
+    pending = cancels_pending(record, names, now)
+    done = cancelled(record, now)
+    if pending is None and done is None:
+        return None
+    fields = {**(pending.record if pending else {}), **(done.record if done else {})}
+    return Change(
+        JobState.CANCELLED,
+        fields,
+        done.attempt if done else {},
+        deletes=done.deletes if done else (),
+    )
+
+
+def failed(record: JobRecord, now: datetime, reason: str) -> Change | None:
     """Settle a request FAILED for a reason outside Vertex's job state (a refused create)."""
     return finish(record, JobState.FAILED, now, reason)
 
 
 def parked(
-    record: dict[str, Any], now: datetime, attempt: int, delay_seconds: float, detail: str
+    record: JobRecord, now: datetime, attempt: int, delay_seconds: float, detail: str
 ) -> Change | None:
     """Park the submission of ``attempt`` after Vertex refused it for quota.
 
     Attempt 1 waits as QUEUED with no Vertex job; a retry stays RETRYING. Either way
     ``reason`` is ``quota`` and the tick submits it again once ``nextAttemptAt`` is due.
     """
-    state = JobState(record.get("state", JobState.ACCEPTED.value))
-    if state.terminal or record.get("cancelRequested"):
+    state = record.state
+    if state.terminal or record.cancel_requested:
         return None
     fields: dict[str, Any] = {
         "reason": QUOTA_REASON,
-        "quotaDetail": detail[:1024],
-        "quotaRetries": int(record.get("quotaRetries") or 0) + 1,
+        "quotaDetail": clip(detail),
+        "quotaRetries": record.quota_retries + 1,
         "nextAttemptAt": now + timedelta(seconds=delay_seconds),
         "updatedAt": now,
-        "claim": None,
     }
     if state is not JobState.RETRYING:
         fields.update(state=JobState.QUEUED.value, attempt=attempt, vertexJob=None)
-    return Change(state=JobState(fields.get("state", state.value)), record=fields)
+    new_state = JobState(fields.get("state", state.value))
+    return Change(state=new_state, record=fields, deletes=("claim",))
 
 
 #: At most this many Vertex jobs wait on one record for their cancel to be confirmed.
 MAX_PENDING_CANCELS = 50
 
 
-def cancels_pending(record: dict[str, Any], names: list[str], now: datetime) -> Change | None:
+def cancels_pending(record: JobRecord, names: list[str], now: datetime) -> Change | None:
     """Remember Vertex jobs that must be cancelled, until Vertex confirms each.
 
     The list is kept on the record (bounded), so a cancel that fails is retried by the next
     tick; :func:`cancels_confirmed` drops the names Vertex confirmed.
     """
-    pending = list(record.get("pendingCancels") or [])
+    pending = list(record.pending_cancels)
     new = [n for n in dict.fromkeys(names) if n not in pending]
     # Never drop a cancel Vertex has not confirmed: past the bound, a name is not kept (its
     # cancel is still asked for now, and a stray is found again by the next tick's listing).
@@ -234,20 +240,18 @@ def cancels_pending(record: dict[str, Any], names: list[str], now: datetime) -> 
     if not new:
         return None
     pending += new
-    state = JobState(record.get("state", JobState.ACCEPTED.value))
     fields = {"pendingCancels": pending, "cancelPending": True, "updatedAt": now}
-    return Change(state=state, record=fields)
+    return Change(state=record.state, record=fields)
 
 
-def cancels_confirmed(record: dict[str, Any], names: list[str], now: datetime) -> Change | None:
+def cancels_confirmed(record: JobRecord, names: list[str], now: datetime) -> Change | None:
     """Forget the Vertex jobs whose cancel Vertex confirmed."""
-    pending = list(record.get("pendingCancels") or [])
+    pending = list(record.pending_cancels)
     left = [n for n in pending if n not in names]
     if left == pending:
         return None
-    state = JobState(record.get("state", JobState.ACCEPTED.value))
     fields = {"pendingCancels": left, "cancelPending": bool(left), "updatedAt": now}
-    return Change(state=state, record=fields)
+    return Change(state=record.state, record=fields)
 
 
 def work_lost_seconds(

@@ -250,8 +250,9 @@ def deployment_with_one_bad_field(draw: st.DrawFn) -> bytes:
     elif what == "minReplicaCount":
         resources["minReplicaCount"] = draw(bad_counts)
     elif what == "maxReplicaCount":
+        # 0 is proto3's default, so absent (Vertex then uses minReplicaCount): not bad.
         resources["maxReplicaCount"] = draw(
-            st.one_of(st.integers(max_value=0), st.integers(min_value=65, max_value=2**40))
+            st.one_of(st.integers(max_value=-1), st.integers(min_value=65, max_value=2**40))
         )
     elif what == "trafficSplit":
         body["deployModel"]["trafficSplit"] = draw(

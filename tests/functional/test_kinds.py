@@ -41,7 +41,7 @@ def test_training_kinds_get_flex_start_where_their_scheduling_lives(
         "timeout": "604800s",
     }
     assert labels == {"flexjobs-request": body["requestId"], "flexjobs-attempt": "1"}
-    record = intake.store.get(body["requestId"])
+    record = intake.store.store.get(body["requestId"])
     assert record["kind"] == request.kind
     assert f"/{collection}/" in record["vertexJob"]
     assert record["state"] == "QUEUED"
@@ -64,19 +64,19 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
     (request, display_name), *_ = deployments.backend.deployed
     assert request.spec["deployedModel"]["dedicatedResources"]["spot"] is True
     assert display_name == "served [flexjobs deploy-1]"
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert record["state"] == "DEPLOYING"
     assert record["kind"] == "deployModel"
     assert record["spot"] is True
     assert record["endpoint"] == ENDPOINT
     assert record["operation"].startswith(f"{ENDPOINT}/operations/")
-    assert record.get("claim") is None
+    assert "claim" not in record
 
     assert refresh_deployments(deployments) == 0  # still running: nothing changes
     deployments.backend.finish(record["operation"])
     assert refresh_deployments(deployments) == 1
     assert refresh_deployments(deployments) == 0  # replaying the observation changes nothing
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert record["state"] == "DEPLOYED"
     assert record["deployedModelId"] == deployments.backend.endpoints[ENDPOINT][0]["id"]
 
@@ -84,10 +84,10 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
 def test_failed_operation_marks_the_deployment_failed(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
-    operation = deployments.store.get("deploy-1")["operation"]
+    operation = deployments.store.store.get("deploy-1")["operation"]
     deployments.backend.finish(operation, error="Spot capacity unavailable")
     assert refresh_deployments(deployments) == 1
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert record["state"] == "FAILED"
     assert record["reason"] == "Spot capacity unavailable"
 
@@ -101,7 +101,7 @@ def test_deployment_already_on_the_endpoint_is_adopted_not_redeployed(intake, po
     )
     post(post_event, load("deploy_request"))
     assert deployments.backend.deployed == []
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert record["state"] == "DEPLOYED"
     assert record["deployedModelId"] == "77"
 
@@ -110,7 +110,7 @@ def test_unknown_endpoint_fails_the_deployment_for_good(intake, post_event):
     body = load("deploy_request")
     body["deployModel"]["endpoint"] = "projects/p/locations/us-central1/endpoints/999"
     post(post_event, body)
-    record = intake.deployments.store.get("deploy-1")
+    record = intake.deployments.store.store.get("deploy-1")
     assert record["state"] == "FAILED"
     assert "not found" in record["reason"]
     assert intake.deployments.backend.deployed == []
@@ -123,11 +123,11 @@ def test_transient_deploy_fault_is_redelivered_and_releases_the_claim(intake, po
     deployments.backend.fail_with = BackendUnavailable("Vertex AI DeployModel failed: 503")
     response = post_event("handle_job_request", pubsub_cloud_event(load("deploy_request")))
     assert response.status_code == 500
-    assert deployments.store.get("deploy-1").get("claim") is None
+    assert "claim" not in deployments.store.store.get("deploy-1")
     deployments.backend.fail_with = None
     post(post_event, load("deploy_request"))
     assert len(deployments.backend.deployed) == 1
-    assert deployments.store.get("deploy-1")["state"] == "DEPLOYING"
+    assert deployments.store.store.get("deploy-1")["state"] == "DEPLOYING"
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_bad_deployment_leaves_a_rejection_and_deploys_nothing(intake, post_even
     body["deployModel"]["deployedModel"]["dedicatedResources"].update(change)
     post(post_event, body)
     assert intake.deployments.backend.deployed == []
-    assert intake.deployments.store.get("deploy-1") is None
+    assert intake.deployments.store.store.get("deploy-1") is None
     document = intake.rejections.documents["deploy-1"]
     assert path in [e["path"] for e in document["errors"]]
     assert [m["state"] for m in intake.notifier.messages] == ["REJECTED"]
@@ -231,7 +231,7 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 
     post(post_event, load("deploy_request"))  # acknowledged: parked, not redelivered
 
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert (record["state"], record["reason"], record["quotaRetries"]) == ("ACCEPTED", "quota", 1)
     assert record["nextAttemptAt"] > record["updatedAt"] - timedelta(seconds=1)
     assert deployments.backend.deployed == []
@@ -240,7 +240,7 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 
     assert refresh_deployments(deployments) == 1
 
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert (record["state"], record["nextAttemptAt"], record["reason"]) == ("DEPLOYING", None, None)
     assert len(deployments.backend.deployed) == 1
 
@@ -248,10 +248,10 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 def test_a_late_refusal_never_overwrites_a_deployed_model(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
-    deployments.backend.finish(deployments.store.get("deploy-1")["operation"])
+    deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
     assert refresh_deployments(deployments) == 1
 
     deployments.store.record_failure("deploy-1", "a late refusal", deployments.clock())
 
-    record = deployments.store.get("deploy-1")
+    record = deployments.store.store.get("deploy-1")
     assert (record["state"], record.get("reason")) == ("DEPLOYED", None)

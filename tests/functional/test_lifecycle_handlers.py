@@ -101,7 +101,7 @@ def end(tracker, clock, name: str, state: str, message: str | None = None, code:
 
 
 def current(tracker) -> dict[str, Any]:
-    record = tracker.store.get(SEED)
+    record = tracker.store.store.get(SEED)
     assert record is not None
     return record
 

@@ -30,6 +30,7 @@ from shared.domain.deployments import OperationStatus, new_deployment
 from shared.domain.hints import HintAction
 from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.record import JobRecord
 from shared.domain.records import (
     QUOTA_REASON,
     Submission,
@@ -189,22 +190,25 @@ def test_claim_creates_the_record_in_accepted_with_a_lease(jobs, unique):
 
     claim = jobs.claim(request, NOW, TTL)
 
-    assert claim.token and claim.record is None and not claim.taken_over
-    assert jobs.get(rid) == {**new_record(request, LOCATION, NOW), "claim": lease(claim.token)}
-    assert jobs.get(rid)["state"] == "ACCEPTED"
+    assert claim.token and claim.record is None
+    assert jobs.store.get(rid) == {
+        **new_record(request, LOCATION, NOW),
+        "claim": lease(claim.token),
+    }
+    assert jobs.store.get(rid)["state"] == "ACCEPTED"
     assert jobs.get_attempt(rid, 1) is None
 
 
 def test_a_second_claim_while_the_first_is_held_raises(jobs, unique):
     rid = unique("held")
     token = claimed(jobs, rid)
-    before = jobs.get(rid)
+    before = jobs.store.get(rid)
 
     with pytest.raises(SubmissionInProgress):
         jobs.claim(job_request(rid), at(TTL - 1), TTL)
 
-    assert jobs.get(rid) == before
-    assert jobs.get(rid)["claim"]["token"] == token
+    assert jobs.store.get(rid) == before
+    assert jobs.store.get(rid)["claim"]["token"] == token
 
 
 @pytest.mark.parametrize("later", [TTL, TTL + 1], ids=["at-expiry", "after-expiry"])
@@ -214,9 +218,9 @@ def test_an_expired_claim_is_taken_over(jobs, unique, later):
 
     claim = jobs.claim(job_request(rid), at(later), TTL)
 
-    assert claim.token and claim.token != first and claim.taken_over and claim.record is None
-    assert jobs.get(rid)["claim"] == lease(claim.token, at(later))
-    assert jobs.get(rid)["state"] == "ACCEPTED"
+    assert claim.token and claim.token != first and claim.record is None
+    assert jobs.store.get(rid)["claim"] == lease(claim.token, at(later))
+    assert jobs.store.get(rid)["state"] == "ACCEPTED"
 
 
 def test_a_claim_taken_over_updates_the_record_time(jobs, unique):
@@ -225,7 +229,7 @@ def test_a_claim_taken_over_updates_the_record_time(jobs, unique):
 
     jobs.claim(job_request(rid), at(TTL + 1), TTL)
 
-    assert jobs.get(rid)["updatedAt"] == at(TTL + 1)
+    assert jobs.store.get(rid)["updatedAt"] == at(TTL + 1)
 
 
 def test_a_released_claim_is_taken_over_at_once(jobs, unique):
@@ -235,8 +239,8 @@ def test_a_released_claim_is_taken_over_at_once(jobs, unique):
 
     claim = jobs.claim(job_request(rid), at(2), TTL)
 
-    assert claim.token and claim.taken_over
-    assert jobs.get(rid)["claim"] == lease(claim.token, at(2))
+    assert claim.token
+    assert jobs.store.get(rid)["claim"] == lease(claim.token, at(2))
 
 
 def test_a_settled_record_is_returned_with_no_token(jobs, unique):
@@ -245,8 +249,8 @@ def test_a_settled_record_is_returned_with_no_token(jobs, unique):
 
     claim = jobs.claim(job_request(rid), at(10), TTL)
 
-    assert claim.token is None and not claim.taken_over
-    assert claim.record == jobs.get(rid)
+    assert claim.token is None
+    assert claim.record == jobs.store.get(rid)
     assert claim.record["state"] == "QUEUED"
 
 
@@ -257,7 +261,7 @@ def test_a_record_that_left_accepted_is_settled_without_a_job(jobs, unique):
 
     claim = jobs.claim(job_request(rid), at(1), TTL)
 
-    assert claim.token is None and claim.record == jobs.get(rid)
+    assert claim.token is None and claim.record == jobs.store.get(rid)
 
 
 # --- JobRecords.record_submission ---------------------------------------------------------
@@ -272,7 +276,7 @@ def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
     recorded = jobs.record_submission(token, submission(rid, job, resumed_from="gs://b/c/"), at(5))
 
     assert recorded is True
-    record = jobs.get(rid)
+    record = jobs.store.get(rid)
     expected = {
         **new_record(job_request(rid), LOCATION, NOW),
         "state": "QUEUED",
@@ -309,7 +313,7 @@ def test_record_submission_writes_the_extra_fields(jobs, unique):
 
     assert jobs.record_submission(token, sub, at(5))
 
-    record = jobs.get(rid)
+    record = jobs.store.get(rid)
     assert record["state"] == "RUNNING"
     assert record["vertexCreateTime"] == at(5)  # no createTime from Vertex: the record's now
     assert record["retries"] == {"capacity": 1}
@@ -321,12 +325,12 @@ def test_record_submission_is_idempotent_for_the_same_job(jobs, unique):
     token = claimed(jobs, rid)
     job = vertex_job()
     assert jobs.record_submission(token, submission(rid, job), at(5))
-    record, attempt = jobs.get(rid), jobs.get_attempt(rid, 1)
+    record, attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
 
     assert jobs.record_submission(token, submission(rid, job), at(9)) is True
     assert jobs.record_submission("another-token", submission(rid, job), at(9)) is True
 
-    assert jobs.get(rid) == record
+    assert jobs.store.get(rid) == record
     assert jobs.get_attempt(rid, 1) == attempt
 
 
@@ -335,11 +339,11 @@ def test_record_submission_refuses_another_job_for_the_same_attempt(jobs, unique
     token = claimed(jobs, rid)
     first, second = vertex_job(), vertex_job()
     assert jobs.record_submission(token, submission(rid, first), at(5))
-    record, attempt = jobs.get(rid), jobs.get_attempt(rid, 1)
+    record, attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
 
     assert jobs.record_submission(token, submission(rid, second), at(6)) is False
 
-    assert jobs.get(rid) == record
+    assert jobs.store.get(rid) == record
     assert jobs.get_attempt(rid, 1) == attempt
 
 
@@ -347,11 +351,11 @@ def test_record_submission_refuses_an_attempt_the_request_moved_past(jobs, uniqu
     rid = unique("past")
     token = claimed(jobs, rid)
     put(jobs, rid, attempt=2, state="RETRYING")
-    before = jobs.get(rid)
+    before = jobs.store.get(rid)
 
     assert jobs.record_submission(token, submission(rid, vertex_job(), attempt=1), at(5)) is False
 
-    assert jobs.get(rid) == before
+    assert jobs.store.get(rid) == before
     assert jobs.get_attempt(rid, 1) is None
 
 
@@ -364,11 +368,11 @@ def test_record_submission_refuses_a_cancelled_or_ended_record(jobs, unique, fie
     rid = unique("over")
     token = claimed(jobs, rid)
     put(jobs, rid, **fields)
-    before = jobs.get(rid)
+    before = jobs.store.get(rid)
 
     assert jobs.record_submission(token, submission(rid, vertex_job()), at(5)) is False
 
-    assert jobs.get(rid) == before
+    assert jobs.store.get(rid) == before
     assert jobs.get_attempt(rid, 1) is None
 
 
@@ -382,7 +386,7 @@ def test_record_submission_of_the_next_attempt_keeps_every_job_id(jobs, unique):
 
     assert jobs.record_submission(token, submission(rid, second, attempt=2), at(61))
 
-    record = jobs.get(rid)
+    record = jobs.store.get(rid)
     assert record["attempt"] == 2 and record["vertexJob"] == second.name
     assert record["vertexJobIds"] == [first.job_id, second.job_id]
     assert "claim" not in record and "nextAttemptAt" not in record
@@ -398,12 +402,12 @@ def test_release_drops_only_the_claim_it_holds(jobs, unique):
     token = claimed(jobs, rid)
 
     jobs.release(rid, "not-the-holder", at(1))
-    assert jobs.get(rid)["claim"] == lease(token)
+    assert jobs.store.get(rid)["claim"] == lease(token)
 
     jobs.release(rid, token, at(2))
-    assert "claim" not in jobs.get(rid)
+    assert "claim" not in jobs.store.get(rid)
     jobs.release(rid, token, at(3))  # twice: nothing left to drop
-    assert "claim" not in jobs.get(rid)
+    assert "claim" not in jobs.store.get(rid)
 
 
 def test_release_updates_the_record_time(jobs, unique):
@@ -412,7 +416,7 @@ def test_release_updates_the_record_time(jobs, unique):
 
     jobs.release(rid, token, at(2))
 
-    assert jobs.get(rid)["updatedAt"] == at(2)
+    assert jobs.store.get(rid)["updatedAt"] == at(2)
 
 
 def test_release_of_a_missing_record_does_nothing(jobs, unique):
@@ -420,7 +424,7 @@ def test_release_of_a_missing_record_does_nothing(jobs, unique):
 
     jobs.release(rid, "token", NOW)
 
-    assert jobs.get(rid) is None
+    assert jobs.store.get(rid) is None
 
 
 # --- JobRecords.create_tombstone ----------------------------------------------------------
@@ -431,18 +435,18 @@ def test_a_tombstone_is_created_once(jobs, unique):
     record = tombstone(rid, NOW)
 
     assert jobs.create_tombstone(rid, record) is True
-    assert jobs.get(rid) == record
+    assert jobs.store.get(rid) == record
     assert jobs.create_tombstone(rid, {**record, "reason": "another"}) is False
-    assert jobs.get(rid) == record
+    assert jobs.store.get(rid) == record
 
 
 def test_a_tombstone_is_not_created_over_a_record(jobs, unique):
     rid = unique("tomb-late")
     claimed(jobs, rid)
-    before = jobs.get(rid)
+    before = jobs.store.get(rid)
 
     assert jobs.create_tombstone(rid, tombstone(rid, NOW)) is False
-    assert jobs.get(rid) == before
+    assert jobs.store.get(rid) == before
 
 
 def test_a_request_arriving_after_its_tombstone_gets_the_record(jobs, unique):
@@ -459,7 +463,7 @@ def test_a_request_arriving_after_its_tombstone_gets_the_record(jobs, unique):
 
 def test_missing_records_and_attempts_are_none(jobs, unique):
     rid = unique("missing")
-    assert jobs.get(rid) is None
+    assert jobs.store.get(rid) is None
     assert jobs.get_attempt(rid, 1) is None
     claimed(jobs, rid)
     assert jobs.get_attempt(rid, 1) is None
@@ -504,7 +508,7 @@ def test_sequences_are_read_back_as_lists(jobs, unique):
 
     put(jobs, rid, pendingCancels=("a", "b"))
 
-    assert jobs.get(rid)["pendingCancels"] == ["a", "b"]
+    assert jobs.store.get(rid)["pendingCancels"] == ["a", "b"]
 
 
 # --- JobRecords.transact ------------------------------------------------------------------
@@ -519,16 +523,16 @@ def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique)
         record={"state": "RUNNING", "vertexState": "JOB_STATE_RUNNING", "reason": None},
         attempt={"state": "RUNNING", "startedAt": at(20), "endedAt": None},
     )
-    before_record, before_attempt = jobs.get(rid), jobs.get_attempt(rid, 1)
+    before_record, before_attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
 
-    def decide(current: dict[str, Any]) -> Change:
+    def decide(current: JobRecord) -> Change:
         seen.append(current)
         return change
 
     assert jobs.transact(rid, decide) == change
 
-    assert seen[-1] == before_record
-    assert jobs.get(rid) == {**before_record, **change.record}
+    assert seen[-1] == JobRecord.decode(before_record)  # the decision reads it decoded
+    assert jobs.store.get(rid) == {**before_record, **change.record}
     assert jobs.get_attempt(rid, 1) == {**before_attempt, **change.attempt}
 
 
@@ -564,17 +568,17 @@ def test_transact_replaces_a_map_field(jobs, unique):
 
     put(jobs, rid, retries={"capacity": 3})
 
-    assert jobs.get(rid)["retries"] == {"capacity": 3}
+    assert jobs.store.get(rid)["retries"] == {"capacity": 3}
 
 
 def test_transact_writes_nothing_when_decide_says_none(jobs, unique):
     rid = unique("transact-none")
     claimed(jobs, rid)
-    before = jobs.get(rid)
+    before = jobs.store.get(rid)
 
     assert jobs.transact(rid, lambda _r: None) is None
 
-    assert jobs.get(rid) == before
+    assert jobs.store.get(rid) == before
 
 
 def test_transact_on_a_missing_record_returns_none_without_deciding(jobs, unique):
@@ -587,7 +591,7 @@ def test_transact_on_a_missing_record_returns_none_without_deciding(jobs, unique
 
     assert jobs.transact(rid, decide) is None
     assert seen == []
-    assert jobs.get(rid) is None
+    assert jobs.store.get(rid) is None
 
 
 def test_transact_with_attempt_fields_only(jobs, unique):
@@ -607,9 +611,9 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     change = jobs.transact(rid, lambda r: finish(r, JobState.FAILED, at(30), "refused"))
 
     assert change is not None
-    record = jobs.get(rid)
+    record = jobs.store.get(rid)
     assert record["state"] == "FAILED" and record["reason"] == "refused"
-    assert record["claim"] is None and record["nextAttemptAt"] is None
+    assert "claim" not in record and "nextAttemptAt" not in record
     assert record["endedAt"] == at(30)
     assert record["outbox"] == [
         {"requestId": rid, "state": "FAILED", "attempt": 1, "reason": "refused"}
@@ -639,7 +643,7 @@ def test_request_ids_that_need_escaping_round_trip(jobs, unique):
     rid = unique("team/run 7%")
     job = submitted(jobs, rid)
 
-    assert jobs.get(rid)["requestId"] == rid
+    assert jobs.store.get(rid)["requestId"] == rid
     assert jobs.find_by_job_id(job.job_id) == rid
     assert jobs.get_attempt(rid, 1)["vertexJob"] == job.name
 
@@ -658,10 +662,10 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
     put(jobs, succeeded, state="SUCCEEDED")
     jobs.create_tombstone(cancelled, tombstone(cancelled, NOW))
 
-    active = {r["requestId"]: r for r in jobs.active()}
+    active = {r["requestId"]: r for r in jobs.store.active()}
 
     for rid in (accepted, queued, retrying):
-        assert active[rid] == jobs.get(rid)
+        assert active[rid] == jobs.store.get(rid)
     assert succeeded not in active and cancelled not in active
 
 
@@ -674,20 +678,24 @@ def test_read_leases_coalesce_hints(jobs, unique):
     window = 10.0
 
     assert jobs.begin_read(rid, at(100), window, at(99)) == (HintAction.READ, None)
-    assert jobs.get(rid)["lastReadAt"] == at(100) and jobs.get(rid)["hintPending"] is False
+    assert (
+        jobs.store.get(rid)["lastReadAt"] == at(100) and jobs.store.get(rid)["hintPending"] is False
+    )
     # published well before the read began: that read saw it
     assert jobs.begin_read(rid, at(101), window, at(95)) == (HintAction.COVERED, at(100))
     # inside the window: the first becomes the trailing reader, the next ones wait on it
     assert jobs.begin_read(rid, at(102), window, at(101)) == (HintAction.TRAIL, at(100))
-    assert jobs.get(rid)["hintPending"] is True
+    assert jobs.store.get(rid)["hintPending"] is True
     assert jobs.begin_read(rid, at(103), window, at(102)) == (HintAction.PENDING, at(100))
-    assert jobs.get(rid)["lastReadAt"] == at(100)
+    assert jobs.store.get(rid)["lastReadAt"] == at(100)
 
     jobs.renew_read(rid, at(110))
-    assert jobs.get(rid)["lastReadAt"] == at(110) and jobs.get(rid)["hintPending"] is False
+    assert (
+        jobs.store.get(rid)["lastReadAt"] == at(110) and jobs.store.get(rid)["hintPending"] is False
+    )
     # the window of the trailing read closed: the next hint reads again
     assert jobs.begin_read(rid, at(121), window, at(120)) == (HintAction.READ, at(110))
-    assert jobs.get(rid)["lastReadAt"] == at(121)
+    assert jobs.store.get(rid)["lastReadAt"] == at(121)
 
 
 def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
@@ -697,7 +705,7 @@ def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
 
     jobs.release_reader(rid)
 
-    record = jobs.get(rid)
+    record = jobs.store.get(rid)
     assert record["lastReadAt"] is None and record["hintPending"] is False
     assert jobs.begin_read(rid, at(101), 10.0, at(100)) == (HintAction.READ, None)
 
@@ -767,18 +775,23 @@ def test_claim_retry_follows_submission_claimable(jobs, unique, case):
     rid = unique("retry")
     submitted(jobs, rid)
     put(jobs, rid, **fields)
-    before = jobs.get(rid)
-    assert submission_claimable(before, attempt, at(100)) is claimable  # the rule itself
+    before = jobs.store.get(rid)
+    rule = submission_claimable(JobRecord.decode(before), attempt, at(100))
+    assert rule is claimable  # the rule itself
 
     token = jobs.claim_retry(rid, attempt, at(100), TTL)
 
     if claimable:
         assert token
-        assert jobs.get(rid) == {**before, "claim": lease(token, at(100)), "updatedAt": at(100)}
+        assert jobs.store.get(rid) == {
+            **before,
+            "claim": lease(token, at(100)),
+            "updatedAt": at(100),
+        }
         assert jobs.claim_retry(rid, attempt, at(101), TTL) is None  # now held
     else:
         assert token is None
-        assert jobs.get(rid) == before
+        assert jobs.store.get(rid) == before
 
 
 def test_claim_retry_of_a_missing_record_is_none(jobs, unique):
@@ -799,11 +812,13 @@ def test_outbox_lists_and_drops_what_was_published(jobs, unique):
     assert rid in jobs.with_outbox() and quiet not in jobs.with_outbox()
 
     jobs.drop_from_outbox(rid, [first])
-    assert jobs.get(rid)["outbox"] == [second] and jobs.get(rid)["outboxPending"] is True
+    assert (
+        jobs.store.get(rid)["outbox"] == [second] and jobs.store.get(rid)["outboxPending"] is True
+    )
     assert rid in jobs.with_outbox()
 
     jobs.drop_from_outbox(rid, [second, {"requestId": rid, "state": "never sent"}])
-    assert jobs.get(rid)["outbox"] == [] and jobs.get(rid)["outboxPending"] is False
+    assert jobs.store.get(rid)["outbox"] == [] and jobs.store.get(rid)["outboxPending"] is False
     assert rid not in jobs.with_outbox()
 
 
@@ -824,13 +839,19 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
 
     assert jobs.transact(rid, lambda r: cancels_pending(r, names, at(10))) is not None
 
-    assert jobs.get(rid)["pendingCancels"] == names and jobs.get(rid)["cancelPending"] is True
+    assert (
+        jobs.store.get(rid)["pendingCancels"] == names
+        and jobs.store.get(rid)["cancelPending"] is True
+    )
     assert rid in jobs.with_pending_cancels() and quiet not in jobs.with_pending_cancels()
 
     jobs.transact(rid, lambda r: cancels_confirmed(r, names[:1], at(11)))
     assert rid in jobs.with_pending_cancels()
     jobs.transact(rid, lambda r: cancels_confirmed(r, names[1:], at(12)))
-    assert jobs.get(rid)["pendingCancels"] == [] and jobs.get(rid)["cancelPending"] is False
+    assert (
+        jobs.store.get(rid)["pendingCancels"] == []
+        and jobs.store.get(rid)["cancelPending"] is False
+    )
     assert rid not in jobs.with_pending_cancels()
 
 
@@ -857,18 +878,21 @@ def test_deployment_claim_creates_the_record_in_accepted_with_a_lease(deployment
 
     claim = deployments.claim(request, NOW, TTL)
 
-    assert claim.token and claim.record is None and not claim.taken_over
-    assert deployments.get(rid) == {**new_deployment(request, NOW), "claim": lease(claim.token)}
+    assert claim.token and claim.record is None
+    assert deployments.store.get(rid) == {
+        **new_deployment(request, NOW),
+        "claim": lease(claim.token),
+    }
 
 
 def test_a_second_deployment_claim_while_held_raises(deployments, unique):
     rid = unique("deploy-held")
     deploy_claimed(deployments, rid)
-    before = deployments.get(rid)
+    before = deployments.store.get(rid)
 
     with pytest.raises(SubmissionInProgress):
         deployments.claim(deploy_request(rid), at(TTL - 1), TTL)
-    assert deployments.get(rid) == before
+    assert deployments.store.get(rid) == before
 
 
 def test_an_expired_deployment_claim_is_taken_over(deployments, unique):
@@ -877,8 +901,8 @@ def test_an_expired_deployment_claim_is_taken_over(deployments, unique):
 
     claim = deployments.claim(deploy_request(rid), at(TTL), TTL)
 
-    assert claim.token and claim.token != first and claim.taken_over
-    assert deployments.get(rid)["claim"] == lease(claim.token, at(TTL))
+    assert claim.token and claim.token != first
+    assert deployments.store.get(rid)["claim"] == lease(claim.token, at(TTL))
 
 
 def test_a_deployment_claim_taken_over_updates_the_record_time(deployments, unique):
@@ -887,7 +911,7 @@ def test_a_deployment_claim_taken_over_updates_the_record_time(deployments, uniq
 
     deployments.claim(deploy_request(rid), at(TTL + 1), TTL)
 
-    assert deployments.get(rid)["updatedAt"] == at(TTL + 1)
+    assert deployments.store.get(rid)["updatedAt"] == at(TTL + 1)
 
 
 def test_deployment_release_drops_only_the_claim_it_holds(deployments, unique):
@@ -895,12 +919,12 @@ def test_deployment_release_drops_only_the_claim_it_holds(deployments, unique):
     token = deploy_claimed(deployments, rid)
 
     deployments.release(rid, "not-the-holder", at(1))
-    assert deployments.get(rid)["claim"] == lease(token)
+    assert deployments.store.get(rid)["claim"] == lease(token)
     deployments.release(rid, token, at(2))
-    assert deployments.get(rid).get("claim") is None
+    assert "claim" not in deployments.store.get(rid)
 
     claim = deployments.claim(deploy_request(rid), at(3), TTL)
-    assert claim.token and claim.taken_over
+    assert claim.token
 
 
 def test_deployment_release_updates_the_record_time(deployments, unique):
@@ -909,22 +933,22 @@ def test_deployment_release_updates_the_record_time(deployments, unique):
 
     deployments.release(rid, token, at(2))
 
-    assert deployments.get(rid)["updatedAt"] == at(2)
+    assert deployments.store.get(rid)["updatedAt"] == at(2)
 
 
 def test_record_operation_makes_the_record_deploying(deployments, unique):
     rid = unique("deploy-op")
     token = deploy_claimed(deployments, rid)
-    before = deployments.get(rid)
+    before = deployments.store.get(rid)
 
     deployments.record_operation(token, rid, OPERATION, at(5))
 
     expected = {**before, "state": "DEPLOYING", "operation": OPERATION, "updatedAt": at(5)}
-    expected.update(claim=None, nextAttemptAt=None, reason=None)
-    assert deployments.get(rid) == expected
+    del expected["claim"]
+    assert deployments.store.get(rid) == {**expected, "nextAttemptAt": None, "reason": None}
     claim = deployments.claim(deploy_request(rid), at(6), TTL)
-    assert claim.token is None and claim.record == deployments.get(rid)
-    assert rid in {r["requestId"] for r in deployments.deploying()}
+    assert claim.token is None and claim.record == deployments.store.get(rid)
+    assert rid in {r["requestId"] for r in deployments.store.deploying()}
 
 
 def test_record_adopted_makes_the_record_deployed(deployments, unique):
@@ -933,11 +957,11 @@ def test_record_adopted_makes_the_record_deployed(deployments, unique):
 
     deployments.record_adopted(token, rid, "9001", at(5))
 
-    record = deployments.get(rid)
+    record = deployments.store.get(rid)
     assert record["state"] == "DEPLOYED" and record["deployedModelId"] == "9001"
-    assert record["updatedAt"] == at(5) and record.get("claim") is None
+    assert record["updatedAt"] == at(5) and "claim" not in record
     assert record["nextAttemptAt"] is None and record["reason"] is None
-    assert rid not in {r["requestId"] for r in deployments.deploying()}
+    assert rid not in {r["requestId"] for r in deployments.store.deploying()}
 
 
 def test_record_adopted_records_when_it_was_deployed(deployments, unique):
@@ -946,19 +970,19 @@ def test_record_adopted_records_when_it_was_deployed(deployments, unique):
 
     deployments.record_adopted(token, rid, "9001", at(5))
 
-    assert deployments.get(rid)["deployedAt"] == at(5)
+    assert deployments.store.get(rid)["deployedAt"] == at(5)
 
 
 def test_a_settled_deployment_is_not_recorded_again(deployments, unique):
     rid = unique("deploy-settled")
     token = deploy_claimed(deployments, rid)
     deployments.record_adopted(token, rid, "9001", at(5))
-    before = deployments.get(rid)
+    before = deployments.store.get(rid)
 
     deployments.record_operation(token, rid, OPERATION, at(6))
     deployments.record_adopted(token, rid, "9002", at(7))
 
-    assert deployments.get(rid) == before
+    assert deployments.store.get(rid) == before
 
 
 def test_record_failure_fails_once_and_never_overwrites_deployed(deployments, unique):
@@ -966,17 +990,17 @@ def test_record_failure_fails_once_and_never_overwrites_deployed(deployments, un
     deploy_claimed(deployments, failing)
     token = deploy_claimed(deployments, deployed)
     deployments.record_adopted(token, deployed, "9001", at(5))
-    kept = deployments.get(deployed)
+    kept = deployments.store.get(deployed)
 
     deployments.record_failure(failing, "endpoint not found", at(6))
     deployments.record_failure(failing, "a later reason", at(7))
     deployments.record_failure(deployed, "a late refusal", at(8))
 
-    record = deployments.get(failing)
+    record = deployments.store.get(failing)
     assert record["state"] == "FAILED" and record["reason"] == "endpoint not found"
     assert record["endedAt"] == at(6) and record["updatedAt"] == at(6)
-    assert record["claim"] is None
-    assert deployments.get(deployed) == kept
+    assert "claim" not in record
+    assert deployments.store.get(deployed) == kept
 
 
 def test_park_waits_for_quota_until_due(deployments, unique):
@@ -986,52 +1010,52 @@ def test_park_waits_for_quota_until_due(deployments, unique):
     deployments.park(rid, at(5), 60, "quota exceeded")
     deployments.park(rid, at(6), 60, "x" * 2000)
 
-    record = deployments.get(rid)
+    record = deployments.store.get(rid)
     assert record["state"] == "ACCEPTED" and record["reason"] == "quota"
-    assert record["quotaRetries"] == 2 and record["quotaDetail"] == "x" * 1024
-    assert record["nextAttemptAt"] == at(66) and record["claim"] is None
+    assert record["quotaRetries"] == 2 and record["quotaDetail"] == "x" * 1021 + "..."
+    assert record["nextAttemptAt"] == at(66) and "claim" not in record
     assert record["updatedAt"] == at(6)
-    assert rid not in {r["requestId"] for r in deployments.parked_due(at(65))}
-    due = {r["requestId"]: r for r in deployments.parked_due(at(66))}
+    assert rid not in {r["requestId"] for r in deployments.store.parked_due(at(65))}
+    due = {r["requestId"]: r for r in deployments.store.parked_due(at(66))}
     assert due[rid] == record
 
     claim = deployments.claim(deploy_request(rid), at(66), TTL)
-    assert claim.token and claim.taken_over
+    assert claim.token
     deployments.record_operation(claim.token, rid, OPERATION, at(67))
-    record = deployments.get(rid)
+    record = deployments.store.get(rid)
     assert record["nextAttemptAt"] is None and record["reason"] is None
-    assert rid not in {r["requestId"] for r in deployments.parked_due(at(1000))}
+    assert rid not in {r["requestId"] for r in deployments.store.parked_due(at(1000))}
 
 
 def test_a_settled_deployment_is_not_parked(deployments, unique):
     rid = unique("deploy-no-park")
     deploying_record(deployments, rid)
-    before = deployments.get(rid)
+    before = deployments.store.get(rid)
 
     deployments.park(rid, at(6), 60, "quota")
 
-    assert deployments.get(rid) == before
+    assert deployments.store.get(rid) == before
 
 
 def test_apply_operation_moves_a_deploying_record(deployments, unique):
     rid = unique("deploy-apply")
     operation = deploying_record(deployments, rid)
-    before = deployments.get(rid)
+    before = deployments.store.get(rid)
 
     assert deployments.apply_operation(rid, OperationStatus(operation, False), at(10)) is None
     assert deployments.apply_operation(rid, OperationStatus("other", True, "1"), at(10)) is None
-    assert deployments.get(rid) == before
+    assert deployments.store.get(rid) == before
 
     done = OperationStatus(operation, True, deployed_model_id="9001")
     assert deployments.apply_operation(rid, done, at(11)) == "DEPLOYED"
-    assert deployments.get(rid) == {
+    assert deployments.store.get(rid) == {
         **before,
         "state": "DEPLOYED",
         "deployedModelId": "9001",
         "updatedAt": at(11),
         "deployedAt": at(11),
     }
-    assert rid not in {r["requestId"] for r in deployments.deploying()}
+    assert rid not in {r["requestId"] for r in deployments.store.deploying()}
     failed = OperationStatus(operation, True, error_code=9, error_message="late")
     assert deployments.apply_operation(rid, failed, at(12)) is None
 
@@ -1039,12 +1063,12 @@ def test_apply_operation_moves_a_deploying_record(deployments, unique):
 def test_apply_operation_records_a_failed_operation(deployments, unique):
     rid = unique("deploy-apply-fail")
     operation = deploying_record(deployments, rid)
-    before = deployments.get(rid)
+    before = deployments.store.get(rid)
 
     failed = OperationStatus(operation, True, error_code=9, error_message="no capacity")
     assert deployments.apply_operation(rid, failed, at(11)) == "FAILED"
 
-    assert deployments.get(rid) == {
+    assert deployments.store.get(rid) == {
         **before,
         "state": "FAILED",
         "reason": "no capacity",
@@ -1071,7 +1095,7 @@ def test_deployment_calls_on_a_missing_record_change_nothing(deployments, unique
 
     assert MISSING_DEPLOYMENT_CALLS[call](deployments, rid) is None
 
-    assert deployments.get(rid) is None
+    assert deployments.store.get(rid) is None
 
 
 # --- RejectionLog -----------------------------------------------------------------------
@@ -1119,7 +1143,7 @@ def test_create_is_a_conditional_put(jobs, unique):
     rid = unique("create")
     assert jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"}) is True
     assert jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"}) is False
-    assert jobs.get(rid)["state"] == "ACCEPTED"
+    assert jobs.store.get(rid)["state"] == "ACCEPTED"
 
 
 def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
@@ -1135,7 +1159,7 @@ def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
 
     assert jobs.store.transact(rid, lambda current: change) == change
 
-    record = jobs.get(rid)
+    record = jobs.store.get(rid)
     assert "claim" not in record and record["updatedAt"] == at(1)
     assert jobs.get_attempt(rid, 1) == {"workLostSeconds": 5.0}
     assert jobs.get_attempt(rid, 2) is None
@@ -1156,4 +1180,4 @@ def test_a_decision_that_raises_writes_nothing(jobs, unique):
 
     with pytest.raises(SubmissionInProgress):
         jobs.store.transact(rid, refuse)
-    assert jobs.get(rid) == {"requestId": rid, "state": "QUEUED"}
+    assert jobs.store.get(rid) == {"requestId": rid, "state": "QUEUED"}

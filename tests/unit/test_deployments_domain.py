@@ -13,7 +13,16 @@ from shared.domain.deployments import (
     observe_operation,
     tagged_display_name,
 )
+from shared.domain.record import DeploymentRecord
 from shared.domain.request import MAX_DISPLAY_NAME
+
+# The decisions read records decoded; these tests write them as stored documents.
+_observe = observe_operation
+
+
+def observe_operation(record, status, now):
+    return _observe(DeploymentRecord.decode(record), status, now)
+
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -43,7 +52,7 @@ def test_tag_of_one_request_never_matches_another():
 def test_done_operation_moves_deploying_to_deployed():
     record = {"state": "DEPLOYING", "operation": "op/1"}
     change = observe_operation(record, OperationStatus("op/1", True, deployed_model_id="42"), NOW)
-    assert change == {
+    assert change.fields == {
         "state": "DEPLOYED",
         "deployedModelId": "42",
         "updatedAt": NOW,
@@ -56,7 +65,7 @@ def test_failed_operation_moves_deploying_to_failed_with_the_reason():
     status = OperationStatus("op/1", True, error_code=8, error_message="no Spot capacity")
     change = observe_operation(record, status, NOW)
     assert change is not None
-    assert (change["state"], change["reason"], change["errorCode"]) == (
+    assert (change.fields["state"], change.fields["reason"], change.fields["errorCode"]) == (
         "FAILED",
         "no Spot capacity",
         8,

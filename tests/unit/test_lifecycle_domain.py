@@ -9,6 +9,10 @@ import pytest
 from shared.domain.hints import CLOCK_SKEW_SECONDS, HintAction, hint_action, parse_hint
 from shared.domain.jobs import VertexJob, observe
 from tests.events import load
+from tests.records_support import decoded
+
+# The decisions read records decoded; these tests write them as stored documents.
+observe = decoded(observe)
 
 NAME = "projects/p/locations/us-central1/customJobs/123"
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from shared.domain.jobs import VertexJob
+from shared.domain.record import Lease
 from shared.domain.records import (
     ClaimSeen,
     Submission,
@@ -19,6 +20,11 @@ from shared.domain.records import (
 )
 from shared.domain.request import parse_request
 from tests.events import load
+from tests.records_support import decoded
+
+# The decisions read records decoded; these tests write them as stored documents.
+job_settled = decoded(job_settled)
+submission_write = decoded(submission_write)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 LEASE = {"token": "t-1", "expiresAt": NOW + timedelta(seconds=120)}
@@ -132,11 +138,11 @@ def test_job_settled(current, settled):
 )
 def test_existing_claim_of_an_unsettled_record(claim, seen):
     current = accepted() if claim is None else accepted(claim=claim)
-    assert existing_claim(current, NOW, settled=False) is seen
+    assert existing_claim(Lease.of(current.get("claim")), NOW, settled=False) is seen
 
 
 def test_a_settled_record_is_a_duplicate_whatever_its_claim():
-    assert existing_claim(accepted(claim=LEASE), NOW, settled=True) is ClaimSeen.SUBMITTED
+    assert existing_claim(Lease.of(LEASE), NOW, settled=True) is ClaimSeen.SUBMITTED
 
 
 # --- submission_write -------------------------------------------------------------------

@@ -19,6 +19,13 @@ from shared.domain.recovery import (
     work_lost_seconds,
 )
 from shared.domain.retry import Backoff, RetryPolicy
+from tests.records_support import decoded
+
+# The decisions read records decoded; these tests write them as stored documents.
+cancel_requested = decoded(cancel_requested)
+cancelled = decoded(cancelled)
+failed = decoded(failed)
+settle = decoded(settle)
 
 NAME = "projects/p/locations/us-central1/customJobs/1001"
 CREATED = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -284,7 +291,7 @@ def test_user_error_fails_at_once_with_its_reason():
     reason = f"user-error: not retried (user budget is 0): {USER_ERROR}"
     assert change.record["reason"] == reason
     assert change.record["endedAt"] == ENDED
-    assert change.record.get("nextAttemptAt") is None  # nothing is scheduled after an end
+    assert "nextAttemptAt" not in change.record and "nextAttemptAt" in change.deletes
     assert "retries" not in change.record
     assert change.attempt["errorClass"] == "user-error"
     assert change.record["outbox"] == [
@@ -352,7 +359,7 @@ def test_a_requested_cancel_ends_cancelled_and_never_retries(seen):
     assert change.state is JobState.CANCELLED
     assert change.record["state"] == "CANCELLED"
     assert change.record["reason"] == "cancelled"
-    assert change.record.get("nextAttemptAt") is None  # nothing is scheduled after an end
+    assert "nextAttemptAt" not in change.record and "nextAttemptAt" in change.deletes
     assert "retries" not in change.record
     assert change.attempt["errorClass"] == "cancelled"
     assert change.record["outbox"] == [

@@ -28,6 +28,18 @@ from shared.domain.recovery import (
 )
 from shared.domain.request import parse_request
 from tests.events import load
+from tests.records_support import decoded
+
+# The decisions read records decoded; these tests write them as stored documents.
+is_stray = decoded(is_stray)
+pending_attempt = decoded(pending_attempt)
+submission_claimable = decoded(submission_claimable)
+tombstone_claimed = decoded(tombstone_claimed)
+cancelled = decoded(cancelled)
+cancels_confirmed = decoded(cancels_confirmed)
+cancels_pending = decoded(cancels_pending)
+failed = decoded(failed)
+parked = decoded(parked)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 JOB = "projects/p/locations/us-central1/customJobs/"
@@ -50,7 +62,7 @@ def test_a_terminal_state_is_never_overwritten(ended):
     current = record(state=ended)
     assert failed(current, NOW, "refused late") is None
     assert cancelled(current, NOW) is None
-    assert finish(current, JobState.FAILED, NOW, "x") is None
+    assert decoded(finish)(current, JobState.FAILED, NOW, "x") is None
 
 
 def test_failed_writes_its_notification_with_the_state_change():
@@ -58,7 +70,7 @@ def test_failed_writes_its_notification_with_the_state_change():
     assert change is not None
     assert change.record["state"] == "FAILED"
     assert change.record["endedAt"] == NOW
-    assert change.record["claim"] is None and change.record["nextAttemptAt"] is None
+    assert change.deletes == ("claim", "nextAttemptAt")
     assert change.record["outbox"] == [
         {"requestId": "r", "state": "FAILED", "attempt": 1, "reason": "attempt 1 refused"}
     ]
@@ -134,8 +146,9 @@ def test_a_tombstone_is_cancelled_notified_and_expires():
 
 def test_a_claimed_tombstone_keeps_its_state_and_loses_its_ttl():
     request = parse_request({**load("seed_request"), "requestId": "early"}, {}, "m")
-    fields = tombstone_claimed(tombstone("early", NOW), request, "us-central1", NOW)
-    assert fields is not None
+    change = tombstone_claimed(tombstone("early", NOW), request, "us-central1", NOW)
+    assert change is not None and change.state is JobState.CANCELLED
+    fields = change.record
     assert "state" not in fields and fields["expireAt"] is None
     assert fields["kind"] == "customJob"
     assert tombstone_claimed({**record(), "kind": "customJob"}, request, "x", NOW) is None

@@ -1,0 +1,194 @@
+"""The typed job record: the Firestore ``jobs/{id}`` document, decoded in one place.
+
+Stores keep and hand back plain documents (what Firestore holds). Every decision reads a
+:class:`JobRecord` instead, so a field name is spelled once (here) and each value has its type:
+``attempt`` is an int, ``state`` a :class:`~shared.domain.jobs.JobState`, ``request`` the
+Vertex body as a dict. What a decision writes back is a
+:class:`~shared.domain.jobs.Change` of document fields.
+
+Examples:
+    >>> record = JobRecord.decode({"requestId": "r1", "state": "RETRYING", "attempt": 2})
+    >>> record.state, record.attempt, record.pending_cancels
+    (<JobState.RETRYING: 'RETRYING'>, 2, ())
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.domain.deployments import DeploymentState
+from shared.domain.jobs import JobState
+
+
+def _time(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _json(value: Any) -> dict[str, Any]:
+    """A JSON-text field (``request``, ``options``): stored as text because Firestore cannot
+    hold arrays of arrays, which Vertex bodies may."""
+    decoded = json.loads(value) if isinstance(value, str) and value else {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on a record: who holds it (``token``) and until when."""
+
+    token: str | None
+    expires_at: datetime | None
+
+    def live(self, now: datetime) -> bool:
+        """Held by a delivery that may still be running."""
+        return self.expires_at is not None and self.expires_at > now
+
+    @classmethod
+    def of(cls, raw: Any) -> Lease | None:
+        """The ``claim`` field of any record (job or deployment), or None."""
+        if not isinstance(raw, Mapping):
+            return None
+        return cls(_text(raw.get("token")), _time(raw.get("expiresAt")))
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One ``jobs/{id}`` document, typed (the README's Firestore contract names each field)."""
+
+    request_id: str
+    state: JobState
+    attempt: int
+    kind: str | None = None
+    vertex_job: str | None = None
+    vertex_job_id: str | None = None
+    vertex_job_ids: tuple[str, ...] = ()
+    strategy: str | None = None
+    location: str | None = None
+    base_location: str | None = None
+    accelerator_type: str | None = None
+    gpus: int = 0
+    run_id: str | None = None
+    request: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    claim: Lease | None = None
+    cancel_requested: bool = False
+    retries: dict[str, int] = field(default_factory=dict)
+    capacity_failures: int = 0
+    quota_retries: int = 0
+    max_wait_seconds: float | None = None
+    created_at: datetime | None = None
+    ended_at: datetime | None = None
+    attempt_submitted_at: datetime | None = None
+    vertex_create_time: datetime | None = None
+    next_attempt_at: datetime | None = None
+    overdue_since: datetime | None = None
+    last_read_at: datetime | None = None
+    hint_pending: bool = False
+    outbox: tuple[dict[str, Any], ...] = ()
+    pending_cancels: tuple[str, ...] = ()
+    work_lost_seconds: float = 0.0
+    totals: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)
+    #: Every field of the document as stored, for what no decision reads by type.
+    document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def decode(cls, raw: Mapping[str, Any]) -> JobRecord:
+        """Read a stored document; missing or mistyped fields take their defaults."""
+        wait = raw.get("maxWaitSeconds")
+        state = str(raw.get("state"))
+        return cls(
+            request_id=str(raw.get("requestId") or ""),
+            state=JobState(state) if state in JobState.__members__ else JobState.ACCEPTED,
+            attempt=int(raw.get("attempt") or 0),
+            kind=_text(raw.get("kind")),
+            vertex_job=_text(raw.get("vertexJob")),
+            vertex_job_id=_text(raw.get("vertexJobId")),
+            vertex_job_ids=tuple(str(i) for i in raw.get("vertexJobIds") or ()),
+            strategy=_text(raw.get("strategy")),
+            location=_text(raw.get("location")),
+            base_location=_text(raw.get("baseLocation")),
+            accelerator_type=_text(raw.get("acceleratorType")),
+            gpus=int(raw.get("gpus") or 0),
+            run_id=_text(raw.get("runId")),
+            request=_json(raw.get("request")),
+            options=_json(raw.get("options")),
+            reason=_text(raw.get("reason")),
+            claim=Lease.of(raw.get("claim")),
+            cancel_requested=bool(raw.get("cancelRequested")),
+            retries={str(k): int(v) for k, v in (raw.get("retries") or {}).items()},
+            capacity_failures=int(raw.get("capacityFailures") or 0),
+            quota_retries=int(raw.get("quotaRetries") or 0),
+            max_wait_seconds=float(wait) if isinstance(wait, int | float) and wait else None,
+            created_at=_time(raw.get("createdAt")),
+            ended_at=_time(raw.get("endedAt")),
+            attempt_submitted_at=_time(raw.get("attemptSubmittedAt")),
+            vertex_create_time=_time(raw.get("vertexCreateTime")),
+            next_attempt_at=_time(raw.get("nextAttemptAt")),
+            overdue_since=_time(raw.get("overdueSince")),
+            last_read_at=_time(raw.get("lastReadAt")),
+            hint_pending=bool(raw.get("hintPending")),
+            outbox=tuple(dict(m) for m in raw.get("outbox") or ()),
+            pending_cancels=tuple(str(n) for n in raw.get("pendingCancels") or ()),
+            work_lost_seconds=_number(raw.get("workLostSeconds")),
+            totals={
+                key: _number(raw.get(key))
+                for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")
+            },
+            cost=dict(raw.get("cost") or {}),
+            document=dict(raw),
+        )
+
+    @property
+    def home(self) -> str | None:
+        """Where the request's attempts start: its base location, else its current one."""
+        return self.base_location or self.location
+
+
+@dataclass(frozen=True)
+class DeploymentRecord:
+    """One ``deployments/{id}`` document, typed (the README's Firestore contract)."""
+
+    request_id: str
+    state: DeploymentState
+    kind: str | None = None
+    endpoint: str | None = None
+    operation: str | None = None
+    deployed_model_id: str | None = None
+    request: dict[str, Any] = field(default_factory=dict)
+    claim: Lease | None = None
+    quota_retries: int = 0
+    next_attempt_at: datetime | None = None
+
+    @classmethod
+    def decode(cls, raw: Mapping[str, Any]) -> DeploymentRecord:
+        """Read a stored document; missing or mistyped fields take their defaults."""
+        state = str(raw.get("state"))
+        return cls(
+            request_id=str(raw.get("requestId") or ""),
+            state=(
+                DeploymentState(state)
+                if state in DeploymentState.__members__
+                else DeploymentState.ACCEPTED
+            ),
+            kind=_text(raw.get("kind")),
+            endpoint=_text(raw.get("endpoint")),
+            operation=_text(raw.get("operation")),
+            deployed_model_id=_text(raw.get("deployedModelId")),
+            request=_json(raw.get("request")),
+            claim=Lease.of(raw.get("claim")),
+            quota_retries=int(raw.get("quotaRetries") or 0),
+            next_attempt_at=_time(raw.get("nextAttemptAt")),
+        )
