@@ -108,10 +108,6 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
     Returns how many records changed. Each record is isolated (see :class:`Sweep`): a failed
     read of one operation is logged and left for the next tick (a control-plane error never
     changes a record), so one bad record cannot stall the others.
-
-    Examples:
-        >>> refresh_deployments(bootstrap.build_deployments())   # doctest: +SKIP
-        1
     """
     sweep = sweep or Sweep("deployments")
     changed = 0

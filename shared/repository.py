@@ -5,10 +5,6 @@ The stores (:class:`~shared.ports.JobStore`, :class:`~shared.ports.DeploymentSto
 storage only: get, a conditional create, a transaction that applies one decision, and a few
 queries. What each write means (a claim seen, a submission recorded, a read lease taken) is
 decided here by the domain's pure functions, once for Firestore and the in-memory fake alike.
-
-Examples:
-    >>> from tests.fakes import InMemoryJobStore   # doctest: +SKIP
-    >>> records = JobRecords(InMemoryJobStore(), "us-central1")   # doctest: +SKIP
 """
 
 from __future__ import annotations
