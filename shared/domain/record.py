@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,8 +80,10 @@ class JobRecord:
     accelerator_type: str | None = None
     gpus: int = 0
     run_id: str | None = None
-    request: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    # The body and options as stored (JSON text); parsed only when a decision reads them, so
+    # the hint path's transactions never parse a request body of up to 256 KiB.
+    request_text: str | None = field(default=None, repr=False)
+    options_text: str | None = field(default=None, repr=False)
     reason: str | None = None
     claim: Lease | None = None
     cancel_requested: bool = False
@@ -123,8 +126,8 @@ class JobRecord:
             accelerator_type=_text(raw.get("acceleratorType")),
             gpus=int(raw.get("gpus") or 0),
             run_id=_text(raw.get("runId")),
-            request=_json(raw.get("request")),
-            options=_json(raw.get("options")),
+            request_text=_text(raw.get("request")),
+            options_text=_text(raw.get("options")),
             reason=_text(raw.get("reason")),
             claim=Lease.of(raw.get("claim")),
             cancel_requested=bool(raw.get("cancelRequested")),
@@ -150,6 +153,16 @@ class JobRecord:
             cost=dict(raw.get("cost") or {}),
             document=dict(raw),
         )
+
+    @functools.cached_property
+    def request(self) -> dict[str, Any]:
+        """The Vertex body as submitted (defaults applied)."""
+        return _json(self.request_text)
+
+    @functools.cached_property
+    def options(self) -> dict[str, Any]:
+        """``retryPolicy``, ``fallback`` and ``checkpointUri`` as the request gave them."""
+        return _json(self.options_text)
 
     @property
     def home(self) -> str | None:
