@@ -41,7 +41,7 @@ from shared.domain.records import (
     submission_write,
 )
 from shared.domain.request import JobRequest
-from shared.errors import StoreUnavailable, SubmissionInProgress
+from shared.errors import SubmissionInProgress
 from shared.ports import DeploymentStore, JobStore
 
 Decide = Callable[[JobRecord], Change | None]
@@ -178,11 +178,9 @@ class JobRecords:
             )
 
         self.transact(submission.request_id, decide)
-        if not recorded:
-            # The record vanished after its claim (deleted by hand): nothing may be decided
-            # about the job now; redelivery claims anew, and its lookup adopts the job.
-            raise StoreUnavailable(f"no record of {submission.request_id!r} to record it on")
-        return recorded[0]
+        # No record at all (deleted by hand after the claim): no record will ever follow the
+        # job either, so the caller cancels it, as for any job a record will not take.
+        return bool(recorded and recorded[0])
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""

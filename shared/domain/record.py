@@ -35,13 +35,29 @@ def _text(value: Any) -> str | None:
 
 def _json(value: Any) -> dict[str, Any]:
     """A JSON-text field (``request``, ``options``): stored as text because Firestore cannot
-    hold arrays of arrays, which Vertex bodies may."""
-    decoded = json.loads(value) if isinstance(value, str) and value else {}
+    hold arrays of arrays, which Vertex bodies may. Unreadable text reads as empty."""
+    try:
+        decoded = json.loads(value) if isinstance(value, str) and value else {}
+    except (ValueError, RecursionError):
+        return {}
     return decoded if isinstance(decoded, dict) else {}
 
 
 def _number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _count(value: Any) -> int:
+    """A whole count; anything else (a hand-edited string, null) reads as 0."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _items(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, list | tuple) else ()
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,11 @@ class Lease:
         return cls(_text(raw.get("token")), _time(raw.get("expiresAt")))
 
 
+#: What a record with a missing or unknown state reads as: terminal, so no decision moves it
+#: and a new delivery takes it for a duplicate (as the raw comparisons did before).
+UNKNOWN_STATE = JobState.FAILED
+
+
 @dataclass(frozen=True)
 class JobRecord:
     """One ``jobs/{id}`` document, typed (the README's Firestore contract names each field)."""
@@ -70,6 +91,8 @@ class JobRecord:
     request_id: str
     state: JobState
     attempt: int
+    # False when the stored state is missing or unknown (a hand-edited record).
+    state_known: bool = True
     kind: str | None = None
     vertex_job: str | None = None
     vertex_job_id: str | None = None
@@ -109,32 +132,36 @@ class JobRecord:
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> JobRecord:
-        """Read a stored document; missing or mistyped fields take their defaults."""
+        """Read a stored document; missing or mistyped fields take their defaults, so decoding
+        never fails (a sweep must survive one hand-edited record). A state that is missing or
+        unknown reads as :data:`UNKNOWN_STATE`: no decision moves such a record."""
         wait = raw.get("maxWaitSeconds")
         state = str(raw.get("state"))
+        known = state in JobState.__members__
         return cls(
             request_id=str(raw.get("requestId") or ""),
-            state=JobState(state) if state in JobState.__members__ else JobState.ACCEPTED,
-            attempt=int(raw.get("attempt") or 0),
+            state=JobState(state) if known else UNKNOWN_STATE,
+            state_known=known,
+            attempt=_count(raw.get("attempt")),
             kind=_text(raw.get("kind")),
             vertex_job=_text(raw.get("vertexJob")),
             vertex_job_id=_text(raw.get("vertexJobId")),
-            vertex_job_ids=tuple(str(i) for i in raw.get("vertexJobIds") or ()),
+            vertex_job_ids=tuple(str(i) for i in _items(raw.get("vertexJobIds"))),
             strategy=_text(raw.get("strategy")),
             location=_text(raw.get("location")),
             base_location=_text(raw.get("baseLocation")),
             accelerator_type=_text(raw.get("acceleratorType")),
-            gpus=int(raw.get("gpus") or 0),
+            gpus=_count(raw.get("gpus")),
             run_id=_text(raw.get("runId")),
             request_text=_text(raw.get("request")),
             options_text=_text(raw.get("options")),
             reason=_text(raw.get("reason")),
             claim=Lease.of(raw.get("claim")),
             cancel_requested=bool(raw.get("cancelRequested")),
-            retries={str(k): int(v) for k, v in (raw.get("retries") or {}).items()},
-            capacity_failures=int(raw.get("capacityFailures") or 0),
-            quota_retries=int(raw.get("quotaRetries") or 0),
-            max_wait_seconds=float(wait) if isinstance(wait, int | float) and wait else None,
+            retries={str(k): _count(v) for k, v in _mapping(raw.get("retries")).items()},
+            capacity_failures=_count(raw.get("capacityFailures")),
+            quota_retries=_count(raw.get("quotaRetries")),
+            max_wait_seconds=_number(wait) or None,
             created_at=_time(raw.get("createdAt")),
             ended_at=_time(raw.get("endedAt")),
             attempt_submitted_at=_time(raw.get("attemptSubmittedAt")),
@@ -143,14 +170,14 @@ class JobRecord:
             overdue_since=_time(raw.get("overdueSince")),
             last_read_at=_time(raw.get("lastReadAt")),
             hint_pending=bool(raw.get("hintPending")),
-            outbox=tuple(dict(m) for m in raw.get("outbox") or ()),
-            pending_cancels=tuple(str(n) for n in raw.get("pendingCancels") or ()),
+            outbox=tuple(dict(m) for m in _items(raw.get("outbox")) if isinstance(m, Mapping)),
+            pending_cancels=tuple(str(n) for n in _items(raw.get("pendingCancels"))),
             work_lost_seconds=_number(raw.get("workLostSeconds")),
             totals={
                 key: _number(raw.get(key))
                 for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")
             },
-            cost=dict(raw.get("cost") or {}),
+            cost=_mapping(raw.get("cost")),
             document=dict(raw),
         )
 
@@ -180,7 +207,7 @@ class DeploymentRecord:
     endpoint: str | None = None
     operation: str | None = None
     deployed_model_id: str | None = None
-    request: dict[str, Any] = field(default_factory=dict)
+    request_text: str | None = field(default=None, repr=False)
     claim: Lease | None = None
     quota_retries: int = 0
     next_attempt_at: datetime | None = None
@@ -191,17 +218,23 @@ class DeploymentRecord:
         state = str(raw.get("state"))
         return cls(
             request_id=str(raw.get("requestId") or ""),
+            # Missing or unknown: read as an end, so nothing moves it (see UNKNOWN_STATE).
             state=(
                 DeploymentState(state)
                 if state in DeploymentState.__members__
-                else DeploymentState.ACCEPTED
+                else DeploymentState.FAILED
             ),
             kind=_text(raw.get("kind")),
             endpoint=_text(raw.get("endpoint")),
             operation=_text(raw.get("operation")),
             deployed_model_id=_text(raw.get("deployedModelId")),
-            request=_json(raw.get("request")),
+            request_text=_text(raw.get("request")),
             claim=Lease.of(raw.get("claim")),
-            quota_retries=int(raw.get("quotaRetries") or 0),
+            quota_retries=_count(raw.get("quotaRetries")),
             next_attempt_at=_time(raw.get("nextAttemptAt")),
         )
+
+    @functools.cached_property
+    def request(self) -> dict[str, Any]:
+        """The ``deployModel`` body as submitted; parsed only when a redeploy needs it."""
+        return _json(self.request_text)

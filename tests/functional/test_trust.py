@@ -491,3 +491,17 @@ def _request_of_seed():
     from shared.domain.request import parse_request
 
     return parse_request(load("seed_request"), {}, "m")
+
+
+def test_a_hand_edited_record_does_not_stop_the_tick_for_the_others(tracker, clock, post_event):
+    request_seed(post_event)
+    other = load("seed_request")
+    other["requestId"] = "other"
+    assert deliver(post_event, other) == 200
+    # Someone edits a record by hand into values no code writes.
+    tracker.store.store.jobs[SEED].update(retries={"capacity": None}, gpus="eight", outbox=["x"])
+    end(tracker, clock, tracker.store.store.get("other")["vertexJob"], "JOB_STATE_SUCCEEDED")
+
+    assert tick(post_event, clock) == 200
+
+    assert tracker.store.store.get("other")["state"] == "SUCCEEDED"

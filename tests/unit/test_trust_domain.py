@@ -8,10 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.domain.jobs import JobState, VertexJob
+from shared.domain.record import DeploymentRecord, JobRecord
 from shared.domain.records import (
     TOMBSTONE_REASON,
     TOMBSTONE_TTL,
     is_stray,
+    job_settled,
     pending_attempt,
     submission_claimable,
     tombstone,
@@ -170,3 +172,39 @@ def test_pending_cancels_are_kept_bounded_and_dropped_once_confirmed():
     full = {**record(), **many.record}
     # A full list never forgets an unconfirmed cancel to make room for a new one.
     assert cancels_pending(full, [JOB + "new"], NOW) is None
+
+
+# --- decoding never fails, and an unknown state moves nothing ---------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"retries": {"capacity": None}},
+        {"attempt": "one"},
+        {"outbox": ["x"]},
+        {"gpus": "eight"},
+        {"cost": "n/a"},
+        {"vertexJobIds": 5},
+        {"request": "{not json"},
+        {"maxWaitSeconds": "soon"},
+    ],
+)
+def test_a_hand_edited_record_decodes_with_defaults(fields):
+    decoded_record = JobRecord.decode(record(**fields))
+    assert decoded_record.request_id == "r"
+    assert isinstance(decoded_record.request, dict)
+
+
+@pytest.mark.parametrize("state", [None, "PAUSED", 7])
+def test_a_record_of_unknown_state_is_a_duplicate_and_moves_nothing(state):
+    unknown = JobRecord.decode({**record(vertexJob=None), "state": state})
+    assert unknown.state_known is False
+    assert job_settled(unknown)
+    assert pending_attempt(unknown) is None
+    assert failed(unknown, NOW, "late") is None
+
+
+def test_a_deployment_with_a_bad_body_still_decodes():
+    deployment = DeploymentRecord.decode({"requestId": "d", "state": "DEPLOYING", "request": "{"})
+    assert deployment.request == {} and deployment.state.value == "DEPLOYING"
