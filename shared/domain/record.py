@@ -127,8 +127,6 @@ class JobRecord:
     work_lost_seconds: float = 0.0
     totals: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
-    #: Every field of the document as stored, for what no decision reads by type.
-    document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> JobRecord:
@@ -178,7 +176,6 @@ class JobRecord:
                 for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")
             },
             cost=_mapping(raw.get("cost")),
-            document=dict(raw),
         )
 
     @functools.cached_property
@@ -204,13 +201,11 @@ class DeploymentRecord:
     request_id: str
     state: DeploymentState
     kind: str | None = None
-    endpoint: str | None = None
     operation: str | None = None
     deployed_model_id: str | None = None
     request_text: str | None = field(default=None, repr=False)
     claim: Lease | None = None
     quota_retries: int = 0
-    next_attempt_at: datetime | None = None
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> DeploymentRecord:
@@ -225,13 +220,11 @@ class DeploymentRecord:
                 else DeploymentState.FAILED
             ),
             kind=_text(raw.get("kind")),
-            endpoint=_text(raw.get("endpoint")),
             operation=_text(raw.get("operation")),
             deployed_model_id=_text(raw.get("deployedModelId")),
             request_text=_text(raw.get("request")),
             claim=Lease.of(raw.get("claim")),
             quota_retries=_count(raw.get("quotaRetries")),
-            next_attempt_at=_time(raw.get("nextAttemptAt")),
         )
 
     @functools.cached_property
