@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from flexjobs_local import procs
-from flexjobs_local.stack import LocalStack, StackConfig
+from flexjobs_local.stack import UPLOAD_FUNCTION, LocalStack, StackConfig
 
 STATE_DIR = Path(".flexjobs-local")
 STATE_FILE = STATE_DIR / "stack.json"
@@ -32,6 +32,13 @@ def _up(args: argparse.Namespace) -> int:
     for key, value in stack.env.items():
         print(f"export {key}={value}")
     print(f"simulator control: {stack.simulator.base_url}")
+    print(f"upload requests to: {stack.upload_uri} (FLEXJOBS_UPLOAD_PREFIX={config.upload_prefix})")
+    if UPLOAD_FUNCTION in config.functions:
+        print(
+            f"every object finalize in gs://{config.bucket} is delivered to {UPLOAD_FUNCTION} as"
+            " Eventarc would (a CloudEvent, binary mode, retried until acknowledged);"
+            f" delivered events: {stack.storage_events_path}"
+        )
     print(f"logs: {stack.workdir}; stop with: flexjobs local down")
     return 0
 

@@ -5,12 +5,17 @@
 3. a job larger than the whole simulated capacity, which waits until its max wait expires
    (its capacity retry budget is 0, so it then fails for good);
 4. a Spot job that writes checkpoints, is preempted twice, resumes each time from its latest
-   complete checkpoint, and finishes.
+   complete checkpoint, and finishes; its progress moves with each checkpoint upload, before
+   any retry (handle_upload, no Vertex call);
+5. a ``.jsonl`` of three requests uploaded to the bucket (one bad: a rejection with its line);
+6. a nightly template (``concurrency: forbid``) fired twice in one slot and once in the next
+   while the first run is still active: one job, and one SKIPPED slot.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import time
 from typing import Any
 
@@ -21,6 +26,11 @@ A100_CAPACITY = 4
 BUCKET = "flexjobs-local"
 SPOT_ID = "spot-preempted-twice"
 PREEMPTIONS = 2
+SPOT_STEPS = 1800
+UPLOAD_NAME = "requests/demo-batch.jsonl"
+NIGHTLY = "nightly-finetune-{slot}"
+NIGHTLY_FIRES = ("2026-11-30T02:00:00Z", "2026-11-30T02:00:40Z", "2026-12-01T02:00:00Z")
+SLOT_1, SLOT_2 = "nightly-finetune-20261130T000000Z", "nightly-finetune-20261201T000000Z"
 
 SEED: dict[str, Any] = {
     "requestId": "seed-1",
@@ -71,12 +81,43 @@ def _spot_job(request_id: str) -> dict[str, Any]:
         "imageUri": "python:3.10",
         "command": ["python", "train.py"],
         "env": [
-            {"name": "FLEXJOBS_SIM_RUN_SECONDS", "value": "1800"},
+            {"name": "FLEXJOBS_SIM_RUN_SECONDS", "value": str(SPOT_STEPS)},
             {"name": "FLEXJOBS_SIM_CHECKPOINT_EVERY", "value": "120"},
         ],
     }
     job["scheduling"] = {"strategy": "SPOT"}
     job["baseOutputDirectory"] = {"outputUriPrefix": f"gs://{BUCKET}/{request_id}"}
+    body["totalSteps"] = SPOT_STEPS  # its checkpoints' steps are simulated seconds of work
+    return body
+
+
+def _l4_job(request_id: str | None, seconds: int) -> dict[str, Any]:
+    body = _job("x", machine="g2-standard-8", gpus=1, replicas=1, seconds=seconds, wait="3600s")
+    body["customJob"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = (
+        "NVIDIA_L4"
+    )
+    body["customJob"]["displayName"] = request_id or "uploaded"
+    if request_id is None:
+        del body["requestId"]  # an uploaded line gets gcs:{bucket}/{name}#{generation}:{line}
+    else:
+        body["requestId"] = request_id
+    return body
+
+
+def upload_lines() -> str:
+    """The uploaded ``.jsonl``: two good requests around a bad one (FLEX_START on a T4)."""
+    bad = _l4_job(None, 300)
+    bad["customJob"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"].update(
+        machineType="n1-standard-8", acceleratorType="NVIDIA_TESLA_T4"
+    )
+    return "\n".join(json.dumps(b) for b in (_l4_job(None, 300), bad, _l4_job(None, 420))) + "\n"
+
+
+def nightly() -> dict[str, Any]:
+    """The Cloud Scheduler template: one run a day, none while the last is still active."""
+    body = _l4_job(NIGHTLY, 900)
+    body["customJob"]["displayName"] = "nightly-finetune"
+    body["schedule"] = {"slotSeconds": 86400, "concurrency": "forbid"}
     return body
 
 
@@ -96,22 +137,34 @@ def requests() -> list[dict[str, Any]]:
     ]
 
 
+def _short(request_id: str) -> str:
+    """An upload's requestId without its bucket and generation, to fit a line."""
+    if not request_id.startswith("gcs:"):
+        return request_id
+    name, _, rest = request_id.partition("#")
+    line = rest.partition(":")[2]
+    return f"gcs:…/{name.rsplit('/', 1)[-1]}:{line}"
+
+
 def _row(record: dict[str, Any]) -> str:
     job = str(record.get("vertexJob") or "-").rsplit("/", 1)[-1]
     reason = str(record.get("reason") or "")
     reason = f"  ({reason[:90]}...)" if len(reason) > 90 else (f"  ({reason})" if reason else "")
-    checkpoint = (record.get("latestCheckpoint") or {}).get("uri")
-    resumed = f" resumeFrom={checkpoint}" if checkpoint else ""
+    latest = record.get("latestCheckpoint") or {}
+    progress = record.get("progress")
+    share = f" ({progress:.0%})" if isinstance(progress, float) else ""
+    resumed = f" checkpoint=step {latest.get('step')}{share}" if latest else ""
     gpu = f" gpuSeconds={record['gpuSeconds']:.0f}" if record.get("gpuSeconds") else ""
     return (
-        f"{record['requestId']:<21} {record['state']:<10} attempt={record.get('attempt')} "
+        f"{_short(record['requestId']):<33} {record['state']:<10} attempt={record.get('attempt')} "
         f"strategy={record.get('strategy'):<10} vertexJob=…{job[-6:]}{gpu}{resumed}{reason}"
     )
 
 
 class Preempter:
     """Plays Compute Engine reclaiming Spot capacity: preempts the Spot job's running attempt
-    once it has written a checkpoint of its own, ``PREEMPTIONS`` times."""
+    once its record shows a checkpoint of that attempt (the upload reached handle_upload),
+    ``PREEMPTIONS`` times."""
 
     def __init__(self, stack: LocalStack) -> None:
         self.stack = stack
@@ -124,7 +177,8 @@ class Preempter:
         job = self.stack.simulator.job(str(name))
         sim = job.get("_sim", {})
         fresh = [s for s in sim.get("checkpointSteps", []) if s > (sim.get("resumedStep") or 0)]
-        if job.get("state") == "JOB_STATE_RUNNING" and fresh:
+        recorded = ((record or {}).get("latestCheckpoint") or {}).get("step")
+        if job.get("state") == "JOB_STATE_RUNNING" and recorded in fresh:
             self.stack.simulator.preempt(str(name))
             self.done.add(str(name))
             print(f"          >>> simulator: Spot capacity reclaimed, {SPOT_ID} preempted")
@@ -148,51 +202,107 @@ def run_demo(time_factor: float = 60.0, tick_seconds: float | None = None, limit
         for body in requests():
             stack.publish_request(body)
             print(f"published {body['requestId']}")
+        generation = stack.upload(UPLOAD_NAME, upload_lines(), "application/jsonl")
+        print(f"uploaded {stack.upload_uri}{UPLOAD_NAME.rpartition('/')[2]} (3 lines, 1 bad)")
+        batch = f"gcs:{BUCKET}/{UPLOAD_NAME}#{generation}"
+        for at in NIGHTLY_FIRES[:2]:
+            stack.publish_request(nightly(), scheduleTime=at)
+            print(f"Cloud Scheduler fired {NIGHTLY} at {at}")
         print()
         db = firestore.Client(project=config.project)
-        seen: dict[str, tuple[Any, ...]] = {}
-        preempter = Preempter(stack)
-        deadline = time.monotonic() + limit
-        started = time.monotonic()
-        while time.monotonic() < deadline:
-            records = [d.to_dict() for d in db.collection("jobs").stream()]
-            preempter.poke(next((r for r in records if r["requestId"] == SPOT_ID), None))
-            for record in sorted(records, key=lambda r: r["requestId"]):
-                key = (record["state"], record.get("attempt"), record.get("vertexJob"))
-                if seen.get(record["requestId"]) != key:
-                    seen[record["requestId"]] = key
-                    print(f"[{time.monotonic() - started:6.1f}s] {_row(record)}")
-            if len(records) == 4 and all(r["state"] in {"SUCCEEDED", "FAILED"} for r in records):
-                break
-            time.sleep(0.5)
-        final = {
-            r["requestId"]: r["state"]
-            for r in (d.to_dict() for d in db.collection("jobs").stream())
-        }
-        print("\nfinal:", final)
-        calls = stack.simulator.calls(method="CreateCustomJob")
-        print(f"CreateCustomJob calls received by the simulator: {len(calls)}")
-        spot = db.collection("jobs").document(SPOT_ID).get().to_dict() or {}
-        for attempt in db.collection("jobs").document(SPOT_ID).collection("attempts").stream():
-            a = attempt.to_dict()
-            print(
-                f"  {SPOT_ID} attempt {attempt.id}: {a.get('state'):<9} "
-                f"resumedFrom={a.get('resumedFrom') or '-'} "
-                f"gpuSeconds={a.get('gpuSeconds', 0):.0f} "
-                f"workLost={a.get('workLostSeconds', 0):.0f}s"
-            )
-        cost = spot.get("cost") or {}
-        print(
-            f"  {SPOT_ID}: {spot.get('gpuSeconds', 0):.0f} GPU-seconds, "
-            f"est. ${cost.get('costUsd')} vs ${cost.get('onDemandUsd')} on demand"
-        )
-        expected = {
-            "seed-1": "SUCCEEDED",
-            "gang-2-nodes": "SUCCEEDED",
-            "too-big-to-fit": "FAILED",
-            SPOT_ID: "SUCCEEDED",
-        }
-        ok = final == expected and len(calls) == 4 + PREEMPTIONS and spot.get("attempt") == 3
-        print("demo OK" if ok else f"demo did not reach the expected states: {expected}")
+        progress_before_retry = _watch(stack, db, limit)
+        ok = _report(stack, db, batch, progress_before_retry)
     print("stack stopped")
     return 0 if ok else 1
+
+
+def _watch(stack: LocalStack, db: Any, limit: float) -> bool:
+    """Print every record as it changes, play the Spot preemptions and fire the next nightly
+    slot, until every record ended; returns whether the Spot job's progress was recorded from
+    its checkpoint uploads before its first retry."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    preempter = Preempter(stack)
+    progress_before_retry = False
+    next_slot_fired = False
+    deadline = time.monotonic() + limit
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        records = [d.to_dict() for d in db.collection("jobs").stream()]
+        by_id = {r["requestId"]: r for r in records}
+        spot = by_id.get(SPOT_ID) or {}
+        preempter.poke(spot)
+        if spot.get("attempt") == 1 and spot.get("latestCheckpoint"):
+            progress_before_retry = True
+        first = by_id.get(SLOT_1) or {}
+        if not next_slot_fired and first.get("vertexJob"):
+            # The next night's slot, while the first run is still queued or running.
+            stack.publish_request(nightly(), scheduleTime=NIGHTLY_FIRES[2])
+            print(f"          >>> Cloud Scheduler fired {NIGHTLY} at {NIGHTLY_FIRES[2]}")
+            next_slot_fired = True
+        for record in sorted(records, key=lambda r: r["requestId"]):
+            checkpoint = (record.get("latestCheckpoint") or {}).get("step")
+            key = (record["state"], record.get("attempt"), record.get("vertexJob"), checkpoint)
+            if seen.get(record["requestId"]) != key:
+                seen[record["requestId"]] = key
+                print(f"[{time.monotonic() - started:6.1f}s] {_row(record)}")
+        ended = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"}
+        if len(records) == 8 and all(r["state"] in ended for r in records):
+            break
+        time.sleep(0.5)
+    return progress_before_retry
+
+
+def _report(stack: LocalStack, db: Any, batch: str, progress_before_retry: bool) -> bool:
+    """Print the outcome; True when it is what the demo promises."""
+    final = {
+        r["requestId"]: r["state"] for r in (d.to_dict() for d in db.collection("jobs").stream())
+    }
+    print("\nfinal:", {_short(k): v for k, v in final.items()})
+    calls = stack.simulator.calls(method="CreateCustomJob")
+    print(f"CreateCustomJob calls received by the simulator: {len(calls)}")
+    spot = db.collection("jobs").document(SPOT_ID).get().to_dict() or {}
+    for attempt in db.collection("jobs").document(SPOT_ID).collection("attempts").stream():
+        a = attempt.to_dict()
+        print(
+            f"  {SPOT_ID} attempt {attempt.id}: {a.get('state'):<9} "
+            f"resumedFrom={a.get('resumedFrom') or '-'} "
+            f"gpuSeconds={a.get('gpuSeconds', 0):.0f} "
+            f"workLost={a.get('workLostSeconds', 0):.0f}s"
+        )
+    cost = spot.get("cost") or {}
+    print(
+        f"  {SPOT_ID}: {spot.get('gpuSeconds', 0):.0f} GPU-seconds, "
+        f"est. ${cost.get('costUsd')} vs ${cost.get('onDemandUsd')} on demand; "
+        f"progress recorded from uploads before the first retry: {progress_before_retry}"
+    )
+    rejections = [d.to_dict() for d in db.collection("rejections").stream()]
+    for rejection in rejections:
+        error = rejection["errors"][0]
+        print(
+            f"  rejected {_short(rejection['requestId'])} (source={rejection.get('source')}, "
+            f"line {rejection.get('line')}): {error['path']}: {error['message'][:80]}"
+        )
+    skipped = final.get(SLOT_2) == "SKIPPED"
+    reason = (db.collection("jobs").document(SLOT_2).get().to_dict() or {}).get("reason")
+    print(f"  {SLOT_2}: {final.get(SLOT_2)} (reason: {reason})")
+    expected = {
+        "seed-1": "SUCCEEDED",
+        "gang-2-nodes": "SUCCEEDED",
+        "too-big-to-fit": "FAILED",
+        SPOT_ID: "SUCCEEDED",
+        f"{batch}:1": "SUCCEEDED",
+        f"{batch}:3": "SUCCEEDED",
+        SLOT_1: "SUCCEEDED",
+        SLOT_2: "SKIPPED",
+    }
+    ok = (
+        final == expected
+        and len(calls) == 4 + PREEMPTIONS + 2 + 1
+        and spot.get("attempt") == 3
+        and progress_before_retry
+        and skipped
+        and reason == SLOT_1
+        and [(r.get("source"), r.get("line")) for r in rejections] == [("gcs", 2)]
+    )
+    print("demo OK" if ok else f"demo did not reach the expected states: {expected}")
+    return ok

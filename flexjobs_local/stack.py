@@ -1,5 +1,6 @@
-"""The embedded stack: real Pub/Sub and Firestore emulators, a storage emulator, the Vertex AI
-simulator and one functions-framework server per entry point, wired like production.
+"""The embedded stack: real Pub/Sub and Firestore emulators, a storage emulator (whose object
+finalizes reach handle_upload as Eventarc delivers them), the Vertex AI simulator and one
+functions-framework server per entry point, wired like production.
 
 Examples:
     >>> with LocalStack(StackConfig()) as stack:      # doctest: +SKIP
@@ -13,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +27,15 @@ from flexjobs_local.simulator.client import SimulatorControl
 REPO = Path(__file__).resolve().parent.parent
 FUNCTIONS_SOURCE = REPO / "functions" / "main.py"
 
-# Entry point → the topic whose push subscription delivers to it.
-FUNCTIONS: dict[str, str] = {
+# Entry point → the topic whose push subscription delivers to it. None: no subscription,
+# because Eventarc posts the storage events to the function directly (the storage bridge here).
+FUNCTIONS: dict[str, str | None] = {
     "handle_job_request": "requests",
     "handle_job_event": "events",
     "handle_scheduler_tick": "ticks",
+    "handle_upload": None,
 }
+UPLOAD_FUNCTION = "handle_upload"
 TICKS_TOPIC = "scheduler-ticks"
 NOTIFICATIONS_TAP = "job-notifications-tap"
 
@@ -58,8 +63,10 @@ class StackConfig:
     # The simulator's training writes step checkpoints to the storage emulator.
     checkpoints: bool = True
     seed: int = 7
-    # Created in the storage emulator at start, for jobs' baseOutputDirectory and checkpoints.
+    # Created in the storage emulator at start, for jobs' baseOutputDirectory and checkpoints;
+    # also the upload bucket, whose finalizes go to handle_upload (FLEXJOBS_UPLOAD_PREFIX).
     bucket: str = "flexjobs-local"
+    upload_prefix: str = "requests/"
 
 
 class LocalStack:
@@ -93,7 +100,10 @@ class LocalStack:
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "pubsub-data").mkdir(exist_ok=True)
-        for name in ("pubsub", "firestore", "storage", "vertex", "vertex_control"):
+        # The function ports too, before anything starts: the storage bridge, started first,
+        # needs handle_upload's URL. It retries, so what is written before the function
+        # answers is delivered once it does.
+        for name in ("pubsub", "firestore", "storage", "vertex", "vertex_control", *cfg.functions):
             self.ports[name] = procs.free_port()
         self.env = {
             "GOOGLE_CLOUD_PROJECT": cfg.project,
@@ -105,6 +115,7 @@ class LocalStack:
             "FLEXJOBS_REQUESTS_TOPIC": cfg.requests_topic,
             "FLEXJOBS_EVENTS_TOPIC": cfg.events_topic,
             "FLEXJOBS_NOTIFICATIONS_TOPIC": cfg.notifications_topic,
+            "FLEXJOBS_UPLOAD_PREFIX": cfg.upload_prefix,
         }
         base_env = {**os.environ, **self.env}
         gcloud = shutil.which("gcloud")
@@ -135,17 +146,20 @@ class LocalStack:
             ],
             base_env,
         )
+        deliver_to = (
+            [f"--deliver-to={self.upload_function_url}"] if UPLOAD_FUNCTION in cfg.functions else []
+        )
         storage = self._start(
             "storage",
             [
                 sys.executable,
                 "-m",
-                "gcp_storage_emulator",
-                "start",
+                "flexjobs_local.storage_bridge",
                 "--host=127.0.0.1",
                 f"--port={self.ports['storage']}",
-                "--in-memory",
-                f"--default-bucket={cfg.bucket}",
+                f"--bucket={cfg.bucket}",
+                f"--events-log={self.storage_events_path}",
+                *deliver_to,
             ],
             base_env,
         )
@@ -171,9 +185,7 @@ class LocalStack:
         procs.wait_until(
             firestore, procs.http_ok(f"http://127.0.0.1:{self.ports['firestore']}"), 90
         )
-        procs.wait_until(
-            storage, procs.http_ok(f"http://127.0.0.1:{self.ports['storage']}/storage/v1/b"), 60
-        )
+        procs.wait_until(storage, procs.log_contains(storage, "STORAGE READY"), 60)
         procs.wait_until(vertex, procs.log_contains(vertex, "SIMULATOR READY"), 60)
         self._start_functions(base_env)
         self._create_topics()
@@ -204,8 +216,7 @@ class LocalStack:
         env = {"THREADS": "64", **base_env, **self.config.function_env, "PYTHONUNBUFFERED": "1"}
         started = []
         for target in self.config.functions:
-            port = procs.free_port()
-            self.ports[target] = port
+            port = self.ports[target]
             ff = Path(sys.executable).with_name("functions-framework")
             started.append(
                 self._start(
@@ -260,7 +271,10 @@ class LocalStack:
         for topic in topics.values():
             publisher.create_topic(name=publisher.topic_path(cfg.project, topic))
         for target in cfg.functions:
-            topic = topics[FUNCTIONS[target]]
+            key = FUNCTIONS[target]
+            if key is None:
+                continue
+            topic = topics[key]
             endpoint = (
                 f"http://127.0.0.1:{self.ports[target]}/projects/{cfg.project}/topics/{topic}"
             )
@@ -324,3 +338,62 @@ class LocalStack:
     def function_logs(self, target: str) -> str:
         """Everything a function server printed so far (its structured log lines)."""
         return (self.workdir / f"{target}.log").read_text(errors="replace")
+
+    # -- uploads (the Eventarc storage trigger) --------------------------------------------
+
+    @property
+    def upload_uri(self) -> str:
+        """Where clients drop request files: ``gs://{bucket}/{upload_prefix}``."""
+        return f"gs://{self.config.bucket}/{self.config.upload_prefix}"
+
+    @property
+    def upload_function_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports[UPLOAD_FUNCTION]}/"
+
+    @property
+    def storage_events_path(self) -> Path:
+        return self.workdir / "storage-events.jsonl"
+
+    def upload(self, name: str, data: bytes | str, content_type: str | None = None) -> str:
+        """Write object ``name`` into the stack's bucket, as a client would; returns its
+        generation. The storage bridge then delivers the finalize to handle_upload."""
+        import google.cloud.storage
+        from google.auth.credentials import AnonymousCredentials
+
+        client = google.cloud.storage.Client(
+            project=self.config.project,
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            client_options={"api_endpoint": self.env["STORAGE_EMULATOR_HOST"]},
+        )
+        blob = client.bucket(self.config.bucket).blob(name)
+        blob.upload_from_string(data, content_type=content_type)
+        return str(blob.generation)
+
+    def storage_events(self) -> list[dict[str, Any]]:
+        """The finalize events delivered so far (all of them when no function receives them),
+        oldest first, each ``{"headers": {...}, "body": {...}}``."""
+        try:
+            text = self.storage_events_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        # The last piece is "" or a line the bridge is still writing: only whole lines count.
+        return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
+
+    def redeliver(self, event: dict[str, Any]) -> int:
+        """POST one event from :meth:`storage_events` to handle_upload again, byte for byte
+        (a duplicate, as at-least-once delivery may send); returns the HTTP status."""
+        from flexjobs_local.storage_bridge import encode_body
+
+        if UPLOAD_FUNCTION not in self.config.functions:
+            raise RuntimeError(f"{UPLOAD_FUNCTION} is not among this stack's functions")
+        request = urllib.request.Request(
+            self.upload_function_url,
+            data=encode_body(event["body"]),
+            headers=event["headers"],
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)

@@ -10,10 +10,10 @@ from typing import Any
 
 import functions_framework
 
-from shared import bootstrap, intake, lifecycle
-from shared.commands import Reconcile, SubmitJob, TrackJob
+from shared import bootstrap, intake, lifecycle, uploads
+from shared.commands import ReceiveUpload, Reconcile, SubmitJob, TrackJob
 from shared.entrypoint import pubsub_handler
-from shared.envelopes import PubsubMessage
+from shared.envelopes import PubsubMessage, StorageObjectEvent
 
 
 @functions_framework.cloud_event
@@ -37,3 +37,12 @@ def handle_job_event(event: Any) -> None:
 def handle_scheduler_tick(event: Any) -> None:
     """Pub/Sub trigger from Cloud Scheduler: reconcile every active job against Vertex."""
     lifecycle.reconcile(Reconcile(), bootstrap.tracker())
+
+
+@functions_framework.cloud_event
+@pubsub_handler
+def handle_upload(event: Any) -> None:
+    """Eventarc storage trigger (or a bucket's Pub/Sub notification): submit a request file,
+    or record the checkpoint an upload completed."""
+    received = StorageObjectEvent.from_cloud_event(event)
+    uploads.receive_upload(ReceiveUpload(event=received), bootstrap.uploads())

@@ -23,6 +23,7 @@ from shared.intake import Intake
 from shared.lifecycle import Tracker
 from shared.logs import configure
 from shared.repository import DeploymentRecords, JobRecords
+from shared.uploads import Uploads
 
 if TYPE_CHECKING:
     from shared.adapters.firestore import FirestoreJobStore
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 _lock = threading.Lock()
 _intake: Intake | None = None
 _tracker: Tracker | None = None
+_uploads: Uploads | None = None
 
 
 def utc_now() -> datetime:
@@ -167,3 +169,36 @@ def override_tracker(value: Tracker | None) -> None:
     global _tracker
     with _lock:
         _tracker = value
+
+
+def build_uploads(
+    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+) -> Uploads:
+    """The production wiring of :class:`~shared.uploads.Uploads`: an intake of its own (the
+    upload function submits requests exactly as the requests function does) and GCS."""
+    from shared.adapters.gcs import GcsStoredObjects
+
+    settings = settings or Settings.from_env()
+    return Uploads(
+        intake=build_intake(settings, clock),
+        objects=GcsStoredObjects(
+            project=settings.project, timeout_seconds=settings.call_timeout_seconds
+        ),
+    )
+
+
+def uploads() -> Uploads:
+    """The instance-wide :class:`~shared.uploads.Uploads`, built on first use."""
+    global _uploads
+    with _lock:
+        if _uploads is None:
+            configure()
+            _uploads = build_uploads()
+        return _uploads
+
+
+def override_uploads(value: Uploads | None) -> None:
+    """Install a prebuilt :class:`~shared.uploads.Uploads` (tests), or drop it."""
+    global _uploads
+    with _lock:
+        _uploads = value

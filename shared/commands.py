@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from shared.domain.request import JobRequest
-from shared.envelopes import PubsubMessage
+from shared.envelopes import PubsubMessage, StorageObjectEvent
 
 
 @dataclass(frozen=True)
@@ -14,6 +16,17 @@ class SubmitJob:
 
     message: PubsubMessage
     source: str = "pubsub"
+    # More about where it came from, written on the record and the rejection as is: an
+    # upload's ``object`` (``gs://bucket/name#generation``) and ``.jsonl`` ``line``.
+    origin: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReceiveUpload:
+    """A Cloud Storage object event: a request file to submit, a checkpoint to record, or
+    nothing for flexjobs."""
+
+    event: StorageObjectEvent
 
 
 @dataclass(frozen=True)

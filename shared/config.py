@@ -45,6 +45,10 @@ class Settings:
     max_message_bytes: int = 256 * 1024
     # FLEXJOBS_FIELD_POLICY, JSON text (shared.domain.field_policy); None keeps the defaults.
     field_policy: str | None = None
+    # Objects under this prefix of an upload bucket are request files.
+    upload_prefix: str = "requests/"
+    # A request file larger than this is refused unread.
+    max_upload_bytes: int = 8 * 1024 * 1024
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -74,6 +78,8 @@ class Settings:
             max_replicas=int(e.get("FLEXJOBS_MAX_REPLICAS") or 64),
             max_message_bytes=int(e.get("FLEXJOBS_MAX_MESSAGE_BYTES") or 256 * 1024),
             field_policy=e.get("FLEXJOBS_FIELD_POLICY") or None,
+            upload_prefix=e.get("FLEXJOBS_UPLOAD_PREFIX", "requests/"),
+            max_upload_bytes=int(e.get("FLEXJOBS_MAX_UPLOAD_BYTES") or 8 * 1024 * 1024),
         )
 
     @property

@@ -51,6 +51,13 @@ class BackendRejected(FlexjobsError):
     retryable = False
 
 
+class ObjectGone(FlexjobsError):
+    """The uploaded object's generation no longer exists (replaced or deleted): it can never
+    be read again."""
+
+    retryable = False
+
+
 class TransientError(FlexjobsError):
     """A fault that may pass: the message must be redelivered."""
 

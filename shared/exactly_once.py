@@ -55,6 +55,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     PARKED = "parked"  # Vertex refused it for quota; the tick submits it again
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # a scheduled slot that did not run (concurrency forbid, or stale)
 
 
 @dataclass(frozen=True)

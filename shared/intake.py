@@ -8,6 +8,7 @@ commands to handlers: ``{"cancel": id}`` is a :class:`~shared.commands.CancelJob
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
 from shared.ports import Claim, JobBackend, Notifier, RejectionLog
 from shared.repository import JobRecords
+from shared.series import take_slot
 from shared.submission import AttemptPlan, submit_attempt
 
 __all__ = ["Intake", "Outcome", "submit_job"]
@@ -89,11 +91,12 @@ def read_job_request(cmd: SubmitJob, intake: Intake, body: dict[str, Any]) -> Jo
     Raises:
         InvalidRequest: with all the problems found; the message can never succeed.
     """
-    request = parse_request(body, cmd.message.attributes, cmd.message.message_id)
+    message = cmd.message
+    request = parse_request(body, message.attributes, message.message_id, message.publish_time)
     errors = [error for validate in intake.validators for error in validate(request)]
     if errors:
         raise InvalidRequest(errors)
-    return request
+    return dataclasses.replace(request, origin={"source": cmd.source, **cmd.origin})
 
 
 Command = CancelJob | CreateJob | DeployModel
@@ -130,6 +133,9 @@ def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
     """Submit attempt 1 of a training request exactly once, however often it is delivered."""
     request = cmd.request
     with request_context(request.request_id):
+        skipped = take_slot(request, intake)
+        if skipped is not None:
+            return skipped
         existing: list[Claim] = []
 
         def claim() -> str | None:
@@ -219,6 +225,7 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
                 "errors": errors,
                 "errorCount": len(err.errors),
                 "source": cmd.source,
+                **cmd.origin,
                 "receivedAt": intake.clock(),
                 "payloadExcerpt": excerpt(message.data),
                 "payloadBytes": len(message.data),

@@ -17,21 +17,23 @@ from typing import Any
 from shared.commands import Reconcile, TrackJob
 from shared.config import Settings
 from shared.deployments import Deployments, refresh_deployments
-from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
+from shared.domain.checkpoints import Checkpoint
 from shared.domain.hints import HintAction, parse_hint
 from shared.domain.ids import LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.records import (
+    checkpoints_under,
     is_overdue,
     is_stray,
     next_placement,
     overdue_change,
     pending_attempt,
+    progress_fields,
 )
 from shared.domain.recovery import settle, work_lost_seconds
-from shared.domain.request import JobRequest, job_spec_of
+from shared.domain.request import JobRequest
 from shared.domain.retry import RetryPolicy
 from shared.errors import HintDeferred
 from shared.exactly_once import Outcome
@@ -229,14 +231,12 @@ def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int)
     tracker.store.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
     extra: dict[str, Any] = {"workLostSeconds": record.work_lost_seconds + lost}
     if latest is not None:
-        extra["latestCheckpoint"] = latest.to_dict()
+        extra.update(progress_fields(record.options, latest))
     return Prepared(resume_from=latest.uri if latest else None, record_extra=extra)
 
 
 def _latest_checkpoint(tracker: Tracker, record: JobRecord) -> Checkpoint | None:
-    job_spec = job_spec_of(str(record.kind), record.request) or {}
-    output = job_spec.get("baseOutputDirectory") or {}
-    prefix = checkpoint_prefix(record.options, output.get("outputUriPrefix"))
+    prefix = checkpoints_under(str(record.kind), record.request, record.options)
     if not prefix:
         return None
     # A reused output directory may hold another run's checkpoints: only this request's count,

@@ -24,6 +24,7 @@ __all__ = [
     "JobStore",
     "Notifier",
     "RejectionLog",
+    "StoredObjects",
     "Submission",
 ]
 
@@ -54,7 +55,8 @@ class JobStore(Protocol):
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
     ) -> Change | None:
-        """In one transaction: read the record, let ``decide`` compute a change, write it.
+        """Atomically: read the record, let ``decide`` compute a change, write it (only if
+        the record is still as read; ``decide`` runs again on a fresh read when it is not).
 
         The change's ``record`` fields are set and its ``deletes`` removed; its ``attempt``
         fields are merged into attempt ``attempt_no`` (the record's current attempt when
@@ -85,6 +87,41 @@ class JobStore(Protocol):
 
     def with_pending_cancels(self) -> list[str]:
         """requestIds with Vertex jobs whose cancel Vertex has not confirmed yet."""
+        ...
+
+    def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        """Active records whose ``checkpointPrefix`` is ``prefix`` (an indexed equality, at
+        most :data:`MAX_WATCHERS` of them)."""
+        ...
+
+    def transact_series(
+        self,
+        series: str,
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        """Read the document of ``series`` (``series/{id}``) and the record its ``current``
+        field names, each None when missing; let ``decide`` return the series document to
+        write (None: write nothing), and write it whole, only if the series document is still
+        as read (decided again on a fresh read when it is not)."""
+        ...
+
+
+#: More active jobs than this writing checkpoints under one prefix is a misconfiguration; a
+#: checkpoint upload updates the first ones found.
+MAX_WATCHERS = 20
+
+
+class StoredObjects(Protocol):
+    """Cloud Storage, for reading uploaded request files."""
+
+    def read(self, bucket: str, name: str, generation: str, limit: int) -> bytes:
+        """Read one generation of an object, at most ``limit`` + 1 bytes (so a caller sees
+        that a larger object is too large without reading it all).
+
+        Raises:
+            ObjectGone: that generation no longer exists (replaced or deleted).
+            StoreUnavailable: Cloud Storage could not be reached.
+        """
         ...
 
 
@@ -160,9 +197,9 @@ class DeploymentStore(Protocol):
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
     ) -> Write | None:
-        """In one transaction: read the record, let ``decide`` compute a write (fields to
-        set and to delete; None: nothing), apply it; returns it. A missing record is never
-        decided on."""
+        """Atomically, like :meth:`JobStore.transact`: read the record, let ``decide`` compute
+        a write (fields to set and to delete; None: nothing), apply it; returns it. A missing
+        record is never decided on."""
         ...
 
     def deploying(self) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.domain.checkpoints import Checkpoint
 from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
@@ -34,13 +35,16 @@ from shared.domain.records import (
     Claim,
     ClaimSeen,
     Submission,
+    checkpoint_progress,
     existing_claim,
     job_settled,
     new_record,
+    skipped_record,
     submission_claimable,
     submission_write,
 )
 from shared.domain.request import JobRequest
+from shared.domain.schedule import Slot, Turn, turn
 from shared.errors import SubmissionInProgress
 from shared.ports import DeploymentStore, JobStore
 
@@ -240,6 +244,41 @@ class JobRecords:
         self.transact(
             request_id, lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False})
         )
+
+    def take_turn(
+        self, request: JobRequest, slot: Slot, now: datetime, claim_seconds: float
+    ) -> Turn:
+        """Decide, in one transaction over the series document and its current request's
+        record, what a scheduled slot does (see :func:`~shared.domain.schedule.turn`)."""
+        decided: list[Turn] = []
+
+        def decide(series: dict[str, Any] | None, current: dict[str, Any] | None) -> Any:
+            state = JobRecord.decode(current).state if current is not None else None
+            made = turn(
+                series, state, slot, request.request_id, now=now, claim_seconds=claim_seconds
+            )
+            decided[:] = [made]
+            return made.write
+
+        self.store.transact_series(slot.series, decide)
+        return decided[0]
+
+    def record_skipped(self, request: JobRequest, holder: str, now: datetime) -> bool:
+        """Record a slot that does not run (SKIPPED); False when its record exists already."""
+        record = skipped_record(request, holder, self._default_location, now)
+        return self.store.create(request.request_id, record)
+
+    def watching(self, prefix: str) -> list[JobRecord]:
+        """The active records whose checkpoints go under ``prefix``."""
+        return [JobRecord.decode(r) for r in self.store.with_checkpoint_prefix(prefix)]
+
+    def record_checkpoint(self, request_id: str, checkpoint: Checkpoint, now: datetime) -> bool:
+        """Record a checkpoint an upload completed, when it is news (see
+        :func:`~shared.domain.records.checkpoint_progress`); True when written."""
+        change = self.transact(
+            request_id, lambda current: checkpoint_progress(current, checkpoint, now)
+        )
+        return change is not None
 
     def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
         """Forget notifications once published."""

@@ -21,7 +21,8 @@ from shared.domain.deployments import (
 from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.request import JobRequest
-from shared.errors import BackendRejected
+from shared.errors import BackendRejected, ObjectGone
+from shared.ports import MAX_WATCHERS
 
 # Request kind -> the Vertex collection its resources are named in.
 COLLECTIONS = {
@@ -57,6 +58,7 @@ class InMemoryJobStore:
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.attempts: dict[tuple[str, int], dict[str, Any]] = {}
+        self.series: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
 
     def get(self, request_id: str) -> dict[str, Any] | None:
@@ -118,6 +120,25 @@ class InMemoryJobStore:
 
     def with_pending_cancels(self) -> list[str]:
         return [r["requestId"] for r in self._where(lambda r: r.get("cancelPending") is True)]
+
+    def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        found = self._where(
+            lambda r: r.get("checkpointPrefix") == prefix and not JobState(r["state"]).terminal
+        )
+        return found[:MAX_WATCHERS]
+
+    def transact_series(
+        self,
+        series: str,
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        with self._lock:
+            document = self.series.get(series)
+            holder = (document or {}).get("current")
+            current = self.jobs.get(holder) if isinstance(holder, str) else None
+            write = decide(copy.deepcopy(document), copy.deepcopy(current))
+            if write is not None:
+                self.series[series] = _stored(write)
 
     def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         with self._lock:
@@ -373,3 +394,25 @@ def crash_on_next_record(records: Any) -> None:
         raise KeyboardInterrupt("injected crash between create and record")
 
     records.record_submission = crash
+
+
+class InMemoryStoredObjects:
+    """The StoredObjects port in memory: objects by (bucket, name, generation)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], bytes] = {}
+        self.reads: list[tuple[str, str, str]] = []
+        # Raised by read(), like Cloud Storage being unreachable.
+        self.fail_with: Exception | None = None
+
+    def put(self, bucket: str, name: str, generation: str, data: bytes) -> None:
+        self.objects[(bucket, name, generation)] = data
+
+    def read(self, bucket: str, name: str, generation: str, limit: int) -> bytes:
+        self.reads.append((bucket, name, generation))
+        if self.fail_with is not None:
+            raise self.fail_with
+        try:
+            return self.objects[(bucket, name, generation)][: limit + 1]
+        except KeyError:
+            raise ObjectGone(f"gs://{bucket}/{name}#{generation} does not exist") from None

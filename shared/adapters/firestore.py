@@ -1,8 +1,8 @@
 """FirestoreJobStore: the JobStore port on Cloud Firestore (collection ``jobs``), storage only.
 
 ``create()`` is Firestore's conditional put (it fails when the document exists); every other
-write is one transaction that reads the record, lets a pure decision compute the change and
-writes it (:meth:`FirestoreJobStore.transact`). What the writes mean lives in
+write reads the record, lets a pure decision compute the change and writes it if the record
+is unchanged since the read (:func:`transact_document`). What the writes mean lives in
 :mod:`shared.repository` and the domain.
 """
 
@@ -20,11 +20,13 @@ from shared.config import Settings
 from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState
 from shared.errors import StoreUnavailable
+from shared.ports import MAX_WATCHERS
 
 T = TypeVar("T")
 
 JOBS = "jobs"
 ATTEMPTS = "attempts"
+SERIES = "series"
 
 _TRANSIENT = (
     gexc.ServiceUnavailable,
@@ -37,6 +39,9 @@ _TRANSIENT = (
 )
 
 
+ACTIVE_STATES = [s.value for s in JobState if not s.terminal]
+
+
 def _eq(field: str, value: Any) -> Any:
     return FieldFilter(field, "==", value)
 
@@ -45,12 +50,8 @@ def call_firestore(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except _TRANSIENT as exc:
+        # RetryError included: a conditional write that kept losing to other writers.
         raise StoreUnavailable(f"Firestore {what} failed: {exc}") from exc
-    except ValueError as exc:
-        # The transactional decorator gives up on contention with a bare ValueError.
-        if "Failed to commit transaction" in str(exc):
-            raise StoreUnavailable(f"Firestore {what} failed: {exc}") from exc
-        raise
 
 
 def create_document(ref: Any, record: Mapping[str, Any]) -> bool:
@@ -62,32 +63,59 @@ def create_document(ref: Any, record: Mapping[str, Any]) -> bool:
     return True
 
 
+#: How long a write may keep losing to concurrent writers of its document before it gives up
+#: (StoreUnavailable: the message is redelivered).
+CONTENTION_SECONDS = 20.0
+
+
 def transact_document(
     db: Any,
     ref: Any,
     decide: Callable[[dict[str, Any]], T | None],
-    write: Callable[[Any, dict[str, Any], T], None],
+    write: Callable[[Any, dict[str, Any], T, Any], None],
 ) -> T | None:
-    """Read ``ref``, let ``decide`` compute a change, ``write`` it: one transaction.
+    """Read ``ref``, let ``decide`` compute a change, ``write`` it only if the document is
+    still as read: one atomic read-decide-write.
 
-    A missing document is never decided on; a transaction that loses a race is retried by the
-    client with a fresh read, so ``decide`` must be pure.
+    Optimistic, not a lock: ``write`` adds its writes to a batch, and the document's update
+    carries the precondition ``last_update_time`` of the read (the ``option`` it is given). A
+    concurrent writer makes the commit fail with FAILED_PRECONDITION, and the whole step runs
+    again on a fresh read (api_core's retry, with backoff). Unlike a read-write transaction
+    this holds no lock between the read and the commit, so two writers of one record never
+    wait on each other: the Firestore emulator resolves such waits only by a lock timeout.
+    A missing document is never decided on; ``decide`` must be pure, as it may run again.
     """
-    from google.cloud import firestore
 
-    @firestore.transactional
-    def apply(txn: Any) -> T | None:
-        snap = ref.get(transaction=txn)
+    def attempt() -> T | None:
+        snap = ref.get()
         if not snap.exists:
             return None
         current = snap.to_dict() or {}
         change = decide(current)
         if change is not None:
-            write(txn, current, change)
+            batch = db.batch()
+            write(batch, current, change, db.write_option(last_update_time=snap.update_time))
+            batch.commit()
         return change
 
-    result: T | None = call_firestore("transaction", lambda: apply(db.transaction()))
+    result: T | None = call_firestore("conditional write", _until_unchanged(attempt))
     return result
+
+
+def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
+    """``step`` run again, with backoff, while its conditional write finds the document
+    changed since its read (FAILED_PRECONDITION) or created meanwhile (ALREADY_EXISTS)."""
+    from google.api_core.retry import Retry, if_exception_type
+
+    retry = Retry(
+        predicate=if_exception_type(gexc.FailedPrecondition, gexc.Conflict),
+        initial=0.01,
+        maximum=0.5,
+        multiplier=2.0,
+        timeout=CONTENTION_SECONDS,
+    )
+    wrapped: Callable[[], T] = retry(step)
+    return wrapped
 
 
 class FirestoreJobStore:
@@ -129,14 +157,15 @@ class FirestoreJobStore:
 
         ref = self._ref(request_id)
 
-        def write(txn: Any, current: dict[str, Any], change: Change) -> None:
+        def write(batch: Any, current: dict[str, Any], change: Change, unchanged: Any) -> None:
             deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
             if change.record or deletes:  # Firestore refuses an update with no fields
-                txn.update(ref, {**change.record, **deletes})
+                batch.update(ref, {**change.record, **deletes}, option=unchanged)
+            # Attempt fields alone (update_attempt) are a merge that no read decided.
             if change.attempt:
                 number = change.attempt_no or current.get("attempt", 1)
                 attempt_ref = ref.collection(ATTEMPTS).document(str(number))
-                txn.set(attempt_ref, change.attempt, merge=True)
+                batch.set(attempt_ref, change.attempt, merge=True)
 
         return transact_document(self.db, ref, decide, write)
 
@@ -150,9 +179,46 @@ class FirestoreJobStore:
         return str(docs[0].get("requestId")) if docs else None
 
     def active(self) -> list[dict[str, Any]]:
-        states = [s.value for s in JobState if not s.terminal]
-        query = self.db.collection(JOBS).where(filter=FieldFilter("state", "in", states))
+        query = self.db.collection(JOBS).where(filter=FieldFilter("state", "in", ACTIVE_STATES))
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        # Equality plus "in": the composite index (checkpointPrefix, state) serves it.
+        query = (
+            self.db.collection(JOBS)
+            .where(filter=_eq("checkpointPrefix", prefix))
+            .where(filter=FieldFilter("state", "in", ACTIVE_STATES))
+            .limit(MAX_WATCHERS)
+        )
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def transact_series(
+        self,
+        series: str,
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        ref = self.db.collection(SERIES).document(doc_id(series))
+
+        def attempt() -> None:
+            # Optimistic, like transact_document: the series document is written only if it
+            # is still as read (created only if still absent), so two slots never both take
+            # the series; the holder's record is read as of the decision.
+            snap = ref.get()
+            document = snap.to_dict() if snap.exists else None
+            current = None
+            holder = (document or {}).get("current")
+            if isinstance(holder, str) and holder:
+                held = self._ref(holder).get()
+                current = held.to_dict() if held.exists else None
+            write = decide(document, current)
+            if write is None:
+                return
+            if snap.exists:
+                ref.update(write, option=self.db.write_option(last_update_time=snap.update_time))
+            else:
+                ref.create(write)
+
+        call_firestore("series write", _until_unchanged(attempt))
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
         query = self.db.collection(JOBS).where(filter=FieldFilter("endedAt", ">=", since))

@@ -42,10 +42,10 @@ class FirestoreDeploymentStore:
 
         ref = self._ref(request_id)
 
-        def write(txn: Any, current: dict[str, Any], change: Write) -> None:
+        def write(batch: Any, current: dict[str, Any], change: Write, unchanged: Any) -> None:
             deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
             if change.fields or deletes:
-                txn.update(ref, {**change.fields, **deletes})
+                batch.update(ref, {**change.fields, **deletes}, option=unchanged)
 
         return transact_document(self._jobs.db, ref, decide, write)
 

@@ -48,7 +48,7 @@ from shared.domain.checkpoints import (
     latest_checkpoint,
     split_gcs_uri,
 )
-from shared.errors import StoreUnavailable
+from shared.errors import ObjectGone, StoreUnavailable
 from shared.logs import get_logger
 
 # Through the flexjobs hierarchy, so warnings are JSON lines carrying the requestId label.
@@ -109,7 +109,63 @@ class _Budget:
         return True
 
 
-class GcsCheckpointStore:
+def storage_client(project: str | None, emulator_host: str | None = None) -> Any:
+    """A Cloud Storage client; with an emulator (``emulator_host``, else
+    ``STORAGE_EMULATOR_HOST``), anonymous and pointed at it."""
+    # google-cloud-storage has no type information; mypy only accepts the full path.
+    import google.cloud.storage
+
+    host = emulator_host or os.environ.get(EMULATOR_ENV)
+    if not host:
+        return google.cloud.storage.Client(project=project)
+    endpoint = host if "://" in host else f"http://{host}"
+    return google.cloud.storage.Client(
+        project=project or EMULATOR_PROJECT,
+        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+        client_options={"api_endpoint": endpoint},
+    )
+
+
+def _retry(deadline_seconds: float) -> Retry:
+    return Retry(
+        predicate=if_exception_type(*_RETRYABLE),
+        initial=0.5,
+        maximum=8.0,
+        multiplier=2.0,
+        timeout=deadline_seconds,
+    )
+
+
+class _Gcs:
+    """What both Cloud Storage adapters hold: a client built on first use, the timeout of each
+    HTTP request, and api_core's retry of transient faults within a deadline."""
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        project: str | None = None,
+        *,
+        emulator_host: str | None = None,
+        timeout_seconds: float = 30.0,
+        deadline_seconds: float = 60.0,
+    ) -> None:
+        self._client = client
+        self._project = project
+        self._emulator_host = emulator_host
+        self._timeout = timeout_seconds
+        self._deadline = deadline_seconds
+        self._retry = _retry(deadline_seconds)
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = storage_client(self._project, self._emulator_host)
+            return self._client
+
+
+class GcsCheckpointStore(_Gcs):
     """Checkpoint lookups in Cloud Storage; the client is built on first use.
 
     Args:
@@ -138,42 +194,15 @@ class GcsCheckpointStore:
         max_requests: int = MAX_REQUESTS,
         max_top_pages: int = MAX_TOP_PAGES,
     ) -> None:
-        self._client = client
-        self._project = project
-        self._emulator_host = emulator_host
-        self._timeout = timeout_seconds
-        self._deadline = deadline_seconds
+        super().__init__(
+            client,
+            project,
+            emulator_host=emulator_host,
+            timeout_seconds=timeout_seconds,
+            deadline_seconds=deadline_seconds,
+        )
         self._max_requests = max_requests
         self._max_top_pages = max_top_pages
-        self._retry = Retry(
-            predicate=if_exception_type(*_RETRYABLE),
-            initial=0.5,
-            maximum=8.0,
-            multiplier=2.0,
-            timeout=deadline_seconds,
-        )
-        self._lock = threading.Lock()
-
-    @property
-    def client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                self._client = self._build_client()
-            return self._client
-
-    def _build_client(self) -> Any:
-        # google-cloud-storage has no type information; mypy only accepts the full path.
-        import google.cloud.storage
-
-        host = self._emulator_host or os.environ.get(EMULATOR_ENV)
-        if not host:
-            return google.cloud.storage.Client(project=self._project)
-        endpoint = host if "://" in host else f"http://{host}"
-        return google.cloud.storage.Client(
-            project=self._project or EMULATOR_PROJECT,
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-            client_options={"api_endpoint": endpoint},
-        )
 
     def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
         """The latest complete checkpoint under ``prefix_uri`` (``gs://bucket/prefix/``).
@@ -256,3 +285,31 @@ def _object_info(blob: Any) -> ObjectInfo:
         updated=blob.custom_time or blob.updated or blob.time_created or _EPOCH,
         size=int(blob.size or 0),
     )
+
+
+class GcsStoredObjects(_Gcs):
+    """Uploaded request files in Cloud Storage; the client is built on first use.
+
+    Reads one *generation*, the one the event named: a file replaced since is another
+    generation, with its own event, and must not be read in this one's place.
+    """
+
+    def read(self, bucket: str, name: str, generation: str, limit: int) -> bytes:
+        """At most ``limit`` + 1 bytes of ``gs://bucket/name#generation`` (one ranged read).
+
+        Raises:
+            ObjectGone: that generation no longer exists.
+            StoreUnavailable: Cloud Storage stayed unreachable past the deadline.
+        """
+        blob = self.client.bucket(bucket).blob(name, generation=int(generation))
+        try:
+            data = blob.download_as_bytes(
+                start=0, end=limit, timeout=self._timeout, retry=self._retry
+            )
+        except gexc.NotFound as exc:
+            raise ObjectGone(f"gs://{bucket}/{name}#{generation} no longer exists") from exc
+        except gexc.RequestRangeNotSatisfiable:
+            return b""  # an empty object has no byte 0 to range over
+        except _TRANSIENT as exc:
+            raise StoreUnavailable(f"reading gs://{bucket}/{name} failed: {exc}") from exc
+        return bytes(data)

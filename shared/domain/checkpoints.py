@@ -381,3 +381,35 @@ def checkpoint_prefix(
         return None
     split_gcs_uri(uri)
     return uri
+
+
+def completed_by(bucket: str, name: str, at: datetime) -> tuple[str, Checkpoint] | None:
+    """The checkpoint an object's finalize completes, with the prefix it belongs to.
+
+    A step directory is complete when its marker is written (the marker directly inside it);
+    a single-file checkpoint is complete when it is written. Anything else completes nothing:
+    shards, a half-written step's files, Orbax temporary directories, item-level markers
+    (a later listing still finds those steps).
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t = datetime(2026, 1, 1, tzinfo=UTC)
+        >>> prefix, cp = completed_by("bkt", "out/checkpoints/step-00000200/.metadata", t)
+        >>> prefix, cp.uri, cp.step
+        ('gs://bkt/out/checkpoints/', 'gs://bkt/out/checkpoints/step-00000200/', 200)
+        >>> completed_by("bkt", "out/checkpoints/step-00000200/__0_0.distcp", t) is None
+        True
+    """
+    parent, _, leaf = name.rpartition("/")
+    if leaf in STEP_MARKERS and parent:
+        above, _, directory = parent.rpartition("/")
+        step = step_of(directory)
+        if step is None or ORBAX_TMP in directory:
+            return None
+        prefix = f"gs://{bucket}/{above}/" if above else f"gs://{bucket}/"
+        return prefix, Checkpoint(f"gs://{bucket}/{parent}/", step, at)
+    stem = _file_stem(leaf)
+    if stem is None:
+        return None
+    prefix = f"gs://{bucket}/{parent}/" if parent else f"gs://{bucket}/"
+    return prefix, Checkpoint(f"gs://{bucket}/{name}", step_of(stem), at)

@@ -28,6 +28,9 @@ class JobState(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # A scheduled slot that did not run: its series' earlier request was still active
+    # (concurrency "forbid"), or a later slot already held the series.
+    SKIPPED = "SKIPPED"
 
     @property
     def terminal(self) -> bool:
@@ -39,7 +42,7 @@ class JobState(StrEnum):
         return _RANK[self]
 
 
-_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SKIPPED})
 _RANK = {
     JobState.ACCEPTED: 0,
     JobState.QUEUED: 1,
@@ -48,6 +51,7 @@ _RANK = {
     JobState.SUCCEEDED: 3,
     JobState.FAILED: 3,
     JobState.CANCELLED: 3,
+    JobState.SKIPPED: 3,
 }
 
 # Vertex JobState (and PipelineState) names → record state of the attempt.

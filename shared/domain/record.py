@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.checkpoints import Checkpoint
 from shared.domain.deployments import DeploymentState
 from shared.domain.jobs import JobState
 
@@ -125,6 +126,7 @@ class JobRecord:
     outbox: tuple[dict[str, Any], ...] = ()
     pending_cancels: tuple[str, ...] = ()
     work_lost_seconds: float = 0.0
+    latest_checkpoint: Checkpoint | None = None
     totals: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
 
@@ -171,6 +173,7 @@ class JobRecord:
             outbox=tuple(dict(m) for m in _items(raw.get("outbox")) if isinstance(m, Mapping)),
             pending_cancels=tuple(str(n) for n in _items(raw.get("pendingCancels"))),
             work_lost_seconds=_number(raw.get("workLostSeconds")),
+            latest_checkpoint=_checkpoint(raw.get("latestCheckpoint")),
             totals={
                 key: _number(raw.get(key))
                 for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")
@@ -192,6 +195,16 @@ class JobRecord:
     def home(self) -> str | None:
         """Where the request's attempts start: its base location, else its current one."""
         return self.base_location or self.location
+
+
+def _checkpoint(raw: object) -> Checkpoint | None:
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return Checkpoint.from_dict(raw)
+    except (KeyError, ValueError, TypeError):
+        # A hand-edited checkpoint reads as none: the next complete one replaces it.
+        return None
 
 
 @dataclass(frozen=True)

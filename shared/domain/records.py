@@ -13,10 +13,11 @@ from enum import StrEnum
 from typing import Any
 
 from shared.domain.attempts import gpu_shape
+from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
 from shared.domain.ids import LABEL_ATTEMPT, label_value
 from shared.domain.jobs import Change, JobState, VertexJob, from_vertex
 from shared.domain.record import JobRecord, Lease
-from shared.domain.request import JobRequest
+from shared.domain.request import TRAINING_KINDS, JobRequest, job_spec_of
 from shared.domain.retry import Placement, placement_for
 
 #: The ``reason`` of a record whose attempt Vertex refused for quota, parked for the tick.
@@ -57,7 +58,12 @@ def new_record(request: JobRequest, default_location: str, now: datetime) -> dic
     """The record of a request just claimed for its first attempt (state ACCEPTED)."""
     accelerator, gpus = gpu_shape(request.kind, request.spec)
     location = request.location or default_location
+    slot, watched = request.slot, request_checkpoint_prefix(request)
     return {
+        **request.origin,
+        **({"series": slot.series, "slot": slot.start} if slot else {}),
+        # Indexed: a checkpoint upload finds the active jobs writing under it by this field.
+        **({"checkpointPrefix": watched} if watched else {}),
         "requestId": request.request_id,
         "kind": request.kind,
         "state": JobState.ACCEPTED.value,
@@ -78,6 +84,87 @@ def new_record(request: JobRequest, default_location: str, now: datetime) -> dic
         "createdAt": now,
         "updatedAt": now,
     }
+
+
+def request_checkpoint_prefix(request: JobRequest) -> str | None:
+    """Where a request's checkpoints go; see :func:`checkpoints_under`."""
+    return checkpoints_under(request.kind, request.spec, request.options)
+
+
+def checkpoints_under(kind: str, spec: dict[str, Any], options: dict[str, Any]) -> str | None:
+    """Where a training job's checkpoints go (``checkpointUri``, else ``checkpoints/`` under
+    the job's output directory), or None when unknown or not in Cloud Storage."""
+    if kind not in TRAINING_KINDS:
+        return None
+    output = (job_spec_of(kind, spec) or {}).get("baseOutputDirectory")
+    uri = output.get("outputUriPrefix") if isinstance(output, dict) else None
+    try:
+        return checkpoint_prefix(options, uri if isinstance(uri, str) else None)
+    except ValueError:
+        # An output directory outside Cloud Storage: nothing to watch.
+        return None
+
+
+def skipped_record(
+    request: JobRequest, holder: str, default_location: str, now: datetime
+) -> dict[str, Any]:
+    """The record of a scheduled slot that does not run (SKIPPED): ``holder`` is the series'
+    request that kept it from running. Nothing is created; the notification is in the outbox.
+    """
+    reason = holder
+    message = notification(request.request_id, JobState.SKIPPED.value, 0, reason)
+    return {
+        **new_record(request, default_location, now),
+        "state": JobState.SKIPPED.value,
+        "attempt": 0,
+        "reason": reason,
+        "endedAt": now,
+        "outbox": [message],
+        "outboxPending": True,
+    }
+
+
+def checkpoint_progress(current: JobRecord, checkpoint: Checkpoint, now: datetime) -> Change | None:
+    """Record a checkpoint a live upload just completed, if it is news.
+
+    Only an active job takes it, only a checkpoint of this run (no older than the record,
+    unless the request named ``checkpointUri`` itself), and only forward: a higher step, or
+    with no step, a later time. The state never changes.
+    """
+    if current.state.terminal or not current.state_known:
+        return None
+    created = current.created_at
+    if not current.options.get("checkpointUri") and created and checkpoint.at < created:
+        return None
+    if not _advances(current.latest_checkpoint, checkpoint):
+        return None
+    fields = {**progress_fields(current.options, checkpoint), "updatedAt": now}
+    return Change(current.state, fields)
+
+
+def progress_fields(options: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
+    """``latestCheckpoint``, and ``progress`` (step / ``totalSteps``, at most 1) when the
+    request declared ``totalSteps`` and the checkpoint has a step.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> cp = Checkpoint("gs://b/ck/step-250/", 250, datetime(2026, 1, 1, tzinfo=UTC))
+        >>> progress_fields({"totalSteps": 1000}, cp)["progress"]
+        0.25
+    """
+    fields: dict[str, Any] = {"latestCheckpoint": checkpoint.to_dict()}
+    total = options.get("totalSteps")
+    if isinstance(total, int) and total > 0 and checkpoint.step is not None:
+        fields["progress"] = min(checkpoint.step / total, 1.0)
+    return fields
+
+
+def _advances(old: Checkpoint | None, new: Checkpoint) -> bool:
+    if old is None:
+        return True
+    if old.step is not None and new.step is not None:
+        return new.step > old.step
+    return new.at > old.at and new.uri != old.uri
 
 
 class ClaimSeen(StrEnum):

@@ -18,13 +18,16 @@ from typing import Any
 from shared.domain.checkpoints import check_checkpoint_uri
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.retry import check_fallback, check_retry_policy
+from shared.domain.schedule import Slot, expand, read_slot
 from shared.domain.scheduling import DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
 from shared.domain.vertex_json import canonical_body
 from shared.errors import FieldError, InvalidRequest
 
 KINDS = ("customJob", "hyperparameterTuningJob", "trainingPipeline", "deployModel")
 TRAINING_KINDS = KINDS[:3]
-ENVELOPE_FIELDS = {"requestId", "location", "retryPolicy", "fallback", "checkpointUri", *KINDS}
+#: The options of a training request: stored with the record, read by every later attempt.
+OPTION_FIELDS = ("retryPolicy", "fallback", "checkpointUri", "totalSteps")
+ENVELOPE_FIELDS = {"requestId", "location", "schedule", *OPTION_FIELDS, *KINDS}
 
 #: Vertex allows display names of up to 128 UTF-8 characters.
 MAX_DISPLAY_NAME = 128
@@ -55,6 +58,11 @@ class JobRequest:
     spec: dict[str, Any]
     location: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # A scheduled request's slot (its series and concurrency rule); None when unscheduled.
+    slot: Slot | None = None
+    # Where the request came from, written on its record and rejection as they are:
+    # ``source`` ("pubsub" or "gcs"), and for an upload ``object`` and ``line``.
+    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def scheduling(self) -> dict[str, Any]:
@@ -161,8 +169,16 @@ def read_request_id(body: dict[str, Any], attributes: dict[str, str], message_id
     return attributes.get("requestId") or message_id
 
 
-def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: str) -> JobRequest:
+def parse_request(
+    body: dict[str, Any],
+    attributes: dict[str, str],
+    message_id: str,
+    publish_time: str | None = None,
+) -> JobRequest:
     """Check the envelope of a decoded request and build a :class:`JobRequest`.
+
+    A scheduled request's ``{slot}`` is expanded from the ``scheduleTime`` attribute, else
+    ``publish_time`` (see :mod:`shared.domain.schedule`).
 
     Raises:
         InvalidRequest: with every envelope problem found.
@@ -184,6 +200,11 @@ def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: 
         errors.append(FieldError("$", f"exactly one of {', '.join(KINDS)} is allowed; got {kinds}"))
     for key in sorted(set(body) - ENVELOPE_FIELDS, key=str):
         errors.append(FieldError(str(key), "unknown field; remove it or check its spelling"))
+    template = read_request_id(body, attributes, message_id)
+    slot, slot_errors = read_slot(template, body.get("schedule"), attributes, publish_time)
+    errors.extend(slot_errors)
+    if "schedule" in body and kinds and kinds[0] not in TRAINING_KINDS:
+        errors.append(FieldError("schedule", f"applies to training jobs only, not {kinds[0]}"))
     spec = body.get(kinds[0]) if kinds else None
     if kinds and not isinstance(spec, dict):
         errors.append(FieldError(kinds[0], "must be a JSON object (the Vertex REST body)"))
@@ -203,16 +224,17 @@ def parse_request(body: dict[str, Any], attributes: dict[str, str], message_id: 
         # json.loads accepts nesting that copy.deepcopy cannot follow (it needs two frames a level).
         raise InvalidRequest([FieldError(kind, "is nested too deeply to process")]) from exc
     return JobRequest(
-        request_id=read_request_id(body, attributes, message_id),
+        request_id=expand(template, slot.start) if slot else template,
         kind=kind,
         spec=spec,
         location=location,
         options=_options(body),
+        slot=slot,
     )
 
 
 def _options(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: body[k] for k in ("retryPolicy", "fallback", "checkpointUri") if k in body}
+    return {k: body[k] for k in OPTION_FIELDS if k in body}
 
 
 def check_options(request: JobRequest) -> list[FieldError]:
@@ -237,4 +259,23 @@ def check_options(request: JobRequest) -> list[FieldError]:
         *check_retry_policy(options.get("retryPolicy")),
         *check_fallback(options.get("fallback")),
         *check_checkpoint_uri(options.get("checkpointUri")),
+        *check_total_steps(options.get("totalSteps")),
     ]
+
+
+#: Far above any training run's step count; keeps the progress arithmetic exact.
+MAX_TOTAL_STEPS = 10**15
+
+
+def check_total_steps(raw: object) -> list[FieldError]:
+    """Problems with ``totalSteps``, the step a run ends at (``progress`` = step / it).
+
+    Examples:
+        >>> check_total_steps(1000), [e.path for e in check_total_steps(0)]
+        ([], ['totalSteps'])
+    """
+    if raw is None:
+        return []
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_TOTAL_STEPS:
+        return [FieldError("totalSteps", f"must be an integer from 1 to {MAX_TOTAL_STEPS}")]
+    return []

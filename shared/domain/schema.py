@@ -29,8 +29,9 @@ from pydantic.json_schema import SkipJsonSchema
 
 from shared.domain.machines import ALL_ACCELERATORS, DWS_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.regions import REGION_PATTERN
-from shared.domain.request import KINDS, MAX_DISPLAY_NAME
+from shared.domain.request import KINDS, MAX_DISPLAY_NAME, MAX_TOTAL_STEPS
 from shared.domain.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
+from shared.domain.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
 from shared.domain.scheduling import (
     DEFAULT_MAX_WAIT,
     DEFAULT_STRATEGY,
@@ -261,6 +262,24 @@ class FallbackRung(BaseModel):
     location: Region | SkipJsonSchema[None] = None
 
 
+class Schedule(BaseModel):
+    """A scheduled request: one run per slot; the requestId must hold ``{slot}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slotSeconds: int = Field(
+        default=DEFAULT_SLOT_SECONDS,
+        ge=1,
+        le=MAX_SLOT_SECONDS,
+        description="Slot length: publishes inside one slot make one job.",
+    )
+    concurrency: str = Field(
+        default=Concurrency.ALLOW.value,
+        description="While the series' last run is active: run anyway, skip, or cancel it.",
+        json_schema_extra={"enum": [c.value for c in Concurrency]},
+    )
+
+
 class JobRequestMessage(BaseModel):
     """A flexjobs job request: an envelope around exactly one Vertex REST body."""
 
@@ -286,6 +305,15 @@ class JobRequestMessage(BaseModel):
     )
     checkpointUri: GcsUri | SkipJsonSchema[None] = Field(
         default=None, description="gs:// prefix of the job's checkpoints."
+    )
+    totalSteps: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOTAL_STEPS,
+        description="The step training ends at: progress is the checkpoint step over it.",
+    )
+    schedule: Schedule | SkipJsonSchema[None] = Field(
+        default=None, description="Cloud Scheduler runs: {slot} in requestId becomes the slot."
     )
     customJob: CustomJob | SkipJsonSchema[None] = None
     hyperparameterTuningJob: HyperparameterTuningJob | SkipJsonSchema[None] = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +30,10 @@ FUNCTION_ENV = {
 def local_stack() -> Iterator[LocalStack]:
     config = StackConfig(time_factor=60.0, function_env=FUNCTION_ENV)
     saved = dict(os.environ)
-    with LocalStack(config) as stack:
+    # FLEXJOBS_STACK_LOGS=DIR keeps the stack's logs (every process's output) there after the
+    # run, for a failure to be read; by default they go with the stack's temporary folder.
+    kept = os.environ.get("FLEXJOBS_STACK_LOGS")
+    with LocalStack(config, workdir=Path(kept) if kept else None) as stack:
         stack.apply_env()
         try:
             yield stack

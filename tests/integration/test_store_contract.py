@@ -571,6 +571,38 @@ def test_transact_replaces_a_map_field(jobs, unique):
     assert jobs.store.get(rid)["retries"] == {"capacity": 3}
 
 
+def test_transact_never_loses_a_concurrent_write(jobs, unique):
+    """Interleaving: another writer changes the record between this decision's read and its
+    write. Firestore refuses the stale write and this decision runs again on a fresh read;
+    the fake serializes the two writers. Either way both marks are kept: no lost update."""
+    import threading
+
+    rid = unique("race")
+    claimed(jobs, rid)
+    put(jobs, rid, marks=[])
+    other_done = threading.Event()
+    writers: list[threading.Thread] = []
+
+    def append(name: str, interleave: bool) -> None:
+        def decide(raw: dict[str, Any]) -> Change:
+            if interleave and not writers:
+                writers.append(threading.Thread(target=append, args=("other", False)))
+                writers[0].start()
+                # Firestore: the other write lands now. The fake holds its lock here, so the
+                # other writer waits for this one instead.
+                other_done.wait(1.0)
+            return Change(JobState.ACCEPTED, {"marks": [*raw.get("marks", []), name]})
+
+        jobs.store.transact(rid, decide)
+        if not interleave:
+            other_done.set()
+
+    append("first", interleave=True)
+    writers[0].join(10)
+
+    assert sorted(jobs.store.get(rid)["marks"]) == ["first", "other"]
+
+
 def test_transact_writes_nothing_when_decide_says_none(jobs, unique):
     rid = unique("transact-none")
     claimed(jobs, rid)
@@ -667,6 +699,111 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
     for rid in (accepted, queued, retrying):
         assert active[rid] == jobs.store.get(rid)
     assert succeeded not in active and cancelled not in active
+
+
+# --- JobRecords.watching, record_checkpoint (checkpoint uploads) ---------------------------
+
+
+def watched_request(request_id: str, prefix: str, **options: Any) -> JobRequest:
+    body = load("seed_request")
+    body.update(requestId=request_id, checkpointUri=prefix, **options)
+    return parse_request(body, {}, "message-1")
+
+
+def test_watching_finds_the_active_records_of_one_prefix(jobs, unique):
+    prefix = f"gs://bkt/{unique('ck')}/"
+    running, ended, other = unique("running"), unique("ended"), unique("other")
+    for rid, where in ((running, prefix), (ended, prefix), (other, prefix + "x/")):
+        assert jobs.claim(watched_request(rid, where), NOW, TTL).token
+    put(jobs, ended, state="SUCCEEDED")
+
+    found = jobs.watching(prefix)
+
+    assert [r.request_id for r in found] == [running]
+    assert jobs.store.get(running)["checkpointPrefix"] == prefix
+
+
+def test_record_checkpoint_moves_forward_only(jobs, unique):
+    from shared.domain.checkpoints import Checkpoint
+
+    rid, prefix = unique("ck"), "gs://bkt/ck/"
+    jobs.claim(watched_request(rid, prefix, totalSteps=400), NOW, TTL)
+    first = Checkpoint(prefix + "step-200/", 200, at(60))
+    older = Checkpoint(prefix + "step-100/", 100, at(90))
+
+    assert jobs.record_checkpoint(rid, first, at(61))
+    assert not jobs.record_checkpoint(rid, older, at(91))
+    assert not jobs.record_checkpoint(rid, first, at(92))  # a redelivery
+
+    record = jobs.store.get(rid)
+    assert record["latestCheckpoint"] == first.to_dict()
+    assert record["progress"] == 0.5
+    assert record["state"] == "ACCEPTED"
+
+
+# --- JobRecords.take_turn, record_skipped (scheduled series) --------------------------------
+
+
+def slot_request(series: str, day: int, concurrency: str = "forbid") -> JobRequest:
+    body = load("seed_request")
+    body.update(requestId=series, schedule={"slotSeconds": 86400, "concurrency": concurrency})
+    return parse_request(body, {"scheduleTime": f"2026-03-0{day}T02:00:00Z"}, "message-1")
+
+
+def test_take_turn_takes_a_new_series_and_keeps_it_for_its_holder(jobs, unique):
+    series = unique("series") + "-{slot}"
+    first = slot_request(series, 2)
+    assert first.slot is not None
+
+    taken = jobs.take_turn(first, first.slot, NOW, TTL)
+    again = jobs.take_turn(first, first.slot, at(1), TTL)
+
+    assert (taken.move.value, again.move.value) == ("run", "run")
+
+
+def test_take_turn_waits_for_a_holder_without_a_record_then_takes_over(jobs, unique):
+    series = unique("series") + "-{slot}"
+    first, second = slot_request(series, 2), slot_request(series, 3)
+    assert first.slot is not None and second.slot is not None
+    jobs.take_turn(first, first.slot, NOW, TTL)
+
+    waiting = jobs.take_turn(second, second.slot, at(1), TTL)
+    taken = jobs.take_turn(second, second.slot, at(TTL + 1), TTL)
+    stale = jobs.take_turn(first, first.slot, at(TTL + 2), TTL)
+
+    assert (waiting.move.value, waiting.other) == ("wait", first.request_id)
+    assert taken.move.value == "run"
+    assert (stale.move.value, stale.other) == ("skip", second.request_id)
+
+
+@pytest.mark.parametrize(("concurrency", "move"), [("forbid", "skip"), ("replace", "replace")])
+def test_take_turn_reads_the_holders_record(jobs, unique, concurrency, move):
+    series = unique("series") + "-{slot}"
+    first, second = slot_request(series, 2, concurrency), slot_request(series, 3, concurrency)
+    assert first.slot is not None and second.slot is not None
+    jobs.take_turn(first, first.slot, NOW, TTL)
+    submitted(jobs, first.request_id)
+
+    busy = jobs.take_turn(second, second.slot, at(10), TTL)
+    put(jobs, first.request_id, state="CANCELLED")
+    free = jobs.take_turn(second, second.slot, at(20), TTL)
+
+    assert (busy.move.value, busy.other) == (move, first.request_id)
+    assert free.move.value == "run"
+
+
+def test_record_skipped_is_created_once_with_its_notification(jobs, unique):
+    series = unique("series") + "-{slot}"
+    second = slot_request(series, 3)
+
+    assert jobs.record_skipped(second, "holder-1", NOW)
+    assert not jobs.record_skipped(second, "holder-1", at(1))
+
+    record = jobs.store.get(second.request_id)
+    assert (record["state"], record["reason"], record["series"]) == ("SKIPPED", "holder-1", series)
+    assert record["outbox"][0]["state"] == "SKIPPED"
+    assert second.request_id in jobs.store.with_outbox()
+    assert second.request_id not in {r["requestId"] for r in jobs.store.active()}
 
 
 # --- JobRecords.begin_read, renew_read, release_reader ------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flexjobs_local.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
+from shared.domain.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
 from shared.domain.request import parse_request
 from shared.domain.validation import Guards, check_options, check_request
 from shared.errors import InvalidRequest

@@ -47,6 +47,8 @@ def test_schema_header_and_envelope():
         "retryPolicy",
         "fallback",
         "checkpointUri",
+        "totalSteps",
+        "schedule",
         *KINDS,
     }
     assert schema["oneOf"] == [{"required": [kind]} for kind in KINDS]

@@ -22,8 +22,8 @@ gcloud takes as a flag and flexjobs also accepts in the file. The result is the 
 :func:`shared.domain.request.parse_request` accepts, so the YAML form is checked by exactly
 the same rules as the JSON form.
 
-Only clients use this (a CLI, a script publishing requests), so it lives here, beside the
-embedded stack, and does not ship with the function.
+Clients use it (a CLI, a script publishing requests), and so does ``handle_upload`` for
+``.yaml`` request files dropped in the upload bucket.
 """
 
 from __future__ import annotations

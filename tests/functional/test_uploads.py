@@ -1,0 +1,377 @@
+"""handle_upload driven through functions-framework with real CloudEvents and fakes.
+
+Both deliveries of a Cloud Storage finalize: Eventarc's storage CloudEvent (binary content
+mode, as Eventarc posts it) and a bucket's Pub/Sub notification (a Pub/Sub push body, and the
+same as an Eventarc Pub/Sub CloudEvent).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from cloudevents.conversion import to_binary
+from cloudevents.http import CloudEvent
+from functions_framework import create_app
+
+from shared import bootstrap
+from shared.errors import StoreUnavailable
+from shared.uploads import Uploads
+from tests.events import (
+    bad_seed_line,
+    gcs_notification,
+    load,
+    object_resource,
+    seed_line,
+    storage_cloud_event,
+)
+from tests.fakes import InMemoryStoredObjects
+from tests.functional.conftest import SOURCE
+
+BUCKET = "flexjobs-uploads"
+GEN = "1764504000123456"
+
+
+@pytest.fixture
+def uploads(intake) -> Iterator[Uploads]:
+    wired = Uploads(intake=intake, objects=InMemoryStoredObjects())
+    bootstrap.override_uploads(wired)
+    yield wired
+    bootstrap.override_uploads(None)
+
+
+@pytest.fixture
+def client():
+    return create_app("handle_upload", SOURCE, "cloudevent").test_client()
+
+
+def put(uploads: Uploads, name: str, data: bytes | str, generation: str = GEN, **fields):
+    """Store an object in the fake bucket; returns its resource (for the event)."""
+    raw = data.encode() if isinstance(data, str) else data
+    uploads.objects.put(BUCKET, name, generation, raw)
+    return object_resource(name, generation, len(raw), **fields)
+
+
+def eventarc(client, resource, event_type="finalized"):
+    headers, body = to_binary(storage_cloud_event(resource, event_type))
+    return client.post("/", headers=headers, data=body)
+
+
+def notification(client, resource, **kwargs):
+    return client.post("/", json=gcs_notification(resource, **kwargs))
+
+
+def bad_line() -> str:
+    return bad_seed_line(("jobSpec", "workerPoolSpecs", 0, "replicaCount"), "two")
+
+
+def records(intake) -> dict[str, dict]:
+    return dict(intake.store.store.jobs)
+
+
+# -- request files ------------------------------------------------------------------------
+
+
+def test_jsonl_makes_a_job_per_line_and_rejects_the_bad_line_alone(intake, uploads, client):
+    text = f"{seed_line()}\n{bad_line()}\n\n{seed_line()}\n"
+    resource = put(uploads, "requests/nightly.jsonl", text)
+
+    assert eventarc(client, resource).status_code == 200
+
+    jobs = records(intake)
+    base = f"gcs:{BUCKET}/requests/nightly.jsonl#{GEN}"
+    assert set(jobs) == {f"{base}:1", f"{base}:4"}
+    for rid, line in ((f"{base}:1", 1), (f"{base}:4", 4)):
+        assert jobs[rid]["source"] == "gcs"
+        assert jobs[rid]["object"] == f"gs://{BUCKET}/requests/nightly.jsonl#{GEN}"
+        assert jobs[rid]["line"] == line
+        assert jobs[rid]["state"] == "QUEUED"
+    assert len(intake.backend.created) == 2
+    rejection = intake.rejections.documents[f"{base}:2"]
+    assert rejection["source"] == "gcs"
+    assert rejection["line"] == 2
+    assert rejection["object"] == f"gs://{BUCKET}/requests/nightly.jsonl#{GEN}"
+    assert rejection["errors"][0]["path"].endswith("replicaCount")
+
+
+def test_the_same_event_twice_makes_one_job_per_request(intake, uploads, client):
+    resource = put(uploads, "requests/a.jsonl", f"{seed_line()}\n{seed_line()}\n")
+    for _ in range(2):
+        assert eventarc(client, resource).status_code == 200
+    assert len(intake.backend.created) == 2
+    assert len(records(intake)) == 2
+
+
+def test_a_new_generation_makes_new_requests(intake, uploads, client):
+    eventarc(client, put(uploads, "requests/a.json", seed_line(), generation="1"))
+    eventarc(client, put(uploads, "requests/a.json", seed_line(), generation="2"))
+    assert set(records(intake)) == {
+        f"gcs:{BUCKET}/requests/a.json#1",
+        f"gcs:{BUCKET}/requests/a.json#2",
+    }
+
+
+def test_a_request_id_in_the_file_wins(intake, uploads, client):
+    eventarc(client, put(uploads, "requests/a.json", seed_line("mine-1"), generation="1"))
+    eventarc(client, put(uploads, "requests/a.json", seed_line("mine-1"), generation="2"))
+    assert set(records(intake)) == {"mine-1"}
+    assert len(intake.backend.created) == 1
+
+
+def test_a_bucket_notification_push_body_is_handled_the_same(intake, uploads, client):
+    resource = put(uploads, "requests/one.json", seed_line())
+    assert notification(client, resource).status_code == 200
+    assert notification(client, resource).status_code == 200  # redelivered
+    rid = f"gcs:{BUCKET}/requests/one.json#{GEN}"
+    assert set(records(intake)) == {rid}
+    assert records(intake)[rid]["object"] == f"gs://{BUCKET}/requests/one.json#{GEN}"
+    assert len(intake.backend.created) == 1
+
+
+def test_a_notification_without_payload_is_read_by_its_attributes(intake, uploads, client):
+    resource = put(uploads, "requests/one.json", seed_line())
+    assert notification(client, resource, payload=False).status_code == 200
+    assert len(intake.backend.created) == 1
+
+
+def test_a_notification_as_an_eventarc_pubsub_cloud_event(intake, uploads, client):
+    resource = put(uploads, "requests/one.json", seed_line())
+    event = CloudEvent(
+        {
+            "type": "google.cloud.pubsub.topic.v1.messagePublished",
+            "source": "//pubsub.googleapis.com/projects/p/topics/gcs-uploads",
+            "id": "11223344556677",
+        },
+        gcs_notification(resource),
+    )
+    headers, body = to_binary(event)
+    assert client.post("/", headers=headers, data=body).status_code == 200
+    assert len(intake.backend.created) == 1
+
+
+def test_a_gcloud_yaml_becomes_a_custom_job(intake, uploads, client):
+    yaml_text = (
+        "workerPoolSpecs:\n"
+        "  machineSpec: {machineType: a2-highgpu-1g, acceleratorType: NVIDIA_TESLA_A100,"
+        " acceleratorCount: 1}\n"
+        "  replicaCount: 1\n"
+        "  containerSpec: {imageUri: python:3.10}\n"
+        "scheduling: {strategy: FLEX_START, maxWaitDuration: 7200s}\n"
+    )
+    eventarc(client, put(uploads, "requests/train.yaml", yaml_text))
+    (request, _labels), *_ = intake.backend.created
+    assert request.kind == "customJob"
+    assert request.request_id == f"gcs:{BUCKET}/requests/train.yaml#{GEN}"
+    assert request.spec["jobSpec"]["scheduling"]["maxWaitDuration"] == "7200s"
+
+
+def test_an_unreadable_file_gets_one_rejection(intake, uploads, client):
+    resource = put(uploads, "requests/broken.yaml", "workerPoolSpecs: [unclosed\n")
+    assert eventarc(client, resource).status_code == 200
+    rid = f"gcs:{BUCKET}/requests/broken.yaml#{GEN}"
+    assert list(intake.rejections.documents) == [rid]
+    assert intake.rejections.documents[rid]["source"] == "gcs"
+    assert "YAML" in intake.rejections.documents[rid]["errors"][0]["message"]
+    assert intake.notifier.messages[-1]["state"] == "REJECTED"
+
+
+def test_a_file_that_is_not_utf8_gets_one_rejection(intake, uploads, client):
+    resource = put(uploads, "requests/x.jsonl", b"\xff\xfe{}\n{}\n")
+    eventarc(client, resource)
+    assert list(intake.rejections.documents) == [f"gcs:{BUCKET}/requests/x.jsonl#{GEN}"]
+    assert not intake.backend.created
+
+
+def test_a_file_over_the_limit_is_refused_unread(intake, uploads, client):
+    resource = put(uploads, "requests/big.jsonl", seed_line())
+    resource["size"] = str(8 * 1024 * 1024 + 1)
+    assert eventarc(client, resource).status_code == 200
+    assert uploads.objects.reads == []
+    (rejection,) = intake.rejections.documents.values()
+    assert "FLEXJOBS_MAX_UPLOAD_BYTES" in rejection["errors"][0]["message"]
+
+
+def test_a_file_growing_past_the_limit_is_refused_after_limit_bytes(intake, uploads, client):
+    uploads.intake.settings = type(uploads.intake.settings)(project="p", max_upload_bytes=10)
+    resource = put(uploads, "requests/big.json", seed_line())
+    resource.pop("size")  # a notification without a payload says nothing of the size
+    eventarc(client, resource)
+    (rejection,) = intake.rejections.documents.values()
+    assert "over 10 bytes" in rejection["errors"][0]["message"]
+    assert not intake.backend.created
+
+
+def test_a_generation_that_is_gone_gets_one_rejection(intake, uploads, client):
+    resource = object_resource("requests/gone.json", GEN, 100)
+    assert eventarc(client, resource).status_code == 200
+    (rejection,) = intake.rejections.documents.values()
+    assert "cannot be read" in rejection["errors"][0]["message"]
+
+
+def test_a_storage_outage_is_redelivered_and_records_nothing(intake, uploads, client):
+    resource = put(uploads, "requests/a.json", seed_line())
+    uploads.objects.fail_with = StoreUnavailable("GCS is down")
+    assert eventarc(client, resource).status_code == 500
+    assert not intake.rejections.documents and not records(intake)
+    uploads.objects.fail_with = None
+    assert eventarc(client, resource).status_code == 200
+    assert len(records(intake)) == 1
+
+
+def test_a_transient_fault_on_one_line_still_submits_the_others(intake, uploads, client):
+    resource = put(uploads, "requests/a.jsonl", f"{seed_line()}\n{seed_line('r-2')}\n")
+    original = intake.store.claim
+
+    def claim(request, now, ttl):
+        if request.request_id == "r-2":
+            raise StoreUnavailable("Firestore blinked")
+        return original(request, now, ttl)
+
+    intake.store.claim = claim  # type: ignore[method-assign]
+    assert eventarc(client, resource).status_code == 500
+    assert set(records(intake)) == {f"gcs:{BUCKET}/requests/a.jsonl#{GEN}:1"}
+    intake.store.claim = original  # type: ignore[method-assign]
+    assert eventarc(client, resource).status_code == 200
+    assert len(records(intake)) == 2
+    assert len(intake.backend.created) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "event_type"),
+    [
+        ("elsewhere/a.json", "finalized"),
+        ("requests/readme.txt", "finalized"),
+        ("requests/", "finalized"),
+        ("requests/a.json", "deleted"),
+        ("requests/a.json", "metadataUpdated"),
+        ("requests/a.json", "archived"),
+    ],
+)
+def test_anything_else_is_acknowledged_and_ignored(intake, uploads, client, name, event_type):
+    resource = put(uploads, name, seed_line())
+    assert eventarc(client, resource, event_type).status_code == 200
+    assert uploads.objects.reads == []
+    assert not records(intake) and not intake.rejections.documents
+
+
+def test_a_notification_of_a_delete_is_ignored(intake, uploads, client):
+    resource = put(uploads, "requests/a.json", seed_line())
+    assert notification(client, resource, event_type="OBJECT_DELETE").status_code == 200
+    assert uploads.objects.reads == []
+
+
+def test_a_finalize_that_names_no_object_is_acknowledged(intake, uploads, client):
+    resource = put(uploads, "requests/a.json", seed_line())
+    event = storage_cloud_event(resource)
+    event.data = {"kind": "storage#object"}
+    event["subject"] = "objects/"
+    headers, body = to_binary(event)
+    assert client.post("/", headers=headers, data=body).status_code == 200
+    assert uploads.objects.reads == []
+
+
+# -- checkpoint progress ------------------------------------------------------------------
+
+CKPT = "gs://flexjobs-uploads/runs/r1/checkpoints/"
+
+
+def running_job(intake, tracker, request_id="ck-1", **extra):
+    """Submit a request writing checkpoints under CKPT and move its job to RUNNING."""
+    from shared import intake as intake_service
+    from shared.commands import SubmitJob
+    from shared.envelopes import PubsubMessage
+
+    body = {**load("seed_request"), "requestId": request_id, "checkpointUri": CKPT, **extra}
+    message = PubsubMessage(json.dumps(body).encode(), message_id=request_id)
+    intake_service.submit_job(SubmitJob(message=message), intake)
+    name = intake.store.get(request_id).vertex_job
+    intake.backend.update(name, state="JOB_STATE_RUNNING", start_time=tracker.clock())
+    return name
+
+
+def marker(uploads, step: int, leaf="commit_success.txt", at="2026-11-30T12:30:00Z"):
+    name = f"runs/r1/checkpoints/step-{step:08d}/{leaf}"
+    return put(uploads, name, b"ok", customTime=at)
+
+
+def test_a_checkpoint_marker_records_progress_without_vertex(intake, tracker, uploads, client):
+    running_job(intake, tracker, totalSteps=1000)
+    calls = (len(intake.backend.created), len(intake.backend.reads), len(intake.backend.cancels))
+
+    assert eventarc(client, marker(uploads, 250)).status_code == 200
+
+    record = intake.store.store.get("ck-1")
+    assert record["latestCheckpoint"]["uri"] == f"{CKPT}step-00000250/"
+    assert record["latestCheckpoint"]["step"] == 250
+    assert record["progress"] == 0.25
+    assert record["state"] == "QUEUED"  # the state is Vertex's to say, not the upload's
+    after = (len(intake.backend.created), len(intake.backend.reads), len(intake.backend.cancels))
+    assert after == calls
+    assert uploads.objects.reads == []
+
+
+def test_progress_only_moves_forward(intake, tracker, uploads, client):
+    running_job(intake, tracker, totalSteps=1000)
+    eventarc(client, marker(uploads, 500))
+    eventarc(client, marker(uploads, 250))  # a late event of an older step
+    record = intake.store.store.get("ck-1")
+    assert record["latestCheckpoint"]["step"] == 500
+    assert record["progress"] == 0.5
+
+
+def test_a_half_written_step_is_never_recorded(intake, tracker, uploads, client):
+    running_job(intake, tracker)
+    assert eventarc(client, marker(uploads, 300, leaf="state.bin")).status_code == 200
+    assert "latestCheckpoint" not in intake.store.store.get("ck-1")
+
+
+def test_without_total_steps_progress_is_not_guessed(intake, tracker, uploads, client):
+    running_job(intake, tracker)
+    eventarc(client, marker(uploads, 300, leaf=".metadata"))
+    record = intake.store.store.get("ck-1")
+    assert record["latestCheckpoint"]["step"] == 300
+    assert "progress" not in record
+
+
+def test_a_single_file_checkpoint_counts(intake, tracker, uploads, client):
+    running_job(intake, tracker)
+    resource = put(uploads, "runs/r1/checkpoints/model_step700.pt", b"w", customTime=None)
+    resource.pop("customTime")
+    eventarc(client, resource)
+    assert intake.store.store.get("ck-1")["latestCheckpoint"]["step"] == 700
+
+
+def test_a_checkpoint_under_no_active_job_is_ignored(intake, tracker, uploads, client):
+    running_job(intake, tracker)
+    resource = put(uploads, "runs/other/checkpoints/step-00000100/_SUCCESS", b"")
+    assert eventarc(client, resource).status_code == 200
+    assert "latestCheckpoint" not in intake.store.store.get("ck-1")
+
+
+def test_an_ended_job_takes_no_checkpoint(intake, tracker, uploads, client):
+    running_job(intake, tracker)
+    intake.store.store.jobs["ck-1"]["state"] = "SUCCEEDED"
+    eventarc(client, marker(uploads, 100))
+    assert "latestCheckpoint" not in intake.store.store.get("ck-1")
+
+
+def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, uploads, client):
+    body_extra = {"customJob": load("seed_request")["customJob"]}
+    body_extra["customJob"]["jobSpec"]["baseOutputDirectory"] = {
+        "outputUriPrefix": "gs://flexjobs-uploads/runs/r1"
+    }
+    from shared import intake as intake_service
+    from shared.commands import SubmitJob
+    from shared.envelopes import PubsubMessage
+
+    body = {"requestId": "out-1", **body_extra}
+    message = PubsubMessage(json.dumps(body).encode(), message_id="out-1")
+    intake_service.submit_job(SubmitJob(message=message), intake)
+    assert intake.store.store.get("out-1")["checkpointPrefix"] == CKPT
+    eventarc(client, marker(uploads, 100, at="2020-01-01T00:00:00Z"))
+    assert "latestCheckpoint" not in intake.store.store.get("out-1")
+    now = datetime.now(UTC).isoformat()
+    eventarc(client, marker(uploads, 200, at=now))
+    assert intake.store.store.get("out-1")["latestCheckpoint"]["step"] == 200
