@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flexjobs_local.stack import LocalStack, StackConfig
@@ -29,8 +30,16 @@ PREEMPTIONS = 2
 SPOT_STEPS = 1800
 UPLOAD_NAME = "requests/demo-batch.jsonl"
 NIGHTLY = "nightly-finetune-{slot}"
-NIGHTLY_FIRES = ("2026-11-30T02:00:00Z", "2026-11-30T02:00:40Z", "2026-12-01T02:00:00Z")
-SLOT_1, SLOT_2 = "nightly-finetune-20261130T000000Z", "nightly-finetune-20261201T000000Z"
+# Two nights ago and last night, at 02:00 UTC: a schedule time may not lie in the future.
+_NIGHT = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=2)
+NIGHTLY_FIRES = tuple(
+    (_NIGHT + offset).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for offset in (timedelta(hours=2), timedelta(hours=2, seconds=40), timedelta(days=1, hours=2))
+)
+SLOT_1, SLOT_2 = (
+    NIGHTLY.replace("{slot}", (_NIGHT + timedelta(days=n)).strftime("%Y%m%dT%H%M%SZ"))
+    for n in (0, 1)
+)
 
 SEED: dict[str, Any] = {
     "requestId": "seed-1",

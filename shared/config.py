@@ -3,12 +3,46 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from shared.domain.regions import REGION_HINT, is_region
 
 DEFAULT_LOCATION = "us-central1"
+
+
+#: Every environment variable :meth:`Settings.from_env` reads (a unit test holds it to that).
+#: The Google clients also read the emulator variables (``*_EMULATOR_HOST``) themselves.
+ENV_VARS = (
+    "GOOGLE_CLOUD_PROJECT",
+    "GCLOUD_PROJECT",
+    "FLEXJOBS_LOCATION",
+    "FLEXJOBS_VERTEX_ENDPOINT",
+    "FLEXJOBS_REQUESTS_TOPIC",
+    "FLEXJOBS_EVENTS_TOPIC",
+    "FLEXJOBS_NOTIFICATIONS_TOPIC",
+    "FLEXJOBS_CLAIM_TTL_SECONDS",
+    "FLEXJOBS_CALL_TIMEOUT_SECONDS",
+    "FLEXJOBS_HINT_COALESCE_SECONDS",
+    "FLEXJOBS_HINT_RECENT_SECONDS",
+    "FLEXJOBS_BACKOFF_BASE_SECONDS",
+    "FLEXJOBS_BACKOFF_CAP_SECONDS",
+    "FLEXJOBS_FAILURE_RULES",
+    "FLEXJOBS_ALLOWED_IMAGE_PREFIXES",
+    "FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS",
+    "FLEXJOBS_MAX_GPUS_PER_JOB",
+    "FLEXJOBS_MAX_REPLICAS",
+    "FLEXJOBS_MAX_MESSAGE_BYTES",
+    "FLEXJOBS_FIELD_POLICY",
+    "FLEXJOBS_UPLOAD_PREFIX",
+    "FLEXJOBS_MAX_UPLOAD_BYTES",
+)
+
+
+def _folder(prefix: str) -> str:
+    """A prefix as a folder: ``requests`` means ``requests/`` (not ``requests-old/`` too)."""
+    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 def _split_csv(value: str | None) -> tuple[str, ...]:
@@ -51,8 +85,8 @@ class Settings:
     max_upload_bytes: int = 8 * 1024 * 1024
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        e = dict(os.environ if env is None else env)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e: Mapping[str, str] = os.environ if env is None else env
         project = e.get("GOOGLE_CLOUD_PROJECT") or e.get("GCLOUD_PROJECT") or ""
         location = e.get("FLEXJOBS_LOCATION") or DEFAULT_LOCATION
         if not is_region(location):
@@ -78,7 +112,7 @@ class Settings:
             max_replicas=int(e.get("FLEXJOBS_MAX_REPLICAS") or 64),
             max_message_bytes=int(e.get("FLEXJOBS_MAX_MESSAGE_BYTES") or 256 * 1024),
             field_policy=e.get("FLEXJOBS_FIELD_POLICY") or None,
-            upload_prefix=e.get("FLEXJOBS_UPLOAD_PREFIX", "requests/"),
+            upload_prefix=_folder(e.get("FLEXJOBS_UPLOAD_PREFIX") or "requests/"),
             max_upload_bytes=int(e.get("FLEXJOBS_MAX_UPLOAD_BYTES") or 8 * 1024 * 1024),
         )
 

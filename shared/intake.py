@@ -30,6 +30,7 @@ from shared.domain.request import (
     read_request_id,
 )
 from shared.domain.retry import RetryPolicy
+from shared.domain.schedule import check_not_ahead
 from shared.domain.validation import Validator
 from shared.domain.values import clip
 from shared.errors import FieldError, InvalidRequest
@@ -126,6 +127,8 @@ def read_command(cmd: SubmitJob, intake: Intake) -> Command:
     if is_cancel(body):
         return CancelJob(request_id=_cancel_target(body))
     request = read_job_request(cmd, intake, body)
+    if request.slot is not None and (ahead := check_not_ahead(request.slot, intake.clock())):
+        raise InvalidRequest(ahead)
     return DeployModel(request) if request.kind == DEPLOY_KIND else CreateJob(request)
 
 
@@ -212,25 +215,30 @@ def excerpt(data: bytes, limit: int = EXCERPT_BYTES) -> str:
 
 
 def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
-    """Record a refused request and tell upstream, so nothing is lost."""
+    """Record a refused request and tell upstream, so nothing is lost.
+
+    A redelivery of the same refused message (an upload redelivered for another line's
+    transient fault) finds its rejection recorded already and notifies nothing again. The
+    notification goes first: a recorded rejection always had its notification published.
+    """
     message = cmd.message
     request_id = _readable_request_id(message.data, message.attributes, message.message_id)
     errors = bounded_errors(err.errors)
+    document = {
+        "requestId": request_id,
+        "messageId": message.message_id,
+        "errors": errors,
+        "errorCount": len(err.errors),
+        "source": cmd.source,
+        **cmd.origin,
+        "receivedAt": intake.clock(),
+        "payloadExcerpt": excerpt(message.data),
+        "payloadBytes": len(message.data),
+    }
     with request_context(request_id):
-        intake.rejections.record(
-            request_id,
-            {
-                "requestId": request_id,
-                "messageId": message.message_id,
-                "errors": errors,
-                "errorCount": len(err.errors),
-                "source": cmd.source,
-                **cmd.origin,
-                "receivedAt": intake.clock(),
-                "payloadExcerpt": excerpt(message.data),
-                "payloadBytes": len(message.data),
-            },
-        )
+        if _same_rejection(intake.rejections.get(request_id), document):
+            log.info("rejection already recorded: nothing more to tell")
+            return
         intake.notifier.notify(
             {
                 "requestId": request_id,
@@ -241,9 +249,18 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
                 "errorCount": len(err.errors),
             }
         )
+        intake.rejections.record(request_id, document)
         log.warning(
             "request rejected", extra={"fields": {"errors": errors[:10], "count": len(errors)}}
         )
+
+
+def _same_rejection(stored: Mapping[str, Any] | None, document: Mapping[str, Any]) -> bool:
+    """The same message refused for the same reasons (only the time differs)."""
+    if stored is None:
+        return False
+    keys = (set(stored) | set(document)) - {"receivedAt"}
+    return all(stored.get(key) == document.get(key) for key in keys)
 
 
 def _readable_request_id(data: bytes, attributes: dict[str, str], message_id: str) -> str:

@@ -24,6 +24,7 @@ from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.records import (
+    advances,
     checkpoints_under,
     is_overdue,
     is_stray,
@@ -230,7 +231,8 @@ def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int)
     lost = work_lost_seconds(previous, latest, previous.get("resumedFrom"))
     tracker.store.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
     extra: dict[str, Any] = {"workLostSeconds": record.work_lost_seconds + lost}
-    if latest is not None:
+    if latest is not None and advances(record.latest_checkpoint, latest):
+        # An upload may have recorded a later one already (a listing stops at its bounds).
         extra.update(progress_fields(record.options, latest))
     return Prepared(resume_from=latest.uri if latest else None, record_extra=extra)
 

@@ -177,8 +177,12 @@ class Notifier(Protocol):
 class RejectionLog(Protocol):
     """Where refused requests are kept (Firestore ``rejections``)."""
 
+    def get(self, rejection_id: str) -> dict[str, Any] | None:
+        """The rejection document as stored, or None."""
+        ...
+
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
-        """Write (or overwrite, on redelivery) the rejection document."""
+        """Write (or overwrite) the rejection document."""
         ...
 
 

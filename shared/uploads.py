@@ -96,6 +96,10 @@ def submit_file(obj: StoredObject, fmt: Format, uploads: Uploads) -> tuple[Outco
     try:
         if obj.size is not None and obj.size > limit:
             raise InvalidRequest([_too_large(obj.size, limit)])  # refused unread
+        if obj.content_encoding not in (None, "identity"):
+            # Stored compressed: its size says nothing of what it inflates to.
+            problem = f"is stored with Content-Encoding {obj.content_encoding}; upload it plain"
+            raise InvalidRequest([FieldError("$", problem)])
         data = uploads.objects.read(obj.bucket, obj.name, obj.generation, limit)
         if len(data) > limit:
             raise InvalidRequest([_too_large(len(data), limit, at_least=True)])

@@ -229,6 +229,9 @@ class InMemoryRejectionLog:
     def __init__(self) -> None:
         self.documents: dict[str, dict[str, Any]] = {}
 
+    def get(self, rejection_id: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.documents.get(rejection_id))
+
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
         self.documents[rejection_id] = _stored(document)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -42,8 +43,44 @@ _TRANSIENT = (
 ACTIVE_STATES = [s.value for s in JobState if not s.terminal]
 
 
-def _eq(field: str, value: Any) -> Any:
-    return FieldFilter(field, "==", value)
+#: Every query the Firestore adapters run, in the order declared (see :class:`Query`).
+DECLARED: list[Query] = []
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query an adapter runs, declared once: its collection and the field and operator of
+    each filter. The adapters build every query from a declaration, so the declarations are
+    the queries; the infra drift test checks that each composite one has its index.
+    """
+
+    collection: str
+    filters: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        DECLARED.append(self)
+
+    @property
+    def composite(self) -> bool:
+        """Filters on more than one field need a composite index (Firestore builds the
+        single-field ones itself)."""
+        return len({field for field, _ in self.filters}) > 1
+
+    def on(self, db: Any, *values: Any) -> Any:
+        """The query on ``db``, with one value per filter, in order."""
+        query = db.collection(self.collection)
+        for (field, op), value in zip(self.filters, values, strict=True):
+            query = query.where(filter=FieldFilter(field, op, value))
+        return query
+
+
+BY_JOB_ID = Query(JOBS, (("vertexJobIds", "array_contains"),))
+ACTIVE = Query(JOBS, (("state", "in"),))
+WATCHING = Query(JOBS, (("checkpointPrefix", "=="), ("state", "in")))
+ENDED_SINCE = Query(JOBS, (("endedAt", ">="),))
+DUE = Query(JOBS, (("nextAttemptAt", "<="),))
+WITH_OUTBOX = Query(JOBS, (("outboxPending", "=="),))
+WITH_PENDING_CANCELS = Query(JOBS, (("cancelPending", "=="),))
 
 
 def call_firestore(what: str, fn: Callable[[], T]) -> T:
@@ -170,26 +207,17 @@ class FirestoreJobStore:
         return transact_document(self.db, ref, decide, write)
 
     def find_by_job_id(self, job_id: str) -> str | None:
-        query = (
-            self.db.collection(JOBS)
-            .where(filter=FieldFilter("vertexJobIds", "array_contains", job_id))
-            .limit(1)
-        )
+        query = BY_JOB_ID.on(self.db, job_id).limit(1)
         docs = call_firestore("query", lambda: list(query.stream()))
         return str(docs[0].get("requestId")) if docs else None
 
     def active(self) -> list[dict[str, Any]]:
-        query = self.db.collection(JOBS).where(filter=FieldFilter("state", "in", ACTIVE_STATES))
+        query = ACTIVE.on(self.db, ACTIVE_STATES)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
         # Equality plus "in": the composite index (checkpointPrefix, state) serves it.
-        query = (
-            self.db.collection(JOBS)
-            .where(filter=_eq("checkpointPrefix", prefix))
-            .where(filter=FieldFilter("state", "in", ACTIVE_STATES))
-            .limit(MAX_WATCHERS)
-        )
+        query = WATCHING.on(self.db, prefix, ACTIVE_STATES).limit(MAX_WATCHERS)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def transact_series(
@@ -221,20 +249,20 @@ class FirestoreJobStore:
         call_firestore("series write", _until_unchanged(attempt))
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        query = self.db.collection(JOBS).where(filter=FieldFilter("endedAt", ">=", since))
+        query = ENDED_SINCE.on(self.db, since)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def due_submissions(self, now: datetime) -> list[str]:
         # One single-field range: Firestore indexes it on its own, no composite index needed.
-        query = self.db.collection(JOBS).where(filter=FieldFilter("nextAttemptAt", "<=", now))
+        query = DUE.on(self.db, now)
         return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
     def with_outbox(self) -> list[str]:
-        query = self.db.collection(JOBS).where(filter=_eq("outboxPending", True))
+        query = WITH_OUTBOX.on(self.db, True)
         return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
     def with_pending_cancels(self) -> list[str]:
-        query = self.db.collection(JOBS).where(filter=_eq("cancelPending", True))
+        query = WITH_PENDING_CANCELS.on(self.db, True)
         return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
 
 
@@ -247,6 +275,13 @@ class FirestoreRejectionLog:
     def __init__(self, store: FirestoreJobStore) -> None:
         self._store = store
 
+    def _ref(self, rejection_id: str) -> Any:
+        return self._store.db.collection(REJECTIONS).document(doc_id(rejection_id))
+
+    def get(self, rejection_id: str) -> dict[str, Any] | None:
+        snap = call_firestore("get rejection", self._ref(rejection_id).get)
+        return snap.to_dict() if snap.exists else None
+
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
-        ref = self._store.db.collection(REJECTIONS).document(doc_id(rejection_id))
+        ref = self._ref(rejection_id)
         call_firestore("set rejection", lambda: ref.set(dict(document)))

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared.adapters.firestore import call_firestore, create_document, transact_document
+from shared.adapters.firestore import Query, call_firestore, create_document, transact_document
 from shared.domain.deployments import DeploymentState, Write
 from shared.domain.ids import doc_id
 
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from shared.adapters.firestore import FirestoreJobStore
 
 DEPLOYMENTS = "deployments"
+DEPLOYING = Query(DEPLOYMENTS, (("state", "=="),))
+PARKED_DUE = Query(DEPLOYMENTS, (("nextAttemptAt", "<="),))
 
 
 class FirestoreDeploymentStore:
@@ -50,18 +52,10 @@ class FirestoreDeploymentStore:
         return transact_document(self._jobs.db, ref, decide, write)
 
     def deploying(self) -> list[dict[str, Any]]:
-        from google.cloud.firestore_v1.base_query import FieldFilter
-
-        query = self._jobs.db.collection(DEPLOYMENTS).where(
-            filter=FieldFilter("state", "==", DeploymentState.DEPLOYING.value)
-        )
+        query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYING.value)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:
         """Every parked record whose next deployment is due (one single-field range query)."""
-        from google.cloud.firestore_v1.base_query import FieldFilter
-
-        query = self._jobs.db.collection(DEPLOYMENTS).where(
-            filter=FieldFilter("nextAttemptAt", "<=", now)
-        )
+        query = PARKED_DUE.on(self._jobs.db, now)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])

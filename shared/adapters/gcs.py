@@ -303,8 +303,10 @@ class GcsStoredObjects(_Gcs):
         """
         blob = self.client.bucket(bucket).blob(name, generation=int(generation))
         try:
+            # raw_download: the stored bytes, never decompressed here, so the limit bounds
+            # what is read and held (a gzip-encoded object could inflate without bound).
             data = blob.download_as_bytes(
-                start=0, end=limit, timeout=self._timeout, retry=self._retry
+                start=0, end=limit, raw_download=True, timeout=self._timeout, retry=self._retry
             )
         except gexc.NotFound as exc:
             raise ObjectGone(f"gs://{bucket}/{name}#{generation} no longer exists") from exc

@@ -105,6 +105,10 @@ def checkpoints_under(kind: str, spec: dict[str, Any], options: dict[str, Any]) 
         return None
 
 
+#: A SKIPPED record is kept this long, then deleted by the TTL policy.
+SKIPPED_TTL = timedelta(days=7)
+
+
 def skipped_record(
     request: JobRequest, holder: str, default_location: str, now: datetime
 ) -> dict[str, Any]:
@@ -119,6 +123,9 @@ def skipped_record(
         "attempt": 0,
         "reason": reason,
         "endedAt": now,
+        # A short slot skipped during a long run leaves many of these: they expire, like
+        # tombstones (the Firestore TTL policy on jobs.expireAt).
+        "expireAt": now + SKIPPED_TTL,
         "outbox": [message],
         "outboxPending": True,
     }
@@ -136,10 +143,12 @@ def checkpoint_progress(current: JobRecord, checkpoint: Checkpoint, now: datetim
     created = current.created_at
     if not current.options.get("checkpointUri") and created and checkpoint.at < created:
         return None
-    if not _advances(current.latest_checkpoint, checkpoint):
+    if not advances(current.latest_checkpoint, checkpoint):
         return None
     fields = {**progress_fields(current.options, checkpoint), "updatedAt": now}
-    return Change(current.state, fields)
+    # A checkpoint without a step says nothing of progress: an older figure would mislead.
+    stale = () if "progress" in fields else ("progress",)
+    return Change(current.state, fields, deletes=stale)
 
 
 def progress_fields(options: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
@@ -159,7 +168,8 @@ def progress_fields(options: dict[str, Any], checkpoint: Checkpoint) -> dict[str
     return fields
 
 
-def _advances(old: Checkpoint | None, new: Checkpoint) -> bool:
+def advances(old: Checkpoint | None, new: Checkpoint) -> bool:
+    """Is ``new`` later than ``old``: a higher step, or without steps a later time?"""
     if old is None:
         return True
     if old.step is not None and new.step is not None:

@@ -18,7 +18,7 @@ from typing import Any
 from shared.domain.checkpoints import check_checkpoint_uri
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.retry import check_fallback, check_retry_policy
-from shared.domain.schedule import Slot, expand, read_slot
+from shared.domain.schedule import SLOT, Slot, expand, read_slot
 from shared.domain.scheduling import DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
 from shared.domain.vertex_json import canonical_body
 from shared.errors import FieldError, InvalidRequest
@@ -205,6 +205,9 @@ def parse_request(
     errors.extend(slot_errors)
     if "schedule" in body and kinds and kinds[0] not in TRAINING_KINDS:
         errors.append(FieldError("schedule", f"applies to training jobs only, not {kinds[0]}"))
+    checkpoints = body.get("checkpointUri")
+    if isinstance(checkpoints, str) and SLOT in checkpoints and "schedule" not in body:
+        errors.append(FieldError("checkpointUri", f"has {SLOT} but the request has no schedule"))
     spec = body.get(kinds[0]) if kinds else None
     if kinds and not isinstance(spec, dict):
         errors.append(FieldError(kinds[0], "must be a JSON object (the Vertex REST body)"))
@@ -223,12 +226,17 @@ def parse_request(
     except RecursionError as exc:
         # json.loads accepts nesting that copy.deepcopy cannot follow (it needs two frames a level).
         raise InvalidRequest([FieldError(kind, "is nested too deeply to process")]) from exc
+    options = _options(body)
+    if slot and isinstance(options.get("checkpointUri"), str):
+        # Each run of a series checkpoints under its own prefix: with one shared prefix, a
+        # replaced run's late checkpoint would count as the next run's progress.
+        options["checkpointUri"] = expand(options["checkpointUri"], slot.start)
     return JobRequest(
         request_id=expand(template, slot.start) if slot else template,
         kind=kind,
         spec=spec,
         location=location,
-        options=_options(body),
+        options=options,
         slot=slot,
     )
 

@@ -204,10 +204,12 @@ def turn(
     """Decide a slot's move from its series document and the state of the series' current
     request (``current``; None when it has no record yet).
 
-    * No series yet, or the current request ended: this slot takes the series and runs.
+    * No series yet, or the current request ended: this slot takes the series and runs (an
+      older slot too: a backfill runs once the series is idle).
     * This slot already holds it (a redelivery): it runs.
     * An earlier slot is active: ``forbid`` skips, ``replace`` cancels it first.
-    * A later slot holds the series: this slot is stale and is skipped, whatever the rule.
+    * A later slot is active: this slot is skipped, whatever the rule (an old slot never
+      cancels a newer run).
     * The current request took the series but has no record yet: its delivery is between the
       two writes, so wait for it, unless that is longer ago than a claim lives (it died).
 
@@ -223,15 +225,33 @@ def turn(
     holder = str(series.get("current") or "")
     if holder == request_id:
         return Turn(Move.RUN)
-    held_slot = series.get("slot")
-    if isinstance(held_slot, datetime) and held_slot > slot.start:
-        return Turn(Move.SKIP, other=holder)
     if current is None:
         updated = series.get("updatedAt")
         fresh = isinstance(updated, datetime) and now - updated < timedelta(seconds=claim_seconds)
         return Turn(Move.WAIT, other=holder) if fresh else take
     if current.terminal:
         return take
-    if slot.concurrency is Concurrency.REPLACE:
+    held_slot = series.get("slot")
+    newer = not isinstance(held_slot, datetime) or slot.start > held_slot
+    if slot.concurrency is Concurrency.REPLACE and newer:
         return Turn(Move.REPLACE, other=holder)
     return Turn(Move.SKIP, other=holder)
+
+
+#: A schedule time further ahead than this is refused: such a slot would hold its series.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+
+
+def check_not_ahead(slot: Slot, now: datetime) -> list[FieldError]:
+    """A slot may not start in the future (allowing for clock skew): a ``scheduleTime`` years
+    ahead, a typo, would otherwise take its series until then.
+
+    Examples:
+        >>> slot = Slot("n-{slot}", datetime(2036, 1, 1, tzinfo=UTC), Concurrency.FORBID)
+        >>> [e.path for e in check_not_ahead(slot, datetime(2026, 1, 1, tzinfo=UTC))]
+        ['scheduleTime']
+    """
+    if slot.start <= now + MAX_CLOCK_SKEW:
+        return []
+    when = slot.start.strftime(SLOT_FORMAT)
+    return [FieldError(SCHEDULE_TIME_ATTRIBUTE, f"the slot starts at {when}, in the future")]

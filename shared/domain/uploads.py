@@ -14,6 +14,7 @@ re-upload (a new generation) is new requests, and a ``requestId`` in the file wi
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -21,6 +22,9 @@ from typing import Any
 
 from shared.domain.gcloud_yaml import parse_gcloud_config
 from shared.errors import FieldError, InvalidRequest
+
+#: ASCII digits only (``str.isdigit`` also takes "²").
+DIGITS = re.compile(r"[0-9]+")
 
 
 class Format(StrEnum):
@@ -30,6 +34,10 @@ class Format(StrEnum):
     JSONL = "jsonl"
     YAML = "yaml"
 
+
+#: Requests one file may hold. Each is submitted inline (a claim, a Vertex create, a record),
+#: so this keeps one file well inside the function's timeout; split a longer list.
+MAX_FILE_REQUESTS = 1000
 
 _SUFFIXES = {".json": Format.JSON, ".jsonl": Format.JSONL, ".yaml": Format.YAML}
 _SUFFIXES[".yml"] = Format.YAML
@@ -45,6 +53,8 @@ class StoredObject:
     size: int | None = None
     # When it was written: Custom-Time when the writer set one, else the update time.
     written_at: datetime | None = None
+    # Content-Encoding (``gzip``): such an object is stored compressed.
+    content_encoding: str | None = None
 
     @property
     def uri(self) -> str:
@@ -64,14 +74,16 @@ class StoredObject:
     @classmethod
     def of(cls, bucket: str, name: str, generation: str, resource: dict[str, Any]) -> StoredObject:
         """From an event's names and its JSON API v1 object resource (maybe empty)."""
-        size = resource.get("size")
+        size = str(resource.get("size", ""))
         written = _time(resource.get("customTime")) or _time(resource.get("updated"))
+        encoding = resource.get("contentEncoding")
         return cls(
             bucket,
             name,
             generation,
-            size=int(size) if isinstance(size, str | int) and str(size).isdigit() else None,
+            size=int(size) if DIGITS.fullmatch(size) else None,
             written_at=written or _time(resource.get("timeCreated")),
+            content_encoding=encoding if isinstance(encoding, str) and encoding else None,
         )
 
 
@@ -128,8 +140,12 @@ def messages(fmt: Format, data: bytes, default_request_id: str) -> list[FileMess
     if fmt is Format.YAML:
         message = parse_gcloud_config(text.removeprefix("\ufeff"), default_request_id)
         return [FileMessage(json.dumps(message).encode())]
-    return [
+    parts = [
         FileMessage(line.encode(), number)
         for number, line in enumerate(text.removeprefix("\ufeff").split("\n"), start=1)
         if line.strip()
     ]
+    if len(parts) > MAX_FILE_REQUESTS:
+        problem = f"holds {len(parts)} requests; a file may hold {MAX_FILE_REQUESTS}: split it"
+        raise InvalidRequest([FieldError("$", problem)])
+    return parts

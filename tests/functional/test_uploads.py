@@ -375,3 +375,34 @@ def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, upload
     now = datetime.now(UTC).isoformat()
     eventarc(client, marker(uploads, 200, at=now))
     assert intake.store.store.get("out-1")["latestCheckpoint"]["step"] == 200
+
+
+def test_a_redelivered_file_does_not_notify_its_rejections_again(intake, uploads, client):
+    resource = put(uploads, "requests/a.jsonl", f"{bad_line()}\n{seed_line()}\n")
+    eventarc(client, resource)
+    eventarc(client, resource)
+    rejected = [m for m in intake.notifier.messages if m["state"] == "REJECTED"]
+    assert len(rejected) == 1
+    assert len(intake.rejections.documents) == 1
+
+
+def test_a_changed_rejection_is_recorded_and_notified_again(intake, uploads, client):
+    eventarc(client, put(uploads, "requests/a.json", seed_line("same-id", bogus=1)))
+    eventarc(client, put(uploads, "requests/a.json", seed_line("same-id", other=2), "2"))
+    rejected = [m for m in intake.notifier.messages if m["state"] == "REJECTED"]
+    assert len(rejected) == 2
+    assert intake.rejections.documents["same-id"]["errors"][0]["path"] == "other"
+
+
+def test_a_compressed_upload_is_refused_unread(intake, uploads, client):
+    resource = put(uploads, "requests/a.json", seed_line(), contentEncoding="gzip")
+    assert eventarc(client, resource).status_code == 200
+    assert uploads.objects.reads == []
+    (rejection,) = intake.rejections.documents.values()
+    assert "Content-Encoding gzip" in rejection["errors"][0]["message"]
+
+
+def test_a_file_of_too_many_requests_is_refused_whole(intake, uploads, client):
+    eventarc(client, put(uploads, "requests/a.jsonl", "{}\n" * 1001))
+    assert len(intake.rejections.documents) == 1
+    assert not intake.backend.created

@@ -148,9 +148,9 @@ def scheduled(series: str, concurrency: str) -> dict:
 
 def test_three_publishes_in_one_slot_make_one_job(stack, db, unique):
     series = unique("nightly")
-    for at in ("2026-11-30T02:00:00Z", "2026-11-30T02:00:01Z", "2026-11-30T02:05:00Z"):
+    for at in ("2026-11-28T02:00:00Z", "2026-11-28T02:00:01Z", "2026-11-28T02:05:00Z"):
         stack.publish_request(scheduled(series, "allow"), scheduleTime=at)
-    rid = f"{series}-20261130T000000Z"
+    rid = f"{series}-20261128T000000Z"
     doc = wait_for(lambda: (r := record(db, rid)) and r.get("vertexJob") and r, what="record")
     time.sleep(2)
     assert len(creates(stack)) == 1
@@ -160,11 +160,11 @@ def test_three_publishes_in_one_slot_make_one_job(stack, db, unique):
 def test_forbid_skips_the_next_slot_while_the_first_is_active(stack, db, unique, notifications):
     series = unique("nightly")
     stack.simulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", 0)  # the first run waits
-    first, second = f"{series}-20261130T000000Z", f"{series}-20261201T000000Z"
-    stack.publish_request(scheduled(series, "forbid"), scheduleTime="2026-11-30T02:00:00Z")
+    first, second = f"{series}-20261128T000000Z", f"{series}-20261129T000000Z"
+    stack.publish_request(scheduled(series, "forbid"), scheduleTime="2026-11-28T02:00:00Z")
     wait_for(lambda: (r := record(db, first)) and r.get("vertexJob"), what="the first run")
 
-    stack.publish_request(scheduled(series, "forbid"), scheduleTime="2026-12-01T02:00:00Z")
+    stack.publish_request(scheduled(series, "forbid"), scheduleTime="2026-11-29T02:00:00Z")
 
     doc = wait_for(lambda: record(db, second), what="the skipped slot")
     assert (doc["state"], doc["reason"]) == ("SKIPPED", first)
@@ -176,11 +176,11 @@ def test_forbid_skips_the_next_slot_while_the_first_is_active(stack, db, unique,
 def test_replace_cancels_the_active_run_and_starts_the_new_slot(stack, db, unique):
     series = unique("nightly")
     stack.simulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", 0)
-    first, second = f"{series}-20261130T000000Z", f"{series}-20261201T000000Z"
-    stack.publish_request(scheduled(series, "replace"), scheduleTime="2026-11-30T02:00:00Z")
+    first, second = f"{series}-20261128T000000Z", f"{series}-20261129T000000Z"
+    stack.publish_request(scheduled(series, "replace"), scheduleTime="2026-11-28T02:00:00Z")
     old = wait_for(lambda: (r := record(db, first)) and r.get("vertexJob"), what="first run")
 
-    stack.publish_request(scheduled(series, "replace"), scheduleTime="2026-12-01T02:00:00Z")
+    stack.publish_request(scheduled(series, "replace"), scheduleTime="2026-11-29T02:00:00Z")
 
     new = wait_for(lambda: (r := record(db, second)) and r.get("vertexJob"), what="new slot")
     assert record(db, first)["state"] == "CANCELLED"

@@ -16,6 +16,7 @@ from shared.domain.schedule import (
     Concurrency,
     Move,
     Slot,
+    check_not_ahead,
     expand,
     read_slot,
     schedule_time,
@@ -144,11 +145,24 @@ def test_an_active_holder_is_skipped_over_or_replaced(state, concurrency, move):
     assert (made.move, made.other, made.write) == (move, "old", None)
 
 
-@pytest.mark.parametrize("concurrency", list(Concurrency))
-def test_an_older_slot_never_runs_after_a_newer_one(concurrency):
-    for state in (None, JobState.RUNNING, JobState.SUCCEEDED):
-        made = decide(held(2, "newer"), state, slot(1, concurrency))
-        assert (made.move, made.other) == (Move.SKIP, "newer")
+@pytest.mark.parametrize("concurrency", [Concurrency.FORBID, Concurrency.REPLACE])
+def test_an_older_slot_never_cancels_or_joins_an_active_newer_one(concurrency):
+    made = decide(held(2, "newer"), JobState.RUNNING, slot(1, concurrency))
+    assert (made.move, made.other) == (Move.SKIP, "newer")
+
+
+def test_an_older_slot_runs_once_the_series_is_idle():
+    """A backfill (scheduleTime in the past) runs when nothing of its series is active."""
+    made = decide(held(2, "newer"), JobState.SUCCEEDED, slot(1, Concurrency.FORBID))
+    assert made.move is Move.RUN and made.write is not None
+
+
+def test_a_slot_in_the_future_is_refused():
+    now = T0 + timedelta(hours=1)
+    assert check_not_ahead(slot(0), now) == []
+    assert check_not_ahead(Slot(SERIES, now + timedelta(minutes=4), Concurrency.FORBID), now) == []
+    (error,) = check_not_ahead(slot(3650), now)
+    assert error.path == "scheduleTime" and "future" in error.message
 
 
 def test_a_holder_without_a_record_is_waited_for_while_a_claim_could_live():
@@ -186,6 +200,14 @@ def test_jsonl_lines_keep_their_numbers_and_skip_blank_lines():
     assert [(p.line, p.data.strip()) for p in parts] == [(1, b'{"a": 1}'), (3, b'{"b": 2}')]
 
 
+def test_a_file_of_too_many_requests_fails_as_a_whole():
+    from shared.domain.uploads import MAX_FILE_REQUESTS
+
+    assert len(messages(Format.JSONL, b"{}\n" * MAX_FILE_REQUESTS, "r")) == MAX_FILE_REQUESTS
+    with pytest.raises(InvalidRequest, match="split it"):
+        messages(Format.JSONL, b"{}\n" * (MAX_FILE_REQUESTS + 1), "r")
+
+
 def test_a_json_file_is_one_message_as_is():
     assert [p.data for p in messages(Format.JSON, b"not even json", "r")] == [b"not even json"]
 
@@ -203,6 +225,8 @@ def test_stored_object_reads_the_resource():
     assert obj.uri == "gs://b/requests/a.json#42"
     assert obj.request_id() == "gcs:b/requests/a.json#42"
     assert StoredObject.of("b", "n", "1", {"size": "big"}).size is None
+    assert StoredObject.of("b", "n", "1", {"size": "\u00b2"}).size is None
+    assert StoredObject.of("b", "n", "1", {"contentEncoding": "gzip"}).content_encoding == "gzip"
 
 
 # -- checkpoint uploads -------------------------------------------------------------------
@@ -276,6 +300,14 @@ def test_checkpoint_progress_skips_ended_unknown_and_other_runs_records():
     assert checkpoint_progress(explicit, old, T0) is not None
 
 
+def test_a_stepless_checkpoint_drops_a_progress_it_cannot_update():
+    stepped = Checkpoint("gs://b/ck/step-2/", 2, T0 + DAY)
+    stepless = Checkpoint("gs://b/ck/last.ckpt", None, T0 + 2 * DAY)
+    current = record(options='{"totalSteps": 4}', latestCheckpoint=stepped.to_dict(), progress=0.5)
+    change = checkpoint_progress(current, stepless, T0)
+    assert change is not None and "progress" in change.deletes
+
+
 def test_stepless_checkpoints_advance_by_time():
     first = Checkpoint("gs://b/ck/a.pt", None, T0 + DAY)
     later = Checkpoint("gs://b/ck/b.pt", None, T0 + 2 * DAY)
@@ -332,11 +364,13 @@ def test_other_notifications_are_not_finalizes(event_type):
     assert StorageObjectEvent.from_cloud_event(event).finalized is False
 
 
-def test_a_finalize_without_a_generation_is_refused():
+@pytest.mark.parametrize("generation", ["latest", "\u00b2", "", "-1"])
+def test_a_finalize_without_a_generation_is_refused(generation):
     resource = object_resource("requests/a.json", "42", 10)
-    resource["generation"] = "latest"
+    resource["generation"] = generation
+    event = storage_cloud_event(resource)
     with pytest.raises(InvalidRequest):
-        StorageObjectEvent.from_cloud_event(storage_cloud_event(resource))
+        StorageObjectEvent.from_cloud_event(event)
 
 
 def test_a_request_message_is_not_a_storage_event():

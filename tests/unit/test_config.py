@@ -1,0 +1,45 @@
+"""Settings from the environment: what is read is what ENV_VARS declares."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from shared.config import ENV_VARS, Settings
+
+
+class Spy(Mapping[str, str]):
+    """An environment that records every name read."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return self.values[key]
+
+    def get(self, key, default=None):  # type: ignore[no-untyped-def,override]
+        self.read.add(key)
+        return self.values.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        raise AssertionError("from_env must read names, not walk the environment")
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def test_from_env_reads_exactly_the_declared_variables():
+    spy = Spy({})
+    Settings.from_env(spy)
+    assert spy.read == set(ENV_VARS)
+
+
+@pytest.mark.parametrize(
+    ("value", "prefix"), [(None, "requests/"), ("", "requests/"), ("in", "in/"), ("a/b/", "a/b/")]
+)
+def test_the_upload_prefix_is_a_folder(value, prefix):
+    env = {} if value is None else {"FLEXJOBS_UPLOAD_PREFIX": value}
+    assert Settings.from_env(env).upload_prefix == prefix
