@@ -1,0 +1,48 @@
+# Firestore in native mode: the records (README "Firestore"), their one composite index and
+# the TTL policy of tombstones.
+
+resource "google_firestore_database" "default" {
+  name        = "(default)" # the clients use the default database
+  location_id = local.firestore_location
+  type        = "FIRESTORE_NATIVE"
+
+  delete_protection_state           = "DELETE_PROTECTION_ENABLED"
+  point_in_time_recovery_enablement = var.firestore_point_in_time_recovery ? "POINT_IN_TIME_RECOVERY_ENABLED" : "POINT_IN_TIME_RECOVERY_DISABLED"
+  # terraform destroy leaves the database (and every record) in place; see README.md to
+  # delete it on purpose.
+  deletion_policy = "ABANDON"
+
+  depends_on = [google_project_service.apis]
+}
+
+# The one composite query the adapters run (shared/adapters/firestore.py, WATCHING): the
+# checkpoint lookup of an upload, checkpointPrefix == P and state in [active states]. Every
+# other query filters one field and uses Firestore's automatic single-field indexes.
+resource "google_firestore_index" "jobs_checkpoint_prefix_state" {
+  database    = google_firestore_database.default.name
+  collection  = "jobs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "checkpointPrefix"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+}
+
+# Tombstones (a cancel for a requestId not seen yet, two days ahead) and SKIPPED slots of a
+# schedule (seven days ahead) carry expireAt; Firestore deletes them after that time. No query
+# reads expireAt, so its single-field indexes are off (an empty index_config), which also
+# avoids a hotspot on monotonically increasing times. Rejections have no expiry field: they
+# are kept.
+resource "google_firestore_field" "jobs_expire_at" {
+  database   = google_firestore_database.default.name
+  collection = "jobs"
+  field      = "expireAt"
+
+  ttl_config {}
+  index_config {}
+}

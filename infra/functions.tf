@@ -1,0 +1,305 @@
+# The four entry points of functions/main.py, each a Cloud Functions (2nd gen) function with
+# its own service account (iam.tf), all built from the one hashed source zip.
+
+locals {
+  # Per entry point: its function name, service account and service settings. Timeouts:
+  # 540 s is the maximum for event-driven functions; the tick and an upload can run long
+  # (a sweep over every active job; a .jsonl file of many requests).
+  functions = {
+    handle_job_request = {
+      name       = "flexjobs-handle-job-request"
+      account_id = "flexjobs-job-request"
+      timeout    = 300
+    }
+    handle_job_event = {
+      name       = "flexjobs-handle-job-event"
+      account_id = "flexjobs-job-event"
+      timeout    = 300
+    }
+    handle_scheduler_tick = {
+      name       = "flexjobs-handle-scheduler-tick"
+      account_id = "flexjobs-scheduler-tick"
+      timeout    = 540
+    }
+    handle_upload = {
+      name       = "flexjobs-handle-upload"
+      account_id = "flexjobs-upload"
+      timeout    = 540
+    }
+  }
+
+  max_instances = merge({
+    handle_job_request    = 20
+    handle_job_event      = 10
+    handle_scheduler_tick = 1 # one sweep at a time; a tick that finds it busy is retried
+    handle_upload         = 10
+  }, var.max_instances)
+
+  memory = merge({
+    handle_job_request    = "512Mi"
+    handle_job_event      = "1Gi"
+    handle_scheduler_tick = "512Mi"
+    handle_upload         = "512Mi"
+  }, var.memory)
+
+  longest_timeout = max([for f in values(local.functions) : f.timeout]...)
+
+  # The environment of every function: one map, so the functions never disagree. Exactly the
+  # contract's variables that an installation sets; the others stay at the code's defaults
+  # (listed in README.md).
+  function_env = {
+    GOOGLE_CLOUD_PROJECT              = var.project_id
+    FLEXJOBS_LOCATION                 = local.vertex_location
+    FLEXJOBS_REQUESTS_TOPIC           = google_pubsub_topic.requests.name
+    FLEXJOBS_EVENTS_TOPIC             = google_pubsub_topic.events.name
+    FLEXJOBS_NOTIFICATIONS_TOPIC      = google_pubsub_topic.notifications.name
+    FLEXJOBS_CLAIM_TTL_SECONDS        = tostring(var.claim_ttl_seconds)
+    FLEXJOBS_CALL_TIMEOUT_SECONDS     = tostring(var.call_timeout_seconds)
+    FLEXJOBS_HINT_COALESCE_SECONDS    = tostring(var.hint_coalesce_seconds)
+    FLEXJOBS_ALLOWED_IMAGE_PREFIXES   = join(",", var.allowed_image_prefixes)
+    FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS = join(",", var.training_service_accounts)
+    FLEXJOBS_UPLOAD_PREFIX            = local.upload_prefix
+    FLEXJOBS_MAX_UPLOAD_BYTES         = tostring(var.max_upload_bytes)
+  }
+
+  # The deployed functions, by entry point, for the resources that treat them alike.
+  deployed = {
+    handle_job_request    = google_cloudfunctions2_function.handle_job_request
+    handle_job_event      = google_cloudfunctions2_function.handle_job_event
+    handle_scheduler_tick = google_cloudfunctions2_function.handle_scheduler_tick
+    handle_upload         = google_cloudfunctions2_function.handle_upload
+  }
+  function_uris     = { for k, f in local.deployed : k => f.service_config[0].uri }
+  function_services = { for k, f in local.deployed : k => f.service_config[0].service }
+}
+
+# The source zip, named by its content hash: a new name (changed code) replaces the object and
+# redeploys the functions; the same name changes nothing.
+resource "google_storage_bucket_object" "source" {
+  name   = basename(var.function_source)
+  bucket = google_storage_bucket.source.name
+  source = var.function_source
+
+  lifecycle {
+    create_before_destroy = true # the functions move to the new zip before the old one goes
+  }
+}
+
+# The functions' images, with a cleanup policy so old builds do not pile up.
+resource "google_artifact_registry_repository" "functions" {
+  #checkov:skip=CKV_GCP_84:The images hold only the public flexjobs code and its public dependencies; Google-managed encryption is enough and a customer-managed key would add a KMS key and service-agent grants for no data worth it.
+  location      = var.region
+  repository_id = "flexjobs-functions"
+  description   = "Images Cloud Build makes from the flexjobs function source."
+  format        = "DOCKER"
+
+  cleanup_policy_dry_run = false
+  cleanup_policies {
+    id     = "delete-old"
+    action = "DELETE"
+    condition {
+      tag_state  = "ANY"
+      older_than = "30d"
+    }
+  }
+  cleanup_policies {
+    id     = "keep-recent"
+    action = "KEEP"
+    most_recent_versions {
+      keep_count = 5 # KEEP wins over DELETE: each function's current image always stays
+    }
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+# New grants take effect within about a minute; the first build must not start before.
+resource "time_sleep" "iam_propagation" {
+  create_duration = "60s"
+
+  depends_on = [
+    google_project_iam_member.build_log_writer,
+    google_project_iam_member.build_source_reader,
+    google_artifact_registry_repository_iam_member.build_writer,
+    google_project_iam_member.function_roles,
+    google_project_iam_member.storage_agent_publisher,
+    google_project_iam_member.upload_trigger_receiver,
+  ]
+}
+
+resource "google_cloudfunctions2_function" "handle_job_request" {
+  name        = local.functions.handle_job_request.name
+  location    = var.region
+  description = "flexjobs: submit one job request from ${var.requests_topic} (or cancel one)."
+
+  build_config {
+    runtime           = "python311"
+    entry_point       = "handle_job_request"
+    service_account   = google_service_account.build.id
+    docker_repository = google_artifact_registry_repository.functions.id
+    source {
+      storage_source {
+        bucket = google_storage_bucket.source.name
+        object = google_storage_bucket_object.source.name
+      }
+    }
+  }
+
+  service_config {
+    timeout_seconds                  = local.functions.handle_job_request.timeout
+    available_memory                 = local.memory.handle_job_request
+    max_instance_count               = local.max_instances.handle_job_request
+    max_instance_request_concurrency = 1
+    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision   = true
+    service_account_email            = google_service_account.function["handle_job_request"].email
+    environment_variables            = local.function_env
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.claim_ttl_seconds >= local.longest_timeout
+      error_message = "claim_ttl_seconds must be >= the longest function timeout (${local.longest_timeout} s): a claim must outlive the delivery holding it."
+    }
+  }
+
+  depends_on = [time_sleep.iam_propagation]
+}
+
+resource "google_cloudfunctions2_function" "handle_job_event" {
+  name        = local.functions.handle_job_event.name
+  location    = var.region
+  description = "flexjobs: re-read the job a state hint on ${var.events_topic} names."
+
+  build_config {
+    runtime           = "python311"
+    entry_point       = "handle_job_event"
+    service_account   = google_service_account.build.id
+    docker_repository = google_artifact_registry_repository.functions.id
+    source {
+      storage_source {
+        bucket = google_storage_bucket.source.name
+        object = google_storage_bucket_object.source.name
+      }
+    }
+  }
+
+  service_config {
+    timeout_seconds  = local.functions.handle_job_event.timeout
+    available_memory = local.memory.handle_job_event
+    # A hint inside a coalescing window waits for the window to close before it reads; that
+    # wait must not hold up other deliveries. Concurrency above 1 needs a whole CPU.
+    available_cpu                    = "1"
+    max_instance_count               = local.max_instances.handle_job_event
+    max_instance_request_concurrency = 20
+    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision   = true
+    service_account_email            = google_service_account.function["handle_job_event"].email
+    environment_variables            = local.function_env
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.claim_ttl_seconds >= local.longest_timeout
+      error_message = "claim_ttl_seconds must be >= the longest function timeout (${local.longest_timeout} s)."
+    }
+  }
+
+  depends_on = [time_sleep.iam_propagation]
+}
+
+resource "google_cloudfunctions2_function" "handle_scheduler_tick" {
+  name        = local.functions.handle_scheduler_tick.name
+  location    = var.region
+  description = "flexjobs: reconcile every active job against Vertex AI, once a minute (${var.scheduler_ticks_topic})."
+
+  build_config {
+    runtime           = "python311"
+    entry_point       = "handle_scheduler_tick"
+    service_account   = google_service_account.build.id
+    docker_repository = google_artifact_registry_repository.functions.id
+    source {
+      storage_source {
+        bucket = google_storage_bucket.source.name
+        object = google_storage_bucket_object.source.name
+      }
+    }
+  }
+
+  service_config {
+    timeout_seconds                  = local.functions.handle_scheduler_tick.timeout
+    available_memory                 = local.memory.handle_scheduler_tick
+    max_instance_count               = local.max_instances.handle_scheduler_tick
+    max_instance_request_concurrency = 1
+    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision   = true
+    service_account_email            = google_service_account.function["handle_scheduler_tick"].email
+    environment_variables            = local.function_env
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.claim_ttl_seconds >= local.longest_timeout
+      error_message = "claim_ttl_seconds must be >= the longest function timeout (${local.longest_timeout} s)."
+    }
+  }
+
+  depends_on = [time_sleep.iam_propagation]
+}
+
+resource "google_cloudfunctions2_function" "handle_upload" {
+  name        = local.functions.handle_upload.name
+  location    = var.region
+  description = "flexjobs: submit request files and record checkpoint progress from gs://${local.upload_bucket_name}."
+
+  build_config {
+    runtime           = "python311"
+    entry_point       = "handle_upload"
+    service_account   = google_service_account.build.id
+    docker_repository = google_artifact_registry_repository.functions.id
+    source {
+      storage_source {
+        bucket = google_storage_bucket.source.name
+        object = google_storage_bucket_object.source.name
+      }
+    }
+  }
+
+  service_config {
+    timeout_seconds                  = local.functions.handle_upload.timeout
+    available_memory                 = local.memory.handle_upload
+    max_instance_count               = local.max_instances.handle_upload
+    max_instance_request_concurrency = 1
+    ingress_settings                 = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision   = true
+    service_account_email            = google_service_account.function["handle_upload"].email
+    environment_variables            = local.function_env
+  }
+
+  # upload_delivery = "eventarc": an Eventarc storage trigger on the upload bucket. Its
+  # Eventarc-managed subscription retries (RETRY_POLICY_RETRY) but cannot be given a
+  # dead-letter topic here; upload_delivery = "notification" delivers through a push
+  # subscription of our own instead (pubsub.tf, storage.tf).
+  dynamic "event_trigger" {
+    for_each = var.upload_delivery == "eventarc" ? [1] : []
+    content {
+      event_type            = "google.cloud.storage.object.v1.finalized"
+      retry_policy          = "RETRY_POLICY_RETRY"
+      trigger_region        = var.region # the upload bucket's location
+      service_account_email = one(google_service_account.upload_trigger[*].email)
+      event_filters {
+        attribute = "bucket"
+        value     = google_storage_bucket.uploads.name
+      }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.claim_ttl_seconds >= local.longest_timeout
+      error_message = "claim_ttl_seconds must be >= the longest function timeout (${local.longest_timeout} s)."
+    }
+  }
+
+  depends_on = [time_sleep.iam_propagation]
+}

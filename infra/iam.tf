@@ -1,0 +1,244 @@
+# Identities and grants: one service account per function, each with only what it uses; a
+# push invoker for the Pub/Sub push paths; an Eventarc trigger identity for uploads; a build
+# identity for Cloud Build. No basic roles, no allUsers or allAuthenticatedUsers, no keys.
+
+# --- What the functions call in Vertex AI -----------------------------------------------------
+
+# Exactly the Vertex AI methods the adapters call (shared/adapters/vertex.py, endpoints.py),
+# instead of roles/aiplatform.user. GetOperation on a DeployModel operation
+# (endpoints/E/operations/O) is authorised by aiplatform.endpoints.get; there is no
+# aiplatform.operations.get permission to grant.
+resource "google_project_iam_custom_role" "vertex_jobs" {
+  role_id     = "flexjobsVertexJobs"
+  title       = "flexjobs Vertex AI jobs"
+  description = "Create, read, list and cancel custom jobs, tuning jobs and training pipelines; deploy models to existing endpoints. Used by the flexjobs functions."
+  permissions = [
+    # JobService: CreateCustomJob, GetCustomJob, ListCustomJobs (label lookups), CancelCustomJob
+    "aiplatform.customJobs.cancel",
+    "aiplatform.customJobs.create",
+    "aiplatform.customJobs.get",
+    "aiplatform.customJobs.list",
+    # JobService: the same for hyperparameter tuning jobs
+    "aiplatform.hyperparameterTuningJobs.cancel",
+    "aiplatform.hyperparameterTuningJobs.create",
+    "aiplatform.hyperparameterTuningJobs.get",
+    "aiplatform.hyperparameterTuningJobs.list",
+    # PipelineService: the same for training pipelines
+    "aiplatform.trainingPipelines.cancel",
+    "aiplatform.trainingPipelines.create",
+    "aiplatform.trainingPipelines.get",
+    "aiplatform.trainingPipelines.list",
+    # EndpointService: GetEndpoint (adopt a deployment by its tag; GetOperation on its
+    # operations), DeployModel; reading the model being deployed
+    "aiplatform.endpoints.deploy",
+    "aiplatform.endpoints.get",
+    "aiplatform.models.get",
+  ]
+
+  depends_on = [google_project_service.apis]
+}
+
+# --- One service account per function ---------------------------------------------------------
+
+resource "google_service_account" "function" {
+  for_each = local.functions
+
+  account_id   = each.value.account_id
+  display_name = "flexjobs ${each.key}"
+  description  = "Runs the ${each.key} function of flexjobs."
+
+  depends_on = [google_project_service.apis]
+}
+
+locals {
+  # Project-level roles of every function: all four create or read Vertex jobs (requests and
+  # uploads submit; events and the tick retry, reconcile and cancel) and keep the records in
+  # Firestore. roles/datastore.user is the narrowest predefined Firestore read/write role.
+  function_project_roles = merge([
+    for name in keys(local.functions) : {
+      "${name} vertex"    = { function = name, role = google_project_iam_custom_role.vertex_jobs.name }
+      "${name} firestore" = { function = name, role = "roles/datastore.user" }
+    }
+  ]...)
+
+  # Retries read the latest checkpoint (shared/adapters/gcs.py, GcsCheckpointStore): the
+  # event handler and the tick, on the checkpoint buckets only.
+  checkpoint_readers = {
+    for pair in setproduct(["handle_job_event", "handle_scheduler_tick"], var.checkpoint_buckets) :
+    "${pair[0]} ${pair[1]}" => { function = pair[0], bucket = pair[1] }
+  }
+
+  # Every function may create jobs (intake, or a retry), so each may act as the service
+  # accounts a request may name, and as no other.
+  training_sa_users = {
+    for pair in setproduct(keys(local.functions), var.training_service_accounts) :
+    "${pair[0]} ${pair[1]}" => {
+      function = pair[0]
+      # projects/PROJECT/serviceAccounts/EMAIL, PROJECT read from the email where it says.
+      service_account_id = format(
+        "projects/%s/serviceAccounts/%s",
+        try(regex("@([a-z][-a-z0-9]*)\\.iam\\.gserviceaccount\\.com$", pair[1])[0], var.project_id),
+        pair[1],
+      )
+    }
+  }
+}
+
+resource "google_project_iam_member" "function_roles" {
+  for_each = local.function_project_roles
+
+  project = var.project_id
+  role    = each.value.role
+  member  = google_service_account.function[each.value.function].member
+}
+
+# Every function publishes notifications (shared/adapters/pubsub.py); none publishes elsewhere.
+resource "google_pubsub_topic_iam_member" "function_publisher" {
+  for_each = local.functions
+
+  topic  = google_pubsub_topic.notifications.id
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.function[each.key].member
+}
+
+resource "google_storage_bucket_iam_member" "checkpoint_reader" {
+  for_each = local.checkpoint_readers
+
+  bucket = each.value.bucket
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.function[each.value.function].member
+}
+
+# handle_upload reads the request files (one ranged read at the event's generation).
+resource "google_storage_bucket_iam_member" "upload_reader" {
+  bucket = google_storage_bucket.uploads.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.function["handle_upload"].member
+}
+
+resource "google_service_account_iam_member" "training_sa_user" {
+  for_each = local.training_sa_users
+
+  service_account_id = each.value.service_account_id
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function[each.value.function].member
+}
+
+# --- Pub/Sub push invoker ---------------------------------------------------------------------
+
+resource "google_service_account" "push_invoker" {
+  account_id   = "flexjobs-push-invoker"
+  display_name = "flexjobs Pub/Sub push invoker"
+  description  = "Identity of the OIDC token Pub/Sub attaches when it pushes to the flexjobs functions."
+
+  depends_on = [google_project_service.apis]
+}
+
+# A 2nd gen function is a Cloud Run service: invoking it takes roles/run.invoker on that
+# service (roles/cloudfunctions.invoker covers 1st gen functions only).
+resource "google_cloud_run_service_iam_member" "push_invoker" {
+  for_each = local.push_paths
+
+  location = var.region
+  service  = local.function_services[each.key]
+  role     = "roles/run.invoker"
+  member   = google_service_account.push_invoker.member
+}
+
+# Pub/Sub mints the push tokens as the invoker. Projects whose Pub/Sub service agent predates
+# 8 April 2021 need this grant; it is scoped to the invoker alone.
+resource "google_service_account_iam_member" "pubsub_agent_token_creator" {
+  service_account_id = google_service_account.push_invoker.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+# --- Uploads through Eventarc (upload_delivery = "eventarc") ----------------------------------
+
+resource "google_service_account" "upload_trigger" {
+  count = var.upload_delivery == "eventarc" ? 1 : 0
+
+  account_id   = "flexjobs-upload-trigger"
+  display_name = "flexjobs upload trigger"
+  description  = "Identity of the Eventarc storage trigger that delivers upload events to handle_upload."
+
+  depends_on = [google_project_service.apis]
+}
+
+# Eventarc's receiver role exists at project level only.
+resource "google_project_iam_member" "upload_trigger_receiver" {
+  count = var.upload_delivery == "eventarc" ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/eventarc.eventReceiver"
+  member  = google_service_account.upload_trigger[0].member
+}
+
+resource "google_cloud_run_service_iam_member" "upload_trigger_invoker" {
+  count = var.upload_delivery == "eventarc" ? 1 : 0
+
+  location = var.region
+  service  = local.function_services.handle_upload
+  role     = "roles/run.invoker"
+  member   = google_service_account.upload_trigger[0].member
+}
+
+resource "google_service_account_iam_member" "pubsub_agent_token_creator_upload" {
+  count = var.upload_delivery == "eventarc" ? 1 : 0
+
+  service_account_id = google_service_account.upload_trigger[0].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+# Eventarc storage triggers publish through a topic Eventarc creates in the project, as the
+# Cloud Storage service agent: it needs publisher on the project (Google's documented
+# requirement; the topic's name is not known beforehand). In "notification" mode the grant is
+# on the one notifications topic instead (storage.tf).
+resource "google_project_iam_member" "storage_agent_publisher" {
+  count = var.upload_delivery == "eventarc" ? 1 : 0
+
+  project = var.project_id
+  role    = "roles/pubsub.publisher"
+  member  = local.storage_service_agent
+}
+
+# --- Cloud Build identity for the function builds ---------------------------------------------
+
+# Builds run as this account rather than a default one (since mid-2024 new projects build as
+# the Compute Engine default account, which an organization may have left without roles).
+resource "google_service_account" "build" {
+  account_id   = "flexjobs-build"
+  display_name = "flexjobs function builds"
+  description  = "Cloud Build identity that turns the flexjobs source zip into function images."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_project_iam_member" "build_log_writer" {
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = google_service_account.build.member
+}
+
+# The build fetches the source from the bucket Cloud Functions stages it in
+# (gcf-v2-sources-PROJECT_NUMBER-REGION, created by the service) and from our source bucket:
+# object read on those two buckets only, by condition, since the first does not exist yet.
+resource "google_project_iam_member" "build_source_reader" {
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = google_service_account.build.member
+
+  condition {
+    title       = "flexjobs-build-sources"
+    description = "Only the buckets holding the flexjobs function source."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/\") || resource.name.startsWith(\"projects/_/buckets/${local.source_bucket_name}/\")"
+  }
+}
+
+resource "google_artifact_registry_repository_iam_member" "build_writer" {
+  location   = google_artifact_registry_repository.functions.location
+  repository = google_artifact_registry_repository.functions.name
+  role       = "roles/artifactregistry.writer"
+  member     = google_service_account.build.member
+}

@@ -1,0 +1,51 @@
+output "topics" {
+  description = "Topic names of the contract: publish requests to 'requests', subscribe to 'notifications'."
+  value = {
+    requests      = google_pubsub_topic.requests.name
+    events        = google_pubsub_topic.events.name
+    notifications = google_pubsub_topic.notifications.name
+    ticks         = google_pubsub_topic.ticks.name
+  }
+}
+
+output "function_uris" {
+  description = "run.app URL of each function, by entry point (internal ingress: reachable from Pub/Sub and Eventarc only)."
+  value       = local.function_uris
+}
+
+output "service_accounts" {
+  description = "Service account emails: one per function, the push invoker, the upload trigger (eventarc mode) and the build identity."
+  value = merge(
+    { for name, sa in google_service_account.function : name => sa.email },
+    {
+      push_invoker   = google_service_account.push_invoker.email
+      upload_trigger = one(google_service_account.upload_trigger[*].email)
+      build          = google_service_account.build.email
+    },
+  )
+}
+
+output "upload_bucket" {
+  description = "Upload request files to gs://<this>/<upload_prefix>."
+  value       = google_storage_bucket.uploads.name
+}
+
+output "source_bucket" {
+  description = "Bucket of the function source zips."
+  value       = google_storage_bucket.source.name
+}
+
+output "dead_letter_topics" {
+  description = "Dead-letter topic of each push path, by entry point."
+  value       = { for name, topic in google_pubsub_topic.dead_letter : name => topic.name }
+}
+
+output "dead_letter_inspect_subscriptions" {
+  description = "Pull subscription on each dead-letter topic: gcloud pubsub subscriptions pull <name> --auto-ack"
+  value       = { for name, sub in google_pubsub_subscription.dead_letter_inspect : name => sub.name }
+}
+
+output "hint_log_filter" {
+  description = "Filter of the log sink that feeds the events topic."
+  value       = google_logging_project_sink.hints.filter
+}

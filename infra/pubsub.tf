@@ -1,0 +1,163 @@
+# Topics of the contract, and the push paths that deliver them to the functions.
+#
+# Every push path is a subscription of our own (not an Eventarc-managed one), because only our
+# own subscription can carry what a push path needs: a dead-letter topic, max_delivery_attempts
+# and an exponential retry policy. Each dead-letter topic has a pull subscription,
+# "<topic>-dead-letter-inspect", for operators:
+#   gcloud pubsub subscriptions pull job-requests-dead-letter-inspect --auto-ack --limit=10
+
+resource "google_pubsub_topic" "requests" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  name = var.requests_topic
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_topic" "events" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  name = var.events_topic
+
+  depends_on = [google_project_service.apis]
+}
+
+# flexjobs only publishes here; subscribe to it from whatever consumes notifications.
+resource "google_pubsub_topic" "notifications" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  name = var.notifications_topic
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_topic" "ticks" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  name = var.scheduler_ticks_topic
+
+  depends_on = [google_project_service.apis]
+}
+
+# The upload bucket's Pub/Sub notifications, when upload_delivery = "notification".
+resource "google_pubsub_topic" "upload_notifications" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  count = var.upload_delivery == "notification" ? 1 : 0
+
+  name = var.upload_notifications_topic
+
+  depends_on = [google_project_service.apis]
+}
+
+locals {
+  # One entry per push path, keyed by the entry point it delivers to. ack_deadline bounds the
+  # push request, so it is at least the function's timeout: Pub/Sub never redelivers a message
+  # while its first delivery still runs. handle_job_event gets the maximum (600 s): a hint
+  # inside a coalescing window waits for the window before it reads.
+  # (handle_upload has a push path in notification mode only: a filter, since a conditional
+  # between two object shapes does not type-check.)
+  push_paths = {
+    for name, path in {
+      handle_job_request = {
+        topic        = google_pubsub_topic.requests.name
+        topic_id     = google_pubsub_topic.requests.id
+        ack_deadline = local.functions.handle_job_request.timeout
+        retention    = "604800s"
+      }
+      handle_job_event = {
+        topic        = google_pubsub_topic.events.name
+        topic_id     = google_pubsub_topic.events.id
+        ack_deadline = 600
+        retention    = "604800s"
+      }
+      handle_scheduler_tick = {
+        topic        = google_pubsub_topic.ticks.name
+        topic_id     = google_pubsub_topic.ticks.id
+        ack_deadline = local.functions.handle_scheduler_tick.timeout
+        # A tick is worth nothing ten minutes later (the next one does the same work): stale
+        # ticks expire instead of piling up behind a slow one. 600 s is Pub/Sub's minimum.
+        retention = "600s"
+      }
+      handle_upload = {
+        topic        = one(google_pubsub_topic.upload_notifications[*].name)
+        topic_id     = one(google_pubsub_topic.upload_notifications[*].id)
+        ack_deadline = local.functions.handle_upload.timeout
+        retention    = "604800s"
+      }
+    } : name => path if name != "handle_upload" || var.upload_delivery == "notification"
+  }
+}
+
+resource "google_pubsub_topic" "dead_letter" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  for_each = local.push_paths
+
+  name = "${each.value.topic}-dead-letter"
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_pubsub_subscription" "dead_letter_inspect" {
+  for_each = local.push_paths
+
+  name                       = "${each.value.topic}-dead-letter-inspect"
+  topic                      = google_pubsub_topic.dead_letter[each.key].id
+  ack_deadline_seconds       = 60
+  message_retention_duration = "2678400s" # 31 days, the maximum: time to look before it is gone
+
+  expiration_policy {
+    ttl = "" # never expires, however long nobody reads it
+  }
+}
+
+resource "google_pubsub_subscription" "push" {
+  for_each = local.push_paths
+
+  name                       = "${each.value.topic}-push"
+  topic                      = each.value.topic_id
+  ack_deadline_seconds       = each.value.ack_deadline
+  message_retention_duration = each.value.retention
+
+  push_config {
+    push_endpoint = local.function_uris[each.key]
+
+    # The audience defaults to the push endpoint, the function's run.app URL, which is what
+    # Cloud Run checks. The invoker holds roles/run.invoker on these functions only.
+    oidc_token {
+      service_account_email = google_service_account.push_invoker.email
+    }
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter[each.key].id
+    max_delivery_attempts = var.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  depends_on = [
+    google_cloud_run_service_iam_member.push_invoker,
+    google_pubsub_topic_iam_member.dead_letter_publisher,
+  ]
+}
+
+# Dead-lettering is done by the Pub/Sub service agent: it must publish to each dead-letter
+# topic and acknowledge (subscriber) on each source subscription.
+resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
+  for_each = local.push_paths
+
+  topic  = google_pubsub_topic.dead_letter[each.key].id
+  role   = "roles/pubsub.publisher"
+  member = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_subscriber" {
+  for_each = local.push_paths
+
+  subscription = google_pubsub_subscription.push[each.key].id
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}

@@ -1,0 +1,233 @@
+# Inputs. Only project_id and function_source are required; every other default matches the
+# contract in the top-level README ("Contract" > "Environment").
+
+variable "project_id" {
+  description = "Project that runs flexjobs: its functions, topics, Firestore database and the Vertex AI jobs."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z][-a-z0-9]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a Google Cloud project ID (6 to 30 lower-case letters, digits or hyphens)."
+  }
+}
+
+variable "region" {
+  description = "Region of the functions, the buckets, the Eventarc trigger and the Scheduler job."
+  type        = string
+  default     = "us-central1"
+
+  validation {
+    # The same shape the code demands of FLEXJOBS_LOCATION (README "Locations").
+    condition     = can(regex("^[a-z]+(-[a-z]+)*[0-9]+$", var.region))
+    error_message = "region must be a region name such as us-central1 or europe-west4."
+  }
+}
+
+variable "vertex_location" {
+  description = "FLEXJOBS_LOCATION: the Vertex AI region of requests that name none. null means var.region."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.vertex_location == null || can(regex("^[a-z]+(-[a-z]+)*[0-9]+$", coalesce(var.vertex_location, "x1")))
+    error_message = "vertex_location must be a region name such as us-central1."
+  }
+}
+
+variable "firestore_location" {
+  description = "Location of the Firestore (default) database: a region (us-central1) or a multi-region (nam5). null means var.region. Cannot change once created."
+  type        = string
+  default     = null
+}
+
+variable "firestore_point_in_time_recovery" {
+  description = "Keep 7 days of Firestore versions (billed as storage of the old versions; small for flexjobs' records)."
+  type        = bool
+  default     = true
+}
+
+variable "function_source" {
+  description = "Path of the zip './dev package' built, e.g. ../dist/flexjobs-functions-0123456789abcdef.zip. Its file name (content hash) is the object name, so only changed code redeploys."
+  type        = string
+
+  validation {
+    condition     = can(regex("^flexjobs-functions-[0-9a-f]{16}\\.zip$", basename(var.function_source)))
+    error_message = "function_source must be a zip built by './dev package' (flexjobs-functions-<16 hex digits>.zip)."
+  }
+}
+
+# --- Topics of the contract ------------------------------------------------------------------
+
+variable "requests_topic" {
+  description = "FLEXJOBS_REQUESTS_TOPIC: job requests (pushed to handle_job_request)."
+  type        = string
+  default     = "job-requests"
+}
+
+variable "events_topic" {
+  description = "FLEXJOBS_EVENTS_TOPIC: state hints from the log sink (pushed to handle_job_event)."
+  type        = string
+  default     = "job-events"
+}
+
+variable "notifications_topic" {
+  description = "FLEXJOBS_NOTIFICATIONS_TOPIC: notifications flexjobs publishes; subscribe to it yourself."
+  type        = string
+  default     = "job-notifications"
+}
+
+variable "scheduler_ticks_topic" {
+  description = "Scheduler ticks (pushed to handle_scheduler_tick)."
+  type        = string
+  default     = "scheduler-ticks"
+}
+
+# --- Uploads ----------------------------------------------------------------------------------
+
+variable "upload_bucket_name" {
+  description = "Name of the upload bucket this module creates (request files, checkpoint markers). null means '<project_id>-flexjobs-uploads'. To use an existing bucket, import it (see README.md)."
+  type        = string
+  default     = null
+}
+
+variable "upload_delivery" {
+  description = "How handle_upload gets the upload bucket's events: 'eventarc' (an Eventarc storage trigger; its subscription has no dead-letter topic) or 'notification' (a bucket Pub/Sub notification pushed through a subscription with a dead-letter topic)."
+  type        = string
+  default     = "eventarc"
+
+  validation {
+    condition     = contains(["eventarc", "notification"], var.upload_delivery)
+    error_message = "upload_delivery must be 'eventarc' or 'notification'."
+  }
+}
+
+variable "upload_notifications_topic" {
+  description = "Topic of the upload bucket's notifications when upload_delivery = 'notification'."
+  type        = string
+  default     = "upload-notifications"
+}
+
+variable "upload_prefix" {
+  description = "FLEXJOBS_UPLOAD_PREFIX: objects under this prefix of the upload bucket are request files."
+  type        = string
+  default     = "requests/"
+}
+
+variable "max_upload_bytes" {
+  description = "FLEXJOBS_MAX_UPLOAD_BYTES: a larger request file is refused unread."
+  type        = number
+  default     = 8388608
+
+  validation {
+    condition     = var.max_upload_bytes >= 1 && floor(var.max_upload_bytes) == var.max_upload_bytes
+    error_message = "max_upload_bytes must be a positive integer."
+  }
+}
+
+variable "upload_retention_days" {
+  description = "Delete request files under upload_prefix this many days after upload (they are read once). 0 keeps them; nothing outside the prefix (checkpoints) is ever deleted."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.upload_retention_days >= 0 && floor(var.upload_retention_days) == var.upload_retention_days
+    error_message = "upload_retention_days must be a whole number of days, 0 or more."
+  }
+}
+
+# --- What the functions may touch -------------------------------------------------------------
+
+variable "checkpoint_buckets" {
+  description = "Buckets holding the jobs' checkpoints (checkpointUri, baseOutputDirectory). handle_job_event and handle_scheduler_tick get object read on each, nothing else."
+  type        = list(string)
+  default     = []
+}
+
+variable "training_service_accounts" {
+  description = "Service accounts a request may name (FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS). Each function that creates jobs gets roles/iam.serviceAccountUser on each, and on nothing else. Empty: jobs run as the Vertex AI default identity and a request may name none."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for email in var.training_service_accounts : can(regex("^[^@,\\s]+@[^@,\\s]+$", email))])
+    error_message = "training_service_accounts must be service account emails."
+  }
+}
+
+variable "allowed_image_prefixes" {
+  description = "FLEXJOBS_ALLOWED_IMAGE_PREFIXES: container image prefixes a request may use, e.g. [\"us-central1-docker.pkg.dev/my-project/train/\"]. Empty allows any image (the code's default)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for prefix in var.allowed_image_prefixes : !strcontains(prefix, ",")])
+    error_message = "An image prefix cannot contain a comma (the list is passed comma-separated)."
+  }
+}
+
+# --- Runtime settings (the env map every function gets) ---------------------------------------
+
+variable "claim_ttl_seconds" {
+  description = "FLEXJOBS_CLAIM_TTL_SECONDS: how long a submission claim is honoured. Must be >= the longest function timeout (540 s)."
+  type        = number
+  default     = 600
+}
+
+variable "call_timeout_seconds" {
+  description = "FLEXJOBS_CALL_TIMEOUT_SECONDS: deadline of each Vertex, Firestore and Pub/Sub call."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.call_timeout_seconds > 0 && var.call_timeout_seconds <= 120
+    error_message = "call_timeout_seconds must be between 1 and 120."
+  }
+}
+
+variable "hint_coalesce_seconds" {
+  description = "FLEXJOBS_HINT_COALESCE_SECONDS: at most one Vertex read per job per this interval. Keep it well under handle_job_event's timeout (300 s)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.hint_coalesce_seconds > 0 && var.hint_coalesce_seconds <= 60
+    error_message = "hint_coalesce_seconds must be between 1 and 60 (the waiting delivery holds a request slot that long)."
+  }
+}
+
+# --- Scaling and delivery ---------------------------------------------------------------------
+
+variable "max_instances" {
+  description = "max_instance_count per entry point, merged over the defaults (handle_job_request 20, handle_job_event 10, handle_scheduler_tick 1, handle_upload 10)."
+  type        = map(number)
+  default     = {}
+}
+
+variable "memory" {
+  description = "available_memory per entry point, merged over the defaults (512Mi each; 1Gi for handle_job_event, which serves 20 requests at once)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "max_delivery_attempts" {
+  description = "Deliveries of one message before Pub/Sub moves it to the dead-letter topic (5 to 100)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
+    error_message = "max_delivery_attempts must be between 5 and 100."
+  }
+}
+
+variable "tick_schedule" {
+  description = "Cron schedule of the scheduler tick (UTC)."
+  type        = string
+  default     = "* * * * *"
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes labels (besides app = flexjobs)."
+  type        = map(string)
+  default     = {}
+}

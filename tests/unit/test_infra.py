@@ -1,0 +1,294 @@
+"""Drift between infra/ (Terraform, read with python-hcl2) and the code.
+
+Each check returns the problems it finds, so the tests can also show a check failing when one
+side loses something:
+
+* every entry point in functions/main.py is deployed, with the trigger the contract names;
+* every environment variable the code reads is set on every function, or listed as left at
+  the code's default (in infra/README.md too);
+* the topic names are the contract's;
+* every composite query the Firestore adapters declare has its composite index.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import pytest
+from hcl2.utils import SerializationOptions
+
+import shared.adapters.firestore_deployments  # noqa: F401  (declares its queries on import)
+from shared.adapters.firestore import DECLARED, Query
+from shared.config import ENV_VARS, Settings
+from shared.domain.jobs import JobState
+
+REPO = Path(__file__).resolve().parents[2]
+INFRA = REPO / "infra"
+MAIN = REPO / "functions" / "main.py"
+
+#: The contract's delivery of each entry point: the Terraform variable naming its topic (a
+#: Pub/Sub push subscription), or the Eventarc event type it is triggered by.
+TRIGGERS = {
+    "handle_job_request": ("topic", "requests_topic"),
+    "handle_job_event": ("topic", "events_topic"),
+    "handle_scheduler_tick": ("topic", "scheduler_ticks_topic"),
+    "handle_upload": ("event", "google.cloud.storage.object.v1.finalized"),
+}
+#: The contract's topics: Terraform variable → default name (README "Environment").
+TOPICS = {
+    "requests_topic": Settings(project="p").requests_topic,
+    "events_topic": Settings(project="p").events_topic,
+    "notifications_topic": Settings(project="p").notifications_topic,
+    "scheduler_ticks_topic": "scheduler-ticks",
+}
+#: Read by the code but deliberately not set by infra: the code's default is the production
+#: value (infra/README.md lists the same names).
+LEFT_AT_DEFAULT = {
+    "GCLOUD_PROJECT",
+    "FLEXJOBS_VERTEX_ENDPOINT",
+    "FLEXJOBS_HINT_RECENT_SECONDS",
+    "FLEXJOBS_BACKOFF_BASE_SECONDS",
+    "FLEXJOBS_BACKOFF_CAP_SECONDS",
+    "FLEXJOBS_FAILURE_RULES",
+    "FLEXJOBS_MAX_GPUS_PER_JOB",
+    "FLEXJOBS_MAX_REPLICAS",
+    "FLEXJOBS_MAX_MESSAGE_BYTES",
+    "FLEXJOBS_FIELD_POLICY",
+}
+
+OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
+
+
+@dataclass
+class Infra:
+    """The Terraform module, as python-hcl2 reads it: resources by (type, name), variables
+    and locals by name."""
+
+    resources: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    variables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    locals: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, folder: Path = INFRA) -> Infra:
+        infra = cls()
+        for path in sorted(folder.glob("*.tf")):
+            with path.open(encoding="utf-8") as handle:
+                module = hcl2.load(handle, serialization_options=OPTIONS)
+            for block in module.get("resource", []):
+                for kind, named in block.items():
+                    for name, body in named.items():
+                        infra.resources[(kind, name)] = body
+            for block in module.get("variable", []):
+                infra.variables.update(block)
+            for block in module.get("locals", []):
+                infra.locals.update(block)
+        return infra
+
+    def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
+        return {name: body for (k, name), body in self.resources.items() if k == kind}
+
+
+def entry_points(source: Path = MAIN) -> set[str]:
+    """The functions of main.py registered with functions-framework."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "functions_framework"
+                ):
+                    found.add(node.name)
+    return found
+
+
+def deployed(infra: Infra) -> dict[str, dict[str, Any]]:
+    """The deployed functions' bodies, by the entry point each runs."""
+    functions = {}
+    for body in infra.of_type("google_cloudfunctions2_function").values():
+        (build,) = body["build_config"]
+        functions[build["entry_point"]] = body
+    return functions
+
+
+def _reference(expression: str, pattern: str) -> str | None:
+    match = re.fullmatch(r"\$\{" + pattern + r"\}", expression)
+    return match.group(1) if match else None
+
+
+def topic_of(infra: Infra, resource: str) -> str | None:
+    """The variable a google_pubsub_topic takes its name from."""
+    body = infra.resources.get(("google_pubsub_topic", resource))
+    return _reference(body["name"], r"var\.(\w+)") if body else None
+
+
+def pushed(infra: Infra) -> dict[str, str]:
+    """Entry point → the variable naming the topic its push subscription reads."""
+    paths = str(infra.locals.get("push_paths", ""))
+    subscription = infra.resources.get(("google_pubsub_subscription", "push"), {})
+    if subscription.get("for_each") != "${local.push_paths}":
+        return {}
+    (config,) = subscription["push_config"]
+    if "local.function_uris[each.key]" not in config["push_endpoint"]:
+        return {}
+    found = {}
+    for entry, topic in re.findall(r"(\w+) = \{topic = google_pubsub_topic\.(\w+)\.name", paths):
+        variable = topic_of(infra, topic)
+        if variable:
+            found[entry] = variable
+    return found
+
+
+def event_types(function: dict[str, Any]) -> set[str]:
+    """The Eventarc event types a function is triggered by (static or dynamic block)."""
+    triggers = list(function.get("event_trigger", []))
+    for block in function.get("dynamic", []):
+        for content in block.get("event_trigger", {}).get("content", []):
+            triggers.append(content)
+    return {t["event_type"] for t in triggers}
+
+
+def trigger_problems(infra: Infra, entries: set[str]) -> list[str]:
+    functions = deployed(infra)
+    problems = [f"{e}: in functions/main.py but not deployed" for e in entries - set(functions)]
+    problems += [f"{e}: deployed but not in functions/main.py" for e in set(functions) - entries]
+    topics = pushed(infra)
+    for entry in entries & set(functions):
+        how, what = TRIGGERS.get(entry, ("?", "?"))
+        if how == "topic" and topics.get(entry) != what:
+            problems.append(f"{entry}: not pushed from the topic of var.{what}")
+        elif how == "event" and what not in event_types(functions[entry]):
+            problems.append(f"{entry}: no Eventarc trigger for {what}")
+        elif how == "?":
+            problems.append(f"{entry}: the contract names no trigger for it (TRIGGERS)")
+        if how == "event" and functions[entry]["service_config"][0]["ingress_settings"] != (
+            "ALLOW_INTERNAL_ONLY"
+        ):
+            problems.append(f"{entry}: an event function must be ALLOW_INTERNAL_ONLY")
+    return problems
+
+
+def env_problems(infra: Infra, read: tuple[str, ...] = ENV_VARS) -> list[str]:
+    env = infra.locals.get("function_env", {})
+    problems = []
+    for name, function in deployed(infra).items():
+        if function["service_config"][0].get("environment_variables") != "${local.function_env}":
+            problems.append(f"{name}: its environment is not local.function_env")
+    problems += [
+        f"{v}: read by the code, neither set by infra nor left at its default on purpose"
+        for v in sorted(set(read) - set(env) - LEFT_AT_DEFAULT)
+    ]
+    problems += [f"{v}: set by infra, read by no code" for v in sorted(set(env) - set(read))]
+    return problems
+
+
+def topic_problems(infra: Infra) -> list[str]:
+    problems = []
+    for variable, name in TOPICS.items():
+        default = infra.variables.get(variable, {}).get("default")
+        if default != name:
+            problems.append(f"var.{variable}: default {default!r}, the contract says {name!r}")
+    env = infra.locals.get("function_env", {})
+    for key, resource in (
+        ("FLEXJOBS_REQUESTS_TOPIC", "requests"),
+        ("FLEXJOBS_EVENTS_TOPIC", "events"),
+        ("FLEXJOBS_NOTIFICATIONS_TOPIC", "notifications"),
+    ):
+        if env.get(key) != f"${{google_pubsub_topic.{resource}.name}}":
+            problems.append(f"{key}: not the name of google_pubsub_topic.{resource}")
+    return problems
+
+
+def index_problems(infra: Infra, queries: list[Query] = DECLARED) -> list[str]:
+    indexes = [
+        (body["collection"], tuple(f["field_path"] for f in body["fields"]))
+        for body in infra.of_type("google_firestore_index").values()
+    ]
+    problems = []
+    for query in queries:
+        if not query.composite:
+            continue
+        fields = tuple(name for name, _ in query.filters)
+        if not any(c == query.collection and set(f) == set(fields) for c, f in indexes):
+            problems.append(f"{query.collection} {fields}: a composite query with no index")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def infra() -> Infra:
+    return Infra.load()
+
+
+def test_every_entry_point_is_deployed_with_its_trigger(infra):
+    assert entry_points() == set(TRIGGERS)
+    assert trigger_problems(infra, entry_points()) == []
+
+
+def test_every_environment_variable_is_set_or_deliberately_defaulted(infra):
+    assert env_problems(infra) == []
+    readme = (INFRA / "README.md").read_text(encoding="utf-8")
+    assert [name for name in sorted(LEFT_AT_DEFAULT) if f"`{name}`" not in readme] == []
+
+
+def test_the_topics_are_the_contracts(infra):
+    assert topic_problems(infra) == []
+
+
+def test_every_composite_query_has_its_index(infra):
+    assert [q for q in DECLARED if q.composite], "the adapters declare no composite query"
+    assert index_problems(infra) == []
+
+
+def test_the_drift_checks_fail_when_either_side_loses_something(infra):
+    broken = copy.deepcopy(infra)
+    del broken.resources[("google_cloudfunctions2_function", "handle_scheduler_tick")]
+    assert trigger_problems(broken, entry_points()) == [
+        "handle_scheduler_tick: in functions/main.py but not deployed"
+    ]
+    assert trigger_problems(infra, {*entry_points(), "handle_new"}) == [
+        "handle_new: in functions/main.py but not deployed"
+    ]
+
+    broken = copy.deepcopy(infra)
+    del broken.locals["function_env"]["FLEXJOBS_UPLOAD_PREFIX"]
+    assert env_problems(broken) == [
+        "FLEXJOBS_UPLOAD_PREFIX: read by the code, neither set by infra nor left at its "
+        "default on purpose"
+    ]
+    assert env_problems(infra, (*ENV_VARS, "FLEXJOBS_NEW")) == [
+        "FLEXJOBS_NEW: read by the code, neither set by infra nor left at its default on purpose"
+    ]
+
+    broken = copy.deepcopy(infra)
+    broken.variables["events_topic"]["default"] = "events"
+    assert topic_problems(broken) == [
+        "var.events_topic: default 'events', the contract says 'job-events'"
+    ]
+
+    broken = copy.deepcopy(infra)
+    for key in [k for k in broken.resources if k[0] == "google_firestore_index"]:
+        del broken.resources[key]
+    assert index_problems(broken) == [
+        "jobs ('checkpointPrefix', 'state'): a composite query with no index"
+    ]
+    extra = Query.__new__(Query)  # declared here only: kept out of DECLARED
+    object.__setattr__(extra, "collection", "jobs")
+    object.__setattr__(extra, "filters", (("state", "=="), ("createdAt", ">=")))
+    assert index_problems(infra, [extra]) == [
+        "jobs ('state', 'createdAt'): a composite query with no index"
+    ]
+
+
+def test_the_checkpoint_watch_query_covers_every_active_state():
+    from shared.adapters.firestore import ACTIVE_STATES
+
+    assert set(ACTIVE_STATES) == {s.value for s in JobState if not s.terminal}
