@@ -195,7 +195,8 @@ resource "google_cloudfunctions2_function" "handle_job_event" {
     ingress_settings                 = "ALLOW_INTERNAL_ONLY"
     all_traffic_on_latest_revision   = true
     service_account_email            = google_service_account.function["handle_job_event"].email
-    environment_variables            = local.function_env
+    # functions-framework serves cpu_count x 4 requests at once unless THREADS says more.
+    environment_variables = merge(local.function_env, { THREADS = "20" })
   }
 
   lifecycle {

@@ -63,8 +63,14 @@ locals {
 
   # Retries read the latest checkpoint (shared/adapters/gcs.py, GcsCheckpointStore): the
   # event handler and the tick, on the checkpoint buckets only.
+  # The retries list checkpoints (the event handler and the tick): in every bucket jobs write
+  # to, and in the upload bucket, where the live-progress uploads are watched. A bucket not
+  # listed here makes a retry fail with 403 (it never restarts from scratch in its place).
   checkpoint_readers = {
-    for pair in setproduct(["handle_job_event", "handle_scheduler_tick"], var.checkpoint_buckets) :
+    for pair in setproduct(
+      ["handle_job_event", "handle_scheduler_tick"],
+      distinct(concat(var.checkpoint_buckets, [local.upload_bucket_name])),
+    ) :
     "${pair[0]} ${pair[1]}" => { function = pair[0], bucket = pair[1] }
   }
 
@@ -223,17 +229,15 @@ resource "google_project_iam_member" "build_log_writer" {
 
 # The build fetches the source from the bucket Cloud Functions stages it in
 # (gcf-v2-sources-PROJECT_NUMBER-REGION, created by the service) and from our source bucket:
-# object read on those two buckets only, by condition, since the first does not exist yet.
+# object read. Cloud Functions copies the source into a bucket of its own
+# (gcf-v2-sources-NUMBER-REGION) that does not exist before the first deploy, and the build
+# lists as well as reads, which a condition on object names would not cover: so project-wide
+# read, as the Cloud Run build service account page asks (it names Storage Object Admin; read
+# is all a build of this source needs).
 resource "google_project_iam_member" "build_source_reader" {
   project = var.project_id
   role    = "roles/storage.objectViewer"
   member  = google_service_account.build.member
-
-  condition {
-    title       = "flexjobs-build-sources"
-    description = "Only the buckets holding the flexjobs function source."
-    expression  = "resource.name.startsWith(\"projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}/\") || resource.name.startsWith(\"projects/_/buckets/${local.source_bucket_name}/\")"
-  }
 }
 
 resource "google_artifact_registry_repository_iam_member" "build_writer" {

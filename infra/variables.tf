@@ -108,9 +108,15 @@ variable "upload_notifications_topic" {
 }
 
 variable "upload_prefix" {
-  description = "FLEXJOBS_UPLOAD_PREFIX: objects under this prefix of the upload bucket are request files."
+  description = "FLEXJOBS_UPLOAD_PREFIX: objects under this folder of the upload bucket are request files."
   type        = string
   default     = "requests/"
+
+  validation {
+    # The code reads an empty prefix as the default one, so say so here rather than differ.
+    condition     = length(var.upload_prefix) > 0
+    error_message = "upload_prefix must not be empty (the functions would read it as requests/)."
+  }
 }
 
 variable "max_upload_bytes" {
@@ -138,7 +144,7 @@ variable "upload_retention_days" {
 # --- What the functions may touch -------------------------------------------------------------
 
 variable "checkpoint_buckets" {
-  description = "Buckets holding the jobs' checkpoints (checkpointUri, baseOutputDirectory). handle_job_event and handle_scheduler_tick get object read on each, nothing else."
+  description = "Every bucket jobs write checkpoints or outputs to (checkpointUri, baseOutputDirectory). handle_job_event and handle_scheduler_tick get object read on each (and on the upload bucket), nothing else. A retry in a bucket not listed fails with 403: it never restarts from scratch instead."
   type        = list(string)
   default     = []
 }

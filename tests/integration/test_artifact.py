@@ -127,21 +127,16 @@ def post(url: str, headers: dict[str, str], body: dict[str, Any]) -> int:
         return int(answer.status)
 
 
-def pubsub_event(data: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
-    """A binary-mode Pub/Sub CloudEvent, as an Eventarc Pub/Sub trigger posts it."""
+def pushed(data: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """A Pub/Sub push body, as infra/'s push subscriptions post it to the functions
+    (functions-framework turns it into the messagePublished CloudEvent)."""
     message_id = str(uuid.uuid4().int % 10**15)
-    headers = {
-        "ce-specversion": "1.0",
-        "ce-type": "google.cloud.pubsub.topic.v1.messagePublished",
-        "ce-source": "//pubsub.googleapis.com/projects/flexjobs-local/topics/t",
-        "ce-id": message_id,
-        "Content-Type": "application/json",
-    }
     message = {
         "data": base64.b64encode(json.dumps(data).encode()).decode(),
         "messageId": message_id,
         "publishTime": "2026-11-30T12:00:00Z",
     }
+    headers = {"Content-Type": "application/json"}
     return headers, {"message": message, "subscription": "projects/p/subscriptions/s"}
 
 
@@ -153,13 +148,13 @@ def record(db: Any, request_id: str) -> dict[str, Any] | None:
 def test_every_entry_point_serves_from_the_artifact(servers, stack, db, unique):
     rid = unique("artifact")
     body = {**load("seed_request"), "requestId": rid}
-    assert post(servers["handle_job_request"], *pubsub_event(body)) == 200
+    assert post(servers["handle_job_request"], *pushed(body)) == 200
     job = wait_for(lambda: (r := record(db, rid)) and r.get("vertexJob"), what="the job")
 
-    assert post(servers["handle_job_event"], *pubsub_event({"jobName": job})) == 200
+    assert post(servers["handle_job_event"], *pushed({"jobName": job})) == 200
     wait_for(lambda: record(db, rid).get("lastReadAt"), what="the hint's read")
 
-    assert post(servers["handle_scheduler_tick"], *pubsub_event({"tick": "now"})) == 200
+    assert post(servers["handle_scheduler_tick"], *pushed({"tick": "now"})) == 200
 
     name = f"{PREFIX}{unique('file')}.json"
     generation = stack.upload(name, seed_line())

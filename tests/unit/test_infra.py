@@ -62,6 +62,9 @@ LEFT_AT_DEFAULT = {
     "FLEXJOBS_FIELD_POLICY",
 }
 
+#: Variables of the functions' runtime itself, not of flexjobs: functions-framework's threads.
+FRAMEWORK_ENV = {"THREADS"}
+
 OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
 
 
@@ -141,20 +144,36 @@ def pushed(infra: Infra) -> dict[str, str]:
     if "local.function_uris[each.key]" not in config["push_endpoint"]:
         return {}
     found = {}
-    for entry, topic in re.findall(r"(\w+) = \{topic = google_pubsub_topic\.(\w+)\.name", paths):
+    pattern = (
+        r"(\w+) = \{topic = google_pubsub_topic\.(\w+)\.name, "
+        r"topic_id = google_pubsub_topic\.(\w+)\.id"
+    )
+    for entry, topic, topic_id in re.findall(pattern, paths):
         variable = topic_of(infra, topic)
-        if variable:
+        if variable and topic == topic_id:  # the subscription reads topic_id
             found[entry] = variable
     return found
 
 
-def event_types(function: dict[str, Any]) -> set[str]:
-    """The Eventarc event types a function is triggered by (static or dynamic block)."""
+def event_types(infra: Infra, function: dict[str, Any]) -> set[str]:
+    """The Eventarc event types a function is triggered by with the variables' defaults: a
+    static block, or a dynamic one whose ``for_each`` is on by default."""
     triggers = list(function.get("event_trigger", []))
     for block in function.get("dynamic", []):
-        for content in block.get("event_trigger", {}).get("content", []):
-            triggers.append(content)
+        dynamic = block.get("event_trigger", {})
+        if _on_by_default(infra, str(dynamic.get("for_each", ""))):
+            triggers.extend(dynamic.get("content", []))
     return {t["event_type"] for t in triggers}
+
+
+def _on_by_default(infra: Infra, for_each: str) -> bool:
+    """Whether ``${var.X == "v" ? [1] : []}`` (or ``!=``) yields an element by default."""
+    match = re.fullmatch(r'\$\{var\.(\w+) (==|!=) "([^"]*)" \? \[1\] : \[\]\}', for_each)
+    if not match:
+        return False
+    variable, op, value = match.groups()
+    default = infra.variables.get(variable, {}).get("default")
+    return (default == value) == (op == "==")
 
 
 def trigger_problems(infra: Infra, entries: set[str]) -> list[str]:
@@ -166,13 +185,11 @@ def trigger_problems(infra: Infra, entries: set[str]) -> list[str]:
         how, what = TRIGGERS.get(entry, ("?", "?"))
         if how == "topic" and topics.get(entry) != what:
             problems.append(f"{entry}: not pushed from the topic of var.{what}")
-        elif how == "event" and what not in event_types(functions[entry]):
+        elif how == "event" and what not in event_types(infra, functions[entry]):
             problems.append(f"{entry}: no Eventarc trigger for {what}")
         elif how == "?":
             problems.append(f"{entry}: the contract names no trigger for it (TRIGGERS)")
-        if how == "event" and functions[entry]["service_config"][0]["ingress_settings"] != (
-            "ALLOW_INTERNAL_ONLY"
-        ):
+        if functions[entry]["service_config"][0]["ingress_settings"] != "ALLOW_INTERNAL_ONLY":
             problems.append(f"{entry}: an event function must be ALLOW_INTERNAL_ONLY")
     return problems
 
@@ -181,8 +198,15 @@ def env_problems(infra: Infra, read: tuple[str, ...] = ENV_VARS) -> list[str]:
     env = infra.locals.get("function_env", {})
     problems = []
     for name, function in deployed(infra).items():
-        if function["service_config"][0].get("environment_variables") != "${local.function_env}":
+        given = str(function["service_config"][0].get("environment_variables"))
+        extra = re.fullmatch(r"\$\{merge\(local\.function_env, \{(.*)\}\)\}", given)
+        added = set(re.findall(r"(\w+) = ", extra.group(1))) if extra else set()
+        if given != "${local.function_env}" and not extra:
             problems.append(f"{name}: its environment is not local.function_env")
+        problems += [
+            f"{name}: sets {v}, neither flexjobs' nor the runtime's"
+            for v in sorted(added - FRAMEWORK_ENV)
+        ]
     problems += [
         f"{v}: read by the code, neither set by infra nor left at its default on purpose"
         for v in sorted(set(read) - set(env) - LEFT_AT_DEFAULT)
@@ -267,6 +291,19 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
     assert env_problems(infra, (*ENV_VARS, "FLEXJOBS_NEW")) == [
         "FLEXJOBS_NEW: read by the code, neither set by infra nor left at its default on purpose"
     ]
+
+    broken = copy.deepcopy(infra)
+    broken.locals["push_paths"] = broken.locals["push_paths"].replace(
+        "topic_id = google_pubsub_topic.requests.id", "topic_id = google_pubsub_topic.events.id"
+    )
+    assert trigger_problems(broken, entry_points()) == [
+        "handle_job_request: not pushed from the topic of var.requests_topic"
+    ]
+    broken = copy.deepcopy(infra)
+    broken.variables["upload_delivery"]["default"] = "notification"
+    assert "handle_upload: no Eventarc trigger for google.cloud.storage.object.v1.finalized" in (
+        trigger_problems(broken, entry_points())
+    )
 
     broken = copy.deepcopy(infra)
     broken.variables["events_topic"]["default"] = "events"
