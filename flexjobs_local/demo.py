@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from flexjobs_local.stack import LocalStack, StackConfig
@@ -208,9 +212,12 @@ def run_demo(time_factor: float = 60.0, tick_seconds: float | None = None, limit
 
         stack.simulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", A100_CAPACITY)
         print(f"simulated capacity: {A100_CAPACITY} x NVIDIA_TESLA_A100 in {LOCATION}\n")
-        for body in requests():
-            stack.publish_request(body)
-            print(f"published {body['requestId']}")
+        # As a user would: the requests go through ``flexjobs submit`` (validated, then
+        # published to the requests topic), one message a line on its stdin.
+        batch_lines = "".join(json.dumps(body) + "\n" for body in requests())
+        submitted = flexjobs(stack, "submit", "--format", "jsonl", "-", stdin=batch_lines)
+        for request_id in submitted.stdout.split():
+            print(f"flexjobs submit: published {request_id}")
         generation = stack.upload(UPLOAD_NAME, upload_lines(), "application/jsonl")
         print(f"uploaded {stack.upload_uri}{UPLOAD_NAME.rpartition('/')[2]} (3 lines, 1 bad)")
         batch = f"gcs:{BUCKET}/{UPLOAD_NAME}#{generation}"
@@ -223,6 +230,18 @@ def run_demo(time_factor: float = 60.0, tick_seconds: float | None = None, limit
         ok = _report(stack, db, batch, progress_before_retry)
     print("stack stopped")
     return 0 if ok else 1
+
+
+def flexjobs(stack: LocalStack, *args: str, stdin: str | None = None) -> Any:
+    """Run the ``flexjobs`` command (installed beside this Python) against the stack."""
+    command = [str(Path(sys.executable).with_name("flexjobs")), *args]
+    env = {**os.environ, **stack.env}
+    done = subprocess.run(
+        command, input=stdin, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode not in {0, 1}:
+        raise RuntimeError(f"flexjobs {' '.join(args)} exited {done.returncode}: {done.stderr}")
+    return done
 
 
 def _watch(stack: LocalStack, db: Any, limit: float) -> bool:
@@ -284,6 +303,8 @@ def _report(stack: LocalStack, db: Any, batch: str, progress_before_retry: bool)
         f"est. ${cost.get('costUsd')} vs ${cost.get('onDemandUsd')} on demand; "
         f"progress recorded from uploads before the first retry: {progress_before_retry}"
     )
+    print(f"\n$ flexjobs status {SPOT_ID}")
+    print(flexjobs(stack, "status", SPOT_ID).stdout)
     rejections = [d.to_dict() for d in db.collection("rejections").stream()]
     for rejection in rejections:
         error = rejection["errors"][0]

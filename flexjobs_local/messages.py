@@ -1,0 +1,178 @@
+"""Read request files and validate them exactly as ``handle_job_request`` does, offline.
+
+A file holds one message (``.json``), one message a line (``.jsonl``), a gcloud
+``config.yaml``, or a bare Vertex body (with ``kind``). Each message is checked by the function's
+own parser and validators (:func:`shared.domain.request.parse_request`,
+:func:`shared.domain.validation.validators`), so what passes here is what intake accepts.
+
+Examples:
+    >>> from shared.config import Settings
+    >>> [m] = read_messages('{"cancel": "r1"}', "cancel.json")
+    >>> check(m, Settings(project=""), now=datetime(2026, 11, 30, tzinfo=UTC))
+    []
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.config import Settings
+from shared.domain.gcloud_yaml import parse_gcloud_config
+from shared.domain.request import KINDS, decode_message, parse_request
+from shared.domain.schedule import SCHEDULE_TIME_ATTRIBUTE, check_not_ahead
+from shared.domain.validation import Guards, validators
+from shared.errors import FieldError, InvalidRequest
+from shared.intake import is_cancel
+
+FORMATS = ("json", "jsonl", "yaml")
+
+
+@dataclass
+class Message:
+    """One message of a file: its body (None when unreadable) and where it came from."""
+
+    body: dict[str, Any] | None
+    line: int | None = None
+    errors: list[FieldError] = field(default_factory=list)
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def where(self, error: FieldError) -> str:
+        """``line 3: path: message`` (the line only for a ``.jsonl``)."""
+        text = f"{error.path}: {error.message}"
+        return f"line {self.line}: {text}" if self.line is not None else text
+
+
+def detect_format(name: str, text: str) -> str:
+    """The format of a file from its name, or for ``-`` from its content."""
+    lowered = name.lower()
+    if lowered.endswith(".jsonl"):
+        return "jsonl"
+    if lowered.endswith((".yaml", ".yml")):
+        return "yaml"
+    if lowered.endswith(".json"):
+        return "json"
+    stripped = text.lstrip()
+    if not stripped.startswith(("{", "[")):
+        return "yaml"
+    try:
+        json.loads(text)
+    except ValueError:
+        return "jsonl"
+    return "json"
+
+
+def read_messages(
+    text: str, name: str, *, kind: str | None = None, fmt: str | None = None
+) -> list[Message]:
+    """The messages of a file; unreadable ones carry their errors instead of a body."""
+    fmt = fmt or detect_format(name, text)
+    if fmt == "yaml":
+        try:
+            return [Message(parse_gcloud_config(text))]
+        except InvalidRequest as err:
+            return [Message(None, errors=list(err.errors))]
+    if fmt == "jsonl":
+        return [
+            _decode(line, kind, number)
+            for number, line in enumerate(text.splitlines(), start=1)
+            if line.strip()
+        ]
+    return [_decode(text, kind, None)]
+
+
+def _decode(text: str, kind: str | None, line: int | None) -> Message:
+    try:
+        body = decode_message(text.encode("utf-8"))
+    except InvalidRequest as err:
+        return Message(None, line=line, errors=list(err.errors))
+    if kind is not None:
+        body = {kind: body}
+    return Message(body, line=line)
+
+
+def assign_request_id(message: Message, request_id: str | None) -> None:
+    """Give a message the requestId it is published under, set both as field and attribute.
+
+    ``request_id`` wins; else the body's own; else a fresh ``cli-<uuid>``. A cancel keeps its
+    target as the attribute.
+    """
+    body = message.body
+    if body is None:
+        return
+    if is_cancel(body):
+        target = body.get("cancel")
+        if isinstance(target, str):
+            message.attributes["requestId"] = target
+        return
+    named = body.get("requestId")
+    if request_id is not None:
+        body["requestId"] = request_id
+    elif not (isinstance(named, str) and named.strip()):
+        body["requestId"] = f"cli-{uuid.uuid4()}"
+    if isinstance(body["requestId"], str):
+        message.attributes["requestId"] = body["requestId"]
+
+
+def stamp_schedule_time(message: Message, now: datetime) -> None:
+    """A scheduled request is expanded for ``now``: the requestId printed is the one used."""
+    if message.body is not None and "schedule" in message.body:
+        message.attributes[SCHEDULE_TIME_ATTRIBUTE] = rfc3339(now)
+
+
+def check(message: Message, settings: Settings, now: datetime) -> list[FieldError]:
+    """Every problem intake would find in this message ([] when it would be accepted)."""
+    if message.body is None:
+        return message.errors
+    body = message.body
+    data = json.dumps(body).encode("utf-8")
+    if len(data) > settings.max_message_bytes:
+        limit = settings.max_message_bytes
+        return [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]
+    if is_cancel(body):
+        target = body.get("cancel")
+        if not isinstance(target, str) or not target.strip():
+            return [FieldError("cancel", "must be a non-empty requestId string")]
+        return []
+    try:
+        request = parse_request(body, message.attributes, "cli-validate", rfc3339(now))
+    except InvalidRequest as err:
+        return list(err.errors)
+    guards = Guards.from_settings(settings)
+    errors = [error for validate in validators(guards) for error in validate(request)]
+    if request.slot is not None:
+        errors.extend(check_not_ahead(request.slot, now))
+    return errors
+
+
+def request_id_of(message: Message, now: datetime) -> str:
+    """The requestId intake will give the message (a scheduled template expanded for now)."""
+    body = message.body or {}
+    if is_cancel(body):
+        return str(body.get("cancel"))
+    try:
+        return parse_request(body, message.attributes, "", rfc3339(now)).request_id
+    except InvalidRequest:
+        return str(body.get("requestId") or message.attributes.get("requestId") or "")
+
+
+def rfc3339(when: datetime) -> str:
+    """``2026-11-30T02:00:00.123456Z``: UTC, RFC 3339."""
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+__all__ = [
+    "FORMATS",
+    "KINDS",
+    "Message",
+    "assign_request_id",
+    "check",
+    "detect_format",
+    "read_messages",
+    "request_id_of",
+    "rfc3339",
+    "stamp_schedule_time",
+]

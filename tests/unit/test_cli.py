@@ -1,0 +1,223 @@
+"""The ``flexjobs`` command offline: validate, schema, exit codes, error lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flexjobs_local.cli import main, parse_since
+from tests.events import load
+
+EVENTS = Path(__file__).parents[1] / "events"
+
+
+def seed() -> dict[str, Any]:
+    return json.loads((EVENTS / "seed_request.json").read_text())
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_google(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "PUBSUB_EMULATOR_HOST"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_a_good_request_file_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(EVENTS / "seed_request.json")]) == 0
+    assert "1 valid message" in capsys.readouterr().out
+
+
+def test_a_bad_request_file_prints_each_problem_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = seed()
+    pool = body["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+    pool["machineSpec"]["acceleratorType"] = "NVIDIA_TESLA_T4"
+    body["location"] = "attacker.example:443#"
+    body["bogus"] = 1
+    assert main(["validate", write(tmp_path, "bad.json", json.dumps(body))]) == 2
+    err = capsys.readouterr().err
+    assert "location: must be" in err
+    assert "bogus: unknown field" in err
+
+
+def test_the_rules_run_after_parsing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = seed()
+    pool = body["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+    pool["machineSpec"]["acceleratorType"] = "NVIDIA_TESLA_T4"
+    assert main(["validate", write(tmp_path, "t4.json", json.dumps(body))]) == 2
+    err = capsys.readouterr().err
+    assert "customJob.jobSpec.workerPoolSpecs[0].machineSpec.acceleratorType" in err
+
+
+def test_a_jsonl_names_the_line_of_each_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = json.dumps(seed())
+    text = f"{good}\n\n{{not json\n{json.dumps({'cancel': ''})}\n"
+    assert main(["validate", write(tmp_path, "batch.jsonl", text)]) == 2
+    err = capsys.readouterr().err
+    assert "line 3: $: message data is not JSON" in err
+    assert "line 4: cancel: must be a non-empty requestId string" in err
+    assert "line 1:" not in err
+
+
+def test_a_good_jsonl_and_a_cancel_are_valid(tmp_path: Path) -> None:
+    text = f"{json.dumps(seed())}\n{json.dumps({'cancel': 'seed-1'})}\n"
+    assert main(["validate", write(tmp_path, "batch.jsonl", text)]) == 0
+
+
+def test_a_gcloud_yaml_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = """workerPoolSpecs:
+  machineSpec:
+    machineType: a2-highgpu-1g
+    acceleratorType: NVIDIA_TESLA_A100
+    acceleratorCount: 1
+  replicaCount: 1
+  containerSpec:
+    imageUri: python:3.10
+scheduling:
+  strategy: FLEX_START
+  maxWaitDuration: 1800s
+"""
+    assert main(["validate", write(tmp_path, "config.yaml", good)]) == 0
+    assert main(["validate", write(tmp_path, "bad.yaml", "scheduling: {}\n")]) == 2
+    assert "workerPoolSpecs: is required" in capsys.readouterr().err
+
+
+def test_a_bare_vertex_body_with_kind(tmp_path: Path) -> None:
+    path = write(tmp_path, "job.json", json.dumps(seed()["customJob"]))
+    assert main(["validate", "--kind", "customJob", path]) == 0
+    # Without --kind the body is no request message.
+    assert main(["validate", path]) == 2
+    assert main(["validate", "--kind", "nonsense", path]) == 2
+
+
+def test_other_kinds_from_the_sample_events(tmp_path: Path) -> None:
+    for name in ("hpt_request", "pipeline_request", "deploy_request"):
+        assert main(["validate", str(EVENTS / f"{name}.json")]) == 0, name
+
+
+def test_a_scheduled_request_is_expanded_for_now(tmp_path: Path) -> None:
+    body = seed()
+    body["requestId"] = "nightly-{slot}"
+    body["schedule"] = {"slotSeconds": 86400, "concurrency": "forbid"}
+    assert main(["validate", write(tmp_path, "nightly.json", json.dumps(body))]) == 0
+    body.pop("schedule")
+    assert main(["validate", write(tmp_path, "broken.json", json.dumps(body))]) == 2
+
+
+def test_the_operator_guards_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FLEXJOBS_ALLOWED_IMAGE_PREFIXES", "us-docker.pkg.dev/mine/")
+    assert main(["validate", str(EVENTS / "seed_request.json")]) == 2
+    assert "imageUri" in capsys.readouterr().err
+
+
+def test_stdin_is_read_with_dash(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(seed())))
+    assert main(["validate", "-"]) == 0
+
+
+def test_a_missing_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "/nonexistent/request.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read /nonexistent/request.json")
+    assert "Traceback" not in err
+
+
+def test_schema_prints_the_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    shipped = json.loads((Path(__file__).parents[2] / "schema/job-request.schema.json").read_text())
+    assert schema == shipped
+
+
+def test_no_project_is_one_actionable_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "anything"]) == 3
+    err = capsys.readouterr().err
+    assert "GOOGLE_CLOUD_PROJECT" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_unreachable_emulator_is_one_actionable_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:9")
+    assert main(["--project", "p", "submit", str(EVENTS / "seed_request.json")]) == 3
+    err = capsys.readouterr().err
+    assert "PUBSUB_EMULATOR_HOST=127.0.0.1:9 is not reachable" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_submit_publishes_nothing_when_invalid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    published: list[Any] = []
+    monkeypatch.setattr(
+        "flexjobs_local.client.Config.publish", lambda self, *a: published.append(a)
+    )
+    text = f"{json.dumps(seed())}\n{{bad\n"
+    path = write(tmp_path, "batch.jsonl", text)
+    assert main(["--project", "p", "submit", path]) == 2
+    assert published == []
+
+
+def test_submit_names_each_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    published: list[Any] = []
+    monkeypatch.setattr(
+        "flexjobs_local.client.Config.publish", lambda self, *a: published.append(a)
+    )
+    body = seed()
+    body.pop("requestId")
+    path = write(tmp_path, "job.json", json.dumps(body))
+    assert main(["--project", "p", "submit", "--location", "europe-west4", path]) == 0
+    [(sent, attributes)] = published
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith("cli-")
+    assert sent["requestId"] == attributes["requestId"] == printed
+    assert sent["location"] == "europe-west4"
+    published.clear()
+    assert main(["--project", "p", "submit", "--request-id", "mine", path]) == 0
+    assert published[0][0]["requestId"] == published[0][1]["requestId"] == "mine"
+
+
+def test_since_durations() -> None:
+    assert parse_since("30m").total_seconds() == 1800
+    assert parse_since("2h").total_seconds() == 7200
+    assert parse_since("1d").total_seconds() == 86400
+    with pytest.raises(Exception, match="duration"):
+        parse_since("soon")
+
+
+def test_the_local_commands_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["local", "up", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--time-factor" in out
+    assert "--tick-seconds" in out
+
+
+def test_the_seed_event_is_the_file_read() -> None:
+    assert load("seed_request") == seed()
+
+
+def test_list_refuses_an_unknown_state(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--project", "p", "list", "--state", "DONE"]) == 2
+    assert "RUNNING" in capsys.readouterr().err
