@@ -224,7 +224,7 @@ def submit(
         return 0
     from flexjobs_local.watch import watch as follow
 
-    return follow(config, ids, out, timeout)
+    return follow(config, ids, out, timeout, published_at=now)
 
 
 @app.command()
@@ -331,6 +331,9 @@ def cancel(
     ] = None,
 ) -> int:
     """Publish {"cancel": ID}. With --wait: exit 0 only if it SUCCEEDED before the cancel."""
+    if not request_id.strip():
+        # Intake refuses it (a rejection), so never publish it as if it were a cancel.
+        raise CliError("cancel: ID must be a non-empty requestId", code=INVALID)
     config = _config(ctx)
     config.publish({"cancel": request_id}, {"requestId": request_id})
     out = _out()

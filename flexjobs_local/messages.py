@@ -108,10 +108,10 @@ def assign_request_id(message: Message, request_id: str | None) -> None:
         if isinstance(target, str):
             message.attributes["requestId"] = target
         return
-    named = body.get("requestId")
     if request_id is not None:
         body["requestId"] = request_id
-    elif not (isinstance(named, str) and named.strip()):
+    elif "requestId" not in body:
+        # Only when the file names none: a malformed one stays, for check() to refuse it.
         body["requestId"] = f"cli-{uuid.uuid4()}"
     if isinstance(body["requestId"], str):
         message.attributes["requestId"] = body["requestId"]
@@ -128,7 +128,8 @@ def check(message: Message, settings: Settings, now: datetime) -> list[FieldErro
     if message.body is None:
         return message.errors
     body = message.body
-    data = json.dumps(body).encode("utf-8")
+    # Measured as it is published (client.publish's compact encoding), as intake measures it.
+    data = json.dumps(body, separators=(",", ":")).encode("utf-8")
     if len(data) > settings.max_message_bytes:
         limit = settings.max_message_bytes
         return [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]

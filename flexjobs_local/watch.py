@@ -109,10 +109,17 @@ def render(rows: list[Row], now: datetime) -> Table:
 
 
 def watch(
-    config: Config, request_ids: list[str], console: Console, timeout: float | None = None
+    config: Config,
+    request_ids: list[str],
+    console: Console,
+    timeout: float | None = None,
+    published_at: datetime | None = None,
 ) -> int:
     """Follow ``request_ids`` until each is terminal: 0 when all SUCCEEDED (or DEPLOYED), else
-    1; :data:`TIMED_OUT` when ``timeout`` passes first, 130 on Ctrl-C."""
+    1; :data:`TIMED_OUT` when ``timeout`` passes first, 130 on Ctrl-C.
+
+    ``published_at`` (``submit --wait``): a rejection recorded before it is an older
+    message's, not this one's, and is not taken for its outcome."""
     ids = list(dict.fromkeys(request_ids))
     rows = {rid: Row(rid) for rid in ids}
     events: queue.Queue[tuple[str, str, dict[str, Any] | None]] = queue.Queue()
@@ -120,7 +127,10 @@ def watch(
     def listener(rid: str, collection: str) -> Any:
         def on_snapshot(snapshots: list[Any], _changes: Any, _read_time: Any) -> None:
             for snapshot in snapshots:
-                events.put((rid, collection, snapshot.to_dict() if snapshot.exists else None))
+                doc = snapshot.to_dict() if snapshot.exists else None
+                received = (doc or {}).get("receivedAt")
+                stale = isinstance(received, datetime) and published_at and received < published_at
+                events.put((rid, collection, None if collection == REJECTIONS and stale else doc))
 
         return on_snapshot
 

@@ -221,3 +221,34 @@ def test_the_seed_event_is_the_file_read() -> None:
 def test_list_refuses_an_unknown_state(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--project", "p", "list", "--state", "DONE"]) == 2
     assert "RUNNING" in capsys.readouterr().err
+
+
+def test_cancel_refuses_an_empty_id_before_publishing():
+    from flexjobs_local.cli import main
+
+    assert main(["cancel", "  "]) == 2
+
+
+def test_submit_keeps_a_malformed_request_id_for_validation_to_refuse(tmp_path):
+    from flexjobs_local.messages import Message, assign_request_id
+
+    message = Message({"requestId": "  ", "customJob": {}})
+    assign_request_id(message, None)
+    assert message.body == {"requestId": "  ", "customJob": {}}
+    fresh = Message({"customJob": {}})
+    assign_request_id(fresh, None)
+    assert fresh.body is not None and fresh.body["requestId"].startswith("cli-")
+
+
+def test_the_size_limit_is_measured_as_published():
+    import json
+    from datetime import UTC, datetime
+
+    from flexjobs_local.messages import Message, check
+    from shared.config import Settings
+
+    body = {"cancel": "r1", "pad": ["x"] * 40}
+    compact = len(json.dumps(body, separators=(",", ":")))
+    settings = Settings(project="", max_message_bytes=compact)
+    errors = check(Message(body), settings, datetime(2026, 11, 30, tzinfo=UTC))
+    assert not any("bytes" in e.message for e in errors)
