@@ -10,11 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.domain.values import DIGITS
 from shared.errors import FieldError, InvalidRequest
 
 
@@ -51,8 +51,6 @@ class PubsubMessage:
             publish_time=message.get("publishTime") or message.get("publish_time"),
         )
 
-
-DIGITS = re.compile(r"[0-9]+")
 
 #: The CloudEvent types of a Cloud Storage object event, by the way it is delivered.
 FINALIZED = "google.cloud.storage.object.v1.finalized"
@@ -127,7 +125,6 @@ class StorageObjectEvent:
     @classmethod
     def _checked(cls, finalized: bool, kind: str, **fields: Any) -> StorageObjectEvent:
         made = cls(finalized=finalized, event_type=kind, **fields)
-        # ASCII digits only: str.isdigit() also takes "²", which int() then refuses.
         if finalized and not (made.bucket and made.name and DIGITS.fullmatch(made.generation)):
             problem = "a finalize event must name the bucket, the object and its generation"
             raise InvalidRequest([FieldError("data", problem)])

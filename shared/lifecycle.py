@@ -36,6 +36,7 @@ from shared.domain.records import (
 from shared.domain.recovery import settle, work_lost_seconds
 from shared.domain.request import JobRequest
 from shared.domain.retry import RetryPolicy
+from shared.domain.values import parse_rfc3339
 from shared.errors import HintDeferred
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
@@ -149,13 +150,8 @@ def _read_current(tracker: Tracker, request_id: str, record: JobRecord | None = 
 
 
 def _published(raw: str | None, fallback: datetime) -> datetime:
-    if not raw:
-        return fallback
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        # An unreadable publish time is treated as "now": the hint is then never "covered".
-        return fallback
+    # An unreadable publish time is treated as "now": the hint is then never "covered".
+    return parse_rfc3339(raw) or fallback
 
 
 def settle_job(tracker: Tracker, request_id: str, job: VertexJob, now: datetime) -> Change | None:

@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from shared.domain.jobs import JobState
+from shared.domain.values import parse_rfc3339
 from shared.errors import FieldError
 
 SLOT = "{slot}"
@@ -91,26 +92,10 @@ def schedule_time(attributes: dict[str, str], publish_time: str | None) -> datet
     raw = attributes.get(SCHEDULE_TIME_ATTRIBUTE) or publish_time
     if not raw:
         raise ValueError("the message has neither a scheduleTime attribute nor a publish time")
-    when = _rfc3339(raw)
+    when = parse_rfc3339(raw)
     if when is None:
         raise ValueError(f"{raw!r} is not an RFC 3339 time such as '2026-11-30T02:00:00Z'")
     return when
-
-
-def _rfc3339(raw: str) -> datetime | None:
-    text = raw.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    # Pub/Sub gives nanoseconds; Python reads at most microseconds.
-    head, dot, rest = text.partition(".")
-    if dot:
-        digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[:digits][:6].ljust(6, '0')}{rest[digits:]}"
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when.astimezone(UTC) if when.utcoffset() is not None else None
 
 
 def slot_start(when: datetime, slot_seconds: int) -> datetime:

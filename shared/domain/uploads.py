@@ -14,17 +14,14 @@ re-upload (a new generation) is new requests, and a ``requestId`` in the file wi
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from shared.domain.gcloud_yaml import parse_gcloud_config
+from shared.domain.values import DIGITS, parse_rfc3339
 from shared.errors import FieldError, InvalidRequest
-
-#: ASCII digits only (``str.isdigit`` also takes "²").
-DIGITS = re.compile(r"[0-9]+")
 
 
 class Format(StrEnum):
@@ -75,26 +72,20 @@ class StoredObject:
     def of(cls, bucket: str, name: str, generation: str, resource: dict[str, Any]) -> StoredObject:
         """From an event's names and its JSON API v1 object resource (maybe empty)."""
         size = str(resource.get("size", ""))
-        written = _time(resource.get("customTime")) or _time(resource.get("updated"))
+        # Custom-Time, when the writer set one, else the update time, else the creation.
+        times = (
+            parse_rfc3339(resource.get(key)) for key in ("customTime", "updated", "timeCreated")
+        )
+        written = next((when for when in times if when is not None), None)
         encoding = resource.get("contentEncoding")
         return cls(
             bucket,
             name,
             generation,
             size=int(size) if DIGITS.fullmatch(size) else None,
-            written_at=written or _time(resource.get("timeCreated")),
+            written_at=written,
             content_encoding=encoding if isinstance(encoding, str) and encoding else None,
         )
-
-
-def _time(raw: object) -> datetime | None:
-    if not isinstance(raw, str):
-        return None
-    try:
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when.astimezone(UTC) if when.utcoffset() is not None else None
 
 
 def request_format(name: str, prefix: str) -> Format | None:

@@ -4,9 +4,41 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any, Final
 
 _SIMPLE_KEY: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+#: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` then refuses).
+DIGITS: Final = re.compile(r"[0-9]+")
+
+
+def parse_rfc3339(raw: object) -> datetime | None:
+    """An RFC 3339 time in UTC, or None when ``raw`` is not one (or names no offset).
+
+    Pub/Sub and Cloud Storage write nanoseconds; Python reads at most microseconds.
+
+    Examples:
+        >>> parse_rfc3339("2026-11-30T02:00:07.123456789Z").isoformat()
+        '2026-11-30T02:00:07.123456+00:00'
+        >>> parse_rfc3339("2026-11-30T02:00:07") is None
+        True
+    """
+    if not isinstance(raw, str):
+        return None
+    text = raw.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    head, dot, rest = text.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{head}.{rest[:digits][:6].ljust(6, '0')}{rest[digits:]}"
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when.astimezone(UTC) if when.utcoffset() is not None else None
 
 
 def is_int(value: Any) -> bool:
