@@ -25,7 +25,7 @@ from shared.domain.record import DeploymentRecord
 from shared.domain.request import JobRequest
 from shared.domain.retry import RetryPolicy
 from shared.errors import BackendRejected, QuotaExhausted
-from shared.exactly_once import Creation, Outcome, create_once
+from shared.exactly_once import Creation, Outcome, Ticket, create_once
 from shared.logs import get_logger, request_context
 from shared.ports import DeploymentBackend
 from shared.repository import DeploymentRecords
@@ -59,13 +59,16 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
     endpoint = str(request.spec["endpoint"])
     store, backend, clock = ports.store, ports.backend, ports.clock
 
-    def claim() -> str | None:
+    def claim() -> Ticket | None:
         taken = store.claim(request, clock(), ports.settings.claim_ttl_seconds)
         if taken.token is None:
             record = DeploymentRecord.decode(taken.record or {})
             fields = {"state": record.state.value, "operation": record.operation}
             log.info("duplicate delivery: already deploying", extra={"fields": fields})
-        return taken.token
+            return None
+        # Always looked up: a model may sit on the endpoint under its tag with no record
+        # (deployed by hand, or its record deleted), and deployments are few.
+        return Ticket(taken.token)
 
     def find() -> tuple[bool, str] | None:
         existing = backend.find(endpoint, request_id)

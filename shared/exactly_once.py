@@ -7,7 +7,9 @@ fails, is decided here and nowhere else:
 1. **claim** the record (a conditional put, or a transaction for a retry). No claim: nothing
    to do (a duplicate delivery, a retry not due).
 2. **find** what an earlier delivery may have created, by its idempotency key (labels, or the
-   deployed model's tag). Found: it is adopted.
+   deployed model's tag). Found: it is adopted. A *fresh* claim skips it: no delivery ever
+   held this key before (the record was just created, or the attempt was never claimed), so
+   nothing can exist under it, and the lookup would only spend a call of the project's quota.
 3. **create**, never retried in-process.
 4. **record** it, in one transaction. A record that will not take it (the request was
    cancelled meanwhile, or another job already holds the attempt) makes the caller cancel it.
@@ -59,6 +61,15 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
+class Ticket:
+    """A claim this delivery holds: its ``token``, and whether it is ``fresh`` (no delivery
+    held the key before, so the lookup of what an earlier one made is skipped)."""
+
+    token: str
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
 class Creation(Generic[T]):
     """The steps of one creation; see the module docstring for their order and failures.
 
@@ -66,7 +77,7 @@ class Creation(Generic[T]):
     take ``made``); ``refused`` and ``parked`` settle the record for those two failures.
     """
 
-    claim: Callable[[], str | None]
+    claim: Callable[[], Ticket | None]
     find: Callable[[], T | None]
     create: Callable[[], T]
     record: Callable[[str, T, bool], Outcome]
@@ -82,11 +93,12 @@ def create_once(steps: Creation[T]) -> Outcome:
         TransientError: a fault that redelivery may cure (the claim is released, unless the
             create's outcome is unknown).
     """
-    token = steps.claim()
-    if token is None:
+    ticket = steps.claim()
+    if ticket is None:
         return Outcome.DUPLICATE
+    token = ticket.token
     try:
-        found = steps.find()
+        found = None if ticket.fresh else steps.find()
         made = found if found is not None else steps.create()
     except BackendRejected as exc:
         log.error("Vertex AI refused it for good", extra={"fields": {"reason": str(exc)}})

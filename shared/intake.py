@@ -141,11 +141,12 @@ def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
             return skipped
         existing: list[Claim] = []
 
-        def claim() -> str | None:
+        def claim() -> Claim | None:
             taken = intake.store.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
             if taken.token is None:
                 existing.append(taken)
-            return taken.token
+                return None
+            return taken
 
         location = request.location or intake.settings.location
         plan = AttemptPlan(attempt=1, strategy=request.strategy, location=location)

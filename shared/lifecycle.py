@@ -40,7 +40,7 @@ from shared.domain.values import parse_rfc3339
 from shared.errors import HintDeferred
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
-from shared.ports import CheckpointStore, JobBackend, Notifier
+from shared.ports import CheckpointStore, Claim, JobBackend, Notifier
 from shared.repository import JobRecords
 from shared.submission import (
     AttemptPlan,
@@ -102,8 +102,10 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
         return None
     now = tracker.clock()
     published = _published(cmd.message.publish_time, now)
-    request_id = tracker.store.find_by_job_id(hint.job_id)
-    if request_id is None:
+    # One query finds the record and reads it: the lease, the settle and the outbox below
+    # decide on what it returned and on what each of them wrote, with no read in between.
+    record = tracker.store.by_job_id(hint.job_id)
+    if record is None:
         # Vertex can log a new job before its attempt is recorded: a recent hint is kept for
         # redelivery; an old one is about a job that is not flexjobs'.
         if (now - published).total_seconds() < tracker.settings.hint_recent_seconds:
@@ -113,28 +115,30 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
             extra={"fields": {"jobId": hint.job_id}},
         )
         return None
+    request_id = record.request_id
     with request_context(request_id):
-        record = tracker.store.get(request_id)
-        if record is None or record.vertex_job_id != hint.job_id:
+        if record.vertex_job_id != hint.job_id:
             log.info(
                 "hint about an earlier attempt acknowledged",
                 extra={"fields": {"jobId": hint.job_id}},
             )
             return None
         interval = tracker.settings.hint_coalesce_seconds
-        action, lease_start = tracker.store.begin_read(request_id, now, interval, published)
+        action, lease_start, leased = tracker.store.begin_read(
+            request_id, now, interval, published, record.stored
+        )
         if action is HintAction.TRAIL and lease_start is not None:
             # The first hint inside the window reads for all of them once the window closes.
             wait = (lease_start - now).total_seconds() + interval
             tracker.sleep(max(0.0, wait))
             tracker.store.renew_read(request_id, tracker.clock())
+            # A trailing read must see the record as it is now.
+            leased = None
         elif action is not HintAction.READ:
             log.debug(f"hint {action.value}", extra={"fields": {"jobId": hint.job_id}})
             return None  # covered by a read, or a trailing read is promised
         try:
-            # A trailing read must see the record as it is now; an immediate one has it.
-            fresh = action is HintAction.TRAIL
-            return _read_current(tracker, request_id, None if fresh else record)
+            return _read_current(tracker, request_id, leased)
         except Exception:
             # The read failed (a control-plane fault): drop the lease, so the redelivery of
             # this hint reads Vertex instead of finding itself covered or pending.
@@ -146,7 +150,8 @@ def _read_current(tracker: Tracker, request_id: str, record: JobRecord | None = 
     record = record if record is not None else tracker.store.get(request_id)
     if record is None or not record.vertex_job or record.state.terminal:
         return None
-    return settle_then_retry(tracker, request_id, tracker.backend.get(record.vertex_job))
+    job = tracker.backend.get(record.vertex_job)
+    return settle_then_retry(tracker, request_id, job, record)
 
 
 def _published(raw: str | None, fallback: datetime) -> datetime:
@@ -154,56 +159,71 @@ def _published(raw: str | None, fallback: datetime) -> datetime:
     return parse_rfc3339(raw) or fallback
 
 
-def settle_job(tracker: Tracker, request_id: str, job: VertexJob, now: datetime) -> Change | None:
+def settle_job(
+    tracker: Tracker,
+    request_id: str,
+    job: VertexJob,
+    now: datetime,
+    known: JobRecord | None = None,
+) -> tuple[Change | None, JobRecord | None]:
     """Settle the record against one authoritative read of its job, and publish what the
-    change queued; None when nothing changed."""
-    change = tracker.store.transact(
-        request_id, lambda record: settle(record, job, now, tracker.retry, tracker.prices)
+    change queued. Returns the change (None when nothing changed) and the record after it.
+    ``known``: the record as this delivery last read or wrote it (no read then)."""
+    written = tracker.store.write(
+        request_id,
+        lambda record: settle(record, job, now, tracker.retry, tracker.prices),
+        known.stored if known is not None else None,
     )
-    if change is None:
+    if written is None or written.change is None:
         # Nothing new to send; a notification a failed publish left behind is sent by the
         # tick, which flushes every pending outbox, so unchanged reads cost no extra read.
-        return None
-    flush_outbox(request_id, tracker.store, tracker.notifier)
+        return None, None if written is None else written.record
+    change = written.change
+    after = flush_outbox(request_id, tracker.store, tracker.notifier, written.record)
     fields = {
         "vertexJob": job.name,
         "vertexState": job.state,
         "reason": change.record.get("reason"),
     }
     log.info(f"job is {change.state.value}", extra={"fields": fields})
-    return change
+    return change, after
 
 
-def settle_then_retry(tracker: Tracker, request_id: str, job: VertexJob) -> str | None:
+def settle_then_retry(
+    tracker: Tracker, request_id: str, job: VertexJob, known: JobRecord | None = None
+) -> str | None:
     """:func:`settle_job`, then run at once a retry the settlement made due now (backoff 0),
     rather than leave it to the next tick. Returns the record's new state when it changed."""
     now = tracker.clock()
-    change = settle_job(tracker, request_id, job, now)
+    change, after = settle_job(tracker, request_id, job, now, known)
     if change is None:
         return None
     due = change.record.get("nextAttemptAt")
     if change.state is JobState.RETRYING and due is not None and due <= now:
-        run_retry(tracker, request_id)
+        run_retry(tracker, request_id, after)
     return change.state.value
 
 
-def run_retry(tracker: Tracker, request_id: str) -> Outcome | None:
+def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None) -> Outcome | None:
     """Submit the next attempt of a request, from its latest complete checkpoint.
 
     That is attempt n+1 of a RETRYING request, or attempt n that Vertex refused for quota
-    (parked). Exactly once, through :func:`shared.exactly_once.create_once`.
+    (parked). Exactly once, through :func:`shared.exactly_once.create_once`. ``known``: the
+    record as the settlement that made the retry due left it (no read then).
     """
     with request_context(request_id):
-        record = tracker.store.get(request_id)
+        record = known if known is not None else tracker.store.get(request_id)
         attempt = pending_attempt(record) if record is not None else None
         if record is None or attempt is None:
             return None
         settings = tracker.settings
 
-        def claim() -> str | None:
+        def claim() -> Claim | None:
             # None: not due, or another delivery is submitting it.
             now = tracker.clock()
-            return tracker.store.claim_retry(request_id, attempt, now, settings.claim_ttl_seconds)
+            return tracker.store.claim_retry(
+                request_id, attempt, now, settings.claim_ttl_seconds, record.stored
+            )
 
         placement = next_placement(record, settings.location)
         plan = AttemptPlan(
@@ -325,7 +345,7 @@ def _listing_windows(
 def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str | None:
     request_id = record.request_id
     if record.vertex_job == job.name:
-        return settle_then_retry(tracker, request_id, job)
+        return settle_then_retry(tracker, request_id, job, record)
     if is_stray(record, job):
         # Created under one of this request's attempts but not the job its record follows (a
         # create that landed after its claim expired, a crash after a cancel): nothing will

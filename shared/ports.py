@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.deployments import OperationStatus, Write
 from shared.domain.jobs import Change, VertexJob
+from shared.domain.record import Stored
 from shared.domain.records import Claim, Submission
 from shared.domain.request import JobRequest
 
@@ -20,13 +21,23 @@ from shared.domain.request import JobRequest
 __all__ = [
     "CheckpointStore",
     "Claim",
+    "Decided",
     "JobBackend",
     "JobStore",
     "Notifier",
     "RejectionLog",
+    "Stored",
     "StoredObjects",
     "Submission",
 ]
+
+
+class Decided(NamedTuple):
+    """What :meth:`JobStore.transact` did: the change written (None: nothing to write), and
+    the record as it now stands, with its version, for the next write to decide on."""
+
+    change: Change | None
+    stored: Stored
 
 
 class JobStore(Protocol):
@@ -40,12 +51,17 @@ class JobStore(Protocol):
         """The record as stored, or None."""
         ...
 
+    def read(self, request_id: str) -> Stored | None:
+        """The record as stored, with its version, or None."""
+        ...
+
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         """One attempt document, or None."""
         ...
 
-    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
-        """Create the record only if none exists (a conditional put); False when one does.
+    def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
+        """Create the record only if none exists (a conditional put): the record as created,
+        with its version; None when one exists.
 
         Raises:
             StoreUnavailable: Firestore could not be reached.
@@ -53,10 +69,18 @@ class JobStore(Protocol):
         ...
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
-    ) -> Change | None:
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], Change | None],
+        known: Stored | None = None,
+    ) -> Decided | None:
         """Atomically: read the record, let ``decide`` compute a change, write it (only if
         the record is still as read; ``decide`` runs again on a fresh read when it is not).
+
+        With ``known`` (the record as this caller last read or wrote it) the first decision
+        is made on it without a read: its write carries ``known``'s version as precondition,
+        so a record changed since is decided again on a fresh read. A decision to write
+        nothing on ``known`` stands, as it would on a read made when ``known`` was seen.
 
         The change's ``record`` fields are set and its ``deletes`` removed; its ``attempt``
         fields are merged into attempt ``attempt_no`` (the record's current attempt when
@@ -65,12 +89,18 @@ class JobStore(Protocol):
         """
         ...
 
-    def find_by_job_id(self, job_id: str) -> str | None:
-        """The requestId one of whose attempts is Vertex job ``job_id``, or None."""
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        """Merge ``fields`` into one attempt document (one write, no read: attempt documents
+        are history that no decision reads back before writing)."""
         ...
 
-    def active(self) -> list[dict[str, Any]]:
-        """Every record not yet in a terminal state."""
+    def find_by_job_id(self, job_id: str) -> Stored | None:
+        """The record one of whose attempts is Vertex job ``job_id`` (one query: the record
+        itself, with its version), or None."""
+        ...
+
+    def active(self) -> list[Stored]:
+        """Every record not yet in a terminal state, with its version."""
         ...
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:

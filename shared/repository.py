@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,13 +31,14 @@ from shared.domain.deployments import (
 )
 from shared.domain.hints import HintAction, take_hint
 from shared.domain.jobs import Change, JobState
-from shared.domain.record import DeploymentRecord, JobRecord, Lease
+from shared.domain.record import DeploymentRecord, JobRecord, Lease, Stored
 from shared.domain.records import (
     Claim,
     ClaimSeen,
     Submission,
     checkpoint_progress,
     existing_claim,
+    first_claim_of,
     job_settled,
     new_record,
     skipped_record,
@@ -51,9 +53,14 @@ from shared.ports import DeploymentStore, JobStore
 Decide = Callable[[JobRecord], Change | None]
 
 
-def _lease(now: datetime, ttl_seconds: float) -> tuple[str, dict[str, Any]]:
+def _lease(
+    now: datetime, ttl_seconds: float, attempt: int | None = None
+) -> tuple[str, dict[str, Any]]:
     token = uuid.uuid4().hex
-    return token, {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+    lease: dict[str, Any] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+    if attempt is not None:
+        lease["attempt"] = attempt
+    return token, lease
 
 
 def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
@@ -61,20 +68,37 @@ def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] =
     return Change(state=current.state, record=fields, deletes=deletes)
 
 
+#: A claim's write: ``transact(decide, known)`` -> (whether it wrote, the record after it).
+ClaimWrite = Callable[
+    [Callable[[dict[str, Any]], dict[str, Any] | None], Stored | None],
+    tuple[bool, Stored | None],
+]
+
+
 def _claim(
     record: dict[str, Any],
     *,
-    create: Callable[[dict[str, Any]], bool],
-    transact: Callable[[Callable[[dict[str, Any]], dict[str, Any] | None]], Any],
+    read: Callable[[], Stored | None],
+    create: Callable[[dict[str, Any]], Stored | None],
+    transact: ClaimWrite,
     settled: Callable[[dict[str, Any]], bool],
     now: datetime,
     ttl_seconds: float,
+    attempt: int | None = None,
 ) -> Claim:
-    """The one claim of every collection: a conditional create, else a decision on the
-    record found (a duplicate, a live claim held elsewhere, or a dead claim to take over)."""
-    token, lease = _lease(now, ttl_seconds)
-    if create({**record, "claim": lease}):
-        return Claim(token=token)
+    """The one claim of every collection: a read, then a conditional create when there is no
+    record, else a decision on the record found (a duplicate, a live claim held elsewhere, or
+    a dead claim to take over).
+
+    Read first, so that a duplicate delivery costs one read and nothing else; a create that
+    loses a race to another delivery decides on a fresh read like any record found.
+    """
+    token, lease = _lease(now, ttl_seconds, attempt)
+    found = read()
+    if found is None:
+        made = create({**record, "claim": lease})
+        if made is not None:
+            return Claim(token=token, fresh=True, stored=made)
     seen: dict[str, Any] = {}
 
     def decide(current: dict[str, Any]) -> dict[str, Any] | None:
@@ -90,9 +114,10 @@ def _claim(
             )
         return {"claim": lease, "updatedAt": now}
 
-    if transact(decide) is None:
+    wrote, after = transact(decide, found)
+    if not wrote:
         return Claim(record=seen)
-    return Claim(token=token)
+    return Claim(token=token, stored=after)
 
 
 class JobRecords:
@@ -105,17 +130,20 @@ class JobRecords:
     # -- reads and queries: the store's own ---------------------------------------------------
 
     def get(self, request_id: str) -> JobRecord | None:
-        raw = self.store.get(request_id)
-        return None if raw is None else JobRecord.decode(raw)
+        """The record, with its version (so that the next write may skip its read)."""
+        stored = self.store.read(request_id)
+        return None if stored is None else _decoded(stored)
 
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         return self.store.get_attempt(request_id, attempt)
 
-    def find_by_job_id(self, job_id: str) -> str | None:
-        return self.store.find_by_job_id(job_id)
+    def by_job_id(self, job_id: str) -> JobRecord | None:
+        """The record one of whose attempts is Vertex job ``job_id`` (one query)."""
+        stored = self.store.find_by_job_id(job_id)
+        return None if stored is None else _decoded(stored)
 
     def active(self) -> list[JobRecord]:
-        return [JobRecord.decode(raw) for raw in self.store.active()]
+        return [_decoded(stored) for stored in self.store.active()]
 
     def ended_since(self, since: datetime) -> list[JobRecord]:
         return [JobRecord.decode(raw) for raw in self.store.ended_since(since)]
@@ -129,10 +157,19 @@ class JobRecords:
     def with_pending_cancels(self) -> list[str]:
         return self.store.with_pending_cancels()
 
-    def transact(self, request_id: str, decide: Decide) -> Change | None:
-        """Apply ``decide`` to the record, decoded, in one transaction (None: nothing to
-        write, or no record)."""
-        return self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)))
+    def write(self, request_id: str, decide: Decide, known: Stored | None = None) -> Written | None:
+        """Apply ``decide`` to the record, decoded, in one conditional write; the change and
+        the record after it (None: no record). ``known``: the record as last read or written,
+        decided on without a read (see :meth:`~shared.ports.JobStore.transact`)."""
+        done = self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
+        return None if done is None else Written(done.change, _decoded(done.stored))
+
+    def transact(
+        self, request_id: str, decide: Decide, known: Stored | None = None
+    ) -> Change | None:
+        """:meth:`write`, for the change alone (None: nothing to write, or no record)."""
+        written = self.write(request_id, decide, known)
+        return None if written is None else written.change
 
     # -- writes: a pure decision each ----------------------------------------------------------
 
@@ -144,27 +181,35 @@ class JobRecords:
         """
         rid = request.request_id
 
-        def transact(fields_of: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
-            return self.store.transact(
-                rid, lambda raw: _keeping_state(JobRecord.decode(raw), fields_of(raw))
+        def transact(
+            fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
+        ) -> tuple[bool, Stored | None]:
+            done = self.store.transact(
+                rid, lambda raw: _keeping_state(JobRecord.decode(raw), fields_of(raw)), known
             )
+            return (False, None) if done is None else (done.change is not None, done.stored)
 
         return _claim(
             new_record(request, self._default_location, now),
+            read=lambda: self.store.read(rid),
             create=lambda record: self.store.create(rid, record),
             transact=transact,
             settled=lambda raw: job_settled(JobRecord.decode(raw)),
             now=now,
             ttl_seconds=ttl_seconds,
+            attempt=1,
         )
 
     def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
         """Create ``record`` only if no record exists; False when one does."""
-        return self.store.create(request_id, dict(record))
+        return self.store.create(request_id, dict(record)) is not None
 
-    def record_submission(self, token: str, submission: Submission, now: datetime) -> bool:
+    def record_submission(
+        self, token: str, submission: Submission, now: datetime, known: Stored | None = None
+    ) -> bool:
         """Record the Vertex job of an attempt; False when the record will not take it (see
-        :func:`~shared.domain.records.submission_write`): the caller must cancel it."""
+        :func:`~shared.domain.records.submission_write`): the caller must cancel it.
+        ``known``: the record as claimed (its one write then needs no read)."""
         recorded: list[bool] = []
 
         def decide(current: JobRecord) -> Change | None:
@@ -181,48 +226,67 @@ class JobRecords:
                 attempt_no=submission.attempt,
             )
 
-        self.transact(submission.request_id, decide)
+        self.transact(submission.request_id, decide, known)
         # No record at all (deleted by hand after the claim): no record will ever follow the
         # job either, so the caller cancels it, as for any job a record will not take.
         return bool(recorded and recorded[0])
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
-        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL."""
+        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL.
+
+        The claim is expired, not deleted: the next claim of the same attempt must know that
+        one was held before, and look up what it may have created."""
 
         def decide(current: JobRecord) -> Change | None:
-            if current.claim is None or current.claim.token != token:
-                return None
-            return _same(current, {"updatedAt": now}, deletes=("claim",))
+            held = current.claim
+            if held is None or held.token != token or not held.live(now):
+                return None  # not ours, or expired already: nothing to give up
+            lease: dict[str, Any] = {"token": token, "expiresAt": now}
+            if held.attempt is not None:
+                lease["attempt"] = held.attempt
+            return _same(current, {"claim": lease, "updatedAt": now})
 
         self.transact(request_id, decide)
 
     def claim_retry(
-        self, request_id: str, attempt: int, now: datetime, ttl_seconds: float
-    ) -> str | None:
+        self,
+        request_id: str,
+        attempt: int,
+        now: datetime,
+        ttl_seconds: float,
+        known: Stored | None = None,
+    ) -> Claim | None:
         """Claim the submission of ``attempt``; None when it may not be (see
-        :func:`~shared.domain.records.submission_claimable`)."""
-        token, lease = _lease(now, ttl_seconds)
+        :func:`~shared.domain.records.submission_claimable`). The claim is ``fresh`` when no
+        delivery claimed this attempt before (:func:`~shared.domain.records.first_claim_of`)."""
+        token, lease = _lease(now, ttl_seconds, attempt)
+        first: list[bool] = []
 
         def decide(current: JobRecord) -> Change | None:
             if not submission_claimable(current, attempt, now):
                 return None
+            first[:] = [first_claim_of(current, attempt)]
             return _same(current, {"claim": lease, "updatedAt": now})
 
-        return token if self.transact(request_id, decide) is not None else None
+        written = self.write(request_id, decide, known)
+        if written is None or written.change is None:
+            return None
+        return Claim(token=token, fresh=first[0], stored=written.record.stored)
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
-        """Merge ``fields`` into attempt document ``attempt``."""
-
-        def decide(current: JobRecord) -> Change:
-            return Change(current.state, {}, dict(fields), attempt_no=attempt)
-
-        self.transact(request_id, decide)
+        """Merge ``fields`` into attempt document ``attempt`` (one write, no read)."""
+        self.store.update_attempt(request_id, attempt, dict(fields))
 
     def begin_read(
-        self, request_id: str, now: datetime, interval_seconds: float, published: datetime
-    ) -> tuple[HintAction, datetime | None]:
-        """Apply :func:`~shared.domain.hints.take_hint`; returns the action and the read
-        lease's start before this hint (for a trailing read)."""
+        self,
+        request_id: str,
+        now: datetime,
+        interval_seconds: float,
+        published: datetime,
+        known: Stored | None = None,
+    ) -> tuple[HintAction, datetime | None, JobRecord | None]:
+        """Apply :func:`~shared.domain.hints.take_hint`; returns the action, the read lease's
+        start before this hint (for a trailing read) and the record after it."""
         taken: list[tuple[HintAction, datetime | None]] = []
 
         def decide(current: JobRecord) -> Change | None:
@@ -230,10 +294,10 @@ class JobRecords:
             taken[:] = [(action, current.last_read_at)]
             return _same(current, fields) if fields else None
 
-        self.transact(request_id, decide)
-        if not taken:  # no record: no lease, so the hint reads at once
-            return HintAction.READ, None
-        return taken[0]
+        written = self.write(request_id, decide, known)
+        if written is None or not taken:  # no record: no lease, so the hint reads at once
+            return HintAction.READ, None, None
+        return taken[0][0], taken[0][1], written.record
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
@@ -266,7 +330,7 @@ class JobRecords:
     def record_skipped(self, request: JobRequest, holder: str, now: datetime) -> bool:
         """Record a slot that does not run (SKIPPED); False when its record exists already."""
         record = skipped_record(request, holder, self._default_location, now)
-        return self.store.create(request.request_id, record)
+        return self.store.create(request.request_id, record) is not None
 
     def watching(self, prefix: str) -> list[JobRecord]:
         """The active records whose checkpoints go under ``prefix``."""
@@ -280,14 +344,29 @@ class JobRecords:
         )
         return change is not None
 
-    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
-        """Forget notifications once published."""
+    def drop_from_outbox(
+        self, request_id: str, sent: list[dict[str, Any]], known: Stored | None = None
+    ) -> Written | None:
+        """Forget notifications once published; the record after it."""
 
         def decide(current: JobRecord) -> Change:
             left = [m for m in current.outbox if m not in sent]
             return _same(current, {"outbox": left, "outboxPending": bool(left)})
 
-        self.transact(request_id, decide)
+        return self.write(request_id, decide, known)
+
+
+@dataclass(frozen=True)
+class Written:
+    """One conditional write of a job record: the change (None: nothing was written) and the
+    record after it, with its version."""
+
+    change: Change | None
+    record: JobRecord
+
+
+def _decoded(stored: Stored) -> JobRecord:
+    return JobRecord.decode(stored.raw, stored)
 
 
 def _keeping_state(current: JobRecord, fields: dict[str, Any] | None) -> Change | None:
@@ -317,12 +396,18 @@ class DeploymentRecords:
             SubmissionInProgress: another live claim holds the request.
         """
         rid = request.request_id
+
+        def transact(
+            fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
+        ) -> tuple[bool, Stored | None]:
+            # Deployments are few: their writes read the record and carry no version.
+            return self.store.transact(rid, lambda raw: _as_write(fields_of(raw))) is not None, None
+
         return _claim(
             new_deployment(request, now),
-            create=lambda record: self.store.create(rid, record),
-            transact=lambda fields_of: self.store.transact(
-                rid, lambda raw: _as_write(fields_of(raw))
-            ),
+            read=lambda: _unversioned(self.store.get(rid)),
+            create=lambda record: Stored(record, None) if self.store.create(rid, record) else None,
+            transact=transact,
             settled=lambda raw: deployment_settled(DeploymentRecord.decode(raw)),
             now=now,
             ttl_seconds=ttl_seconds,
@@ -374,6 +459,10 @@ class DeploymentRecords:
         """Move the record to what its operation says; the new state, or None."""
         change = self.transact(request_id, lambda current: observe_operation(current, status, now))
         return None if change is None else str(change.fields["state"])
+
+
+def _unversioned(raw: dict[str, Any] | None) -> Stored | None:
+    return None if raw is None else Stored(raw, None)
 
 
 def _as_write(fields: dict[str, Any] | None) -> Write | None:

@@ -20,9 +20,9 @@ from shared.domain.record import JobRecord
 from shared.domain.recovery import cancels_confirmed, cancels_pending, failed, parked
 from shared.domain.request import JobRequest
 from shared.errors import BackendRejected, FlexjobsError, QuotaExhausted
-from shared.exactly_once import Creation, Outcome, create_once
+from shared.exactly_once import Creation, Outcome, Ticket, create_once
 from shared.logs import get_logger
-from shared.ports import JobBackend, Notifier, Submission
+from shared.ports import Claim, JobBackend, Notifier, Submission
 from shared.repository import JobRecords
 
 log = get_logger("submission")
@@ -65,12 +65,14 @@ class AttemptPorts(Protocol):
 
 
 def submit_attempt(
-    request: JobRequest, plan: AttemptPlan, claim: Callable[[], str | None], ports: AttemptPorts
+    request: JobRequest, plan: AttemptPlan, claim: Callable[[], Claim | None], ports: AttemptPorts
 ) -> Outcome:
     """Create (or adopt) the Vertex job of one attempt and record it, exactly once.
 
     The attempt's labels are its idempotency key: a job found under them was created by a
-    delivery that died before recording it, and is adopted rather than created again.
+    delivery that died before recording it, and is adopted rather than created again. A fresh
+    claim (the first any delivery took of this attempt) skips that lookup, and the record as
+    claimed is what recording the job decides on: one Vertex call and one write, no read.
 
     Raises:
         TransientError: any fault that redelivery may cure.
@@ -79,6 +81,14 @@ def submit_attempt(
     labels = labels_for(request_id, plan.attempt)
     store, backend, clock = ports.store, ports.backend, ports.clock
     prepared = functools.cache(plan.prepare)
+    claimed: list[Claim] = []
+
+    def take() -> Ticket | None:
+        taken = claim()
+        if taken is None or taken.token is None:
+            return None
+        claimed[:] = [taken]
+        return Ticket(taken.token, fresh=taken.fresh)
 
     def find() -> VertexJob | None:
         found = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, request.kind)
@@ -105,7 +115,8 @@ def submit_attempt(
             resumed_from=prepared().resume_from,
             record_extra=prepared().record_extra,
         )
-        if not store.record_submission(token, submission, clock()):
+        known = claimed[0].stored if claimed else None
+        if not store.record_submission(token, submission, clock(), known):
             # Cancelled meanwhile, or another job holds this attempt: no record will ever
             # follow this job, so it must not keep running.
             cancel_until_confirmed(ports, request_id, [job.name])
@@ -134,7 +145,7 @@ def submit_attempt(
         release(token)
         return Outcome.PARKED
 
-    return create_once(Creation(claim, find, create, record, release, refused, park))
+    return create_once(Creation(take, find, create, record, release, refused, park))
 
 
 def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, Any]:
@@ -148,21 +159,26 @@ def settle_record(
     ports: AttemptPorts, request_id: str, decide: Callable[[JobRecord], Change | None]
 ) -> Change | None:
     """Apply one change to a record, then publish the notifications it queued."""
-    change = ports.store.transact(request_id, decide)
-    if change is not None and change.record.get("outboxPending"):
-        flush_outbox(request_id, ports.store, ports.notifier)
-    return change
+    written = ports.store.write(request_id, decide)
+    if written is not None and written.change is not None:
+        flush_outbox(request_id, ports.store, ports.notifier, written.record)
+    return None if written is None else written.change
 
 
-def flush_outbox(request_id: str, store: JobRecords, notifier: Notifier) -> int:
-    """Publish a record's pending notifications, then forget them; returns how many."""
-    record = store.get(request_id)
+def flush_outbox(
+    request_id: str, store: JobRecords, notifier: Notifier, known: JobRecord | None = None
+) -> JobRecord | None:
+    """Publish a record's pending notifications, then forget them; returns the record as it
+    then stands (None: no record). ``known``: the record just written, whose outbox is sent
+    as it stands (no read) and whose version guards the write that forgets it."""
+    record = known if known is not None else store.get(request_id)
     pending = list(record.outbox) if record is not None else []
     for message in pending:
         notifier.notify(message)
-    if pending:
-        store.drop_from_outbox(request_id, pending)
-    return len(pending)
+    if not pending:
+        return record
+    dropped = store.drop_from_outbox(request_id, pending, record.stored if record else None)
+    return None if dropped is None else dropped.record
 
 
 def cancel_until_confirmed(ports: AttemptPorts, request_id: str, names: list[str]) -> list[str]:

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,9 +21,10 @@ from shared.domain.deployments import (
 )
 from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.record import Stored
 from shared.domain.request import JobRequest
 from shared.errors import BackendRejected, ObjectGone
-from shared.ports import MAX_WATCHERS
+from shared.ports import MAX_WATCHERS, Decided
 
 # Request kind -> the Vertex collection its resources are named in.
 COLLECTIONS = {
@@ -52,57 +54,107 @@ def _merge(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
 
 class InMemoryJobStore:
     """The JobStore port in memory: storage only, like Firestore (copies in and out, every
-    sequence read back as a list, attempt fields merged as ``set(merge=True)`` merges them).
-    tests/integration/test_store_contract.py runs the same cases on both."""
+    sequence read back as a list, attempt fields merged as ``set(merge=True)`` merges them,
+    a version per record that a known record's write must still match).
+    tests/integration/test_store_contract.py runs the same cases on both.
+
+    ``calls`` counts each method; ``ops`` counts what Firestore would bill and serve: reads
+    (a get, or a transact without a current known version), writes and queries."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.attempts: dict[tuple[str, int], dict[str, Any]] = {}
         self.series: dict[str, dict[str, Any]] = {}
+        self.versions: dict[str, int] = {}
+        self._version = itertools.count(1)
+        self.calls: Counter[str] = Counter()
+        self.ops: Counter[str] = Counter()
         self._lock = threading.RLock()
+
+    def _count(self, method: str, **ops: int) -> None:
+        self.calls[method] += 1
+        self.ops.update(ops)
+
+    def _snapshot(self, request_id: str) -> Stored:
+        return Stored(copy.deepcopy(self.jobs[request_id]), self.versions[request_id])
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
+            self._count("get", read=1)
             return copy.deepcopy(self.jobs.get(request_id))
+
+    def read(self, request_id: str) -> Stored | None:
+        with self._lock:
+            self._count("read", read=1)
+            return self._snapshot(request_id) if request_id in self.jobs else None
 
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         with self._lock:
+            self._count("get_attempt", read=1)
             return copy.deepcopy(self.attempts.get((request_id, attempt)))
 
-    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
+    def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
         with self._lock:
+            self._count("create", write=1)
             if request_id in self.jobs:
-                return False
+                return None
             self.jobs[request_id] = _stored(record)
-            return True
+            self.versions[request_id] = next(self._version)
+            return self._snapshot(request_id)
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
-    ) -> Change | None:
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], Change | None],
+        known: Stored | None = None,
+    ) -> Decided | None:
         with self._lock:
+            self.calls["transact"] += 1
             current = self.jobs.get(request_id)
             if current is None:
                 return None
-            change = decide(copy.deepcopy(current))
+            if known is not None and known.version == self.versions[request_id]:
+                seen = copy.deepcopy(dict(known.raw))
+            else:
+                # No known version, or a stale one (Firestore's precondition would fail and
+                # the adapter would read): decided on what is stored.
+                self.ops["read"] += 1
+                seen = copy.deepcopy(current)
+            change = decide(seen)
             if change is None:
-                return None
-            current.update(_stored(change.record))
-            for name in change.deletes:
-                current.pop(name, None)
+                return Decided(None, Stored(seen, self.versions[request_id]))
+            self.ops["write"] += 1
+            if change.record or change.deletes:
+                current.update(_stored(change.record))
+                for name in change.deletes:
+                    current.pop(name, None)
+                self.versions[request_id] = next(self._version)
             if change.attempt:
                 number = change.attempt_no or int(current.get("attempt", 1))
                 _merge(self.attempts.setdefault((request_id, number), {}), change.attempt)
-            return change
+            return Decided(change, self._snapshot(request_id))
 
-    def find_by_job_id(self, job_id: str) -> str | None:
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         with self._lock:
-            for record in self.jobs.values():
+            self._count("update_attempt", write=1)
+            _merge(self.attempts.setdefault((request_id, attempt), {}), fields)
+
+    def find_by_job_id(self, job_id: str) -> Stored | None:
+        with self._lock:
+            self._count("find_by_job_id", query=1)
+            for request_id, record in self.jobs.items():
                 if job_id in (record.get("vertexJobIds") or []):
-                    return str(record["requestId"])
+                    return self._snapshot(request_id)
             return None
 
-    def active(self) -> list[dict[str, Any]]:
-        return self._where(lambda r: not JobState(r["state"]).terminal)
+    def active(self) -> list[Stored]:
+        with self._lock:
+            self._count("active", query=1)
+            return [
+                self._snapshot(rid)
+                for rid, record in self.jobs.items()
+                if not JobState(record["state"]).terminal
+            ]
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
         return self._where(
@@ -142,6 +194,7 @@ class InMemoryJobStore:
 
     def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         with self._lock:
+            self.ops["query"] += 1
             return [copy.deepcopy(r) for r in self.jobs.values() if test(r)]
 
 
@@ -160,6 +213,8 @@ class InMemoryJobBackend:
         self.fail_get_with: Exception | None = None
         self.reads: list[str] = []
         self.cancels: list[str] = []
+        # Calls per method, as Vertex would count them against the project's quota.
+        self.calls: Counter[str] = Counter()
 
     def update(self, name: str, **fields: Any) -> VertexJob:
         """Move a job on, as Vertex would: ``update(name, state="JOB_STATE_RUNNING", ...)``."""
@@ -169,15 +224,17 @@ class InMemoryJobBackend:
     def find(
         self, request_label: str, attempt: int, location: str, kind: str | None = None
     ) -> list[VertexJob]:
+        self.calls["find"] += 1
         collections = [COLLECTIONS[kind]] if kind else list(COLLECTIONS.values())
         wanted = {LABEL_REQUEST: request_label, LABEL_ATTEMPT: str(attempt)}
         return [
             job
-            for job in self.list_labelled(location)
+            for job in self._in(location)
             if job.name.split("/")[-2] in collections and job.labels == wanted
         ]
 
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
+        self.calls["create"] += 1
         if self.fail_with is not None:
             raise self.fail_with
         collection = COLLECTIONS[request.kind]  # KeyError: a deployModel must never get here
@@ -194,6 +251,7 @@ class InMemoryJobBackend:
         return job
 
     def get(self, name: str) -> VertexJob:
+        self.calls["get"] += 1
         self.reads.append(name)
         if self.fail_get_with is not None:
             raise self.fail_get_with
@@ -202,17 +260,19 @@ class InMemoryJobBackend:
     def list_labelled(
         self, location: str, created_since: datetime | None = None
     ) -> Iterable[VertexJob]:
-        # Like Vertex: a listing covers one location only.
+        self.calls["list_labelled"] += 1
         return [
             job
-            for job in self.jobs.values()
-            if f"/locations/{location}/" in job.name
-            and (
-                created_since is None or job.create_time is None or job.create_time >= created_since
-            )
+            for job in self._in(location)
+            if created_since is None or job.create_time is None or job.create_time >= created_since
         ]
 
+    def _in(self, location: str) -> list[VertexJob]:
+        # Like Vertex: a listing covers one location only.
+        return [job for job in self.jobs.values() if f"/locations/{location}/" in job.name]
+
     def cancel(self, name: str) -> None:
+        self.calls["cancel"] += 1
         self.cancels.append(name)
         if self.fail_cancel_with is not None:
             raise self.fail_cancel_with

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
@@ -20,8 +20,9 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from shared.config import Settings
 from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState
+from shared.domain.record import Stored
 from shared.errors import StoreUnavailable
-from shared.ports import MAX_WATCHERS
+from shared.ports import MAX_WATCHERS, Decided
 
 T = TypeVar("T")
 
@@ -91,13 +92,14 @@ def call_firestore(what: str, fn: Callable[[], T]) -> T:
         raise StoreUnavailable(f"Firestore {what} failed: {exc}") from exc
 
 
-def create_document(ref: Any, record: Mapping[str, Any]) -> bool:
-    """Firestore's conditional put: create ``ref`` from ``record``; False when it exists."""
+def create_document(ref: Any, record: Mapping[str, Any]) -> Any | None:
+    """Firestore's conditional put: create ``ref`` from ``record``; its version (update time),
+    or None when it exists."""
     try:
-        call_firestore("create", lambda: ref.create(dict(record)))
+        result = call_firestore("create", lambda: ref.create(dict(record)))
     except gexc.Conflict:
-        return False  # AlreadyExists is a Conflict
-    return True
+        return None  # AlreadyExists is a Conflict
+    return result.update_time
 
 
 #: How long a write may keep losing to concurrent writers of its document before it gives up
@@ -105,47 +107,71 @@ def create_document(ref: Any, record: Mapping[str, Any]) -> bool:
 CONTENTION_SECONDS = 20.0
 
 
+@dataclass(frozen=True)
+class Committed(Generic[T]):
+    """One read-decide-write: the change (None: nothing written), the document it was decided
+    on, and the document's version after it."""
+
+    change: T | None
+    before: dict[str, Any]
+    version: Any
+
+
 def transact_document(
     db: Any,
     ref: Any,
     decide: Callable[[dict[str, Any]], T | None],
-    write: Callable[[Any, dict[str, Any], T, Any], None],
-) -> T | None:
+    write: Callable[[Any, dict[str, Any], T, Any], bool],
+    known: tuple[Mapping[str, Any], Any] | None = None,
+) -> Committed[T] | None:
     """Read ``ref``, let ``decide`` compute a change, ``write`` it only if the document is
     still as read: one atomic read-decide-write.
 
-    Optimistic, not a lock: ``write`` adds its writes to a batch, and the document's update
-    carries the precondition ``last_update_time`` of the read (the ``option`` it is given). A
-    concurrent writer makes the commit fail with FAILED_PRECONDITION, and the whole step runs
-    again on a fresh read (api_core's retry, with backoff). Unlike a read-write transaction
-    this holds no lock between the read and the commit, so two writers of one record never
-    wait on each other: the Firestore emulator resolves such waits only by a lock timeout.
-    A missing document is never decided on; ``decide`` must be pure, as it may run again.
+    Optimistic, not a lock: ``write`` adds its writes to a batch (True when it updates the
+    document itself), and the document's update carries the precondition
+    ``last_update_time`` of the read (the ``option`` it is given). A concurrent writer makes
+    the commit fail with FAILED_PRECONDITION, and the whole step runs again on a fresh read
+    (api_core's retry, with backoff). Unlike a read-write transaction this holds no lock
+    between the read and the commit, so two writers of one record never wait on each other:
+    the Firestore emulator resolves such waits only by a lock timeout. A missing document is
+    never decided on; ``decide`` must be pure, as it may run again.
+
+    ``known`` (the document and its version, as the caller last read or wrote it) stands in
+    for the first read: the precondition is the same, so only the read is saved.
     """
+    pending = [known] if known is not None else []
 
-    def attempt() -> T | None:
-        snap = ref.get()
-        if not snap.exists:
-            return None
-        current = snap.to_dict() or {}
+    def attempt() -> Committed[T] | None:
+        if pending:
+            raw, version = pending.pop()
+            current = dict(raw)
+        else:
+            snap = ref.get()
+            if not snap.exists:
+                return None
+            current, version = snap.to_dict() or {}, snap.update_time
         change = decide(current)
-        if change is not None:
-            batch = db.batch()
-            write(batch, current, change, db.write_option(last_update_time=snap.update_time))
-            batch.commit()
-        return change
+        if change is None:
+            return Committed(None, current, version)
+        batch = db.batch()
+        updated = write(batch, current, change, db.write_option(last_update_time=version))
+        results = batch.commit()
+        # The document's own update is the batch's first write; without one it is unchanged.
+        return Committed(change, current, results[0].update_time if updated else version)
 
-    result: T | None = call_firestore("conditional write", _until_unchanged(attempt))
+    result: Committed[T] | None = call_firestore("conditional write", _until_unchanged(attempt))
     return result
 
 
 def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
     """``step`` run again, with backoff, while its conditional write finds the document
-    changed since its read (FAILED_PRECONDITION) or created meanwhile (ALREADY_EXISTS)."""
+    changed since its read (FAILED_PRECONDITION), created meanwhile (ALREADY_EXISTS) or
+    deleted since (NOT_FOUND)."""
     from google.api_core.retry import Retry, if_exception_type
 
+    # NotFound: a known version of a document deleted since; the fresh read finds it gone.
     retry = Retry(
-        predicate=if_exception_type(gexc.FailedPrecondition, gexc.Conflict),
+        predicate=if_exception_type(gexc.FailedPrecondition, gexc.Conflict, gexc.NotFound),
         initial=0.01,
         maximum=0.5,
         multiplier=2.0,
@@ -153,6 +179,14 @@ def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
     )
     wrapped: Callable[[], T] = retry(step)
     return wrapped
+
+
+def _stored(snap: Any) -> Stored:
+    return Stored(snap.to_dict() or {}, snap.update_time)
+
+
+def _after(before: dict[str, Any], change: Change | None) -> Mapping[str, Any]:
+    return before if change is None else change.applied_to(before)
 
 
 class FirestoreJobStore:
@@ -176,44 +210,62 @@ class FirestoreJobStore:
         return self.db.collection(JOBS).document(doc_id(request_id))
 
     def get(self, request_id: str) -> dict[str, Any] | None:
+        stored = self.read(request_id)
+        return None if stored is None else dict(stored.raw)
+
+    def read(self, request_id: str) -> Stored | None:
         snap = call_firestore("get", lambda: self._ref(request_id).get())
-        return snap.to_dict() if snap.exists else None
+        return _stored(snap) if snap.exists else None
 
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
         ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
         snap = call_firestore("get attempt", ref.get)
         return snap.to_dict() if snap.exists else None
 
-    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
-        return create_document(self._ref(request_id), record)
+    def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
+        version = create_document(self._ref(request_id), record)
+        return None if version is None else Stored(dict(record), version)
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Change | None]
-    ) -> Change | None:
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], Change | None],
+        known: Stored | None = None,
+    ) -> Decided | None:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
 
-        def write(batch: Any, current: dict[str, Any], change: Change, unchanged: Any) -> None:
+        def write(batch: Any, current: dict[str, Any], change: Change, unchanged: Any) -> bool:
             deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
-            if change.record or deletes:  # Firestore refuses an update with no fields
+            updated = bool(change.record or deletes)
+            if updated:  # Firestore refuses an update with no fields
                 batch.update(ref, {**change.record, **deletes}, option=unchanged)
             # Attempt fields alone (update_attempt) are a merge that no read decided.
             if change.attempt:
                 number = change.attempt_no or current.get("attempt", 1)
                 attempt_ref = ref.collection(ATTEMPTS).document(str(number))
                 batch.set(attempt_ref, change.attempt, merge=True)
+            return updated
 
-        return transact_document(self.db, ref, decide, write)
+        seen = None if known is None else (known.raw, known.version)
+        done = transact_document(self.db, ref, decide, write, seen)
+        if done is None:
+            return None
+        return Decided(done.change, Stored(_after(done.before, done.change), done.version))
 
-    def find_by_job_id(self, job_id: str) -> str | None:
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
+        call_firestore("update attempt", lambda: ref.set(dict(fields), merge=True))
+
+    def find_by_job_id(self, job_id: str) -> Stored | None:
         query = BY_JOB_ID.on(self.db, job_id).limit(1)
         docs = call_firestore("query", lambda: list(query.stream()))
-        return str(docs[0].get("requestId")) if docs else None
+        return _stored(docs[0]) if docs else None
 
-    def active(self) -> list[dict[str, Any]]:
+    def active(self) -> list[Stored]:
         query = ACTIVE.on(self.db, ACTIVE_STATES)
-        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+        return call_firestore("query", lambda: [_stored(d) for d in query.stream()])
 
     def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
         # Equality plus "in": the composite index (checkpointPrefix, state) serves it.

@@ -35,7 +35,7 @@ class FirestoreDeploymentStore:
         return snap.to_dict() if snap.exists else None
 
     def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
-        return create_document(self._ref(request_id), record)
+        return create_document(self._ref(request_id), record) is not None
 
     def transact(
         self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
@@ -44,12 +44,14 @@ class FirestoreDeploymentStore:
 
         ref = self._ref(request_id)
 
-        def write(batch: Any, current: dict[str, Any], change: Write, unchanged: Any) -> None:
+        def write(batch: Any, current: dict[str, Any], change: Write, unchanged: Any) -> bool:
             deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
             if change.fields or deletes:
                 batch.update(ref, {**change.fields, **deletes}, option=unchanged)
+            return bool(change.fields or deletes)
 
-        return transact_document(self._jobs.db, ref, decide, write)
+        done = transact_document(self._jobs.db, ref, decide, write)
+        return None if done is None else done.change
 
     def deploying(self) -> list[dict[str, Any]]:
         query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYING.value)

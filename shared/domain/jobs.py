@@ -7,6 +7,7 @@ starts again from QUEUED; an observation of an older attempt is ignored.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -137,6 +138,16 @@ class Change:
     attempt: dict[str, Any] = field(default_factory=dict)
     deletes: tuple[str, ...] = ()
     attempt_no: int | None = None
+
+    def applied_to(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The record document as this change leaves it (its top-level fields set or
+        deleted, as Firestore's update does), for the next write to decide on without a
+        read."""
+        after = dict(document)
+        after.update(self.record)
+        for name in self.deletes:
+            after.pop(name, None)
+        return after
 
 
 def observe(record: JobRecord, job: VertexJob, now: datetime) -> Change | None:

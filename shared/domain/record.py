@@ -62,11 +62,29 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Stored:
+    """A document as the store holds it, and its version (Firestore's update time).
+
+    A write decided on it commits only while the document is still at that version, so a path
+    that has just read or written a record decides its next write without reading it again
+    (see :meth:`shared.ports.JobStore.transact`).
+    """
+
+    raw: Mapping[str, Any]
+    version: Any
+
+
+@dataclass(frozen=True)
 class Lease:
-    """A claim on a record: who holds it (``token``) and until when."""
+    """A claim on a record: who holds it (``token``), until when, and for which attempt.
+
+    ``attempt`` tells a later claim of the same attempt that a delivery held it before (and
+    may have created its job): only a claim with no predecessor may skip the label lookup.
+    """
 
     token: str | None
     expires_at: datetime | None
+    attempt: int | None = None
 
     def live(self, now: datetime) -> bool:
         """Held by a delivery that may still be running."""
@@ -77,7 +95,12 @@ class Lease:
         """The ``claim`` field of any record (job or deployment), or None."""
         if not isinstance(raw, Mapping):
             return None
-        return cls(_text(raw.get("token")), _time(raw.get("expiresAt")))
+        attempt = raw.get("attempt")
+        return cls(
+            _text(raw.get("token")),
+            _time(raw.get("expiresAt")),
+            attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+        )
 
 
 #: What a record with a missing or unknown state reads as: terminal, so no decision moves it
@@ -129,9 +152,12 @@ class JobRecord:
     latest_checkpoint: Checkpoint | None = None
     totals: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
+    # The document and version it was decoded from, when a store read or wrote it: the next
+    # write may be decided on it without a read (a version check guards it).
+    stored: Stored | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def decode(cls, raw: Mapping[str, Any]) -> JobRecord:
+    def decode(cls, raw: Mapping[str, Any], stored: Stored | None = None) -> JobRecord:
         """Read a stored document; missing or mistyped fields take their defaults, so decoding
         never fails (a sweep must survive one hand-edited record). A state that is missing or
         unknown reads as :data:`UNKNOWN_STATE`: no decision moves such a record."""
@@ -179,6 +205,7 @@ class JobRecord:
                 for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")
             },
             cost=_mapping(raw.get("cost")),
+            stored=stored,
         )
 
     @functools.cached_property

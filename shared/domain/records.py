@@ -16,7 +16,7 @@ from shared.domain.attempts import gpu_shape
 from shared.domain.checkpoints import Checkpoint, checkpoint_prefix
 from shared.domain.ids import LABEL_ATTEMPT, label_value
 from shared.domain.jobs import Change, JobState, VertexJob, from_vertex
-from shared.domain.record import JobRecord, Lease
+from shared.domain.record import JobRecord, Lease, Stored
 from shared.domain.request import TRAINING_KINDS, JobRequest, job_spec_of
 from shared.domain.retry import Placement, placement_for
 
@@ -34,11 +34,16 @@ class Claim:
     """The outcome of claiming a request for submission.
 
     Either ``record`` is the already-submitted record (a duplicate delivery), or ``token`` is a
-    fresh claim this delivery now holds.
+    claim this delivery now holds.
     """
 
     token: str | None = None
     record: dict[str, Any] | None = None
+    # The claim created the record: no delivery held it before, so nothing exists under its
+    # key yet (see shared.exactly_once).
+    fresh: bool = False
+    # The record as claimed, with its version: recording the submission decides on it.
+    stored: Stored | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +294,17 @@ def submission_claimable(current: JobRecord, attempt: int, now: datetime) -> boo
         and (due is None or due <= now)
         and not (current.claim is not None and current.claim.live(now))
     )
+
+
+def first_claim_of(current: JobRecord, attempt: int) -> bool:
+    """Is a claim of ``attempt`` on ``current`` the first any delivery takes of it?
+
+    Only then may its label lookup be skipped: an earlier claim of the same attempt (taken
+    over, released after a failure, or kept after a create whose outcome is unknown) may have
+    created a job. A claim that names no attempt may be of any, so it counts as earlier.
+    """
+    held = current.claim
+    return held is None or (held.attempt is not None and held.attempt != attempt)
 
 
 #: A cancel for a request not seen yet leaves its record as a tombstone for at least this long.

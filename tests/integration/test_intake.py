@@ -86,7 +86,7 @@ class DiesAfterCreate:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def record_submission(self, token, submission, now):
+    def record_submission(self, token, submission, now, known=None):
         raise KeyboardInterrupt("process killed between CreateCustomJob and the record")
 
 

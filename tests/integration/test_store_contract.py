@@ -123,6 +123,18 @@ def deployments(stores: Stores) -> DeploymentRecords:
     return stores.deployments
 
 
+@pytest.fixture
+def delete_record(stores: Stores, request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Delete a job record behind the store's back (as an operator would)."""
+    store = stores.jobs.store
+    if isinstance(store, InMemoryJobStore):
+        return lambda rid: (store.jobs.pop(rid), None)[1]
+    from shared.adapters.firestore import JOBS
+
+    client = request.getfixturevalue("firestore_client")
+    return lambda rid: (client.collection(JOBS).document(doc_id(rid)).delete(), None)[1]
+
+
 # --- building blocks --------------------------------------------------------------------
 
 
@@ -141,7 +153,7 @@ def deploy_request(request_id: str) -> JobRequest:
 def vertex_job(
     state: str = "JOB_STATE_QUEUED", create_time: datetime | None = NOW, attempt: int = 1
 ) -> VertexJob:
-    """A Vertex job with an id no other test uses (``find_by_job_id`` spans the collection)."""
+    """A Vertex job with an id no other test uses (``by_job_id`` spans the collection)."""
     name = f"projects/p/locations/{LOCATION}/customJobs/{next(_job_numbers)}"
     labels = {"flexjobs-request": "r", "flexjobs-attempt": str(attempt)}
     return VertexJob(name=name, state=state, labels=labels, create_time=create_time)
@@ -158,8 +170,11 @@ def submission(request_id: str, job: VertexJob, attempt: int = 1, **fields: Any)
     )
 
 
-def lease(token: str | None, now: datetime = NOW) -> dict[str, Any]:
-    return {"token": token, "expiresAt": now + timedelta(seconds=TTL)}
+def lease(token: str | None, now: datetime = NOW, attempt: int | None = 1) -> dict[str, Any]:
+    held: dict[str, Any] = {"token": token, "expiresAt": now + timedelta(seconds=TTL)}
+    if attempt is not None:
+        held["attempt"] = attempt
+    return held
 
 
 def put(jobs: JobRecords, request_id: str, **fields: Any) -> None:
@@ -380,7 +395,7 @@ def test_record_submission_of_the_next_attempt_keeps_every_job_id(jobs, unique):
     rid = unique("next")
     first = submitted(jobs, rid)
     put(jobs, rid, state="RETRYING", nextAttemptAt=at(60))
-    token = jobs.claim_retry(rid, 2, at(60), TTL)
+    token = jobs.claim_retry(rid, 2, at(60), TTL).token
     assert token is not None
     second = vertex_job(attempt=2)
 
@@ -404,10 +419,12 @@ def test_release_drops_only_the_claim_it_holds(jobs, unique):
     jobs.release(rid, "not-the-holder", at(1))
     assert jobs.store.get(rid)["claim"] == lease(token)
 
+    # Released, it expires at once but stays, naming its attempt: a later claim of the same
+    # attempt must know one was held before (and look up what it may have created).
     jobs.release(rid, token, at(2))
-    assert "claim" not in jobs.store.get(rid)
-    jobs.release(rid, token, at(3))  # twice: nothing left to drop
-    assert "claim" not in jobs.store.get(rid)
+    assert jobs.store.get(rid)["claim"] == {"token": token, "expiresAt": at(2), "attempt": 1}
+    jobs.release(rid, token, at(3))  # twice: already released, nothing changes
+    assert jobs.store.get(rid)["claim"] == {"token": token, "expiresAt": at(2), "attempt": 1}
 
 
 def test_release_updates_the_record_time(jobs, unique):
@@ -655,20 +672,20 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     assert jobs.transact(rid, lambda r: finish(r, JobState.CANCELLED, at(31), "late")) is None
 
 
-# --- JobRecords.find_by_job_id ------------------------------------------------------------
+# --- JobRecords.by_job_id ------------------------------------------------------------
 
 
 def test_find_by_job_id_finds_every_attempt_of_a_request(jobs, unique):
     rid = unique("find")
     first = submitted(jobs, rid)
     put(jobs, rid, state="RETRYING", nextAttemptAt=at(60))
-    token = jobs.claim_retry(rid, 2, at(60), TTL)
+    token = jobs.claim_retry(rid, 2, at(60), TTL).token
     second = vertex_job(attempt=2)
     jobs.record_submission(token, submission(rid, second, attempt=2), at(61))
 
-    assert jobs.find_by_job_id(first.job_id) == rid
-    assert jobs.find_by_job_id(second.job_id) == rid
-    assert jobs.find_by_job_id(vertex_job().job_id) is None
+    assert jobs.by_job_id(first.job_id).request_id == rid
+    assert jobs.by_job_id(second.job_id).request_id == rid
+    assert jobs.by_job_id(vertex_job().job_id) is None
 
 
 def test_request_ids_that_need_escaping_round_trip(jobs, unique):
@@ -676,7 +693,7 @@ def test_request_ids_that_need_escaping_round_trip(jobs, unique):
     job = submitted(jobs, rid)
 
     assert jobs.store.get(rid)["requestId"] == rid
-    assert jobs.find_by_job_id(job.job_id) == rid
+    assert jobs.by_job_id(job.job_id).request_id == rid
     assert jobs.get_attempt(rid, 1)["vertexJob"] == job.name
 
 
@@ -694,7 +711,7 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
     put(jobs, succeeded, state="SUCCEEDED")
     jobs.create_tombstone(cancelled, tombstone(cancelled, NOW))
 
-    active = {r["requestId"]: r for r in jobs.store.active()}
+    active = {r.raw["requestId"]: r.raw for r in jobs.store.active()}
 
     for rid in (accepted, queued, retrying):
         assert active[rid] == jobs.store.get(rid)
@@ -804,7 +821,7 @@ def test_record_skipped_is_created_once_with_its_notification(jobs, unique):
     assert (record["state"], record["reason"], record["series"]) == ("SKIPPED", "holder-1", series)
     assert record["outbox"][0]["state"] == "SKIPPED"
     assert second.request_id in jobs.store.with_outbox()
-    assert second.request_id not in {r["requestId"] for r in jobs.store.active()}
+    assert second.request_id not in {r.raw["requestId"] for r in jobs.store.active()}
 
 
 # --- JobRecords.begin_read, renew_read, release_reader ------------------------------------
@@ -815,16 +832,16 @@ def test_read_leases_coalesce_hints(jobs, unique):
     submitted(jobs, rid)
     window = 10.0
 
-    assert jobs.begin_read(rid, at(100), window, at(99)) == (HintAction.READ, None)
+    assert jobs.begin_read(rid, at(100), window, at(99))[:2] == (HintAction.READ, None)
     assert (
         jobs.store.get(rid)["lastReadAt"] == at(100) and jobs.store.get(rid)["hintPending"] is False
     )
     # published well before the read began: that read saw it
-    assert jobs.begin_read(rid, at(101), window, at(95)) == (HintAction.COVERED, at(100))
+    assert jobs.begin_read(rid, at(101), window, at(95))[:2] == (HintAction.COVERED, at(100))
     # inside the window: the first becomes the trailing reader, the next ones wait on it
-    assert jobs.begin_read(rid, at(102), window, at(101)) == (HintAction.TRAIL, at(100))
+    assert jobs.begin_read(rid, at(102), window, at(101))[:2] == (HintAction.TRAIL, at(100))
     assert jobs.store.get(rid)["hintPending"] is True
-    assert jobs.begin_read(rid, at(103), window, at(102)) == (HintAction.PENDING, at(100))
+    assert jobs.begin_read(rid, at(103), window, at(102))[:2] == (HintAction.PENDING, at(100))
     assert jobs.store.get(rid)["lastReadAt"] == at(100)
 
     jobs.renew_read(rid, at(110))
@@ -832,7 +849,7 @@ def test_read_leases_coalesce_hints(jobs, unique):
         jobs.store.get(rid)["lastReadAt"] == at(110) and jobs.store.get(rid)["hintPending"] is False
     )
     # the window of the trailing read closed: the next hint reads again
-    assert jobs.begin_read(rid, at(121), window, at(120)) == (HintAction.READ, at(110))
+    assert jobs.begin_read(rid, at(121), window, at(120))[:2] == (HintAction.READ, at(110))
     assert jobs.store.get(rid)["lastReadAt"] == at(121)
 
 
@@ -845,7 +862,7 @@ def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
 
     record = jobs.store.get(rid)
     assert record["lastReadAt"] is None and record["hintPending"] is False
-    assert jobs.begin_read(rid, at(101), 10.0, at(100)) == (HintAction.READ, None)
+    assert jobs.begin_read(rid, at(101), 10.0, at(100))[:2] == (HintAction.READ, None)
 
 
 # --- JobRecords.due_submissions and claim_retry -------------------------------------------
@@ -917,19 +934,33 @@ def test_claim_retry_follows_submission_claimable(jobs, unique, case):
     rule = submission_claimable(JobRecord.decode(before), attempt, at(100))
     assert rule is claimable  # the rule itself
 
-    token = jobs.claim_retry(rid, attempt, at(100), TTL)
+    taken = jobs.claim_retry(rid, attempt, at(100), TTL)
 
     if claimable:
-        assert token
+        assert taken is not None and taken.token
+        assert taken.fresh  # the first claim of this attempt: its lookup may be skipped
         assert jobs.store.get(rid) == {
             **before,
-            "claim": lease(token, at(100)),
+            "claim": lease(taken.token, at(100), attempt),
             "updatedAt": at(100),
         }
         assert jobs.claim_retry(rid, attempt, at(101), TTL) is None  # now held
     else:
-        assert token is None
+        assert taken is None
         assert jobs.store.get(rid) == before
+
+
+def test_a_retry_claim_after_an_earlier_claim_of_its_attempt_is_not_fresh(jobs, unique):
+    rid = unique("retry-again")
+    submitted(jobs, rid)
+    put(jobs, rid, state="RETRYING", attempt=1, nextAttemptAt=at(50))
+    first = jobs.claim_retry(rid, 2, at(60), TTL)
+    assert first is not None and first.fresh
+    jobs.release(rid, first.token, at(61))  # e.g. its record step failed: a job may exist
+
+    again = jobs.claim_retry(rid, 2, at(62), TTL)
+
+    assert again is not None and not again.fresh  # so it looks up what the first made
 
 
 def test_claim_retry_of_a_missing_record_is_none(jobs, unique):
@@ -1019,7 +1050,7 @@ def test_deployment_claim_creates_the_record_in_accepted_with_a_lease(deployment
     assert claim.token and claim.record is None
     assert deployments.store.get(rid) == {
         **new_deployment(request, NOW),
-        "claim": lease(claim.token),
+        "claim": lease(claim.token, attempt=None),
     }
 
 
@@ -1040,7 +1071,7 @@ def test_an_expired_deployment_claim_is_taken_over(deployments, unique):
     claim = deployments.claim(deploy_request(rid), at(TTL), TTL)
 
     assert claim.token and claim.token != first
-    assert deployments.store.get(rid)["claim"] == lease(claim.token, at(TTL))
+    assert deployments.store.get(rid)["claim"] == lease(claim.token, at(TTL), attempt=None)
 
 
 def test_a_deployment_claim_taken_over_updates_the_record_time(deployments, unique):
@@ -1057,7 +1088,7 @@ def test_deployment_release_drops_only_the_claim_it_holds(deployments, unique):
     token = deploy_claimed(deployments, rid)
 
     deployments.release(rid, "not-the-holder", at(1))
-    assert deployments.store.get(rid)["claim"] == lease(token)
+    assert deployments.store.get(rid)["claim"] == lease(token, attempt=None)
     deployments.release(rid, token, at(2))
     assert "claim" not in deployments.store.get(rid)
 
@@ -1279,8 +1310,9 @@ def test_a_rejection_is_stored_as_a_copy(stores, unique):
 
 def test_create_is_a_conditional_put(jobs, unique):
     rid = unique("create")
-    assert jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"}) is True
-    assert jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"}) is False
+    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    assert made is not None and made.raw == {"requestId": rid, "state": "ACCEPTED"}
+    assert jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"}) is None
     assert jobs.store.get(rid)["state"] == "ACCEPTED"
 
 
@@ -1295,7 +1327,7 @@ def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
         attempt_no=1,
     )
 
-    assert jobs.store.transact(rid, lambda current: change) == change
+    assert jobs.store.transact(rid, lambda current: change).change == change
 
     record = jobs.store.get(rid)
     assert "claim" not in record and record["updatedAt"] == at(1)
@@ -1319,3 +1351,65 @@ def test_a_decision_that_raises_writes_nothing(jobs, unique):
     with pytest.raises(SubmissionInProgress):
         jobs.store.transact(rid, refuse)
     assert jobs.store.get(rid) == {"requestId": rid, "state": "QUEUED"}
+
+
+# --- known versions: a write decided on the record as last read or written -----------------
+
+
+def test_a_write_on_a_known_version_chains_without_reads(jobs, unique):
+    rid = unique("known")
+    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED", "n": 0})
+    assert made is not None
+    seen: list[dict[str, Any]] = []
+
+    def bump(raw: dict[str, Any]) -> Change:
+        seen.append(raw)
+        return Change(JobState.ACCEPTED, {"n": raw["n"] + 1})
+
+    first = jobs.store.transact(rid, bump, made)
+    second = jobs.store.transact(rid, bump, first.stored)
+
+    assert [raw["n"] for raw in seen] == [0, 1]  # each decided once, on the known record
+    assert second.stored.raw["n"] == 2 and jobs.store.get(rid)["n"] == 2
+
+
+def test_a_write_on_a_stale_version_is_decided_again_on_the_record(jobs, unique):
+    rid = unique("stale")
+    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED", "marks": []})
+    # Another writer lands after this caller's version was taken.
+    jobs.store.transact(rid, lambda raw: Change(JobState.ACCEPTED, {"marks": ["other"]}))
+
+    def mark(raw: dict[str, Any]) -> Change:
+        return Change(JobState.ACCEPTED, {"marks": [*raw["marks"], "mine"]})
+
+    done = jobs.store.transact(rid, mark, made)
+
+    assert jobs.store.get(rid)["marks"] == ["other", "mine"]  # no update lost
+    assert done.stored.raw["marks"] == ["other", "mine"]
+
+
+def test_a_no_write_decision_on_a_known_version_stands(jobs, unique):
+    rid = unique("noop")
+    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    done = jobs.store.transact(rid, lambda raw: None, made)
+    assert done.change is None and done.stored.raw["requestId"] == rid
+
+
+def test_a_known_version_of_a_deleted_record_is_never_written(jobs, unique, delete_record):
+    rid = unique("deleted")
+    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    delete_record(rid)
+    assert jobs.store.transact(rid, lambda raw: Change(JobState.QUEUED, {"x": 1}), made) is None
+    assert jobs.store.get(rid) is None
+
+
+def test_update_attempt_merges_one_attempt_document(jobs, unique):
+    rid = unique("attempt")
+    jobs.store.create(rid, {"requestId": rid, "state": "RETRYING", "attempt": 2})
+    jobs.store.update_attempt(rid, 1, {"state": "FAILED", "times": {"a": 1}})
+    jobs.store.update_attempt(rid, 1, {"workLostSeconds": 5.0, "times": {"b": 2}})
+    assert jobs.get_attempt(rid, 1) == {
+        "state": "FAILED",
+        "workLostSeconds": 5.0,
+        "times": {"a": 1, "b": 2},
+    }

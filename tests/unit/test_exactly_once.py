@@ -11,14 +11,15 @@ from shared.errors import (
     QuotaExhausted,
     StoreUnavailable,
 )
-from shared.exactly_once import Creation, Outcome, create_once
+from shared.exactly_once import Creation, Outcome, Ticket, create_once
 
 
 class Steps:
     """Plain recording steps; each may be told to fail."""
 
-    def __init__(self, *, found=None, create_error=None, record_error=None, token="t"):
+    def __init__(self, *, found=None, create_error=None, record_error=None, token="t", fresh=False):
         self.calls: list[str] = []
+        self.fresh = fresh
         self.found = found
         self.create_error = create_error
         self.record_error = record_error
@@ -37,7 +38,7 @@ class Steps:
 
     def claim(self):
         self.calls.append("claim")
-        return self.token
+        return None if self.token is None else Ticket(self.token, fresh=self.fresh)
 
     def find(self):
         self.calls.append("find")
@@ -67,10 +68,17 @@ class Steps:
         return Outcome.PARKED
 
 
-def test_a_fresh_claim_looks_up_creates_and_records():
+def test_a_claim_taken_over_looks_up_creates_and_records():
     steps = Steps()
     assert create_once(steps.creation()) is Outcome.SUBMITTED
     assert steps.calls == ["claim", "find", "create", "record job adopted=False"]
+
+
+def test_a_fresh_claim_creates_without_a_lookup():
+    # No delivery held the key before: nothing can exist under it, so no lookup is spent.
+    steps = Steps(fresh=True, found="never-looked-up")
+    assert create_once(steps.creation()) is Outcome.SUBMITTED
+    assert steps.calls == ["claim", "create", "record job adopted=False"]
 
 
 def test_what_an_earlier_delivery_created_is_adopted_not_created_again():
