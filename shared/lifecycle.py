@@ -18,7 +18,7 @@ from shared.commands import Reconcile, TrackJob
 from shared.config import Settings
 from shared.deployments import Deployments, refresh_deployments
 from shared.domain.checkpoints import Checkpoint
-from shared.domain.hints import HintAction, parse_hint
+from shared.domain.hints import HintAction, parse_hint, read_start
 from shared.domain.ids import LABEL_REQUEST
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.pricing import PriceTable
@@ -137,6 +137,11 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
         elif action is not HintAction.READ:
             log.debug(f"hint {action.value}", extra={"fields": {"jobId": hint.job_id}})
             return None  # covered by a read, or a trailing read is promised
+        else:
+            # The lease dates the read from read_start: begin it then, not before.
+            wait = (read_start(published, now) - now).total_seconds()
+            if wait > 0:
+                tracker.sleep(wait)
         try:
             return _read_current(tracker, request_id, leased)
         except Exception:

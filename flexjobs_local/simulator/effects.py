@@ -8,10 +8,12 @@ failed is published.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import queue
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,6 +115,7 @@ class SideEffects:
         self._storage_client: Any = None
         self._hint_stats = _Stats()
         self._storage_stats = _Stats()
+        self._in_flight: set[Any] = set()
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sim-side-effects", daemon=True)
         self._thread.start()
@@ -187,10 +190,17 @@ class SideEffects:
                 self._queue.task_done()
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued side effect is done; False if ``timeout`` passed first."""
+        """Wait until every queued side effect is done (hints published included); False if
+        ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
         done = threading.Event()
         self._queue.put(done.set)
-        return done.wait(timeout)
+        if not done.wait(timeout):
+            return False
+        with self._lock:
+            pending = list(self._in_flight)
+        left = max(0.0, deadline - time.monotonic())
+        return not concurrent.futures.wait(pending, timeout=left).not_done
 
     def stop(self, timeout: float = 5.0) -> None:
         """Finish queued work (up to ``timeout``) and stop the worker."""
@@ -218,6 +228,10 @@ class SideEffects:
         return self._publisher
 
     def _publish(self, event: StateChanged, topic: str, copies: int) -> None:
+        # Issued without waiting, as a log sink publishes: each copy's answer would otherwise
+        # hold every later event's hints behind it, and a burst of state changes would reach
+        # the functions one round trip per copy apart. Cause still comes before effect: a
+        # checkpoint write queued before this event has finished when it is published.
         for _ in range(copies):
             entry = hint_entry(event, uuid.uuid4().hex[:16])
             try:
@@ -226,12 +240,21 @@ class SideEffects:
                     json.dumps(entry).encode(),
                     **{"logging.googleapis.com/timestamp": entry["timestamp"]},
                 )
-                future.result(timeout=30)
             except _EFFECT_ERRORS as exc:
                 self._report(self._hint_stats, f"publishing hint for {event.name}", exc)
                 return
             with self._lock:
+                self._in_flight.add(future)
+            future.add_done_callback(lambda f, name=event.name: self._published(f, name))
+
+    def _published(self, future: Any, name: str) -> None:
+        exc = future.exception()
+        with self._lock:
+            self._in_flight.discard(future)
+            if exc is None:
                 self._hint_stats.done += 1
+        if exc is not None:
+            self._report(self._hint_stats, f"publishing hint for {name}", exc)
 
     def _get_storage(self) -> Any:
         if self._storage_client is None:

@@ -145,6 +145,7 @@ class JobRecord:
     next_attempt_at: datetime | None = None
     overdue_since: datetime | None = None
     last_read_at: datetime | None = None
+    previous_read_at: datetime | None = None
     hint_pending: bool = False
     outbox: tuple[dict[str, Any], ...] = ()
     pending_cancels: tuple[str, ...] = ()
@@ -195,6 +196,7 @@ class JobRecord:
             next_attempt_at=_time(raw.get("nextAttemptAt")),
             overdue_since=_time(raw.get("overdueSince")),
             last_read_at=_time(raw.get("lastReadAt")),
+            previous_read_at=_time(raw.get("previousReadAt")),
             hint_pending=bool(raw.get("hintPending")),
             outbox=tuple(dict(m) for m in _items(raw.get("outbox")) if isinstance(m, Mapping)),
             pending_cancels=tuple(str(n) for n in _items(raw.get("pendingCancels"))),

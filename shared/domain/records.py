@@ -264,7 +264,10 @@ def submission_write(current: JobRecord, sub: Submission, now: datetime) -> Subm
         "submittedAt": now,
         "resumedFrom": sub.resumed_from,
     }
-    return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt"))
+    # A new job has not been read yet: the read leases were the previous job's, and the new
+    # one's first hint (QUEUED, or RUNNING at once) must not wait out their window.
+    reads = ("lastReadAt", "previousReadAt", "hintPending")
+    return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt", *reads))
 
 
 def pending_attempt(current: JobRecord) -> int | None:

@@ -276,6 +276,10 @@ def test_hints_inside_a_window_share_one_trailing_read(tracker, clock, post_even
     assert hint(post_event, clock, name) == 200  # outside any window: reads at once
     assert tracker.backend.reads == [name]
     run(tracker, clock, name)
+    # A second change a second later is read at once too: two reads per window.
+    clock.advance(1)
+    assert deliver_hint(post_event, clock, hint_body(JOB_HINT, name)).status_code == 200
+    assert tracker.backend.reads == [name, name]
     waits, during_wait = [], []
 
     def sleep(seconds: float) -> None:
@@ -283,7 +287,7 @@ def test_hints_inside_a_window_share_one_trailing_read(tracker, clock, post_even
         waits.append(seconds)
         for _ in range(2):
             during_wait.append(deliver_hint(post_event, clock, hint_body(JOB_HINT, name)))
-        assert tracker.backend.reads == [name]  # they read nothing themselves
+        assert tracker.backend.reads == [name, name]  # they read nothing themselves
         clock.advance(seconds)
 
     monkeypatch.setattr(tracker, "sleep", sleep)
@@ -291,9 +295,10 @@ def test_hints_inside_a_window_share_one_trailing_read(tracker, clock, post_even
     assert deliver_hint(post_event, clock, hint_body(JOB_HINT, name)).status_code == 200
 
     assert [r.status_code for r in during_wait] == [200, 200]
-    # The trailing reader waited out the rest of the 10 s window, then read once for all.
+    # The third, the trailing reader, waited out the rest of the 10 s window of the first
+    # read, then read once for all.
     assert len(waits) == 1 and 0 < waits[0] <= 10
-    assert tracker.backend.reads == [name, name]
+    assert tracker.backend.reads == [name, name, name]
     record = current(tracker)
     assert record["state"] == "RUNNING"
     assert not record["hintPending"]
@@ -309,7 +314,7 @@ def test_failed_vertex_read_is_redelivered_and_changes_no_state(tracker, clock, 
     assert hint(post_event, clock, name) == 500
 
     after = current(tracker)
-    lease = {"lastReadAt", "hintPending"}
+    lease = {"lastReadAt", "previousReadAt", "hintPending"}
     assert {k: v for k, v in after.items() if k not in lease} == {
         k: v for k, v in before.items() if k not in lease
     }
@@ -322,7 +327,7 @@ def test_failed_vertex_read_is_redelivered_and_changes_no_state(tracker, clock, 
 @pytest.mark.parametrize(
     ("late", "redelivered_after"),
     [
-        (2.0, 30.0),  # the failed read began > 1 s after publication: COVERED, forever
+        (2.0, 30.0),  # the failed read began after publication: COVERED, forever
         (0.5, 3.0),  # delivered at once and redelivered inside the 10 s window: PENDING
     ],
     ids=["covered", "pending"],

@@ -6,7 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.hints import CLOCK_SKEW_SECONDS, HintAction, hint_action, parse_hint
+from shared.domain.hints import (
+    CLOCK_SKEW_SECONDS,
+    HintAction,
+    hint_action,
+    parse_hint,
+    read_start,
+)
 from shared.domain.jobs import VertexJob, observe
 from tests.events import load
 from tests.records_support import decoded
@@ -100,12 +106,11 @@ def seconds(n: float) -> datetime:
         # A read that began well after publication saw what the hint is about.
         (seconds(5), seconds(0), seconds(6), HintAction.COVERED),
         (seconds(5), seconds(0), seconds(500), HintAction.COVERED),  # however long ago
-        # Exactly the skew allowance after publication still counts; a hair less does not.
-        (seconds(1), seconds(0), seconds(2), HintAction.COVERED),
-        (seconds(0.999), seconds(0), seconds(2), HintAction.PENDING),
-        # Published just before, at, or after the read began (clocks differ): not covered.
-        (seconds(0), seconds(0), seconds(3), HintAction.PENDING),
-        (seconds(0), seconds(0.5), seconds(3), HintAction.PENDING),
+        # A read that began at the publication covers it (the hint was published after the
+        # change it announces); one that began a hair before does not.
+        (seconds(0), seconds(0), seconds(3), HintAction.COVERED),
+        (seconds(0), seconds(0.001), seconds(3), HintAction.PENDING),
+        (seconds(0), seconds(0.4), seconds(3), HintAction.PENDING),
         (seconds(0), seconds(8), seconds(9), HintAction.PENDING),
         # Inside the window the reader reads again later; once it closes, read now.
         (seconds(0), seconds(5), seconds(9.999), HintAction.PENDING),
@@ -116,12 +121,35 @@ def seconds(n: float) -> datetime:
     ],
 )
 def test_hint_action(last_read, published, now, action):
-    assert hint_action(last_read, published, now, 10) is action
+    # The window's second read is spent already (two reads began at ``last_read``).
+    assert hint_action(last_read, published, now, 10, last_read) is action
 
 
-def test_clock_skew_allowance_is_one_second():
+def test_the_second_read_of_a_window_begins_at_once_the_third_waits():
+    # A job seen starting, then preempted two seconds later: read again at once.
+    assert hint_action(seconds(0), seconds(2), seconds(2.1), 10) is HintAction.READ
+    assert hint_action(seconds(0), seconds(2), seconds(2.1), 10, seconds(-20)) is (HintAction.READ)
+    # A third change inside the window of the first of two reads waits for it.
+    assert hint_action(seconds(2.1), seconds(4), seconds(4.1), 10, seconds(0)) is (
+        HintAction.PENDING
+    )
+    assert hint_action(seconds(2.1), seconds(4), seconds(10), 10, seconds(0)) is HintAction.READ
+
+
+def test_clock_skew_allowance_is_none():
     # The table above is written around this allowance.
-    assert CLOCK_SKEW_SECONDS == 1.0
+    assert CLOCK_SKEW_SECONDS == 0.0
+
+
+def test_a_read_begins_at_once_and_covers_the_copies_published_with_its_hint():
+    assert read_start(seconds(0), seconds(0.1)) == seconds(0.1)
+    assert read_start(seconds(0), seconds(3)) == seconds(3)
+    # Published "later" by our clock (clocks disagree): wait for it, at most a second.
+    assert read_start(seconds(0.3), seconds(0.1)) == seconds(0.3)
+    assert read_start(seconds(30), seconds(0.1)) == seconds(1.1)
+    # Copies published with the first hint are covered by its read, and read nothing.
+    lease = read_start(seconds(0), seconds(0.1))
+    assert hint_action(lease, seconds(0), seconds(0.2), 10) is HintAction.COVERED
 
 
 def test_a_zero_interval_never_coalesces():

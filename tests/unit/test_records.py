@@ -217,7 +217,14 @@ def test_first_attempt_is_recorded_and_the_claim_dropped():
         "submittedAt": NOW,
         "resumedFrom": None,
     }
-    assert write.deletes == ("claim", "nextAttemptAt")
+    # The new job's reads start afresh: the leases were the previous job's.
+    assert write.deletes == (
+        "claim",
+        "nextAttemptAt",
+        "lastReadAt",
+        "previousReadAt",
+        "hintPending",
+    )
 
 
 def test_next_attempt_accumulates_job_ids_and_carries_its_extras():
@@ -249,7 +256,14 @@ def test_next_attempt_accumulates_job_ids_and_carries_its_extras():
     assert write.record["workLostSeconds"] == 12.5
     assert write.attempt["resumedFrom"] == "gs://b/ck/step-2/"
     assert write.attempt["attempt"] == 2
-    assert write.deletes == ("claim", "nextAttemptAt")
+    # The new job's reads start afresh: the leases were the previous job's.
+    assert write.deletes == (
+        "claim",
+        "nextAttemptAt",
+        "lastReadAt",
+        "previousReadAt",
+        "hintPending",
+    )
     assert retrying["vertexJobIds"] == ["1001"]  # the current record is not mutated
 
 
