@@ -30,8 +30,9 @@ from flexjobs_local.messages import (
     request_id_of,
     stamp_schedule_time,
 )
-from flexjobs_local.views import jsonable, list_view, status_view
+from flexjobs_local.views import list_view, status_view
 from shared.config import Settings
+from shared.domain.display import jsonable
 from shared.domain.jobs import JobState
 
 STATE_DIR = Path(".flexjobs-local")
