@@ -32,6 +32,7 @@ from shared.domain.hints import HintAction, take_hint
 from shared.domain.jobs import Change, JobState
 from shared.domain.record import DeploymentRecord, JobRecord, Lease
 from shared.domain.records import (
+    MAX_NOTIFIED,
     Claim,
     ClaimSeen,
     Submission,
@@ -281,11 +282,15 @@ class JobRecords:
         return change is not None
 
     def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
-        """Forget notifications once published."""
+        """Move notifications once published from the outbox to ``notified`` (the latest
+        :data:`MAX_NOTIFIED`: what the status page shows a job produced)."""
 
         def decide(current: JobRecord) -> Change:
             left = [m for m in current.outbox if m not in sent]
-            return _same(current, {"outbox": left, "outboxPending": bool(left)})
+            done = [m for m in current.outbox if m in sent]
+            notified = [*current.notified, *done][-MAX_NOTIFIED:]
+            fields = {"outbox": left, "outboxPending": bool(left), "notified": notified}
+            return _same(current, fields)
 
         self.transact(request_id, decide)
 
