@@ -304,3 +304,36 @@ def _time(value: Any) -> datetime | None:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class DeploymentRow:
+    """One Spot deployment as the deployments list shows it."""
+
+    request_id: str
+    display_name: str | None
+    state: str
+    endpoint: str | None
+    model: str | None
+    spot: str
+    created_at: datetime | None
+    deployed_at: datetime | None
+    ended_at: datetime | None
+    reason: str | None
+
+
+def deployment_row(raw: Mapping[str, Any]) -> DeploymentRow:
+    """The list's row of a stored deployment record."""
+    spot = raw.get("spot")
+    return DeploymentRow(
+        request_id=str(raw.get("requestId") or ""),
+        display_name=_text(raw.get("displayName")),
+        state=str(raw.get("state") or "UNKNOWN"),
+        endpoint=_text(raw.get("endpoint")),
+        model=_text(raw.get("model")),
+        spot="yes" if spot is True else ("no" if spot is False else "-"),
+        created_at=_time(raw.get("createdAt")),
+        deployed_at=_time(raw.get("deployedAt")),
+        ended_at=_time(raw.get("endedAt")),
+        reason=_text(raw.get("reason")),
+    )

@@ -41,8 +41,8 @@ WIDTH = 960
 LABEL_WIDTH = 132  # the lane titles ("attempt 12", its strategy) left of the plot
 RIGHT_PAD = 24
 AXIS_HEIGHT = 30
-LANE_HEIGHT = 52
-BAR_TOP = 8  # the spans' top, inside a lane
+LANE_HEIGHT = 58
+BAR_TOP = 16  # the spans' top, inside a lane (a checkpoint's words go above them)
 BAR_HEIGHT = 20
 LEGEND_HEIGHT = 34
 # A span narrower than this is drawn this wide, so that a second of queueing still shows.
@@ -85,6 +85,8 @@ class Span:
     seconds: float
     label: str  # the words, e.g. "running 20m00s": in the tooltip, and inside when it fits
     inside: bool  # whether the words fit inside the bar
+    label_x: float
+    label_y: float
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class Tick:
     y1: float
     y2: float
     label: str
+    label_x: float
+    label_y: float
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,9 @@ class Lane:
     number: int
     y: float
     title: str
+    title_y: float
     subtitle: str
+    subtitle_y: float
     spans: tuple[Span, ...]
     mark: Mark | None
     checkpoints: tuple[Tick, ...]
@@ -129,7 +135,20 @@ class Legend:
     kind: str
     x: float
     y: float
+    width: float
+    height: float
     label: str
+    label_x: float
+    label_y: float
+
+    @property
+    def mid_x(self) -> float:
+        """Where a tick-shaped key (the checkpoint's) is drawn."""
+        return self.x + self.width / 2
+
+    @property
+    def bottom(self) -> float:
+        return self.y + self.height
 
 
 @dataclass(frozen=True)
@@ -162,7 +181,7 @@ def layout(attempts: Sequence[AttemptTimes], now: datetime, width: int = WIDTH) 
     bottom = AXIS_HEIGHT + len(lanes) * LANE_HEIGHT
     axis = _axis(start, end, x, bottom)
     legend = tuple(
-        Legend(kind, left + i * 150, bottom + 12, words)
+        Legend(kind, left + i * 150, bottom + 12, 28, 12, words, left + i * 150 + 34, bottom + 22)
         for i, (kind, words) in enumerate(
             [
                 ("queued", "queued (waiting)"),
@@ -226,7 +245,7 @@ def _lane(
         mark = Mark(
             kind=words,
             x=at,
-            y1=top + 2,
+            y1=bar_y - 4,
             y2=bar_y + BAR_HEIGHT + 6,
             label=words,
             label_x=at - 4 if near_edge else at + 4,
@@ -234,7 +253,7 @@ def _lane(
             anchor="end" if near_edge else "start",
         )
     ticks = tuple(
-        Tick(x(when), bar_y - 4, bar_y + BAR_HEIGHT + 4, words)
+        Tick(x(when), bar_y - 4, bar_y + BAR_HEIGHT + 4, words, x(when), bar_y - 6)
         for when, words in attempt.checkpoints
     )
     subtitle = (attempt.strategy or "").replace("_", " ").lower()
@@ -242,7 +261,9 @@ def _lane(
         number=attempt.number,
         y=top,
         title=f"attempt {attempt.number}",
+        title_y=bar_y + 14,
         subtitle=subtitle,
+        subtitle_y=bar_y + 30,
         spans=tuple(spans),
         mark=mark,
         checkpoints=ticks,
@@ -256,7 +277,8 @@ def _span(kind: str, begin: datetime, end: datetime, y: float, x: Scale) -> Span
     # The lost span sits over the end of the running one: its words go in its tooltip only,
     # or the two labels would overlap.
     inside = kind != "lost" and width >= LABEL_ROOM
-    return Span(kind, x(begin), y, width, BAR_HEIGHT, seconds, label, inside)
+    left = x(begin)
+    return Span(kind, left, y, width, BAR_HEIGHT, seconds, label, inside, left + 6, y + 14)
 
 
 def _axis(start: datetime, end: datetime, x: Scale, bottom: float) -> tuple[Tick, ...]:
@@ -266,7 +288,8 @@ def _axis(start: datetime, end: datetime, x: Scale, bottom: float) -> tuple[Tick
     offset = 0
     while offset <= span:
         label = "+0" if offset == 0 else "+" + _compact(offset)
-        ticks.append(Tick(x(start + timedelta(seconds=offset)), AXIS_HEIGHT - 6, bottom, label))
+        at = x(start + timedelta(seconds=offset))
+        ticks.append(Tick(at, AXIS_HEIGHT - 6, bottom, label, at, AXIS_HEIGHT - 10))
         offset += step
     return tuple(ticks)
 

@@ -10,6 +10,7 @@ from shared.domain.checkpoints import Checkpoint
 from shared.domain.timeline import (
     AXIS_HEIGHT,
     BAR_HEIGHT,
+    BAR_TOP,
     LABEL_WIDTH,
     LANE_HEIGHT,
     MIN_WIDTH,
@@ -124,7 +125,8 @@ def test_checkpoints_are_ticks_on_their_lane():
     (tick,) = lane.checkpoints
     assert tick.label == "step 900"
     assert tick.x == pytest.approx(LABEL_WIDTH + PLOT * 30 / 100, abs=0.2)
-    assert tick.y1 < lane.y + 8 < lane.y + 8 + BAR_HEIGHT < tick.y2
+    assert tick.y1 < lane.y + BAR_TOP < lane.y + BAR_TOP + BAR_HEIGHT < tick.y2
+    assert tick.label_y < tick.y1  # its words above the bar, clear of the end's below it
 
 
 def test_the_axis_ticks_are_round_offsets_from_the_start():
