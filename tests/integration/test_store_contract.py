@@ -670,7 +670,7 @@ def test_published_notifications_move_to_notified_and_stay_bounded(jobs, unique)
     assert record["notified"] == sent[:-2][-MAX_NOTIFIED:]
     put(jobs, rid, outbox=[sent[-1]])
     jobs.drop_from_outbox(rid, [sent[-1]])
-    assert jobs.store.get(rid)["notified"] == sent[-MAX_NOTIFIED - 1 : -2] + [sent[-1]]
+    assert jobs.store.get(rid)["notified"] == [*sent[-MAX_NOTIFIED - 1 : -2], sent[-1]]
 
 
 # --- JobRecords.find_by_job_id ------------------------------------------------------------
