@@ -245,7 +245,9 @@ def read_filters(
         for name in params
         if name not in allowed
     ]
-    given = {name: [v for v in values if v != ""] for name, values in params.items()}
+    given = {
+        name: [v for v in values if v != ""] for name, values in params.items() if name in allowed
+    }
     for name in ("age", "limit", "cursor"):
         if len(given.get(name, [])) > 1:
             problems.append(FieldError(name, "is given more than once"))
