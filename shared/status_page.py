@@ -260,7 +260,8 @@ def _job_page(request_id: str, site: StatusSite) -> Response:
     raw, docs = _job_and_attempts(request_id, site)
     record = JobRecord.decode(raw)
     row = job_row(raw, now, site.prices)
-    timeline = layout(attempt_times(docs, record.latest_checkpoint, now), now)
+    times = attempt_times(docs, record.latest_checkpoint, now, record.vertex_create_time)
+    timeline = layout(times, now)
     return _html(
         "job.html",
         dict(

@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -62,6 +63,8 @@ class AttemptTimes:
     """What the timeline needs of one attempt (from its ``attempts/{n}`` document)."""
 
     number: int
+    # When it began waiting for capacity: the Vertex job's creation, on Vertex's clock like
+    # ``started_at`` and ``ended_at``.
     submitted_at: datetime | None
     started_at: datetime | None
     ended_at: datetime | None
@@ -113,6 +116,7 @@ class Tick:
     label: str
     label_x: float
     label_y: float
+    anchor: str = "middle"  # text-anchor of the label: kept inside the picture at its edges
 
 
 @dataclass(frozen=True)
@@ -236,7 +240,12 @@ def _lane(
         lost = attempt.work_lost_seconds or 0.0
         if attempt.ended_at is not None and lost > 0:
             since = max(attempt.started_at, attempt.ended_at - timedelta(seconds=lost))
-            spans.append(_span("lost", since, attempt.ended_at, bar_y, x))
+            shaded = _span("lost", since, attempt.ended_at, bar_y, x)
+            running = spans[-1]
+            # The running span's words must fit in what the shading leaves uncovered.
+            fits = running.width - shaded.width >= LABEL_ROOM
+            spans[-1] = dataclasses.replace(running, inside=running.inside and fits)
+            spans.append(shaded)
     mark = None
     if attempt.ended_at is not None:
         at = x(attempt.ended_at)
@@ -252,10 +261,7 @@ def _lane(
             label_y=bar_y + BAR_HEIGHT + 16,
             anchor="end" if near_edge else "start",
         )
-    ticks = tuple(
-        Tick(x(when), bar_y - 4, bar_y + BAR_HEIGHT + 4, words, x(when), bar_y - 6)
-        for when, words in attempt.checkpoints
-    )
+    ticks = tuple(_checkpoint(x(when), bar_y, words, right) for when, words in attempt.checkpoints)
     subtitle = (attempt.strategy or "").replace("_", " ").lower()
     return Lane(
         number=attempt.number,
@@ -268,6 +274,12 @@ def _lane(
         mark=mark,
         checkpoints=ticks,
     )
+
+
+def _checkpoint(at: float, bar_y: float, words: str, right: float) -> Tick:
+    # Centred over the tick, unless that would run past the plot's right edge.
+    anchor, label_x = ("end", at + 4) if at > right - 40 else ("middle", at)
+    return Tick(at, bar_y - 4, bar_y + BAR_HEIGHT + 4, words, label_x, bar_y - 6, anchor)
 
 
 def _span(kind: str, begin: datetime, end: datetime, y: float, x: Scale) -> Span:
@@ -311,9 +323,17 @@ def _summary(attempts: Sequence[AttemptTimes]) -> str:
 
 
 def attempt_times(
-    attempts: Sequence[Mapping[str, Any]], latest: Checkpoint | None, now: datetime
+    attempts: Sequence[Mapping[str, Any]],
+    latest: Checkpoint | None,
+    now: datetime,
+    current_created: datetime | None = None,
 ) -> list[AttemptTimes]:
     """The timeline's view of stored attempt documents, with the checkpoints they imply.
+
+    Every span is on Vertex's clock: an ended attempt waited ``queuedSeconds`` before it
+    started (or ended), as its accounting says; the attempt still open began waiting when its
+    job was created (``current_created``, the record's ``vertexCreateTime``). Only without
+    either does the timeline fall back to ``submittedAt``, when flexjobs recorded the job.
 
     An ended attempt whose ``workLostSeconds`` is less than its running time saved a complete
     checkpoint that long before its end: the one the next attempt resumed from (its step is
@@ -324,6 +344,14 @@ def attempt_times(
     out = []
     for i, doc in enumerate(docs):
         started, ended = _time(doc.get("startedAt")), _time(doc.get("endedAt"))
+        waited = _seconds(doc.get("queuedSeconds"))
+        began = started or ended
+        if began is not None and waited is not None:
+            submitted: datetime | None = began - timedelta(seconds=waited)
+        elif i == len(docs) - 1 and current_created is not None:
+            submitted = current_created
+        else:
+            submitted = _time(doc.get("submittedAt"))
         lost = _seconds(doc.get("workLostSeconds"))
         running = _seconds(doc.get("runningSeconds")) or 0.0
         marks: list[tuple[datetime, str]] = []
@@ -337,7 +365,7 @@ def attempt_times(
         out.append(
             AttemptTimes(
                 number=_count(doc.get("attempt")),
-                submitted_at=_time(doc.get("submittedAt")),
+                submitted_at=submitted,
                 started_at=started,
                 ended_at=ended,
                 state=str(doc.get("state") or "UNKNOWN"),

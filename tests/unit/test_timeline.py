@@ -215,3 +215,38 @@ def test_the_latest_checkpoint_is_not_ticked_twice():
     docs = [doc(1, 0, 30, 10), doc(2, 40, 5, 5, resumedFrom="gs://b/r/ck/step-9/")]
     latest = Checkpoint("gs://b/r/ck/step-9/", 9, at(20))
     assert attempt_times(docs, latest, now=at(99))[0].checkpoints == ((at(20), "step 9"),)
+
+
+def test_spans_are_on_vertex_clock_from_the_accounting():
+    # flexjobs recorded attempt 1 at minute 0 (its clock); Vertex says it waited 3 minutes
+    # before starting at minute 10: the queued span is Vertex's, like the running one.
+    docs = [
+        doc(1, 10, 20, 5, submittedAt=at(0), queuedSeconds=180.0),
+        doc(2, 40, 0, None, state="RUNNING", endedAt=None, errorClass=None, submittedAt=at(30)),
+        doc(3, 60, 0, None, state="QUEUED", startedAt=None, endedAt=None, submittedAt=at(58)),
+    ]
+    first, second, third = attempt_times(docs, None, now=at(70), current_created=at(57))
+    assert first.submitted_at == at(7)
+    assert second.submitted_at == at(30)  # no accounting yet, and not the current attempt
+    assert third.submitted_at == at(57)  # the current attempt: its Vertex job's creation
+    never_started = doc(1, 10, 0, None, startedAt=None, endedAt=at(20), queuedSeconds=600.0)
+    assert attempt_times([never_started], None, now=at(30))[0].submitted_at == at(10)
+
+
+def test_a_checkpoint_at_the_right_edge_keeps_its_words_inside():
+    attempt = AttemptTimes(
+        1, at(0), at(1), at(60), "SUCCEEDED", checkpoints=((at(60), "step 1800"),)
+    )
+    (tick,) = layout([attempt], now=at(60)).lanes[0].checkpoints
+    assert tick.anchor == "end" and tick.label_x > tick.x
+    middle = AttemptTimes(1, at(0), at(1), at(60), "SUCCEEDED", checkpoints=((at(30), "step 9"),))
+    (tick,) = layout([middle], now=at(60)).lanes[0].checkpoints
+    assert (tick.anchor, tick.label_x) == ("middle", tick.x)
+
+
+def test_the_running_words_stay_clear_of_the_shading():
+    mostly_lost = AttemptTimes(1, at(0), at(0), at(60), "FAILED", "preempted", 55 * 60.0)
+    lane = layout([mostly_lost], now=at(60)).lanes[0]
+    assert spans(lane)["running"].width > 100 and not spans(lane)["running"].inside
+    little_lost = AttemptTimes(1, at(0), at(0), at(60), "FAILED", "preempted", 60.0)
+    assert spans(layout([little_lost], now=at(60)).lanes[0])["running"].inside
