@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -112,6 +113,12 @@ class StatusSite:
     pool: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(max_workers=8, thread_name_prefix="views")
     )
+    # The totals are reused for this long: their windows are a day and a week, so a few
+    # seconds' lag says nothing, and page views need not each read the week's ended jobs.
+    # 0 reads them for every page.
+    totals_seconds: float = 30.0
+    _totals: tuple[datetime, Totals] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class NotFound(Exception):
@@ -200,13 +207,21 @@ def _jobs(params: dict[str, list[str]], site: StatusSite) -> JobsView:
 
 
 def _totals(site: StatusSite, now: datetime) -> Totals:
-    """The active counts by state and the jobs ended in the longest window, read at once."""
+    """The active counts by state and the jobs ended in the longest window, read at once,
+    or the ones read less than ``site.totals_seconds`` ago."""
+    with site._lock:
+        kept = site._totals
+    if kept is not None and 0 <= (now - kept[1].as_of).total_seconds() < site.totals_seconds:
+        return kept[1]
     counts = {state: site.pool.submit(site.views.count, state) for state in ACTIVE_STATES}
     longest = max(span for _, span in WINDOWS)
     # One more than the bound: whether the bound was reached.
     ended = site.views.ended_since(now - longest, MAX_TOTALED + 1)
     active = {state: count.result() for state, count in counts.items()}
-    return totals(active, ended[:MAX_TOTALED], now, capped=len(ended) > MAX_TOTALED)
+    figures = totals(active, ended[:MAX_TOTALED], now, capped=len(ended) > MAX_TOTALED)
+    with site._lock:
+        site._totals = (now, figures)
+    return figures
 
 
 def _jobs_page(params: dict[str, list[str]], site: StatusSite) -> Response:
@@ -450,6 +465,7 @@ def _row_json(row: JobRow) -> dict[str, Any]:
 
 def _totals_json(figures: Totals) -> dict[str, Any]:
     return {
+        "asOf": jsonable(figures.as_of),
         "active": dict(figures.active),
         "windows": [
             {

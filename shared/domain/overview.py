@@ -172,6 +172,7 @@ class Totals:
 
     active: tuple[tuple[str, int], ...]
     windows: tuple[Window, ...]
+    as_of: datetime
 
     @property
     def active_total(self) -> int:
@@ -205,7 +206,7 @@ def totals(
             )
         )
     counts = tuple((state, int(active.get(state, 0))) for state in ACTIVE_STATES)
-    return Totals(counts, tuple(windows))
+    return Totals(counts, tuple(windows), now)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ _ids = itertools.count(1)
 @pytest.fixture
 def site(intake, tracker, clock) -> Iterator[StatusSite]:
     views = InMemoryJobViews(tracker.store.store, intake.deployments.store.store)
-    wired = StatusSite(views=views, prices=PriceTable.load(PRICES), clock=clock)
+    wired = StatusSite(views, PriceTable.load(PRICES), clock, totals_seconds=0)
     bootstrap.override_status_site(wired)
     yield wired
     bootstrap.override_status_site(None)
@@ -415,3 +415,14 @@ def test_the_stylesheet_is_served_by_the_function(client, site):
     assert response.status_code == 200 and response.mimetype == "text/css"
     secure(response)
     assert b"svg.timeline" in response.get_data()
+
+
+def test_the_totals_are_reused_for_a_while(client, site, tracker, clock, post_event):
+    site.totals_seconds = 30
+    assert json.loads(page(client, "/api/jobs"))["totals"]["active"]["QUEUED"] == 0
+    submit(post_event, "job-1")
+    clock.advance(29)
+    assert json.loads(page(client, "/api/jobs"))["totals"]["active"]["QUEUED"] == 0
+    clock.advance(1)
+    totals = json.loads(page(client, "/api/jobs"))["totals"]
+    assert totals["active"]["QUEUED"] == 1 and totals["asOf"].startswith("2026-11-30T12:")
