@@ -290,6 +290,7 @@ def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
         "location": LOCATION,
         "updatedAt": at(5),
         "attemptSubmittedAt": at(5),
+        "attemptStartedAt": None,  # PENDING: not started yet
         "vertexCreateTime": at(-30),
         "reason": None,
     }
