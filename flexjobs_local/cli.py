@@ -30,8 +30,9 @@ from flexjobs_local.messages import (
     request_id_of,
     stamp_schedule_time,
 )
-from flexjobs_local.views import jsonable, list_view, status_view
+from flexjobs_local.views import list_view, status_view
 from shared.config import Settings
+from shared.domain.display import jsonable
 from shared.domain.jobs import JobState
 
 STATE_DIR = Path(".flexjobs-local")
@@ -366,7 +367,7 @@ TickSeconds = Annotated[
 @local_app.command()
 def up(time_factor: TimeFactor = 60.0, tick_seconds: TickSeconds = None) -> int:
     """Start the stack in the background and print its environment."""
-    from flexjobs_local.stack import UPLOAD_FUNCTION, LocalStack, StackConfig
+    from flexjobs_local.stack import STATUS_PAGE, UPLOAD_FUNCTION, LocalStack, StackConfig
 
     if STATE_FILE.exists():
         print(f"a stack is already up (see {STATE_FILE}); run 'flexjobs local down' first")
@@ -392,6 +393,8 @@ def up(time_factor: TimeFactor = 60.0, tick_seconds: TickSeconds = None) -> int:
             " Eventarc would (a CloudEvent, binary mode, retried until acknowledged);"
             f" delivered events: {stack.storage_events_path}"
         )
+    if STATUS_PAGE in config.functions:
+        print(f"status page: {stack.status_page_url}")
     print(f"logs: {stack.workdir}; stop with: flexjobs local down")
     return 0
 

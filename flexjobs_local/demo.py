@@ -211,7 +211,8 @@ def run_demo(time_factor: float = 60.0, tick_seconds: float | None = None, limit
         from google.cloud import firestore
 
         stack.simulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", A100_CAPACITY)
-        print(f"simulated capacity: {A100_CAPACITY} x NVIDIA_TESLA_A100 in {LOCATION}\n")
+        print(f"simulated capacity: {A100_CAPACITY} x NVIDIA_TESLA_A100 in {LOCATION}")
+        print(f"status page (while the demo runs): {stack.status_page_url}\n")
         # As a user would: the requests go through ``flexjobs submit`` (validated, then
         # published to the requests topic), one message a line on its stdin.
         batch_lines = "".join(json.dumps(body) + "\n" for body in requests())
@@ -303,6 +304,7 @@ def _report(stack: LocalStack, db: Any, batch: str, progress_before_retry: bool)
         f"est. ${cost.get('costUsd')} vs ${cost.get('onDemandUsd')} on demand; "
         f"progress recorded from uploads before the first retry: {progress_before_retry}"
     )
+    print(f"  its page: {stack.status_page_url}jobs/{SPOT_ID}")
     print(f"\n$ flexjobs status {SPOT_ID}")
     print(flexjobs(stack, "status", SPOT_ID).stdout)
     rejections = [d.to_dict() for d in db.collection("rejections").stream()]

@@ -4,7 +4,8 @@ Cloud Functions builds a Python function from a source tree with ``main.py`` at 
 a ``requirements.txt`` beside it. The zip holds exactly that:
 
 * ``main.py``, from ``functions/main.py``;
-* the ``shared/`` package (its modules and package data: ``*.json``, ``*.yaml``);
+* the ``shared/`` package (its modules and package data: ``*.json``, ``*.yaml``, and the
+  status page's templates and stylesheet: ``*.html``, ``*.svg``, ``*.css``);
 * ``requirements.txt``: the runtime dependencies of ``pyproject.toml`` and everything they
   require, each pinned to the version installed here (``name==version``), so the function
   runs what the tests ran. No dev tools, no embedded stack, no CLI.
@@ -36,7 +37,7 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parent.parent
 NAME = "flexjobs-functions"
 # What a function needs from shared/: its code and the data files it loads at run time.
-SHARED_SUFFIXES = (".py", ".json", ".yaml")
+SHARED_SUFFIXES = (".py", ".json", ".yaml", ".html", ".svg", ".css")
 # The zip's name, for scripts and tests that look for the built artifact.
 ZIP_NAME = re.compile(rf"^{NAME}-[0-9a-f]{{16}}\.zip$")
 # 1980-01-01, the earliest time a zip entry can hold: every build writes the same bytes.

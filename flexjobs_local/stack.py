@@ -1,6 +1,7 @@
 """The embedded stack: real Pub/Sub and Firestore emulators, a storage emulator (whose object
 finalizes reach handle_upload as Eventarc delivers them), the Vertex AI simulator and one
-functions-framework server per entry point, wired like production.
+functions-framework server per entry point (the status page among them, over plain HTTP),
+wired like production.
 
 Examples:
     >>> with LocalStack(StackConfig()) as stack:      # doctest: +SKIP
@@ -28,14 +29,19 @@ REPO = Path(__file__).resolve().parent.parent
 FUNCTIONS_SOURCE = REPO / "functions" / "main.py"
 
 # Entry point → the topic whose push subscription delivers to it. None: no subscription,
-# because Eventarc posts the storage events to the function directly (the storage bridge here).
+# because Eventarc posts the storage events to the function directly (the storage bridge here),
+# or because people call it (the status page).
 FUNCTIONS: dict[str, str | None] = {
     "handle_job_request": "requests",
     "handle_job_event": "events",
     "handle_scheduler_tick": "ticks",
     "handle_upload": None,
+    "status_page": None,
 }
 UPLOAD_FUNCTION = "handle_upload"
+STATUS_PAGE = "status_page"
+# Served with functions-framework's ``http`` signature; every other entry point takes CloudEvents.
+HTTP_FUNCTIONS = frozenset({STATUS_PAGE})
 TICKS_TOPIC = "scheduler-ticks"
 NOTIFICATIONS_TAP = "job-notifications-tap"
 
@@ -225,7 +231,8 @@ class LocalStack:
                         str(ff),
                         f"--source={FUNCTIONS_SOURCE}",
                         f"--target={target}",
-                        "--signature-type=cloudevent",
+                        "--signature-type="
+                        + ("http" if target in HTTP_FUNCTIONS else "cloudevent"),
                         "--host=127.0.0.1",
                         f"--port={port}",
                     ],
@@ -349,6 +356,11 @@ class LocalStack:
     @property
     def upload_function_url(self) -> str:
         return f"http://127.0.0.1:{self.ports[UPLOAD_FUNCTION]}/"
+
+    @property
+    def status_page_url(self) -> str:
+        """The status page (``/``); ``/jobs/<requestId>`` shows one job."""
+        return f"http://127.0.0.1:{self.ports[STATUS_PAGE]}/"
 
     @property
     def storage_events_path(self) -> Path:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+
+# The figures read the same here and on the status page.
+from shared.domain.display import duration, gpu_hours, usd, when
 
 STATE_STYLES = {
     "SUCCEEDED": "green",
@@ -27,54 +28,6 @@ STATE_STYLES = {
 
 def mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def jsonable(value: Any) -> Any:
-    """A Firestore value as JSON: datetimes in RFC 3339 (UTC, ``Z``), bytes base64."""
-    if isinstance(value, datetime):
-        when = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
-def duration(seconds: Any) -> str:
-    """``1h02m``, ``3m05s``, ``12s``; ``-`` when unknown."""
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
-        return "-"
-    total = int(max(seconds, 0))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def gpu_hours(seconds: Any) -> str:
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
-        return "-"
-    return f"{seconds / 3600:.3f}"
-
-
-def usd(value: Any) -> str:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return "-"
-    return f"${value:,.2f}"
-
-
-def when(value: Any) -> str:
-    if not isinstance(value, datetime):
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def state_text(state: Any) -> Text:

@@ -2,6 +2,7 @@
 
 Returning acknowledges the message; raising makes Pub/Sub redeliver it. ``pubsub_handler``
 applies that policy: non-retryable errors are logged and acknowledged, transient ones raised.
+``status_page`` is the one HTTP function: it reads and renders, and answers every request.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import functions_framework
 
 from shared import bootstrap, intake, lifecycle, uploads
+from shared import status_page as pages
 from shared.commands import ReceiveUpload, Reconcile, SubmitJob, TrackJob
 from shared.entrypoint import pubsub_handler
 from shared.envelopes import PubsubMessage, StorageObjectEvent
@@ -46,3 +48,9 @@ def handle_upload(event: Any) -> None:
     or record the checkpoint an upload completed."""
     received = StorageObjectEvent.from_cloud_event(event)
     uploads.receive_upload(ReceiveUpload(event=received), bootstrap.uploads())
+
+
+@functions_framework.http
+def status_page(request: Any) -> Any:
+    """HTTP, for authenticated callers only (infra/): the read-only status page."""
+    return pages.serve(request, bootstrap.status_site())

@@ -15,9 +15,10 @@ resource "google_firestore_database" "default" {
   depends_on = [google_project_service.apis]
 }
 
-# The one composite query the adapters run (shared/adapters/firestore.py, WATCHING): the
-# checkpoint lookup of an upload, checkpointPrefix == P and state in [active states]. Every
-# other query filters one field and uses Firestore's automatic single-field indexes.
+# The composite queries the adapters run (the drift test reads their declarations). This one
+# (shared/adapters/firestore.py, WATCHING) is the checkpoint lookup of an upload,
+# checkpointPrefix == P and state in [active states]. Every other query but the next one
+# filters and orders on one field and uses Firestore's automatic single-field indexes.
 resource "google_firestore_index" "jobs_checkpoint_prefix_state" {
   database    = google_firestore_database.default.name
   collection  = "jobs"
@@ -30,6 +31,24 @@ resource "google_firestore_index" "jobs_checkpoint_prefix_state" {
   fields {
     field_path = "state"
     order      = "ASCENDING"
+  }
+}
+
+# The status page's list filtered by state (shared/adapters/firestore_views.py,
+# JOBS_IN_STATES and JOBS_IN_STATES_SINCE): state in [chosen states], optionally createdAt >=
+# T, newest first (createdAt, then the document id, descending).
+resource "google_firestore_index" "jobs_state_created_at" {
+  database    = google_firestore_database.default.name
+  collection  = "jobs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "createdAt"
+    order      = "DESCENDING"
   }
 }
 

@@ -1,5 +1,6 @@
-# The four entry points of functions/main.py, each a Cloud Functions (2nd gen) function with
-# its own service account (iam.tf), all built from the one hashed source zip.
+# The four event-driven entry points of functions/main.py, each a Cloud Functions (2nd gen)
+# function with its own service account (iam.tf), all built from the one hashed source zip.
+# The fifth, the status page, is an HTTP function for people: status_page.tf.
 
 locals {
   # Per entry point: its function name, service account and service settings. Timeouts:
@@ -33,6 +34,7 @@ locals {
     handle_job_event      = 10
     handle_scheduler_tick = 1 # one sweep at a time; a tick that finds it busy is retried
     handle_upload         = 10
+    status_page           = 3
   }, var.max_instances)
 
   memory = merge({
@@ -40,6 +42,7 @@ locals {
     handle_job_event      = "1Gi"
     handle_scheduler_tick = "512Mi"
     handle_upload         = "512Mi"
+    status_page           = "512Mi"
   }, var.memory)
 
   longest_timeout = max([for f in values(local.functions) : f.timeout]...)

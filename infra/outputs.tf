@@ -13,6 +13,16 @@ output "function_uris" {
   value       = local.function_uris
 }
 
+output "status_page_url" {
+  description = "URL of the status page (authenticated callers only: open it through `gcloud run services proxy <status_page_service>`)."
+  value       = google_cloudfunctions2_function.status_page.service_config[0].uri
+}
+
+output "status_page_service" {
+  description = "Cloud Run service of the status page, for `gcloud run services proxy`."
+  value       = google_cloudfunctions2_function.status_page.service_config[0].service
+}
+
 output "service_accounts" {
   description = "Service account emails: one per function, the push invoker, the upload trigger (eventarc mode) and the build identity."
   value = merge(
@@ -21,6 +31,7 @@ output "service_accounts" {
       push_invoker   = google_service_account.push_invoker.email
       upload_trigger = one(google_service_account.upload_trigger[*].email)
       build          = google_service_account.build.email
+      status_page    = google_service_account.status_page.email
     },
   )
 }

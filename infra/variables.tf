@@ -201,10 +201,35 @@ variable "hint_coalesce_seconds" {
   }
 }
 
+# --- The status page ------------------------------------------------------------------------
+
+variable "status_page_invokers" {
+  description = "Email of the Google group whose members may open the status page (roles/run.invoker on its service), e.g. ml-platform@example.com. null grants it to nobody: only principals already holding run.routes.invoke in the project (Owners, Editors) can open it. Never public."
+  type        = string
+  default     = null
+
+  validation {
+    # A bare group email: not "group:...", not allUsers or allAuthenticatedUsers.
+    condition     = var.status_page_invokers == null || can(regex("^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}$", coalesce(var.status_page_invokers, "x")))
+    error_message = "status_page_invokers must be a Google group's email address, such as ml-platform@example.com (without \"group:\")."
+  }
+}
+
+variable "status_page_ingress" {
+  description = "Ingress of the status page: ALLOW_ALL (reached with an identity token, e.g. through `gcloud run services proxy`; IAM still admits only the invokers), ALLOW_INTERNAL_AND_GCLB (behind a load balancer, e.g. with IAP) or ALLOW_INTERNAL_ONLY (from the VPC)."
+  type        = string
+  default     = "ALLOW_ALL"
+
+  validation {
+    condition     = contains(["ALLOW_ALL", "ALLOW_INTERNAL_AND_GCLB", "ALLOW_INTERNAL_ONLY"], var.status_page_ingress)
+    error_message = "status_page_ingress must be ALLOW_ALL, ALLOW_INTERNAL_AND_GCLB or ALLOW_INTERNAL_ONLY."
+  }
+}
+
 # --- Scaling and delivery ---------------------------------------------------------------------
 
 variable "max_instances" {
-  description = "max_instance_count per entry point, merged over the defaults (handle_job_request 20, handle_job_event 10, handle_scheduler_tick 1, handle_upload 10)."
+  description = "max_instance_count per entry point, merged over the defaults (handle_job_request 20, handle_job_event 10, handle_scheduler_tick 1, handle_upload 10, status_page 3)."
   type        = map(number)
   default     = {}
 }

@@ -23,6 +23,7 @@ from shared.intake import Intake
 from shared.lifecycle import Tracker
 from shared.logs import configure
 from shared.repository import DeploymentRecords, JobRecords
+from shared.status_page import StatusSite
 from shared.uploads import Uploads
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ _lock = threading.Lock()
 _intake: Intake | None = None
 _tracker: Tracker | None = None
 _uploads: Uploads | None = None
+_status_site: StatusSite | None = None
 
 
 def utc_now() -> datetime:
@@ -202,3 +204,37 @@ def override_uploads(value: Uploads | None) -> None:
     global _uploads
     with _lock:
         _uploads = value
+
+
+def build_status_site(
+    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+) -> StatusSite:
+    """The production wiring of the status page: read-only Firestore views and the prices."""
+    from shared.adapters.firestore import FirestoreJobStore
+    from shared.adapters.firestore_views import FirestoreJobViews
+
+    settings = settings or Settings.from_env()
+    views = FirestoreJobViews(FirestoreJobStore(settings), timeout=settings.call_timeout_seconds)
+    return StatusSite(
+        views=views,
+        prices=PriceTable.default(),
+        clock=clock,
+        page_size=settings.status_page_size,
+    )
+
+
+def status_site() -> StatusSite:
+    """The instance-wide :class:`~shared.status_page.StatusSite`, built on first use."""
+    global _status_site
+    with _lock:
+        if _status_site is None:
+            configure()
+            _status_site = build_status_site()
+        return _status_site
+
+
+def override_status_site(value: StatusSite | None) -> None:
+    """Install a prebuilt :class:`~shared.status_page.StatusSite` (tests), or drop it."""
+    global _status_site
+    with _lock:
+        _status_site = value

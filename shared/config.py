@@ -37,6 +37,7 @@ ENV_VARS = (
     "FLEXJOBS_FIELD_POLICY",
     "FLEXJOBS_UPLOAD_PREFIX",
     "FLEXJOBS_MAX_UPLOAD_BYTES",
+    "FLEXJOBS_STATUS_PAGE_SIZE",
 )
 
 
@@ -83,6 +84,8 @@ class Settings:
     upload_prefix: str = "requests/"
     # A request file larger than this is refused unread.
     max_upload_bytes: int = 8 * 1024 * 1024
+    # Rows per page of the status page when its query string names no limit.
+    status_page_size: int = 100
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -92,6 +95,10 @@ class Settings:
         if not is_region(location):
             # It becomes part of the Vertex host name; fail loudly rather than call elsewhere.
             raise ValueError(f"FLEXJOBS_LOCATION must be {REGION_HINT}, not {location!r}")
+        page_size = e.get("FLEXJOBS_STATUS_PAGE_SIZE") or "100"
+        if not page_size.isascii() or not page_size.isdigit() or not 1 <= int(page_size) <= 1000:
+            # Each page reads this many records: refuse a size that would read without bound.
+            raise ValueError(f"FLEXJOBS_STATUS_PAGE_SIZE must be 1 to 1000, not {page_size!r}")
         return cls(
             project=project,
             location=location,
@@ -114,6 +121,7 @@ class Settings:
             field_policy=e.get("FLEXJOBS_FIELD_POLICY") or None,
             upload_prefix=_folder(e.get("FLEXJOBS_UPLOAD_PREFIX") or "requests/"),
             max_upload_bytes=int(e.get("FLEXJOBS_MAX_UPLOAD_BYTES") or 8 * 1024 * 1024),
+            status_page_size=int(page_size),
         )
 
     @property

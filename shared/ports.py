@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.deployments import OperationStatus, Write
 from shared.domain.jobs import Change, VertexJob
+from shared.domain.listing import Listing, Page
 from shared.domain.record import Stored
 from shared.domain.records import Claim, Submission
 from shared.domain.request import JobRequest
@@ -24,6 +25,7 @@ __all__ = [
     "Decided",
     "JobBackend",
     "JobStore",
+    "JobViews",
     "Notifier",
     "RejectionLog",
     "Stored",
@@ -242,6 +244,47 @@ class DeploymentStore(Protocol):
 
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:
         """Every parked record whose next deployment is due."""
+        ...
+
+
+class JobViews(Protocol):
+    """What the status page reads (Firestore ``jobs``, their ``attempts`` and
+    ``deployments``): read-only, every read bounded (a page, a limit or a count) and of the
+    fields the page shows (:mod:`shared.domain.listing` names them).
+
+    Every method raises StoreUnavailable when Firestore fails, whatever the fault.
+    """
+
+    def jobs(self, listing: Listing) -> Page:
+        """A page of job records (``LIST_FIELDS``), newest first by ``createdAt`` then
+        document id, in ``listing.states`` (any when empty), created at or after
+        ``listing.since``, after ``listing.after``; at most ``listing.size`` rows."""
+        ...
+
+    def job(self, request_id: str) -> dict[str, Any] | None:
+        """One job record (``JOB_FIELDS``), or None."""
+        ...
+
+    def attempts(self, request_id: str) -> list[dict[str, Any]]:
+        """A job's attempt documents (``ATTEMPT_FIELDS``), at most ``MAX_ATTEMPTS``."""
+        ...
+
+    def count(self, state: str) -> int:
+        """How many job records are in ``state`` (an aggregation: no document is read)."""
+        ...
+
+    def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        """Job records (``TOTAL_FIELDS``) that ended at or after ``since``, newest end first,
+        at most ``limit``."""
+        ...
+
+    def deployments(self, listing: Listing) -> Page:
+        """A page of deployment records (``DEPLOYMENT_LIST_FIELDS``), newest first like
+        :meth:`jobs` (``listing.states`` and ``since`` are not used)."""
+        ...
+
+    def deployment(self, request_id: str) -> dict[str, Any] | None:
+        """One deployment record (``DEPLOYMENT_FIELDS``), or None."""
         ...
 
 

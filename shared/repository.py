@@ -33,6 +33,7 @@ from shared.domain.hints import HintAction, take_hint
 from shared.domain.jobs import Change, JobState
 from shared.domain.record import DeploymentRecord, JobRecord, Lease, Stored
 from shared.domain.records import (
+    MAX_NOTIFIED,
     Claim,
     ClaimSeen,
     Submission,
@@ -347,11 +348,15 @@ class JobRecords:
     def drop_from_outbox(
         self, request_id: str, sent: list[dict[str, Any]], known: Stored | None = None
     ) -> Written | None:
-        """Forget notifications once published; the record after it."""
+        """Move notifications once published from the outbox to ``notified`` (the latest
+        :data:`MAX_NOTIFIED`: what the status page shows a job produced); the record after."""
 
         def decide(current: JobRecord) -> Change:
             left = [m for m in current.outbox if m not in sent]
-            return _same(current, {"outbox": left, "outboxPending": bool(left)})
+            done = [m for m in current.outbox if m in sent]
+            notified = [*current.notified, *done][-MAX_NOTIFIED:]
+            fields = {"outbox": left, "outboxPending": bool(left), "notified": notified}
+            return _same(current, fields)
 
         return self.write(request_id, decide, known)
 

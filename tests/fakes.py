@@ -19,8 +19,20 @@ from shared.domain.deployments import (
     carries_tag,
     tagged_display_name,
 )
-from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
+from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
 from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.listing import (
+    ATTEMPT_FIELDS,
+    DEPLOYMENT_FIELDS,
+    DEPLOYMENT_LIST_FIELDS,
+    JOB_FIELDS,
+    LIST_FIELDS,
+    MAX_ATTEMPTS,
+    TOTAL_FIELDS,
+    Listing,
+    Page,
+    next_cursor,
+)
 from shared.domain.record import Stored
 from shared.domain.request import JobRequest
 from shared.errors import BackendRejected, ObjectGone
@@ -479,3 +491,89 @@ class InMemoryStoredObjects:
             return self.objects[(bucket, name, generation)][: limit + 1]
         except KeyError:
             raise ObjectGone(f"gs://{bucket}/{name}#{generation} does not exist") from None
+
+
+def _select(document: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """Firestore's ``select()``: only the fields asked for, those the document has."""
+    return {name: copy.deepcopy(document[name]) for name in fields if name in document}
+
+
+def _newest_first(
+    documents: Iterable[dict[str, Any]], listing: Listing, fields: tuple[str, ...]
+) -> Page:
+    """A page ordered as Firestore orders it (``createdAt`` then document id, descending);
+    documents without a ``createdAt`` are in no such order, so in no page."""
+
+    def key(document: dict[str, Any]) -> tuple[datetime, str]:
+        return document["createdAt"], doc_id(str(document.get("requestId")))
+
+    rows = sorted(
+        (d for d in documents if isinstance(d.get("createdAt"), datetime)), key=key, reverse=True
+    )
+    if listing.after is not None:
+        place = (listing.after.created_at, doc_id(listing.after.request_id))
+        rows = [d for d in rows if key(d) < place]
+    rows = [_select(d, fields) for d in rows[: listing.size + 1]]
+    return Page(rows[: listing.size], next_cursor(rows, listing.size))
+
+
+class InMemoryJobViews:
+    """The JobViews port over the in-memory stores' documents: storage only, what the
+    Firestore queries return (the same filters, order, page bounds and selected fields).
+    tests/integration/test_views_contract.py runs the same cases on both."""
+
+    def __init__(
+        self, jobs: InMemoryJobStore, deployments: InMemoryDeploymentStore | None = None
+    ) -> None:
+        self.store = jobs
+        self.deployment_store = deployments or InMemoryDeploymentStore()
+        # Set to an exception to make every read raise it (a Firestore outage).
+        self.fail: Exception | None = None
+
+    def _documents(self) -> list[dict[str, Any]]:
+        if self.fail is not None:
+            raise self.fail
+        with self.store._lock:
+            return list(self.store.jobs.values())
+
+    def jobs(self, listing: Listing) -> Page:
+        chosen = [
+            d
+            for d in self._documents()
+            if (not listing.states or d.get("state") in listing.states)
+            and (listing.since is None or _at_or_after(d.get("createdAt"), listing.since))
+        ]
+        return _newest_first(chosen, listing, LIST_FIELDS)
+
+    def job(self, request_id: str) -> dict[str, Any] | None:
+        found = [d for d in self._documents() if d.get("requestId") == request_id]
+        return _select(found[0], JOB_FIELDS) if found else None
+
+    def attempts(self, request_id: str) -> list[dict[str, Any]]:
+        self._documents()
+        with self.store._lock:
+            docs = [d for (rid, _), d in sorted(self.store.attempts.items()) if rid == request_id]
+        return [_select(d, ATTEMPT_FIELDS) for d in docs[:MAX_ATTEMPTS]]
+
+    def count(self, state: str) -> int:
+        return sum(1 for d in self._documents() if d.get("state") == state)
+
+    def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        ended = [d for d in self._documents() if _at_or_after(d.get("endedAt"), since)]
+        ended.sort(key=lambda d: d["endedAt"], reverse=True)
+        return [_select(d, TOTAL_FIELDS) for d in ended[:limit]]
+
+    def deployments(self, listing: Listing) -> Page:
+        self._documents()
+        with self.deployment_store._lock:
+            documents = list(self.deployment_store.records.values())
+        return _newest_first(documents, listing, DEPLOYMENT_LIST_FIELDS)
+
+    def deployment(self, request_id: str) -> dict[str, Any] | None:
+        self._documents()
+        found = self.deployment_store.records.get(request_id)
+        return _select(found, DEPLOYMENT_FIELDS) if found is not None else None
+
+
+def _at_or_after(value: Any, since: datetime) -> bool:
+    return isinstance(value, datetime) and value >= since

@@ -50,28 +50,37 @@ DECLARED: list[Query] = []
 
 @dataclass(frozen=True)
 class Query:
-    """A query an adapter runs, declared once: its collection and the field and operator of
-    each filter. The adapters build every query from a declaration, so the declarations are
-    the queries; the infra drift test checks that each composite one has its index.
+    """A query an adapter runs, declared once: its collection, the field and operator of
+    each filter, and the field and direction (``ASCENDING``, ``DESCENDING``) of each order.
+    The adapters build every query from a declaration, so the declarations are the queries;
+    the infra drift test checks that each composite one has its index.
     """
 
     collection: str
     filters: tuple[tuple[str, str], ...]
+    order: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         DECLARED.append(self)
 
     @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field the query filters or orders on, each once, filters first."""
+        return tuple(dict.fromkeys(name for name, _ in (*self.filters, *self.order)))
+
+    @property
     def composite(self) -> bool:
-        """Filters on more than one field need a composite index (Firestore builds the
-        single-field ones itself)."""
-        return len({field for field, _ in self.filters}) > 1
+        """Filters or orders on more than one field need a composite index (Firestore builds
+        the single-field ones itself)."""
+        return len(self.fields) > 1
 
     def on(self, db: Any, *values: Any) -> Any:
-        """The query on ``db``, with one value per filter, in order."""
+        """The query on ``db``, with one value per filter, in order, then its orders."""
         query = db.collection(self.collection)
         for (field, op), value in zip(self.filters, values, strict=True):
             query = query.where(filter=FieldFilter(field, op, value))
+        for field, direction in self.order:
+            query = query.order_by(field, direction=direction)
         return query
 
 

@@ -170,6 +170,10 @@ def observe(record: JobRecord, job: VertexJob, now: datetime) -> Change | None:
     attempt: dict[str, Any] = {"state": new.value, "vertexState": job.state}
     attempt.update({k: v for k, v in times.items() if v is not None})
     change: dict[str, Any] = {"state": new.value, "updatedAt": now, "vertexState": job.state}
+    if job.start_time is not None:
+        # On the record too, so a list of records shows a running attempt's time so far
+        # without reading its attempt document.
+        change["attemptStartedAt"] = job.start_time
     if new.terminal:
         change["endedAt"] = job.end_time or now
     if job.error_code:

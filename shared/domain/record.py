@@ -61,6 +61,10 @@ def _mapping(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(m) for m in _items(value) if isinstance(m, Mapping))
+
+
 @dataclass(frozen=True)
 class Stored:
     """A document as the store holds it, and its version (Firestore's update time).
@@ -127,6 +131,7 @@ class JobRecord:
     accelerator_type: str | None = None
     gpus: int = 0
     run_id: str | None = None
+    display_name: str | None = None
     # The body and options as stored (JSON text); parsed only when a decision reads them, so
     # the hint path's transactions never parse a request body of up to 256 KiB.
     request_text: str | None = field(default=None, repr=False)
@@ -141,6 +146,8 @@ class JobRecord:
     created_at: datetime | None = None
     ended_at: datetime | None = None
     attempt_submitted_at: datetime | None = None
+    # When the current attempt's job started running (None: not yet, or not known).
+    attempt_started_at: datetime | None = None
     vertex_create_time: datetime | None = None
     next_attempt_at: datetime | None = None
     overdue_since: datetime | None = None
@@ -148,6 +155,8 @@ class JobRecord:
     previous_read_at: datetime | None = None
     hint_pending: bool = False
     outbox: tuple[dict[str, Any], ...] = ()
+    # Notifications already published (the latest MAX_NOTIFIED), oldest first.
+    notified: tuple[dict[str, Any], ...] = ()
     pending_cancels: tuple[str, ...] = ()
     work_lost_seconds: float = 0.0
     latest_checkpoint: Checkpoint | None = None
@@ -180,6 +189,7 @@ class JobRecord:
             accelerator_type=_text(raw.get("acceleratorType")),
             gpus=_count(raw.get("gpus")),
             run_id=_text(raw.get("runId")),
+            display_name=_text(raw.get("displayName")),
             request_text=_text(raw.get("request")),
             options_text=_text(raw.get("options")),
             reason=_text(raw.get("reason")),
@@ -192,13 +202,15 @@ class JobRecord:
             created_at=_time(raw.get("createdAt")),
             ended_at=_time(raw.get("endedAt")),
             attempt_submitted_at=_time(raw.get("attemptSubmittedAt")),
+            attempt_started_at=_time(raw.get("attemptStartedAt")),
             vertex_create_time=_time(raw.get("vertexCreateTime")),
             next_attempt_at=_time(raw.get("nextAttemptAt")),
             overdue_since=_time(raw.get("overdueSince")),
             last_read_at=_time(raw.get("lastReadAt")),
             previous_read_at=_time(raw.get("previousReadAt")),
             hint_pending=bool(raw.get("hintPending")),
-            outbox=tuple(dict(m) for m in _items(raw.get("outbox")) if isinstance(m, Mapping)),
+            outbox=_messages(raw.get("outbox")),
+            notified=_messages(raw.get("notified")),
             pending_cancels=tuple(str(n) for n in _items(raw.get("pendingCancels"))),
             work_lost_seconds=_number(raw.get("workLostSeconds")),
             latest_checkpoint=_checkpoint(raw.get("latestCheckpoint")),

@@ -24,6 +24,11 @@ from shared.domain.retry import Placement, placement_for
 QUOTA_REASON = "quota"
 
 
+#: Published notifications a record keeps (``notified``), the latest ones: each is at most
+#: about 1 KiB (its reason is clipped), so the record stays far from Firestore's 1 MiB.
+MAX_NOTIFIED = 20
+
+
 def notification(request_id: str, state: str, attempt: int, reason: str | None) -> dict[str, Any]:
     """The notification message of the contract."""
     return {"requestId": request_id, "state": state, "attempt": attempt, "reason": reason}
@@ -249,6 +254,8 @@ def submission_write(current: JobRecord, sub: Submission, now: datetime) -> Subm
         "location": sub.location,
         "updatedAt": now,
         "attemptSubmittedAt": now,
+        # The new attempt's: None until it starts (an adopted job may have started already).
+        "attemptStartedAt": job.start_time,
         # When Vertex made the job: an adopted job may be hours older than its record, and the
         # tick's bounded listing must still reach it.
         "vertexCreateTime": job.create_time or now,

@@ -3,7 +3,8 @@
 The zip ``./dev package`` builds is unpacked into a clean virtualenv that gets nothing but its
 ``requirements.txt`` (``--no-deps``: the pinned list itself must be complete, and ``pip check``
 must pass); ``main`` is imported from it, and every entry point is served by that venv's
-functions-framework and sent one CloudEvent against the session's emulators and simulator.
+functions-framework and sent one CloudEvent against the session's emulators and simulator (the
+status page: one GET of each of its pages, templates and stylesheet read from the zip).
 """
 
 from __future__ import annotations
@@ -25,14 +26,20 @@ import pytest
 
 from flexjobs_local import procs
 from flexjobs_local.package import ZIP_NAME, package
-from flexjobs_local.stack import UPLOAD_FUNCTION
+from flexjobs_local.stack import HTTP_FUNCTIONS, STATUS_PAGE, UPLOAD_FUNCTION
 from shared.domain.ids import doc_id
 from tests.events import load, object_resource, seed_line
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
-ENTRY_POINTS = ("handle_job_request", "handle_job_event", "handle_scheduler_tick", "handle_upload")
+ENTRY_POINTS = (
+    "handle_job_request",
+    "handle_job_event",
+    "handle_scheduler_tick",
+    "handle_upload",
+    "status_page",
+)
 # The artifact's own upload prefix: the stack's handle_upload ignores these objects, so the
 # job the upload makes can only come from the artifact's handle_upload.
 PREFIX = "artifact-requests/"
@@ -50,9 +57,12 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         names = archive.namelist()
         archive.extractall(source)
     assert "main.py" in names and "requirements.txt" in names and "shared/__init__.py" in names
+    # The status page's templates and stylesheet are package data the function reads.
+    assert {"shared/templates/job.html", "shared/static/status.css"} <= set(names)
     assert not [n for n in names if n.startswith(("flexjobs_local/", "tests/", "functions/"))]
     requirements = (source / "requirements.txt").read_text().split()
     assert all("==" in line for line in requirements)
+    assert [r for r in requirements if r.startswith("jinja2==")]
     for dev_only in ("pytest", "ruff", "mypy", "gcp-storage-emulator", "hypothesis"):
         assert not [r for r in requirements if r.split("==")[0] == dev_only]
     env_dir = root / "venv"
@@ -106,7 +116,7 @@ def servers(artifact: Path, local_stack: Any) -> Iterator[dict[str, str]]:
                 str(serve),
                 f"--source={artifact / 'main.py'}",
                 f"--target={target}",
-                "--signature-type=cloudevent",
+                "--signature-type=" + ("http" if target in HTTP_FUNCTIONS else "cloudevent"),
                 "--host=127.0.0.1",
                 f"--port={port}",
             ]
@@ -173,6 +183,18 @@ def test_every_entry_point_serves_from_the_artifact(servers, stack, db, unique):
     assert post(servers[UPLOAD_FUNCTION], headers, resource) == 200
     uploaded = f"gcs:{stack.config.bucket}/{name}#{generation}"
     assert wait_for(lambda: record(db, uploaded), what="the upload's job")["source"] == "gcs"
+
+    page = servers[STATUS_PAGE]
+    for path, kind in (
+        ("", "text/html"),
+        (f"jobs/{rid}", "text/html"),
+        ("api/jobs", "application/json"),
+        ("assets/status.css", "text/css"),
+    ):
+        with urllib.request.urlopen(page + path, timeout=60) as answer:
+            assert answer.status == 200 and answer.headers.get_content_type() == kind
+            assert "default-src 'none'" in answer.headers["Content-Security-Policy"]
+            assert rid.encode() in answer.read() or kind == "text/css"
 
 
 def test_the_packager_pins_what_is_installed_here() -> None:

@@ -32,6 +32,7 @@ from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState, VertexJob
 from shared.domain.record import JobRecord
 from shared.domain.records import (
+    MAX_NOTIFIED,
     QUOTA_REASON,
     Submission,
     new_record,
@@ -304,6 +305,7 @@ def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
         "location": LOCATION,
         "updatedAt": at(5),
         "attemptSubmittedAt": at(5),
+        "attemptStartedAt": None,  # PENDING: not started yet
         "vertexCreateTime": at(-30),
         "reason": None,
     }
@@ -670,6 +672,23 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     assert record["outboxPending"] is True
     assert rid in jobs.with_outbox()
     assert jobs.transact(rid, lambda r: finish(r, JobState.CANCELLED, at(31), "late")) is None
+
+
+def test_published_notifications_move_to_notified_and_stay_bounded(jobs, unique):
+    rid = unique("notified")
+    submitted(jobs, rid)
+    sent = [{"requestId": rid, "state": "RETRYING", "attempt": n, "reason": "x"} for n in
+            range(MAX_NOTIFIED + 3)]  # fmt: skip
+    put(jobs, rid, outbox=sent[:-1], outboxPending=True)
+
+    jobs.drop_from_outbox(rid, sent[:-2])  # one is still unpublished
+
+    record = jobs.store.get(rid)
+    assert record["outbox"] == [sent[-2]] and record["outboxPending"] is True
+    assert record["notified"] == sent[:-2][-MAX_NOTIFIED:]
+    put(jobs, rid, outbox=[sent[-1]])
+    jobs.drop_from_outbox(rid, [sent[-1]])
+    assert jobs.store.get(rid)["notified"] == [*sent[-MAX_NOTIFIED - 1 : -2], sent[-1]]
 
 
 # --- JobRecords.by_job_id ------------------------------------------------------------

@@ -43,3 +43,15 @@ def test_from_env_reads_exactly_the_declared_variables():
 def test_the_upload_prefix_is_a_folder(value, prefix):
     env = {} if value is None else {"FLEXJOBS_UPLOAD_PREFIX": value}
     assert Settings.from_env(env).upload_prefix == prefix
+
+
+@pytest.mark.parametrize(("value", "size"), [(None, 100), ("", 100), ("1", 1), ("1000", 1000)])
+def test_the_status_page_size(value, size):
+    env = {} if value is None else {"FLEXJOBS_STATUS_PAGE_SIZE": value}
+    assert Settings.from_env(env).status_page_size == size
+
+
+@pytest.mark.parametrize("value", ["0", "1001", "-1", "ten", "\uff11"])
+def test_a_status_page_size_out_of_bounds_fails_at_start_up(value):
+    with pytest.raises(ValueError, match="FLEXJOBS_STATUS_PAGE_SIZE"):
+        Settings.from_env({"FLEXJOBS_STATUS_PAGE_SIZE": value})

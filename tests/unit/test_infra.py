@@ -3,11 +3,14 @@
 Each check returns the problems it finds, so the tests can also show a check failing when one
 side loses something:
 
-* every entry point in functions/main.py is deployed, with the trigger the contract names;
+* every entry point in functions/main.py is deployed, with the trigger the contract names
+  (the status page: HTTP, invoked by the group variable's members only);
+* nothing is granted to allUsers or allAuthenticatedUsers, and the status page only reads;
 * every environment variable the code reads is set on every function, or listed as left at
   the code's default (in infra/README.md too);
 * the topic names are the contract's;
-* every composite query the Firestore adapters declare has its composite index.
+* every composite query the Firestore adapters declare has its composite index, with the
+  direction of each field it orders on.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-import shared.adapters.firestore_deployments  # noqa: F401  (declares its queries on import)
+# Imported for what they declare: their queries (DECLARED).
+import shared.adapters.firestore_deployments
+import shared.adapters.firestore_views  # noqa: F401
 from shared.adapters.firestore import DECLARED, Query
 from shared.config import ENV_VARS, Settings
 from shared.domain.jobs import JobState
@@ -33,13 +38,16 @@ INFRA = REPO / "infra"
 MAIN = REPO / "functions" / "main.py"
 
 #: The contract's delivery of each entry point: the Terraform variable naming its topic (a
-#: Pub/Sub push subscription), or the Eventarc event type it is triggered by.
+#: Pub/Sub push subscription), the Eventarc event type it is triggered by, or (HTTP, called
+#: by people) the variable naming the group that may invoke it.
 TRIGGERS = {
     "handle_job_request": ("topic", "requests_topic"),
     "handle_job_event": ("topic", "events_topic"),
     "handle_scheduler_tick": ("topic", "scheduler_ticks_topic"),
     "handle_upload": ("event", "google.cloud.storage.object.v1.finalized"),
+    "status_page": ("http", "status_page_invokers"),
 }
+PUBLIC = ("allUsers", "allAuthenticatedUsers")
 #: The contract's topics: Terraform variable → default name (README "Environment").
 TOPICS = {
     "requests_topic": Settings(project="p").requests_topic,
@@ -60,6 +68,7 @@ LEFT_AT_DEFAULT = {
     "FLEXJOBS_MAX_REPLICAS",
     "FLEXJOBS_MAX_MESSAGE_BYTES",
     "FLEXJOBS_FIELD_POLICY",
+    "FLEXJOBS_STATUS_PAGE_SIZE",
 }
 
 #: Variables of the functions' runtime itself, not of flexjobs: functions-framework's threads.
@@ -187,11 +196,67 @@ def trigger_problems(infra: Infra, entries: set[str]) -> list[str]:
             problems.append(f"{entry}: not pushed from the topic of var.{what}")
         elif how == "event" and what not in event_types(infra, functions[entry]):
             problems.append(f"{entry}: no Eventarc trigger for {what}")
+        elif how == "http":
+            problems += http_problems(infra, entry, what)
         elif how == "?":
             problems.append(f"{entry}: the contract names no trigger for it (TRIGGERS)")
-        if functions[entry]["service_config"][0]["ingress_settings"] != "ALLOW_INTERNAL_ONLY":
+        ingress = functions[entry]["service_config"][0]["ingress_settings"]
+        if how != "http" and ingress != "ALLOW_INTERNAL_ONLY":
             problems.append(f"{entry}: an event function must be ALLOW_INTERNAL_ONLY")
     return problems
+
+
+def _resource_name(infra: Infra, entry: str) -> str:
+    (name,) = [
+        name
+        for name, body in infra.of_type("google_cloudfunctions2_function").items()
+        if body["build_config"][0]["entry_point"] == entry
+    ]
+    return name
+
+
+def http_problems(infra: Infra, entry: str, group: str) -> list[str]:
+    """An HTTP function: no event trigger, no push subscription, and roles/run.invoker on its
+    service granted once, to the group ``var.<group>`` names (a validated variable)."""
+    name = _resource_name(infra, entry)
+    body = infra.resources[("google_cloudfunctions2_function", name)]
+    problems = []
+    if body.get("event_trigger") or body.get("dynamic") or entry in pushed(infra):
+        problems.append(f"{entry}: an HTTP function has no trigger")
+    service = f"${{google_cloudfunctions2_function.{name}.service_config[0].service}}"
+    grants = [
+        g for g in infra.of_type("google_cloud_run_service_iam_member").values()
+        if g["service"] == service
+    ]  # fmt: skip
+    wanted = {"role": "roles/run.invoker", "member": f"group:${{var.{group}}}"}
+    if [{k: g[k] for k in wanted} for g in grants] != [wanted]:
+        problems.append(f"{entry}: invoker must be granted once, to the group var.{group}")
+    if not infra.variables.get(group, {}).get("validation"):
+        problems.append(f"var.{group}: not validated")
+    return problems
+
+
+def public_problems(infra: Infra) -> list[str]:
+    """Every grant or binding naming allUsers or allAuthenticatedUsers."""
+    return [
+        f"{kind}.{name}: grants to {who}"
+        for (kind, name), body in infra.resources.items()
+        for key in ("member", "members")
+        for who in PUBLIC
+        if who in str(body.get(key, ""))
+    ]
+
+
+def reader_problems(infra: Infra) -> list[str]:
+    """The status page's service account: Firestore read on the project, nothing else."""
+    member = "${google_service_account.status_page.member}"
+    roles = sorted(
+        f"{kind} {body.get('role')}"
+        for (kind, _), body in infra.resources.items()
+        if body.get("member") == member
+    )
+    wanted = ["google_project_iam_member roles/datastore.viewer"]
+    return [] if roles == wanted else [f"the status page's account holds {roles}"]
 
 
 def env_problems(infra: Infra, read: tuple[str, ...] = ENV_VARS) -> list[str]:
@@ -234,15 +299,20 @@ def topic_problems(infra: Infra) -> list[str]:
 
 def index_problems(infra: Infra, queries: list[Query] = DECLARED) -> list[str]:
     indexes = [
-        (body["collection"], tuple(f["field_path"] for f in body["fields"]))
+        (body["collection"], {f["field_path"]: f["order"] for f in body["fields"]})
         for body in infra.of_type("google_firestore_index").values()
     ]
     problems = []
     for query in queries:
         if not query.composite:
             continue
-        fields = tuple(name for name, _ in query.filters)
-        if not any(c == query.collection and set(f) == set(fields) for c, f in indexes):
+        fields = query.fields
+        if not any(
+            collection == query.collection
+            and set(index) == set(fields)
+            and all(index[name] == direction for name, direction in query.order)
+            for collection, index in indexes
+        ):
             problems.append(f"{query.collection} {fields}: a composite query with no index")
     return problems
 
@@ -255,6 +325,14 @@ def infra() -> Infra:
 def test_every_entry_point_is_deployed_with_its_trigger(infra):
     assert entry_points() == set(TRIGGERS)
     assert trigger_problems(infra, entry_points()) == []
+
+
+def test_nothing_is_public_and_the_status_page_only_reads(infra):
+    assert public_problems(infra) == []
+    assert reader_problems(infra) == []
+    page = deployed(infra)["status_page"]["service_config"][0]
+    assert page["ingress_settings"] == "${var.status_page_ingress}"
+    assert infra.variables["status_page_ingress"]["default"] == "ALLOW_ALL"
 
 
 def test_every_environment_variable_is_set_or_deliberately_defaulted(infra):
@@ -315,13 +393,40 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
     for key in [k for k in broken.resources if k[0] == "google_firestore_index"]:
         del broken.resources[key]
     assert index_problems(broken) == [
-        "jobs ('checkpointPrefix', 'state'): a composite query with no index"
+        "jobs ('checkpointPrefix', 'state'): a composite query with no index",
+        "jobs ('state', 'createdAt'): a composite query with no index",
+        "jobs ('state', 'createdAt'): a composite query with no index",
     ]
     extra = Query.__new__(Query)  # declared here only: kept out of DECLARED
     object.__setattr__(extra, "collection", "jobs")
-    object.__setattr__(extra, "filters", (("state", "=="), ("createdAt", ">=")))
+    object.__setattr__(extra, "filters", (("endedAt", ">="),))
+    object.__setattr__(extra, "order", (("createdAt", "DESCENDING"),))
+    assert index_problems(infra, [extra]) == [
+        "jobs ('endedAt', 'createdAt'): a composite query with no index"
+    ]
+    object.__setattr__(extra, "filters", (("state", "in"),))
+    object.__setattr__(extra, "order", (("createdAt", "ASCENDING"),))  # the index is DESCENDING
     assert index_problems(infra, [extra]) == [
         "jobs ('state', 'createdAt'): a composite query with no index"
+    ]
+
+    broken = copy.deepcopy(infra)
+    grant = broken.resources[("google_cloud_run_service_iam_member", "status_page_invokers")]
+    grant["member"] = "allAuthenticatedUsers"
+    assert public_problems(broken) == [
+        "google_cloud_run_service_iam_member.status_page_invokers: grants to allAuthenticatedUsers"
+    ]
+    assert trigger_problems(broken, entry_points()) == [
+        "status_page: invoker must be granted once, to the group var.status_page_invokers"
+    ]
+    broken = copy.deepcopy(infra)
+    broken.resources[("google_project_iam_member", "status_page_writer")] = {
+        "role": "roles/datastore.user",
+        "member": "${google_service_account.status_page.member}",
+    }
+    assert reader_problems(broken) == [
+        "the status page's account holds ['google_project_iam_member roles/datastore.user', "
+        "'google_project_iam_member roles/datastore.viewer']"
     ]
 
 

@@ -65,6 +65,7 @@ def test_forward_moves_apply():
     change = observe(record("QUEUED"), job("JOB_STATE_RUNNING", start_time=NOW), NOW)
     assert change.state == "RUNNING"
     assert change.attempt["startedAt"] == NOW
+    assert change.record["attemptStartedAt"] == NOW  # a list shows its time running so far
 
 
 @pytest.mark.parametrize(

@@ -206,6 +206,7 @@ def test_first_attempt_is_recorded_and_the_claim_dropped():
         "location": "us-central1",
         "updatedAt": NOW,
         "attemptSubmittedAt": NOW,
+        "attemptStartedAt": None,
         "vertexCreateTime": NOW,
     }
     assert write.attempt == {
