@@ -19,11 +19,14 @@ Deadlines" (Wu et al., NSDI 2024), stated for attempts rather than instances:
    the slack also covers a preemption at the worst moment (a restart plus the work since the
    last checkpoint), so that a preemption always leaves time for on-demand.
 2. *Uniform progress.* Expected progress grows evenly from the request to the deadline. While
-   the job is ahead of that line, it takes the cheapest safe capacity, and a queued Spot
-   attempt waits for capacity only until the job would fall behind the line.
+   the job is ahead of that line, it takes the cheapest safe capacity; a queued Spot attempt
+   waits for capacity only until the job would fall behind the line (at least
+   :data:`SPOT_PROBE_SECONDS`), and a queued FLEX_START attempt is looked at again after
+   :data:`FLEX_REVISIT_SECONDS` (the lifecycle cancels it at ``wait_until`` and asks again).
 3. *Catching up.* Behind the line, the paper runs on-demand until the job is ahead again. AUTO
-   adds FLEX_START as the middle option: when the estimated cost of running the rest on
-   FLEX_START is below on-demand catch-up followed by Spot, it takes FLEX_START instead.
+   adds FLEX_START as the middle option: after a short look for Spot (when Spot is the
+   cheaper), it catches up on FLEX_START when that fits, and on on-demand otherwise. Capacity
+   the last attempt waited for in vain is looked for elsewhere first.
 4. *Hysteresis.* An on-demand attempt is left (at one of its checkpoints, so nothing is lost)
    only once the job is ahead of the line by what a failed cheap attempt can cost: two
    restarts and the work at risk. Once the slack is too small for any cheaper capacity, the
@@ -37,12 +40,13 @@ mean wait forever).
 
 Prices come from ``shared/prices.yaml`` (:class:`~shared.domain.pricing.PriceTable`); Spot's
 price is divided by the share of Spot running time that this job's own history (a preemption
-loses a restart and unsaved work) says becomes saved progress, with a prior of one
-:data:`PRIOR_SPOT_LIFETIME_SECONDS` lifetime. So repeated early preemptions make Spot dear and
-move the job to FLEX_START or on-demand.
+loses a restart and unsaved work) says becomes saved progress, with a prior of
+:data:`PRIOR_SPOT_LIFETIMES` lifetimes of :data:`PRIOR_SPOT_LIFETIME_SECONDS`. So repeated
+early preemptions make Spot dear and move the job to FLEX_START or on-demand.
 
-The same :func:`decide` runs in the lifecycle (attempt 1, every retry, the checkpoints of an
-on-demand attempt) and in the trace-replay benchmark (``benchmarks/capacity.py``).
+The same :func:`decide` runs in the lifecycle (attempt 1, every retry, a queued attempt past
+its ``wait_until``, the checkpoints of an on-demand attempt) and in the trace-replay benchmark
+(``benchmarks/capacity.py``).
 """
 
 from __future__ import annotations
