@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.domain.request import job_spec_of
-from shared.domain.scheduling import DEFAULT_MAX_WAIT
+from shared.domain.scheduling import AUTO, DEFAULT_MAX_WAIT
 
 ENV_RUN_ID = "FLEXJOBS_RUN_ID"
 ENV_ATTEMPT = "FLEXJOBS_ATTEMPT"
@@ -39,8 +39,17 @@ def attempt_spec(
     attempt: int,
     resume_from: str | None,
     strategy: str | None = None,
+    max_wait_seconds: int | None = None,
 ) -> dict[str, Any]:
     """Return a copy of ``spec`` for one attempt: our env in every pool, and the strategy.
+
+    ``max_wait_seconds`` sets a FLEX_START attempt's ``maxWaitDuration`` (AUTO's choice, see
+    :mod:`shared.domain.capacity`); it must be positive, as ``0s`` would mean wait forever.
+
+    Raises:
+        ValueError: the body would still say AUTO, which Vertex does not know: the capacity
+            policy must have chosen the attempt's strategy first. Or ``max_wait_seconds`` is
+            not positive.
 
     Examples:
         >>> body = {"jobSpec": {"workerPoolSpecs": [{"containerSpec": {"imageUri": "x"}}]}}
@@ -71,6 +80,17 @@ def attempt_spec(
         else:
             # maxWaitDuration only applies to FLEX_START; Vertex would ignore it elsewhere.
             scheduling.pop("maxWaitDuration", None)
+    if max_wait_seconds is not None and isinstance(scheduling, dict):
+        if max_wait_seconds <= 0:
+            raise ValueError(f"max_wait_seconds must be positive, got {max_wait_seconds}")
+        if scheduling.get("strategy") == "FLEX_START":
+            scheduling["maxWaitDuration"] = f"{int(max_wait_seconds)}s"
+    if isinstance(scheduling, dict) and scheduling.get("strategy") == AUTO:
+        # The one place every attempt's body is built: AUTO must never reach Vertex.
+        raise ValueError(
+            "an AUTO request's attempt needs the strategy the capacity policy chose "
+            "(shared.domain.capacity.decide); Vertex knows only FLEX_START, SPOT and STANDARD"
+        )
     return out
 
 

@@ -57,6 +57,12 @@ def _items(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, list | tuple) else ()
 
 
+def _fraction(value: Any) -> float | None:
+    """A fraction from 0 to 1, else None (unknown)."""
+    number = _number(value)
+    return number if value is not None and number == value and 0.0 <= number <= 1.0 else None
+
+
 def _mapping(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
@@ -160,6 +166,8 @@ class JobRecord:
     pending_cancels: tuple[str, ...] = ()
     work_lost_seconds: float = 0.0
     latest_checkpoint: Checkpoint | None = None
+    # latestCheckpoint's step / totalSteps, when the request declared totalSteps.
+    progress: float | None = None
     totals: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
     # The document and version it was decoded from, when a store read or wrote it: the next
@@ -214,6 +222,7 @@ class JobRecord:
             pending_cancels=tuple(str(n) for n in _items(raw.get("pendingCancels"))),
             work_lost_seconds=_number(raw.get("workLostSeconds")),
             latest_checkpoint=_checkpoint(raw.get("latestCheckpoint")),
+            progress=_fraction(raw.get("progress")),
             totals={
                 key: _number(raw.get(key))
                 for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")

@@ -13,20 +13,23 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from shared.domain.checkpoints import check_checkpoint_uri
+from shared.domain.deadlines import DEADLINE_FIELDS, check_deadline_options
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.retry import check_fallback, check_retry_policy
 from shared.domain.schedule import SLOT, Slot, expand, read_slot
-from shared.domain.scheduling import DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
+from shared.domain.scheduling import AUTO, DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
+from shared.domain.values import parse_rfc3339, snake_case
 from shared.domain.vertex_json import canonical_body
 from shared.errors import FieldError, InvalidRequest
 
 KINDS = ("customJob", "hyperparameterTuningJob", "trainingPipeline", "deployModel")
 TRAINING_KINDS = KINDS[:3]
 #: The options of a training request: stored with the record, read by every later attempt.
-OPTION_FIELDS = ("retryPolicy", "fallback", "checkpointUri", "totalSteps")
+OPTION_FIELDS = ("retryPolicy", "fallback", "checkpointUri", "totalSteps", *DEADLINE_FIELDS)
 ENVELOPE_FIELDS = {"requestId", "location", "schedule", *OPTION_FIELDS, *KINDS}
 
 #: Vertex allows display names of up to 128 UTF-8 characters.
@@ -63,6 +66,9 @@ class JobRequest:
     # Where the request came from, written on its record and rejection as they are:
     # ``source`` ("pubsub" or "gcs"), and for an upload ``object`` and ``line``.
     origin: dict[str, Any] = field(default_factory=dict)
+    # When the request was published (the message's publish time): a ``deadline`` is checked
+    # against it, so every delivery of one message gets the same verdict. None when unknown.
+    published_at: datetime | None = None
 
     @property
     def scheduling(self) -> dict[str, Any]:
@@ -119,6 +125,53 @@ def scheduling_of(kind: str, spec: dict[str, Any]) -> dict[str, Any] | None:
     job_spec = job_spec_of(kind, spec)
     scheduling = job_spec.get("scheduling") if job_spec else None
     return scheduling if isinstance(scheduling, dict) else None
+
+
+def strategy_path(kind: str) -> str:
+    """The REST path of a training kind's ``scheduling.strategy``, for messages."""
+    return ".".join((kind, *job_spec_path(kind), "scheduling", "strategy"))
+
+
+def lift_auto(kind: str, body: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Take ``scheduling.strategy: "AUTO"`` out of a training body not read yet.
+
+    AUTO is flexjobs' own strategy: the v1 protos, which read the body first, do not know it.
+    So it is taken out (in a copy; the caller's body is left alone), the rest of the body is
+    read as usual, and :func:`put_auto` writes it back into the canonical form. Either
+    spelling of the path (``jobSpec`` or ``job_spec``) is looked at, as the proto reads both.
+
+    Examples:
+        >>> body = {"job_spec": {"scheduling": {"strategy": "AUTO", "timeout": "60s"}}}
+        >>> lift_auto("customJob", body)
+        (True, {'job_spec': {'scheduling': {'timeout': '60s'}}})
+        >>> body["job_spec"]["scheduling"]["strategy"]
+        'AUTO'
+    """
+    if kind not in TRAINING_KINDS:
+        return False, body
+    out = dict(body)
+    node = out
+    for key in job_spec_path(kind):
+        name = key if key in node else snake_case(key)
+        child = node.get(name)
+        if not isinstance(child, dict):
+            return False, body
+        node[name] = node = dict(child)
+    scheduling = node.get("scheduling")
+    if not isinstance(scheduling, dict) or scheduling.get("strategy") != AUTO:
+        return False, body
+    node["scheduling"] = {k: v for k, v in scheduling.items() if k != "strategy"}
+    return True, out
+
+
+def put_auto(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Write AUTO back into a canonical training body (see :func:`lift_auto`), in place."""
+    job_spec = job_spec_of(kind, spec)
+    if job_spec is not None:
+        scheduling = job_spec.get("scheduling")
+        job_spec["scheduling"] = {**(scheduling if isinstance(scheduling, dict) else {})}
+        job_spec["scheduling"]["strategy"] = AUTO
+    return spec
 
 
 def apply_defaults(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -211,11 +264,18 @@ def parse_request(
     spec = body.get(kinds[0]) if kinds else None
     if kinds and not isinstance(spec, dict):
         errors.append(FieldError(kinds[0], "must be a JSON object (the Vertex REST body)"))
+    published_at = parse_rfc3339(publish_time)
     if len(kinds) == 1 and isinstance(spec, dict):
+        auto, spec = lift_auto(kinds[0], spec)
         spec, body_errors = canonical_body(kinds[0], spec)
+        if auto and not body_errors:
+            spec = put_auto(kinds[0], spec)
         if body_errors:
             # The rules need the canonical body, but the options do not: report them too.
-            request = JobRequest("", kinds[0], {}, options=_options(body))
+            bare = put_auto(kinds[0], _bare(kinds[0])) if auto else {}
+            request = JobRequest(
+                "", kinds[0], bare, options=_options(body), published_at=published_at
+            )
             errors.extend([*body_errors, *check_options(request)])
     if errors:
         raise InvalidRequest(errors)
@@ -238,6 +298,7 @@ def parse_request(
         location=location,
         options=options,
         slot=slot,
+        published_at=published_at,
     )
 
 
@@ -245,12 +306,23 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
     return {k: body[k] for k in OPTION_FIELDS if k in body}
 
 
+def _bare(kind: str) -> dict[str, Any]:
+    """An empty body of ``kind`` with its CustomJobSpec, for :func:`put_auto` to mark."""
+    spec: dict[str, Any] = {}
+    node = spec
+    for key in job_spec_path(kind):
+        node[key] = node = {}
+    return spec
+
+
 def check_options(request: JobRequest) -> list[FieldError]:
-    """Return every problem with the request's options: ``retryPolicy``, ``fallback`` and
-    ``checkpointUri`` (which :func:`~shared.domain.validation.check_request` leaves alone); empty
-    means valid.
+    """Return every problem with the request's options: ``retryPolicy``, ``fallback``,
+    ``checkpointUri``, ``totalSteps`` and the deadline fields of AUTO
+    (:mod:`shared.domain.deadlines`), which :func:`~shared.domain.validation.check_request`
+    leaves alone; empty means valid.
 
     The options steer retries of training jobs, so a ``deployModel`` request may not set them.
+    AUTO chooses every attempt's strategy itself, so it takes no ``fallback`` ladder.
 
     Examples:
         >>> request = JobRequest("r1", "customJob", {}, options={"retryPolicy": {"user": -1}})
@@ -263,12 +335,40 @@ def check_options(request: JobRequest) -> list[FieldError]:
             FieldError(key, f"applies to training jobs only; remove it from a {request.kind}")
             for key in sorted(options)
         ]
-    return [
+    auto = request.strategy == AUTO
+    errors = [
         *check_retry_policy(options.get("retryPolicy")),
         *check_fallback(options.get("fallback")),
         *check_checkpoint_uri(options.get("checkpointUri")),
         *check_total_steps(options.get("totalSteps")),
+        *check_deadline_options(
+            options,
+            auto=auto,
+            strategy_path=strategy_path(request.kind),
+            published_at=request.published_at,
+            timeout_seconds=_timeout_seconds(request),
+            scheduled=request.slot is not None,
+        ),
     ]
+    if auto and options.get("fallback") is not None:
+        errors.append(
+            FieldError(
+                "fallback",
+                "cannot be combined with scheduling.strategy AUTO, which chooses every "
+                "attempt's strategy itself; remove fallback",
+            )
+        )
+    return errors
+
+
+def _timeout_seconds(request: JobRequest) -> float | None:
+    """The request's ``scheduling.timeout`` in seconds; None when absent or unreadable (the
+    validation package reports a bad one)."""
+    raw = request.scheduling.get("timeout")
+    try:
+        return parse_duration(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
 
 
 #: Far above any training run's step count; keeps the progress arithmetic exact.

@@ -3,6 +3,10 @@
 A training request's ``scheduling`` object (in its CustomJobSpec) names the strategy;
 flexjobs fills in the defaults below (:func:`shared.domain.request.apply_defaults`), the
 validation package checks the limits, and a ``fallback`` rung may name another strategy.
+
+A request may also name :data:`AUTO`, which is flexjobs' own and never reaches Vertex: the
+capacity policy (:mod:`shared.domain.capacity`) picks one of :data:`STRATEGIES` for every
+attempt, and that choice is what each attempt's body carries.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from typing import Final
 #: Strategies flexjobs submits. FLEX_START (DWS) is the default.
 STRATEGIES: Final = ("FLEX_START", "SPOT", "STANDARD")
 DEFAULT_STRATEGY: Final = "FLEX_START"
+#: Deadline-aware capacity: flexjobs chooses each attempt's strategy (never sent to Vertex).
+AUTO: Final = "AUTO"
 
 #: Deprecated Vertex strategies and what to write instead (Scheduling.Strategy in Vertex v1).
 DEPRECATED_STRATEGIES: Final = {"ON_DEMAND": "STANDARD", "LOW_COST": "SPOT"}

@@ -20,19 +20,24 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import sys
 from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import SkipJsonSchema
 
+from shared.domain.deadlines import (
+    DEFAULT_RESTART_OVERHEAD_SECONDS,
+    MAX_RESTART_OVERHEAD_SECONDS,
+    MAX_WORK_SECONDS,
+)
 from shared.domain.machines import ALL_ACCELERATORS, DWS_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.regions import REGION_PATTERN
 from shared.domain.request import KINDS, MAX_DISPLAY_NAME, MAX_TOTAL_STEPS
 from shared.domain.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
 from shared.domain.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
 from shared.domain.scheduling import (
+    AUTO,
     DEFAULT_MAX_WAIT,
     DEFAULT_STRATEGY,
     DEFAULT_TIMEOUT,
@@ -41,6 +46,7 @@ from shared.domain.scheduling import (
     STRATEGIES,
 )
 from shared.domain.validation import CUSTOM_TASK_DEFINITION
+from shared.domain.values import snake_case
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID: Final = "https://flexjobs.dev/schema/job-request.schema.json"
@@ -121,9 +127,10 @@ class Scheduling(_VertexBody):
     strategy: str | SkipJsonSchema[None] = Field(
         default=None,
         description=f"Provisioning strategy; defaults to {DEFAULT_STRATEGY} (DWS). The "
-        f"deprecated {', '.join(DEPRECATED_STRATEGIES)} are refused.",
+        f"deprecated {', '.join(DEPRECATED_STRATEGIES)} are refused. {AUTO} (flexjobs' own, "
+        "never sent to Vertex) chooses each attempt's strategy to meet the request's deadline.",
         # STRATEGY_UNSPECIFIED is the default value: absent, so FLEX_START.
-        json_schema_extra={"enum": [*STRATEGIES, "STRATEGY_UNSPECIFIED"]},
+        json_schema_extra={"enum": [*STRATEGIES, AUTO, "STRATEGY_UNSPECIFIED"]},
     )
     maxWaitDuration: Duration | SkipJsonSchema[None] = Field(
         default=None,
@@ -315,6 +322,32 @@ class JobRequestMessage(BaseModel):
     schedule: Schedule | SkipJsonSchema[None] = Field(
         default=None, description="Cloud Scheduler runs: {slot} in requestId becomes the slot."
     )
+    deadline: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description=f"With scheduling.strategy {AUTO} (and only then): RFC 3339 time, with an "
+        "offset, by which the job must be done.",
+        json_schema_extra={"format": "date-time"},
+    )
+    estimatedRunSeconds: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORK_SECONDS,
+        description=f"With {AUTO}: the work in seconds, if it ran uninterrupted.",
+    )
+    checkpointIntervalSeconds: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORK_SECONDS,
+        description=f"With {AUTO}: running seconds between complete checkpoints (what a "
+        "preemption can lose).",
+    )
+    restartOverheadSeconds: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=0,
+        le=MAX_RESTART_OVERHEAD_SECONDS,
+        description=f"With {AUTO}: seconds each start costs before progress resumes; default "
+        f"{DEFAULT_RESTART_OVERHEAD_SECONDS}.",
+    )
     customJob: CustomJob | SkipJsonSchema[None] = None
     hyperparameterTuningJob: HyperparameterTuningJob | SkipJsonSchema[None] = None
     trainingPipeline: TrainingPipeline | SkipJsonSchema[None] = None
@@ -381,25 +414,21 @@ def _proto3_spellings(schema: dict[str, Any]) -> dict[str, Any]:
         properties = definition.get("properties", {})
         for name in list(properties):
             properties[name] = _other_encodings(properties[name])
-            snake = _snake(name)
+            snake = snake_case(name)
             if snake != name:
                 properties[snake] = copy.deepcopy(properties[name])
         required = definition.pop("required", [])
-        plain = [name for name in required if _snake(name) == name]
+        plain = [name for name in required if snake_case(name) == name]
         if plain:
             definition["required"] = plain
         either = [
-            {"anyOf": [{"required": [name]}, {"required": [_snake(name)]}]}
+            {"anyOf": [{"required": [name]}, {"required": [snake_case(name)]}]}
             for name in required
-            if _snake(name) != name
+            if snake_case(name) != name
         ]
         if either:
             definition["allOf"] = either
     return schema
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
 
 def _other_encodings(prop: dict[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,16 @@ def parse_rfc3339(raw: object) -> datetime | None:
     return when.astimezone(UTC) if when.utcoffset() is not None else None
 
 
+def snake_case(name: str) -> str:
+    """The proto field name of a camelCase JSON name, as the proto3 JSON parser also takes it.
+
+    Examples:
+        >>> snake_case("trialJobSpec")
+        'trial_job_spec'
+    """
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
 def is_int(value: Any) -> bool:
     """True for a JSON integer; JSON booleans arrive as Python bools, which are not counts.
 

@@ -153,3 +153,18 @@ def test_sdk_encodings_are_accepted_and_sent_canonically(intake, post_event):
         0
     ]
     assert (stored["replicaCount"], stored["machineSpec"]) == (1, sent["machineSpec"])
+
+
+def test_an_auto_deadline_on_demand_cannot_meet_is_rejected_with_its_reason(intake, post_event):
+    # Published 2026-11-30T12:00Z (the sample envelope); 24 h of work cannot end by 08:00 next day.
+    body = load("seed_request")
+    body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
+    body.update(deadline="2026-12-01T08:00:00Z", estimatedRunSeconds=86400)
+    response = post_event("handle_job_request", pubsub_cloud_event(body))
+
+    assert response.status_code == 200
+    assert intake.backend.created == []
+    (rejection,) = intake.rejections.documents.values()
+    (error,) = rejection["errors"]
+    assert error["path"] == "deadline"
+    assert error["message"].startswith("cannot be met even on on-demand capacity")

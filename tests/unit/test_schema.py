@@ -11,7 +11,7 @@ import pytest
 
 from shared.domain import schema as schema_module
 from shared.domain.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
-from shared.domain.request import KINDS
+from shared.domain.request import ENVELOPE_FIELDS, KINDS
 from shared.domain.scheduling import STRATEGIES
 from shared.domain.schema import build_schema
 from shared.domain.validation import CUSTOM_TASK_DEFINITION
@@ -49,8 +49,14 @@ def test_schema_header_and_envelope():
         "checkpointUri",
         "totalSteps",
         "schedule",
+        "deadline",
+        "estimatedRunSeconds",
+        "checkpointIntervalSeconds",
+        "restartOverheadSeconds",
         *KINDS,
     }
+    # Every field the parser takes, and no other.
+    assert set(schema["properties"]) == ENVELOPE_FIELDS
     assert schema["oneOf"] == [{"required": [kind]} for kind in KINDS]
 
 
@@ -61,7 +67,7 @@ def test_enums_come_from_the_code():
     assert accelerator[0]["enum"] == [*ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR]
     assert accelerator[1] == {"type": "integer", "minimum": 0}
     strategy = defs["Scheduling"]["properties"]["strategy"]["anyOf"][0]
-    assert strategy["enum"] == [*STRATEGIES, "STRATEGY_UNSPECIFIED"]
+    assert strategy["enum"] == [*STRATEGIES, "AUTO", "STRATEGY_UNSPECIFIED"]
     task = defs["TrainingPipeline"]["properties"]["trainingTaskDefinition"]
     assert task["const"] == CUSTOM_TASK_DEFINITION
     assert defs["DedicatedResources"]["properties"]["spot"]["const"] is True

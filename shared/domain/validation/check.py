@@ -9,8 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 from shared.domain.attempts import attempt_spec
-from shared.domain.request import KINDS, TRAINING_KINDS, JobRequest, check_options
+from shared.domain.request import KINDS, TRAINING_KINDS, JobRequest, check_options, strategy_path
 from shared.domain.retry import check_fallback, placement_for
+from shared.domain.scheduling import AUTO, STRATEGIES
 from shared.domain.validation.deployments import check_deploy_model
 from shared.domain.validation.guards import Guards
 from shared.domain.validation.readers import Context
@@ -67,7 +68,11 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
         ['customJob.jobSpec.scheduling.strategy']
     """
     errors = _check_body(request, guards)
-    return [*errors, *_check_rungs(request, guards, errors)]
+    return [
+        *errors,
+        *_check_rungs(request, guards, errors),
+        *_check_auto_choices(request, guards, errors),
+    ]
 
 
 def _check_body(request: JobRequest, guards: Guards) -> list[FieldError]:
@@ -85,6 +90,42 @@ def _check_body(request: JobRequest, guards: Guards) -> list[FieldError]:
     return ctx.errors
 
 
+def _check_auto_choices(
+    request: JobRequest, guards: Guards, known: list[FieldError]
+) -> list[FieldError]:
+    """Check an AUTO request as each attempt its policy may produce.
+
+    AUTO may run any attempt as FLEX_START, SPOT or STANDARD, so the body must be valid under
+    each: a T4 (not a DWS GPU) or a 30-day ``timeout`` would make a FLEX_START attempt invalid
+    days later. Reported at ``scheduling.strategy``, once per problem, as for fallback rungs.
+    """
+    if getattr(request, "kind", None) not in TRAINING_KINDS or request.strategy != AUTO:
+        return []
+    seen = {(e.path, e.message) for e in known}
+    errors: list[FieldError] = []
+    for strategy in STRATEGIES:
+        spec = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=request.request_id,
+            attempt=1,
+            resume_from=None,
+            strategy=strategy,
+        )
+        for error in _check_body(replace(request, spec=spec), guards):
+            if (error.path, error.message) in seen:
+                continue
+            seen.add((error.path, error.message))
+            errors.append(
+                FieldError(
+                    strategy_path(request.kind),
+                    f"AUTO may run an attempt as {strategy}, and that attempt is invalid: "
+                    f"{error.path}: {error.message}",
+                )
+            )
+    return errors
+
+
 def _check_rungs(request: JobRequest, guards: Guards, known: list[FieldError]) -> list[FieldError]:
     """Check each ``fallback`` rung as the attempt it would produce.
 
@@ -99,8 +140,9 @@ def _check_rungs(request: JobRequest, guards: Guards, known: list[FieldError]) -
         getattr(request, "kind", None) not in TRAINING_KINDS
         or not fallback
         or check_fallback(fallback)
+        or request.strategy == AUTO
     ):
-        return []  # no ladder, or check_options reports what is wrong with it
+        return []  # no ladder, or check_options reports what is wrong with it (AUTO takes none)
     seen = {(e.path, e.message) for e in known}
     base_strategy = request.strategy
     base_location = request.location or ""

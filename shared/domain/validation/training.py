@@ -13,6 +13,7 @@ from typing import Any, Final
 from shared.domain.field_policy import check_field_policy
 from shared.domain.request import MAX_DISPLAY_NAME
 from shared.domain.scheduling import (
+    AUTO,
     DEFAULT_STRATEGY,
     DEPRECATED_STRATEGIES,
     MAX_DWS_TIMEOUT_SECONDS,
@@ -146,10 +147,16 @@ def _check_scheduling(ctx: Context, node: Any, path: str) -> str | None:
         return None
     strategy = _check_strategy(ctx, node.get("strategy", DEFAULT_STRATEGY), f"{path}.strategy")
     read_duration(ctx, node, "maxWaitDuration", path, allow_zero=True)
+    if node.get("maxWaitDuration") is not None and strategy == AUTO:
+        ctx.add(
+            f"{path}.maxWaitDuration",
+            "is chosen per attempt under AUTO (the longest wait that still leaves an on-demand "
+            "attempt time to meet the deadline); remove it",
+        )
     # Vertex documents maxWaitDuration as applying only when the strategy is FLEX_START; under
     # SPOT or STANDARD it would be silently ignored, so a request carrying it has a wrong
     # expectation about how long it may queue. Refusing it says so now.
-    if node.get("maxWaitDuration") is not None and strategy not in (None, "FLEX_START"):
+    elif node.get("maxWaitDuration") is not None and strategy not in (None, "FLEX_START"):
         ctx.add(
             f"{path}.maxWaitDuration",
             f"only applies to FLEX_START (DWS), not {strategy}; remove it or set strategy to "
@@ -168,7 +175,9 @@ def _check_scheduling(ctx: Context, node: Any, path: str) -> str | None:
 
 
 def _check_strategy(ctx: Context, raw: Any, path: str) -> str | None:
-    if isinstance(raw, str) and raw in STRATEGIES:
+    # AUTO passes here; the rules of each strategy it may choose are checked on the attempt
+    # that choice produces (shared.domain.validation.check).
+    if isinstance(raw, str) and raw in (*STRATEGIES, AUTO):
         return raw
     if not isinstance(raw, str):
         ctx.add(path, f"must be one of {', '.join(STRATEGIES)}, not {kind_of(raw)}")
@@ -181,7 +190,8 @@ def _check_strategy(ctx: Context, raw: Any, path: str) -> str | None:
     else:
         ctx.add(
             path,
-            f"unknown strategy {show(raw)}; use FLEX_START (DWS, the default), SPOT or STANDARD",
+            f"unknown strategy {show(raw)}; use FLEX_START (DWS, the default), SPOT, STANDARD "
+            "or AUTO (flexjobs chooses per attempt, to meet a deadline)",
         )
     return None
 
