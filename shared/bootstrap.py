@@ -66,6 +66,7 @@ def build_intake(
         clock=clock,
         deployments=deployments,
         retry=retry_policy(settings, classify=False),
+        prices=PriceTable.default(),
     )
 
 

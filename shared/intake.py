@@ -19,7 +19,10 @@ from shared.cancel import cancel_job
 from shared.commands import CancelJob, CreateJob, DeployModel, SubmitJob
 from shared.config import Settings
 from shared.deployments import Deployments, submit_deployment
+from shared.domain.attempts import gpu_shape
+from shared.domain.capacity import Situation, situation_for_first_attempt
 from shared.domain.deployments import KIND as DEPLOY_KIND
+from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.records import tombstone_claimed
 from shared.domain.request import (
@@ -31,6 +34,7 @@ from shared.domain.request import (
 )
 from shared.domain.retry import RetryPolicy
 from shared.domain.schedule import check_not_ahead
+from shared.domain.scheduling import AUTO
 from shared.domain.validation import Validator
 from shared.domain.values import clip
 from shared.errors import FieldError, InvalidRequest
@@ -39,7 +43,7 @@ from shared.logs import get_logger, request_context
 from shared.ports import Claim, JobBackend, Notifier, RejectionLog
 from shared.repository import JobRecords
 from shared.series import take_slot
-from shared.submission import AttemptPlan, submit_attempt
+from shared.submission import AttemptPlan, decided_plan, submit_attempt
 
 __all__ = ["Intake", "Outcome", "submit_job"]
 
@@ -65,6 +69,8 @@ class Intake:
     deployments: Deployments | None = None
     # The retry policy: its backoff spaces the creates parked for quota.
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Prices, for the capacity policy of AUTO requests; None leaves it no price to weigh.
+    prices: PriceTable | None = None
 
     def backoff(self, retry_number: int) -> float:
         """Seconds before a parked submission is tried again (full jitter, capped)."""
@@ -150,10 +156,26 @@ def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
 
         location = request.location or intake.settings.location
         plan = AttemptPlan(attempt=1, strategy=request.strategy, location=location)
+        if request.strategy == AUTO:
+            plan = decided_plan(1, location, _first_situation(request, intake))
         outcome = submit_attempt(request, plan, claim, intake)
         if existing:
             return _already_claimed(request, existing[0], intake)
         return outcome
+
+
+def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:
+    """What the capacity policy knows of an AUTO request's attempt 1: nothing done yet."""
+    accelerator, _gpus = gpu_shape(request.kind, request.spec)
+    now = intake.clock()
+    return situation_for_first_attempt(
+        request.options,
+        accelerator,
+        origin=request.published_at or now,
+        now=now,
+        prices=intake.prices,
+        budgets=intake.retry.for_request(request.options.get("retryPolicy")).budgets,
+    )
 
 
 def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:

@@ -7,6 +7,7 @@ changes a job's state and never starts a retry.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 from shared.commands import Reconcile, TrackJob
 from shared.config import Settings
 from shared.deployments import Deployments, refresh_deployments
+from shared.domain.capacity import Situation, situation_from_record
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.hints import HintAction, parse_hint, read_start
 from shared.domain.ids import LABEL_REQUEST
@@ -36,6 +38,7 @@ from shared.domain.records import (
 from shared.domain.recovery import settle, work_lost_seconds
 from shared.domain.request import JobRequest
 from shared.domain.retry import RetryPolicy
+from shared.domain.scheduling import AUTO
 from shared.domain.values import parse_rfc3339
 from shared.errors import HintDeferred
 from shared.exactly_once import Outcome
@@ -46,6 +49,7 @@ from shared.submission import (
     AttemptPlan,
     Prepared,
     cancel_until_confirmed,
+    decided_plan,
     drive_cancels,
     flush_outbox,
     submit_attempt,
@@ -231,16 +235,30 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
             )
 
         placement = next_placement(record, settings.location)
-        plan = AttemptPlan(
-            attempt=attempt,
-            strategy=placement.strategy,
-            location=placement.location,
-            prepare=lambda: _prepare(tracker, request_id, record, attempt),
-        )
         request = JobRequest(
             request_id, str(record.kind), record.request, location=placement.location
         )
+        prepare = functools.partial(_prepare, tracker, request_id, record, attempt)
+        if request.strategy == AUTO:
+            plan = decided_plan(
+                attempt, placement.location, _retry_situation(tracker, record, attempt), prepare
+            )
+        else:
+            plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
         return submit_attempt(request, plan, claim, tracker)
+
+
+def _retry_situation(tracker: Tracker, record: JobRecord, attempt: int) -> Situation | None:
+    """What the capacity policy knows of an AUTO request before attempt ``attempt``: its
+    record's progress and the attempts that ended (read here: AUTO requests only)."""
+    ended = [tracker.store.get_attempt(record.request_id, n) or {} for n in range(1, attempt)]
+    return situation_from_record(
+        record,
+        ended,
+        tracker.clock(),
+        tracker.prices,
+        budgets=tracker.retry.for_request(record.options.get("retryPolicy")).budgets,
+    )
 
 
 def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int) -> Prepared:

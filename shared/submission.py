@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from shared.domain.attempts import attempt_spec
+from shared.domain.capacity import Situation, decide
 from shared.domain.ids import LABEL_REQUEST, label_value, labels_for
 from shared.domain.jobs import Change, VertexJob, adoptable
 from shared.domain.record import JobRecord
@@ -44,6 +45,37 @@ class AttemptPlan:
     strategy: str
     location: str
     prepare: Callable[[], Prepared] = Prepared
+    # FLEX_START's maxWaitDuration when the capacity policy chose it (AUTO); None: the body's.
+    max_wait_seconds: int | None = None
+
+
+def decided_plan(
+    attempt: int,
+    location: str,
+    situation: Situation | None,
+    prepare: Callable[[], Prepared] = Prepared,
+) -> AttemptPlan:
+    """The plan of an AUTO request's attempt: the capacity policy's strategy and max wait,
+    with the decision recorded on the record (``capacity``) when the attempt is.
+
+    A record whose deadline fields cannot be read any more (hand-edited) runs on STANDARD:
+    the one choice that cannot lose the job to capacity.
+    """
+    if situation is None:
+        log.warning("AUTO request without a usable deadline: attempt runs on STANDARD")
+        return AttemptPlan(attempt, "STANDARD", location, prepare)
+    decision = decide(situation)
+    fields = {"maxWaitSeconds": decision.max_wait_seconds, "capacity": decision.to_dict()}
+    log.info(
+        f"capacity for attempt {attempt}: {decision.strategy}",
+        extra={"fields": {"reason": decision.reason, "maxWait": decision.max_wait_seconds}},
+    )
+
+    def prepared() -> Prepared:
+        made = prepare()
+        return replace(made, record_extra={**made.record_extra, **fields})
+
+    return AttemptPlan(attempt, decision.strategy, location, prepared, decision.max_wait_seconds)
 
 
 class AttemptPorts(Protocol):
@@ -102,6 +134,7 @@ def submit_attempt(
             attempt=plan.attempt,
             resume_from=prepared().resume_from,
             strategy=plan.strategy,
+            max_wait_seconds=plan.max_wait_seconds,
         )
         return backend.create(replace(request, spec=body), labels, plan.location)
 

@@ -563,3 +563,65 @@ def test_cancel_while_retrying_keeps_how_the_ended_attempt_ended(tracker, clock,
     assert current(tracker)["state"] == "CANCELLED"
     attempt = tracker.store.get_attempt(SEED, 1)
     assert (attempt["state"], attempt["errorClass"]) == ("FAILED", "preempted")
+
+
+# --- AUTO: the capacity policy chooses each attempt ---------------------------------------
+
+
+def test_auto_attempts_run_on_what_the_policy_chose_and_record_why(
+    intake, tracker, clock, post_event
+):
+    intake.prices = tracker.prices
+    body = load("seed_request")
+    body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
+    body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": OUTPUT}
+    # Published 2026-11-30T12:00Z (the sample envelope): 4 h of work, due in 3 days.
+    body.update(
+        deadline="2026-12-03T12:00:00Z",
+        estimatedRunSeconds=4 * 3600,
+        checkpointIntervalSeconds=600,
+        restartOverheadSeconds=300,
+    )
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+
+    record = current(tracker)
+    first = record["vertexJob"]
+    (request, _labels), *_ = tracker.backend.created
+    sent = request.spec["jobSpec"]["scheduling"]["strategy"]
+    # Plenty of slack: the cheapest capacity, never AUTO itself (Vertex does not know it).
+    assert sent in ("SPOT", "FLEX_START") and record["strategy"] == sent
+    assert record["capacity"]["strategy"] == sent and record["capacity"]["reason"]
+
+    run(tracker, clock, first)
+    assert hint(post_event, clock, first) == 200
+    tracker.checkpoints.commit(CHECKPOINTS, 100, clock.advance(600))
+    end(tracker, clock, first, "JOB_STATE_FAILED", PREEMPTED, code=14)
+    assert hint(post_event, clock, first) == 200
+
+    record = current(tracker)
+    assert record["attempt"] == 2
+    retry, _labels = tracker.backend.created[1]
+    chosen = retry.spec["jobSpec"]["scheduling"]["strategy"]
+    assert chosen in ("SPOT", "FLEX_START", "STANDARD")
+    assert record["capacity"]["strategy"] == chosen == record["strategy"]
+    if chosen == "FLEX_START":
+        assert retry.spec["jobSpec"]["scheduling"]["maxWaitDuration"] == (
+            f"{record['capacity']['maxWaitSeconds']}s"
+        )
+
+
+def test_auto_with_the_slack_gone_runs_on_demand(intake, tracker, clock, post_event):
+    intake.prices = tracker.prices
+    body = load("seed_request")
+    body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
+    # 24 h of work due in 24 h 20 min of the publish: only on-demand can still make it.
+    body.update(
+        deadline="2026-12-01T12:20:00Z",
+        estimatedRunSeconds=86400,
+        restartOverheadSeconds=300,
+    )
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+
+    (request, _labels), *_ = tracker.backend.created
+    assert request.spec["jobSpec"]["scheduling"]["strategy"] == "STANDARD"
+    assert current(tracker)["capacity"]["strategy"] == "STANDARD"
