@@ -302,7 +302,13 @@ class JobRecords:
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
-        self.transact(request_id, lambda cur: _same(cur, {"lastReadAt": now, "hintPending": False}))
+        self.transact(
+            request_id,
+            lambda cur: _same(
+                cur,
+                {"lastReadAt": now, "previousReadAt": cur.last_read_at, "hintPending": False},
+            ),
+        )
 
     def release_reader(self, request_id: str) -> None:
         """Drop the read lease (after a failed read), so the next hint reads at once."""

@@ -218,8 +218,12 @@ def parked(
     }
     if state is not JobState.RETRYING:
         fields.update(state=JobState.QUEUED.value, attempt=attempt, vertexJob=None)
+    # The claim is expired, not deleted: an earlier delivery of this attempt may have made a
+    # job whose create's outcome was unknown, so the next claim of it must look that up.
+    held = record.claim
+    fields["claim"] = {"token": held.token if held else None, "expiresAt": now, "attempt": attempt}
     new_state = JobState(fields.get("state", state.value))
-    return Change(state=new_state, record=fields, deletes=("claim",))
+    return Change(state=new_state, record=fields)
 
 
 #: At most this many Vertex jobs wait on one record for their cancel to be confirmed.

@@ -138,7 +138,8 @@ def test_quota_parks_the_request_and_the_tick_submits_it(tracker, clock, post_ev
     record = current(tracker)
     assert (record["state"], record["reason"], record["vertexJob"]) == ("QUEUED", "quota", None)
     assert record["nextAttemptAt"] > clock.now
-    assert "claim" not in record
+    # Expired, naming its attempt: the tick's claim of it looks up what a delivery made.
+    assert record["claim"]["expiresAt"] <= clock() and record["claim"]["attempt"] == 1
     tracker.backend.fail_with = None
 
     assert tick(post_event, clock, 3600) == 200

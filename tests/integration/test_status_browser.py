@@ -200,7 +200,15 @@ def test_filters_and_errors_in_a_real_browser(browser, stack):
     assert not browser.find_elements(By.CSS_SELECTOR, ".problems b")  # the value stayed text
 
     browser.get(stack.status_page_url)
-    browser.find_element(By.CSS_SELECTOR, "input[name='state'][value='RUNNING']").click()
+    running = "input[name='state'][value='RUNNING']"
+    # Once (in CI, on a loaded machine) this box was not found: wait for it, and say what the
+    # browser showed instead if it never comes.
+    wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, running),
+        timeout=20,
+        what=f"the state filter on {browser.title!r}: {browser.page_source[:1500]}",
+    )
+    browser.find_element(By.CSS_SELECTOR, running).click()
     browser.find_element(By.CSS_SELECTOR, "select[name='age'] option[value='24h']").click()
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
     # The form submits to this page (CSP form-action 'self'); the click returns before that.

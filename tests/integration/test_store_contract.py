@@ -857,16 +857,19 @@ def test_read_leases_coalesce_hints(jobs, unique):
     )
     # published well before the read began: that read saw it
     assert jobs.begin_read(rid, at(101), window, at(95))[:2] == (HintAction.COVERED, at(100))
-    # inside the window: the first becomes the trailing reader, the next ones wait on it
-    assert jobs.begin_read(rid, at(102), window, at(101))[:2] == (HintAction.TRAIL, at(100))
+    # inside the window: a second read begins at once (a second change soon after a read)
+    assert jobs.begin_read(rid, at(101.5), window, at(101))[:2] == (HintAction.READ, at(100))
+    assert jobs.store.get(rid)["previousReadAt"] == at(100)
+    # the third becomes the trailing reader, the next ones wait on it
+    assert jobs.begin_read(rid, at(102), window, at(101.8))[:2] == (HintAction.TRAIL, at(101.5))
     assert jobs.store.get(rid)["hintPending"] is True
-    assert jobs.begin_read(rid, at(103), window, at(102))[:2] == (HintAction.PENDING, at(100))
-    assert jobs.store.get(rid)["lastReadAt"] == at(100)
+    assert jobs.begin_read(rid, at(103), window, at(102))[:2] == (HintAction.PENDING, at(101.5))
+    assert jobs.store.get(rid)["lastReadAt"] == at(101.5)
 
     jobs.renew_read(rid, at(110))
-    assert (
-        jobs.store.get(rid)["lastReadAt"] == at(110) and jobs.store.get(rid)["hintPending"] is False
-    )
+    record = jobs.store.get(rid)
+    assert record["lastReadAt"] == at(110) and record["hintPending"] is False
+    assert record["previousReadAt"] == at(101.5)  # the trailing read counts in its window
     # the window of the trailing read closed: the next hint reads again
     assert jobs.begin_read(rid, at(121), window, at(120))[:2] == (HintAction.READ, at(110))
     assert jobs.store.get(rid)["lastReadAt"] == at(121)
