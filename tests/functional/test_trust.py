@@ -141,6 +141,7 @@ def test_quota_parks_the_request_and_the_tick_submits_it(tracker, clock, post_ev
     # Expired, naming its attempt: the tick's claim of it looks up what a delivery made.
     assert record["claim"]["expiresAt"] <= clock() and record["claim"]["attempt"] == 1
     tracker.backend.fail_with = None
+    tracker.backend.calls.clear()
 
     assert tick(post_event, clock, 3600) == 200
 
@@ -150,6 +151,9 @@ def test_quota_parks_the_request_and_the_tick_submits_it(tracker, clock, post_ev
     assert record["reason"] is None
     assert len(tracker.backend.created) == 1
     assert states(tracker.notifier) == []
+    # Not a first claim of attempt 1: an earlier delivery's create of unknown outcome could
+    # have made a job, so the tick looked it up before creating.
+    assert tracker.backend.calls["find"] == 1
 
 
 def test_quota_on_a_retry_keeps_it_retrying_with_backoff(tracker, clock, post_event):
