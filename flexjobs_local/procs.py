@@ -131,3 +131,24 @@ def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so ``with LocalStack(...)`` blocks still stop their
     children when this process is terminated (the default handler skips ``finally``)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def cpu_seconds_by_group() -> dict[int, float]:
+    """CPU seconds (user + system) used so far by every live process, summed per process
+    group, from Linux's /proc: the benchmarks' account of where the machine's time went.
+    A process that exited is no longer counted, so take both readings while the stack runs."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[int, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                # After the command (in parentheses, which may hold spaces): state, ppid, pgrp,
+                # ..., utime and stime at fields 14 and 15 of stat(5).
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        group = int(fields[2])
+        used[group] = used.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return used

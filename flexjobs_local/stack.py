@@ -43,6 +43,9 @@ STATUS_PAGE = "status_page"
 # Served with functions-framework's ``http`` signature; every other entry point takes CloudEvents.
 HTTP_FUNCTIONS = frozenset({STATUS_PAGE})
 TICKS_TOPIC = "scheduler-ticks"
+# Each function server's thread count, and so how many messages of a subscription the push
+# bridge has in flight: a gen2 function's concurrency, in production.
+FUNCTION_THREADS = 64
 NOTIFICATIONS_TAP = "job-notifications-tap"
 
 
@@ -194,7 +197,21 @@ class LocalStack:
         procs.wait_until(storage, procs.log_contains(storage, "STORAGE READY"), 60)
         procs.wait_until(vertex, procs.log_contains(vertex, "SIMULATOR READY"), 60)
         self._start_functions(base_env)
-        self._create_topics()
+        routes = self._create_topics()
+        if routes:
+            push = self._start(
+                "push",
+                [
+                    sys.executable,
+                    "-m",
+                    "flexjobs_local.push_bridge",
+                    f"--concurrency={FUNCTION_THREADS}",
+                    f"--ack-deadline={cfg.ack_deadline_seconds}",
+                    *routes,
+                ],
+                base_env,
+            )
+            procs.wait_until(push, procs.log_contains(push, "PUSH READY"), 60)
         if cfg.tick_seconds:
             scheduler = self._start(
                 "scheduler",
@@ -219,7 +236,12 @@ class LocalStack:
         # THREADS is functions-framework's gunicorn thread count: like a gen2 function's
         # concurrency setting, it lets a job's hint reader wait out its window without
         # holding up other deliveries.
-        env = {"THREADS": "64", **base_env, **self.config.function_env, "PYTHONUNBUFFERED": "1"}
+        env = {
+            "THREADS": str(FUNCTION_THREADS),
+            **base_env,
+            **self.config.function_env,
+            "PYTHONUNBUFFERED": "1",
+        }
         started = []
         for target in self.config.functions:
             port = self.ports[target]
@@ -266,7 +288,8 @@ class LocalStack:
             )
         return self._pubsub
 
-    def _create_topics(self) -> None:
+    def _create_topics(self) -> list[str]:
+        """Create the topics and subscriptions; returns the push bridge's ``--route`` flags."""
         cfg = self.config
         publisher, subscriber = self.pubsub_clients()
         topics = {
@@ -277,6 +300,7 @@ class LocalStack:
         }
         for topic in topics.values():
             publisher.create_topic(name=publisher.topic_path(cfg.project, topic))
+        routes: list[str] = []
         for target in cfg.functions:
             key = FUNCTIONS[target]
             if key is None:
@@ -285,22 +309,22 @@ class LocalStack:
             endpoint = (
                 f"http://127.0.0.1:{self.ports[target]}/projects/{cfg.project}/topics/{topic}"
             )
+            # A pull subscription, delivered as push by the push bridge (see its docstring:
+            # the emulator's own push holds about two messages in flight).
+            subscription = subscriber.subscription_path(cfg.project, f"{topic}-{target}")
             subscriber.create_subscription(
                 request={
-                    "name": subscriber.subscription_path(cfg.project, f"{topic}-{target}"),
+                    "name": subscription,
                     "topic": publisher.topic_path(cfg.project, topic),
-                    "push_config": {"push_endpoint": endpoint},
                     "ack_deadline_seconds": cfg.ack_deadline_seconds,
-                    "retry_policy": {
-                        "minimum_backoff": {"seconds": 1},
-                        "maximum_backoff": {"seconds": 10},
-                    },
                 }
             )
+            routes.append(f"--route={subscription}={endpoint}")
         subscriber.create_subscription(
             name=subscriber.subscription_path(cfg.project, NOTIFICATIONS_TAP),
             topic=publisher.topic_path(cfg.project, cfg.notifications_topic),
         )
+        return routes
 
     def stop(self) -> None:
         """Stop everything this stack started, newest first, and remove its work folder."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
@@ -16,3 +18,45 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "con
             return value
         time.sleep(0.25)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Receiver:
+    """An HTTP endpoint standing in for a function: records each POST; answers the statuses
+    queued in ``answers`` first, then 204, each after ``delay`` seconds; ``peak`` is the most
+    POSTs it held at once."""
+
+    def __init__(self, port: int = 0, delay: float = 0.0) -> None:
+        self.posts: list[tuple[dict[str, str], bytes]] = []
+        self.answers: list[int] = []
+        self.delay = delay
+        self.peak = 0
+        self._held = 0
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver._lock:
+                    receiver.posts.append((dict(self.headers.items()), body))
+                    status = receiver.answers.pop(0) if receiver.answers else 204
+                    receiver._held += 1
+                    receiver.peak = max(receiver.peak, receiver._held)
+                time.sleep(receiver.delay)
+                with receiver._lock:
+                    receiver._held -= 1
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

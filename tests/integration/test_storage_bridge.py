@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -27,7 +25,7 @@ from google.cloud import storage
 
 from flexjobs_local import procs
 from flexjobs_local.storage_bridge import FINALIZED, encode_body
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import Receiver, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,39 +51,6 @@ OBJECT_FIELDS = {
     "etag",
     "mediaLink",
 }
-
-
-class Receiver:
-    """An HTTP endpoint standing in for handle_upload: records each POST; answers the
-    statuses queued in ``answers`` first, then 204."""
-
-    def __init__(self, port: int = 0) -> None:
-        self.posts: list[tuple[dict[str, str], bytes]] = []
-        self.answers: list[int] = []
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with receiver._lock:
-                    receiver.posts.append((dict(self.headers.items()), body))
-                    status = receiver.answers.pop(0) if receiver.answers else 204
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture

@@ -1,0 +1,202 @@
+"""A stand-in for Pub/Sub push delivery: pull from the emulator, POST each message as a push.
+
+Production subscriptions push to the functions, and push raises its concurrency while the
+endpoint keeps answering 2xx, so a burst reaches a function many messages at once. The
+emulator's own push does not: it holds about two messages of a subscription in flight
+(measured: 100 messages to an endpoint that answers in 100 ms took 5.2 s, at most 2 at once).
+Through it, any throughput figure is one delivery's round trip and any slow handler delays
+every other message. So the stack creates pull subscriptions and this process delivers them
+as push does:
+
+- the body is the push body, in the same shape (``message`` with ``data``,
+  ``attributes``, ``messageId``/``message_id``, ``publishTime``/``publish_time``, and
+  ``subscription``), POSTed to the same endpoint the push subscription would name;
+- a 102, 200, 201, 202 or 204 answer acknowledges (push's success codes); anything else, or no
+  answer within the ack deadline, is redelivered after an exponential backoff (the
+  subscription's retry policy: 1 s doubling to 10 s), so delivery stays at least once;
+- up to ``--concurrency`` messages of each subscription are in flight at once: the functions'
+  thread count (THREADS), as a gen2 function's concurrency bounds production's.
+
+Run by the stack as its own process::
+
+    python -m flexjobs_local.push_bridge --concurrency 64 --ack-deadline 60 \\
+        --route projects/p/subscriptions/s=http://127.0.0.1:8080/projects/p/topics/t
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+
+# What push counts as an acknowledgement.
+ACK_CODES = frozenset({102, 200, 201, 202, 204})
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Route:
+    subscription: str
+    url: str
+
+    @classmethod
+    def parse(cls, text: str) -> Route:
+        subscription, sep, url = text.partition("=")
+        if not sep or not subscription.startswith("projects/") or not url.startswith("http"):
+            raise argparse.ArgumentTypeError(f"expected SUBSCRIPTION=URL, got {text!r}")
+        return cls(subscription, url)
+
+
+def _timestamp(at: datetime) -> str:
+    # Push's shape: UTC, milliseconds, "Z".
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def push_body(
+    subscription: str,
+    *,
+    data: bytes,
+    attributes: dict[str, str],
+    message_id: str,
+    published: datetime,
+) -> dict[str, Any]:
+    """The JSON body push POSTs for one message (both spellings of id and time, as push)."""
+    message: dict[str, Any] = {
+        "attributes": dict(attributes),  # present when empty too, as push sends it
+        "data": base64.b64encode(data).decode("ascii"),
+        "messageId": message_id,
+        "message_id": message_id,
+        "publishTime": _timestamp(published),
+        "publish_time": _timestamp(published),
+    }
+    return {"message": message, "subscription": subscription}
+
+
+class Backoff:
+    """Each unacknowledged message's next delay; forgotten once it is acknowledged, so it holds
+    at most the messages in flight or waiting to be redelivered."""
+
+    def __init__(self) -> None:
+        self._delays: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def next(self, message_id: str) -> float:
+        with self._lock:
+            delay = self._delays.get(message_id, FIRST_BACKOFF_SECONDS)
+            self._delays[message_id] = min(delay * 2, MAX_BACKOFF_SECONDS)
+            return delay
+
+    def forget(self, message_id: str) -> None:
+        with self._lock:
+            self._delays.pop(message_id, None)
+
+
+class Deliverer:
+    """POSTs one route's messages; the subscriber's threads call it, one message each.
+
+    The client library's streaming pull holds each message's lease until it is acknowledged
+    or nacked, and its flow control bounds the messages in flight, as a push subscription's
+    concurrency would.
+    """
+
+    def __init__(self, route: Route, ack_deadline: float, backoff: Backoff) -> None:
+        self.route = route
+        self.ack_deadline = ack_deadline
+        self.backoff = backoff
+        self._sessions = threading.local()  # keep-alive per thread; Session is not thread-safe
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._sessions, "session", None)
+        if session is None:
+            session = self._sessions.session = requests.Session()
+        return session
+
+    def __call__(self, message: Any) -> None:
+        body = push_body(
+            self.route.subscription,
+            data=message.data,
+            attributes=dict(message.attributes),
+            message_id=message.message_id,
+            published=message.publish_time,
+        )
+        try:
+            # Push waits for an answer up to the ack deadline, then counts the delivery failed.
+            answer = self._session().post(
+                self.route.url,
+                data=json.dumps(body).encode("utf-8"),
+                headers={"Content-Type": "application/json"},
+                timeout=self.ack_deadline,
+            )
+            problem = None if answer.status_code in ACK_CODES else f"HTTP {answer.status_code}"
+        except requests.RequestException as exc:
+            problem = type(exc).__name__
+        if problem is None:
+            self.backoff.forget(message.message_id)
+            message.ack()
+            return
+        delay = self.backoff.next(message.message_id)
+        print(f"retry {message.message_id} in {delay:.0f}s: {problem}", flush=True)
+        # The message stays leased (and counts against the flow control) until the nack, so it
+        # comes back after the backoff, not at once; no delivery thread waits for it.
+        timer = threading.Timer(delay, message.nack)
+        timer.daemon = True
+        timer.start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="flexjobs_local.push_bridge")
+    parser.add_argument("--route", type=Route.parse, action="append", required=True)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--ack-deadline", type=float, default=60.0)
+    args = parser.parse_args(argv)
+
+    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    subscriber = pubsub_v1.SubscriberClient()  # PUBSUB_EMULATOR_HOST, from the stack
+    backoff = Backoff()
+    streams = []
+    for route in args.route:
+        # Leased while the POST runs and through its backoff; past that, the emulator
+        # redelivers it anyway (at least once).
+        flow = pubsub_v1.types.FlowControl(
+            max_messages=args.concurrency,
+            max_lease_duration=args.ack_deadline + MAX_BACKOFF_SECONDS,
+        )
+        pool = ThreadPoolExecutor(args.concurrency, thread_name_prefix="push")
+        streams.append(
+            subscriber.subscribe(
+                route.subscription,
+                Deliverer(route, args.ack_deadline, backoff),
+                flow_control=flow,
+                scheduler=ThreadScheduler(executor=pool),
+            )
+        )
+    print("PUSH READY", flush=True)
+    failed = False
+    while not stop.wait(0.5):
+        for route, stream in zip(args.route, streams, strict=True):
+            if stream.done():  # the client retries what it can: this stream ended for good
+                print(f"{route.subscription} stopped: {stream.exception()}", flush=True)
+                failed = True
+                stop.set()
+    for stream in streams:
+        stream.cancel()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

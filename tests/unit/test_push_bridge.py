@@ -1,0 +1,53 @@
+"""The push bridge's pure parts: the body it POSTs, its routes and its backoff."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from flexjobs_local.push_bridge import Backoff, Route, push_body
+
+SUBSCRIPTION = "projects/p/subscriptions/job-requests-handle_job_request"
+
+
+def test_the_body_spells_id_and_time_both_ways_in_utc_milliseconds():
+    published = datetime(2026, 12, 1, 4, 13, 38, 453911, tzinfo=timezone(timedelta(hours=1)))
+    body = push_body(
+        SUBSCRIPTION, data=b'{"a": 1}', attributes={"k": "v"}, message_id="7", published=published
+    )
+    assert body == {
+        "message": {
+            "attributes": {"k": "v"},
+            "data": base64.b64encode(b'{"a": 1}').decode(),
+            "messageId": "7",
+            "message_id": "7",
+            "publishTime": "2026-12-01T03:13:38.453Z",
+            "publish_time": "2026-12-01T03:13:38.453Z",
+        },
+        "subscription": SUBSCRIPTION,
+    }
+
+
+def test_empty_attributes_are_sent_empty_not_left_out():
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    body = push_body(SUBSCRIPTION, data=b"", attributes={}, message_id="1", published=at)
+    assert body["message"]["attributes"] == {} and body["message"]["data"] == ""
+
+
+def test_a_route_is_a_subscription_and_an_http_url():
+    route = Route.parse(f"{SUBSCRIPTION}=http://127.0.0.1:8080/projects/p/topics/t")
+    assert route == Route(SUBSCRIPTION, "http://127.0.0.1:8080/projects/p/topics/t")
+    for bad in ("no-equals", "s=http://x", f"{SUBSCRIPTION}=ftp://x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            Route.parse(bad)
+
+
+def test_the_backoff_doubles_to_its_cap_per_message_and_starts_over_once_acknowledged():
+    backoff = Backoff()
+    assert [backoff.next("a") for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert backoff.next("b") == 1.0  # each message its own
+    backoff.forget("a")
+    assert backoff.next("a") == 1.0
