@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ ENV_VARS = (
     "FLEXJOBS_UPLOAD_PREFIX",
     "FLEXJOBS_MAX_UPLOAD_BYTES",
     "FLEXJOBS_STATUS_PAGE_SIZE",
+    "FLEXJOBS_AUTO_TIME_SCALE",
 )
 
 
@@ -86,6 +88,9 @@ class Settings:
     max_upload_bytes: int = 8 * 1024 * 1024
     # Rows per page of the status page when its query string names no limit.
     status_page_size: int = 100
+    # Divides the AUTO capacity policy's time constants (shared.domain.capacity.Tuning): 1 for
+    # jobs of hours; the embedded stack's AUTO test runs jobs of a minute at 60.
+    auto_time_scale: float = 1.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -99,6 +104,13 @@ class Settings:
         if not page_size.isascii() or not page_size.isdigit() or not 1 <= int(page_size) <= 1000:
             # Each page reads this many records: refuse a size that would read without bound.
             raise ValueError(f"FLEXJOBS_STATUS_PAGE_SIZE must be 1 to 1000, not {page_size!r}")
+        scale = e.get("FLEXJOBS_AUTO_TIME_SCALE") or "1"
+        try:
+            auto_time_scale = float(scale)
+        except ValueError:
+            auto_time_scale = math.nan
+        if not math.isfinite(auto_time_scale) or auto_time_scale <= 0:
+            raise ValueError(f"FLEXJOBS_AUTO_TIME_SCALE must be a positive number, not {scale!r}")
         return cls(
             project=project,
             location=location,
@@ -122,6 +134,7 @@ class Settings:
             upload_prefix=_folder(e.get("FLEXJOBS_UPLOAD_PREFIX") or "requests/"),
             max_upload_bytes=int(e.get("FLEXJOBS_MAX_UPLOAD_BYTES") or 8 * 1024 * 1024),
             status_page_size=int(page_size),
+            auto_time_scale=auto_time_scale,
         )
 
     @property

@@ -20,7 +20,7 @@ from shared.commands import CancelJob, CreateJob, DeployModel, SubmitJob
 from shared.config import Settings
 from shared.deployments import Deployments, submit_deployment
 from shared.domain.attempts import gpu_shape
-from shared.domain.capacity import Situation, situation_for_first_attempt
+from shared.domain.capacity import Situation, Tuning, situation_for_first_attempt
 from shared.domain.deployments import KIND as DEPLOY_KIND
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
@@ -175,6 +175,7 @@ def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:
         now=now,
         prices=intake.prices,
         budgets=intake.retry.for_request(request.options.get("retryPolicy")).budgets,
+        tuning=Tuning().scaled(intake.settings.auto_time_scale),
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from shared.commands import Reconcile, TrackJob
 from shared.config import Settings
 from shared.deployments import Deployments, refresh_deployments
-from shared.domain.capacity import Situation, situation_from_record
+from shared.domain.capacity import waited_in_vain
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.hints import HintAction, parse_hint, read_start
 from shared.domain.ids import LABEL_REQUEST
@@ -48,11 +48,13 @@ from shared.repository import JobRecords
 from shared.submission import (
     AttemptPlan,
     Prepared,
+    auto_situation,
     cancel_until_confirmed,
     decided_plan,
     drive_cancels,
     flush_outbox,
     submit_attempt,
+    yield_attempt,
 )
 from shared.sweep import Sweep
 
@@ -240,25 +242,11 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
         )
         prepare = functools.partial(_prepare, tracker, request_id, record, attempt)
         if request.strategy == AUTO:
-            plan = decided_plan(
-                attempt, placement.location, _retry_situation(tracker, record, attempt), prepare
-            )
+            situation = auto_situation(tracker, record, before=attempt)
+            plan = decided_plan(attempt, placement.location, situation, prepare)
         else:
             plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
         return submit_attempt(request, plan, claim, tracker)
-
-
-def _retry_situation(tracker: Tracker, record: JobRecord, attempt: int) -> Situation | None:
-    """What the capacity policy knows of an AUTO request before attempt ``attempt``: its
-    record's progress and the attempts that ended (read here: AUTO requests only)."""
-    ended = [tracker.store.get_attempt(record.request_id, n) or {} for n in range(1, attempt)]
-    return situation_from_record(
-        record,
-        ended,
-        tracker.clock(),
-        tracker.prices,
-        budgets=tracker.retry.for_request(record.options.get("retryPolicy")).budgets,
-    )
 
 
 def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int) -> Prepared:
@@ -368,7 +356,13 @@ def _listing_windows(
 def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str | None:
     request_id = record.request_id
     if record.vertex_job == job.name:
-        return settle_then_retry(tracker, request_id, job, record)
+        state = settle_then_retry(tracker, request_id, job, record)
+        reason = waited_in_vain(record, job.name, job.state, tracker.clock())
+        if state is None and reason is not None:
+            # An AUTO attempt queued past its waitUntil: the policy chooses again, with no
+            # retry budget charged (the wait cost nothing but time).
+            yield_attempt(tracker, request_id, job.name, why="gave-up", reason=reason, known=record)
+        return state
     if is_stray(record, job):
         # Created under one of this request's attempts but not the job its record follows (a
         # create that landed after its claim expired, a crash after a cancel): nothing will

@@ -343,13 +343,16 @@ class JobRecords:
         """The active records whose checkpoints go under ``prefix``."""
         return [JobRecord.decode(r) for r in self.store.with_checkpoint_prefix(prefix)]
 
-    def record_checkpoint(self, request_id: str, checkpoint: Checkpoint, now: datetime) -> bool:
+    def record_checkpoint(
+        self, request_id: str, checkpoint: Checkpoint, now: datetime
+    ) -> JobRecord | None:
         """Record a checkpoint an upload completed, when it is news (see
-        :func:`~shared.domain.records.checkpoint_progress`); True when written."""
-        change = self.transact(
+        :func:`~shared.domain.records.checkpoint_progress`); the record after it, or None when
+        nothing was written."""
+        written = self.write(
             request_id, lambda current: checkpoint_progress(current, checkpoint, now)
         )
-        return change is not None
+        return None if written is None or written.change is None else written.record
 
     def drop_from_outbox(
         self, request_id: str, sent: list[dict[str, Any]], known: Stored | None = None

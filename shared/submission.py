@@ -13,13 +13,29 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from shared.config import Settings
 from shared.domain.attempts import attempt_spec
-from shared.domain.capacity import Situation, decide
+from shared.domain.capacity import (
+    STANDARD,
+    Situation,
+    Tuning,
+    decide,
+    situation_from_record,
+    switch_from_on_demand,
+)
 from shared.domain.ids import LABEL_REQUEST, label_value, labels_for
-from shared.domain.jobs import Change, VertexJob, adoptable
+from shared.domain.jobs import Change, JobState, VertexJob, adoptable
+from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
-from shared.domain.recovery import cancels_confirmed, cancels_pending, failed, parked
+from shared.domain.recovery import (
+    cancels_confirmed,
+    cancels_pending,
+    failed,
+    parked,
+    yield_requested,
+)
 from shared.domain.request import JobRequest
+from shared.domain.retry import RetryPolicy
 from shared.errors import BackendRejected, FlexjobsError, QuotaExhausted
 from shared.exactly_once import Creation, Outcome, Ticket, create_once
 from shared.logs import get_logger
@@ -94,6 +110,37 @@ class AttemptPorts(Protocol):
     def clock(self) -> Callable[[], datetime]: ...
 
     def backoff(self, retry_number: int) -> float: ...
+
+
+class CapacityPorts(AttemptPorts, Protocol):
+    """What asking the capacity policy needs besides: settings, retry budgets and prices."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def retry(self) -> RetryPolicy: ...
+
+    @property
+    def prices(self) -> PriceTable | None: ...
+
+
+def auto_situation(
+    ports: CapacityPorts, record: JobRecord, before: int, running: str | None = None
+) -> Situation | None:
+    """What the capacity policy knows of an AUTO record: its progress, and attempts 1 to
+    ``before - 1``, which ended (their documents read here: AUTO records only). ``running``:
+    the strategy of the attempt running now, when asked at one of its checkpoints."""
+    ended = [ports.store.get_attempt(record.request_id, n) or {} for n in range(1, before)]
+    return situation_from_record(
+        record,
+        ended,
+        ports.clock(),
+        ports.prices,
+        budgets=ports.retry.for_request(record.options.get("retryPolicy")).budgets,
+        running=running,
+        tuning=Tuning().scaled(ports.settings.auto_time_scale),
+    )
 
 
 def submit_attempt(
@@ -220,6 +267,64 @@ def cancel_until_confirmed(ports: AttemptPorts, request_id: str, names: list[str
         return []
     ports.store.transact(request_id, lambda rec: cancels_pending(rec, names, ports.clock()))
     return drive_cancels(ports, request_id, names)
+
+
+def yield_attempt(
+    ports: AttemptPorts,
+    request_id: str,
+    job_name: str,
+    *,
+    why: str,
+    reason: str,
+    known: JobRecord | None = None,
+) -> bool:
+    """End the attempt running ``job_name`` by choice (AUTO's capacity policy): mark it and
+    keep the job pending cancel in one write, then cancel it. Its CANCELLED end is settled as
+    a switch (:func:`~shared.domain.recovery.settle`): the next attempt is due at once and no
+    retry budget is charged. True when this call marked it.
+
+    A crash after the write leaves the cancel pending on the record, for the tick; a job that
+    starts running meanwhile is still cancelled, and its retry resumes from its checkpoint.
+    """
+    now = ports.clock()
+    written = ports.store.write(
+        request_id,
+        lambda rec: yield_requested(rec, job_name, why, reason, now),
+        known.stored if known is not None else None,
+    )
+    if written is None or written.change is None:
+        return False
+    log.info(f"attempt ended by choice: {reason}", extra={"fields": {"vertexJob": job_name}})
+    drive_cancels(ports, request_id, [job_name])
+    return True
+
+
+def leave_on_demand(ports: CapacityPorts, record: JobRecord) -> bool:
+    """At a checkpoint of an AUTO request's running on-demand attempt (``record``, with the
+    checkpoint just recorded), ask the capacity policy whether to leave it for cheaper
+    capacity; if so, end it by choice (:func:`yield_attempt`). True when it did.
+
+    Only attempts AUTO put on on-demand are asked, and not once it said on-demand to the end
+    (``capacity.final``): Spot and FLEX_START attempts are never left by choice.
+    """
+    if record.strategy != STANDARD or record.state is not JobState.RUNNING:
+        return False
+    if not record.capacity or record.capacity.get("final") or not record.vertex_job:
+        return False
+    if record.yielding or record.cancel_requested:
+        return False
+    situation = auto_situation(ports, record, before=record.attempt, running=STANDARD)
+    decision = switch_from_on_demand(situation) if situation is not None else None
+    if decision is None:
+        return False
+    return yield_attempt(
+        ports,
+        record.request_id,
+        record.vertex_job,
+        why="switch",
+        reason=f"left on-demand at a checkpoint: {decision.reason}",
+        known=record,
+    )
 
 
 def drive_cancels(ports: AttemptPorts, request_id: str, names: list[str]) -> list[str]:

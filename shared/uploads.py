@@ -31,6 +31,7 @@ from shared.exactly_once import Outcome
 from shared.intake import Intake, reject, submit_job
 from shared.logs import get_logger
 from shared.ports import StoredObjects
+from shared.submission import leave_on_demand
 
 log = get_logger("uploads")
 
@@ -141,17 +142,19 @@ def record_progress(prefix: str, checkpoint: Checkpoint, intake: Intake) -> tupl
     """Record a completed checkpoint on the active jobs writing under ``prefix``."""
     now = intake.clock()
     watchers = intake.store.watching(prefix)
-    progressed = tuple(
-        record.request_id
-        for record in watchers
-        if intake.store.record_checkpoint(record.request_id, checkpoint, now)
-    )
-    fields = {"uri": checkpoint.uri, "step": checkpoint.step, "jobs": list(progressed)}
+    progressed = []
+    for record in watchers:
+        after = intake.store.record_checkpoint(record.request_id, checkpoint, now)
+        if after is not None:
+            progressed.append(record.request_id)
+            # Just after a checkpoint, leaving an on-demand attempt loses next to nothing.
+            leave_on_demand(intake, after)
+    fields = {"uri": checkpoint.uri, "step": checkpoint.step, "jobs": progressed}
     if watchers:
         log.info("checkpoint recorded", extra={"fields": fields})
     else:
         log.debug("checkpoint of no active job: acknowledged", extra={"fields": fields})
-    return progressed
+    return tuple(progressed)
 
 
 def _submission(obj: StoredObject, part: FileMessage) -> SubmitJob:

@@ -53,11 +53,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from shared.domain.deadlines import DeadlineOptions
+from shared.domain.jobs import JobState, from_vertex
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.retry import CAPACITY, PREEMPTION, Budgets
@@ -91,6 +92,41 @@ PRIOR_SPOT_LIFETIMES: Final = 4
 #: Relative prices when the accelerator is not in the price table: the usual order and
 #: roughly the usual discounts (Spot about 60%, FLEX_START about 45% off).
 NOMINAL: Final = (1.0, 0.4, 0.55)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The policy's time constants, the module's defaults unless scaled.
+
+    The defaults suit training jobs of hours on a deployment whose tick runs every minute.
+    :meth:`scaled` divides every one alike (``FLEXJOBS_AUTO_TIME_SCALE``), so that a job of
+    a minute on the embedded stack meets the same rules at its own pace.
+
+    Examples:
+        >>> Tuning().scaled(60).safety_margin_seconds
+        10.0
+    """
+
+    safety_margin_seconds: float = SAFETY_MARGIN_SECONDS
+    min_flex_wait_seconds: float = MIN_FLEX_WAIT_SECONDS
+    spot_probe_seconds: float = SPOT_PROBE_SECONDS
+    flex_revisit_seconds: float = FLEX_REVISIT_SECONDS
+    prior_spot_lifetime_seconds: float = PRIOR_SPOT_LIFETIME_SECONDS
+    # Work this close to the uniform-progress line counts as on it: a request decided a few
+    # seconds after it was published is not behind.
+    on_line_seconds: float = 60.0
+
+    def scaled(self, scale: float) -> Tuning:
+        if not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"the time scale must be a positive number, not {scale!r}")
+        return Tuning(
+            safety_margin_seconds=self.safety_margin_seconds / scale,
+            min_flex_wait_seconds=self.min_flex_wait_seconds / scale,
+            spot_probe_seconds=self.spot_probe_seconds / scale,
+            flex_revisit_seconds=self.flex_revisit_seconds / scale,
+            prior_spot_lifetime_seconds=self.prior_spot_lifetime_seconds / scale,
+            on_line_seconds=self.on_line_seconds / scale,
+        )
 
 
 @dataclass(frozen=True)
@@ -177,6 +213,7 @@ class Situation:
     running: str | None = None
     preemptions_left: int | None = None
     capacity_failures_left: int | None = None
+    tuning: Tuning = Tuning()
 
 
 @dataclass(frozen=True)
@@ -231,6 +268,7 @@ class _Figures:
     pace: float  # uniform progress: work per second of the request's span
     elapsed: float
     spot_share: float  # share of Spot running time that becomes saved progress
+    tuning: Tuning = Tuning()
     units: dict[str, float] = field(default_factory=dict)  # cost per second of progress
 
     def expected(self, elapsed: float) -> float:
@@ -274,7 +312,7 @@ def decide(s: Situation) -> CapacityDecision:
     if s.running in (SPOT, FLEX_START):
         why = f"{s.running} already holds capacity at a discount: kept"
         return _decision(s, f, s.running, why, keep=True)
-    if f.slack < SAFETY_MARGIN_SECONDS:
+    if f.slack < f.tuning.safety_margin_seconds:
         why = (
             "the deadline can no longer be met; on-demand finishes soonest"
             if f.slack < 0
@@ -283,7 +321,7 @@ def decide(s: Situation) -> CapacityDecision:
         return _decision(s, f, STANDARD, why, final=True, keep=s.running == STANDARD)
     options = _cheap_options(s, f)
     if not options:
-        final = not _spot_fits(f) and _flex_wait(f) < MIN_FLEX_WAIT_SECONDS
+        final = not _spot_fits(f) and _flex_wait(f) < f.tuning.min_flex_wait_seconds
         why = (
             f"slack {_h(f.slack)} covers neither a Spot preemption "
             f"({_h(f.hysteresis - f.overhead)}) nor a FLEX_START wait: on-demand to the end"
@@ -295,14 +333,13 @@ def decide(s: Situation) -> CapacityDecision:
     if s.running == STANDARD:
         return _leave(s, f, options)
     options = _rotate(s, options)
-    if f.behind <= 0:
+    if f.behind <= f.tuning.on_line_seconds:
         return _cheap(s, f, options[0], _ahead(f))
     return _catch_up(s, f, options)
 
 
 def _ahead(f: _Figures) -> str:
-    # Under a minute either way reads as on the line (the start, mostly).
-    if -f.behind < 60:
+    if abs(f.behind) <= f.tuning.on_line_seconds:
         return "on the uniform-progress line"
     return f"ahead of uniform progress by {_h(-f.behind)}"
 
@@ -314,7 +351,7 @@ def _figures(s: Situation) -> _Figures:
     left = (s.deadline - s.now).total_seconds()
     span = max(1.0, (s.deadline - s.origin).total_seconds())
     overhead = max(0.0, s.restart_overhead_seconds)
-    share = _spot_share(s.history, overhead, at_risk)
+    share = _spot_share(s.history, overhead, at_risk, s.tuning.prior_spot_lifetime_seconds)
     p = s.prices
     units = {
         STANDARD: p.standard,
@@ -331,15 +368,17 @@ def _figures(s: Situation) -> _Figures:
         pace=s.work_seconds / span,
         elapsed=(s.now - s.origin).total_seconds(),
         spot_share=share,
+        tuning=s.tuning,
         units=units,
     )
 
 
-def _spot_share(history: Sequence[AttemptOutcome], overhead: float, at_risk: float) -> float:
+def _spot_share(
+    history: Sequence[AttemptOutcome], overhead: float, at_risk: float, lifetime: float
+) -> float:
     """The share of Spot running time that became saved progress, from this job's Spot
-    attempts and the prior (:data:`PRIOR_SPOT_LIFETIMES` lifetimes, each losing its restart
-    and, on average, half the work at risk)."""
-    lifetime = PRIOR_SPOT_LIFETIME_SECONDS
+    attempts and the prior (:data:`PRIOR_SPOT_LIFETIMES` lifetimes of ``lifetime``, each
+    losing its restart and, on average, half the work at risk)."""
     ran = PRIOR_SPOT_LIFETIMES * lifetime
     saved = PRIOR_SPOT_LIFETIMES * max(0.0, lifetime - overhead - at_risk / 2)
     for attempt in history:
@@ -353,12 +392,13 @@ def _spot_fits(f: _Figures) -> bool:
     """A Spot attempt may look for capacity for a probe's length, then be preempted at the
     worst moment (its restart and the work at risk lost), and still leave an on-demand
     attempt time to finish."""
-    return f.slack >= f.overhead + f.at_risk + SAFETY_MARGIN_SECONDS + SPOT_PROBE_SECONDS
+    t = f.tuning
+    return f.slack >= f.overhead + f.at_risk + t.safety_margin_seconds + t.spot_probe_seconds
 
 
 def _flex_wait(f: _Figures) -> int:
     """The longest FLEX_START wait after which an on-demand attempt still finishes."""
-    return int(min(f.slack - SAFETY_MARGIN_SECONDS, MAX_FLEX_WAIT_SECONDS))
+    return int(min(f.slack - f.tuning.safety_margin_seconds, MAX_FLEX_WAIT_SECONDS))
 
 
 def _cheap_options(s: Situation, f: _Figures) -> list[str]:
@@ -368,7 +408,8 @@ def _cheap_options(s: Situation, f: _Figures) -> list[str]:
     if _spot_fits(f) and s.preemptions_left != 0:
         options.append(SPOT)
     flex_runs = f.remaining + f.overhead <= MAX_DWS_TIMEOUT_SECONDS
-    if _flex_wait(f) >= MIN_FLEX_WAIT_SECONDS and flex_runs and s.capacity_failures_left != 0:
+    enough = _flex_wait(f) >= f.tuning.min_flex_wait_seconds
+    if enough and flex_runs and s.capacity_failures_left != 0:
         options.append(FLEX_START)
     cheaper = [o for o in options if f.units[o] < f.units[STANDARD]]
     return sorted(cheaper, key=lambda o: (f.units[o], o))
@@ -420,13 +461,14 @@ def _cheap(
             FLEX_START,
             f"{why}: FLEX_START ({price}), waiting at most {_h(wait)}",
             max_wait_seconds=wait,
-            wait_until=s.now + timedelta(seconds=min(wait, FLEX_REVISIT_SECONDS)),
+            wait_until=s.now + timedelta(seconds=min(wait, f.tuning.flex_revisit_seconds)),
         )
     # A queued Spot attempt waits until the job would fall behind the line (the paper's idle
     # state), at least a probe's length, and never past the point where Spot becomes unsafe.
-    unsafe_in = f.slack - (f.overhead + f.at_risk + SAFETY_MARGIN_SECONDS)
-    ahead_for = -f.behind / max(f.pace, 1e-9)
-    line_in = SPOT_PROBE_SECONDS if probe else max(SPOT_PROBE_SECONDS, ahead_for)
+    unsafe_in = f.slack - (f.overhead + f.at_risk + f.tuning.safety_margin_seconds)
+    ahead_for = max(0.0, -f.behind) / max(f.pace, 1e-9)
+    probing = f.tuning.spot_probe_seconds
+    line_in = probing if probe else max(probing, ahead_for)
     queued = min(unsafe_in, line_in)  # at least a probe's length: _spot_fits
     return _decision(
         s,
@@ -468,10 +510,55 @@ def _decision(
 
 
 def _h(seconds: float) -> str:
-    """A duration for reasons: ``45m``, ``3.2h``."""
+    """A duration for reasons: ``40s``, ``45m``, ``3.2h``."""
+    if abs(seconds) < 90:
+        return f"{seconds:.0f}s"
     if abs(seconds) < 5400:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+# --- the lifecycle's questions -----------------------------------------------------------------
+
+
+def waited_in_vain(
+    record: JobRecord, job_name: str, vertex_state: str, now: datetime
+) -> str | None:
+    """Why to give up the AUTO record's current attempt, still queued for capacity past its
+    decision's ``waitUntil`` (the reason recorded with the switch); None to let it wait.
+
+    Vertex ends a FLEX_START wait itself at ``maxWaitDuration``; ``waitUntil`` is the
+    policy's earlier look (:data:`FLEX_REVISIT_SECONDS`), and the only bound a Spot attempt
+    has. An attempt that runs, or is being cancelled or switched already, is left alone.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> due = datetime(2026, 12, 1, 9, tzinfo=UTC)
+        >>> record = JobRecord.decode({"state": "QUEUED", "vertexJob": "j", "strategy": "SPOT",
+        ...                            "capacity": {"waitUntil": due}})
+        >>> waited_in_vain(record, "j", "JOB_STATE_PENDING", due)
+        'no SPOT capacity by 09:00:00Z: the capacity policy chooses again'
+        >>> waited_in_vain(record, "j", "JOB_STATE_RUNNING", due) is None
+        True
+    """
+    wait_until = record.capacity.get("waitUntil")
+    if not isinstance(wait_until, datetime) or now < wait_until:
+        return None
+    if record.state is not JobState.QUEUED or record.vertex_job != job_name:
+        return None
+    if from_vertex(vertex_state) is not JobState.QUEUED:
+        return None  # it started (or ended) meanwhile: the settlement takes it from here
+    if record.yielding or record.cancel_requested:
+        return None
+    at = wait_until.astimezone(UTC)
+    return f"no {record.strategy} capacity by {at:%H:%M:%S}Z: the capacity policy chooses again"
+
+
+def switch_from_on_demand(s: Situation) -> CapacityDecision | None:
+    """Asked at a checkpoint of a running on-demand attempt: the decision to leave it (the
+    checkpoint just saved the work, so leaving loses next to nothing), or None to keep it."""
+    decision = decide(replace(s, running=STANDARD))
+    return None if decision.keep or decision.strategy == STANDARD else decision
 
 
 # --- building the situation from what flexjobs records ---------------------------------------
@@ -520,6 +607,7 @@ def situation_from_record(
     *,
     budgets: Budgets | None = None,
     running: str | None = None,
+    tuning: Tuning = Tuning(),
 ) -> Situation | None:
     """The situation of an AUTO record: for a retry (``running`` None) or at a checkpoint of
     its running attempt. None when its options carry no usable deadline.
@@ -546,6 +634,7 @@ def situation_from_record(
         running=running,
         preemptions_left=_left(budgets, record.retries, PREEMPTION),
         capacity_failures_left=_left(budgets, record.retries, CAPACITY),
+        tuning=tuning,
     )
 
 
@@ -557,6 +646,7 @@ def situation_for_first_attempt(
     prices: PriceTable | None,
     *,
     budgets: Budgets | None = None,
+    tuning: Tuning = Tuning(),
 ) -> Situation | None:
     """The situation of attempt 1 of an AUTO request: nothing done, no history.
 
@@ -577,6 +667,7 @@ def situation_for_first_attempt(
         prices=Prices.of(prices, accelerator),
         preemptions_left=_left(budgets, {}, PREEMPTION),
         capacity_failures_left=_left(budgets, {}, CAPACITY),
+        tuning=tuning,
     )
 
 

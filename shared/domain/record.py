@@ -170,6 +170,11 @@ class JobRecord:
     progress: float | None = None
     totals: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)
+    # AUTO: the capacity policy's decision for the current attempt (CapacityDecision.to_dict).
+    capacity: dict[str, Any] = field(default_factory=dict)
+    # AUTO: the current attempt is being ended by choice ({attempt, vertexJob, why, reason,
+    # at}); its job's CANCELLED end is a switch, not a user's cancel. Empty otherwise.
+    yielding: dict[str, Any] = field(default_factory=dict)
     # The document and version it was decoded from, when a store read or wrote it: the next
     # write may be decided on it without a read (a version check guards it).
     stored: Stored | None = field(default=None, repr=False, compare=False)
@@ -228,6 +233,8 @@ class JobRecord:
                 for key in ("queuedSeconds", "runningSeconds", "gpuSeconds")
             },
             cost=_mapping(raw.get("cost")),
+            capacity=_mapping(raw.get("capacity")),
+            yielding=_mapping(raw.get("yielding")),
             stored=stored,
         )
 

@@ -271,6 +271,9 @@ def submission_write(current: JobRecord, sub: Submission, now: datetime) -> Subm
         "submittedAt": now,
         "resumedFrom": sub.resumed_from,
     }
+    if "capacity" in sub.record_extra:
+        # AUTO: the capacity policy's decision and reason, on the attempt it chose for.
+        attempt["capacity"] = sub.record_extra["capacity"]
     # A new job has not been read yet: the read leases were the previous job's, and the new
     # one's first hint (QUEUED, or RUNNING at once) must not wait out their window.
     reads = ("lastReadAt", "previousReadAt", "hintPending")

@@ -53,6 +53,8 @@ def settle(
             attempt_fields=attempt_fields,
             fields=record_fields,
         )
+    if change.state is JobState.CANCELLED and yielded(record, job.name):
+        return _switched(record, now, attempt_fields, record_fields)
     failure = policy.classify(job.state, job.error_code, job.error_message)
     if record.cancel_requested or change.state is JobState.CANCELLED:
         failure = FailureClass.CANCELLED
@@ -90,7 +92,65 @@ def settle(
         lastFailureClass=failure.value,
     )
     record_fields.pop("endedAt", None)
-    return _with(record, JobState.RETRYING, record_fields, attempt_fields, reason)
+    # A switch asked for before this failure came first is moot: the attempt ended anyway.
+    return replace(
+        _with(record, JobState.RETRYING, record_fields, attempt_fields, reason),
+        deletes=("yielding",) if record.yielding else (),
+    )
+
+
+def yielded(record: JobRecord, job_name: str) -> bool:
+    """Did flexjobs itself end ``job_name`` by choice (:func:`yield_requested`), so that
+    its CANCELLED end is a switch rather than a user's cancel?"""
+    return (
+        not record.cancel_requested
+        and bool(record.yielding)
+        and record.yielding.get("vertexJob") == job_name
+    )
+
+
+def _switched(
+    record: JobRecord,
+    now: datetime,
+    attempt_fields: dict[str, Any],
+    record_fields: dict[str, Any],
+) -> Change:
+    """The end of an attempt flexjobs ended by choice: the next attempt is due at once, no
+    retry budget is charged and no failure is recorded; the capacity policy decides again."""
+    why = str(record.yielding.get("why") or "switch")
+    reason = clip(str(record.yielding.get("reason") or why)) or why
+    attempt_fields = {**attempt_fields, "endedBy": why}
+    record_fields = {
+        **record_fields,
+        "state": JobState.RETRYING.value,
+        "reason": reason,
+        "nextAttemptAt": now,
+        "updatedAt": now,
+    }
+    record_fields.pop("endedAt", None)
+    change = _with(record, JobState.RETRYING, record_fields, attempt_fields, reason)
+    return replace(change, deletes=("yielding",))
+
+
+def yield_requested(
+    record: JobRecord, job_name: str, why: str, reason: str, now: datetime
+) -> Change | None:
+    """End the current attempt by choice (AUTO: a queued attempt given up at its
+    ``waitUntil``, an on-demand attempt left at a checkpoint): mark it, and keep its job
+    pending cancel until Vertex confirms, in one write. None when there is nothing to end: the
+    record moved on, is being cancelled, or already yields this job."""
+    if record.state.terminal or record.state is JobState.RETRYING or record.cancel_requested:
+        return None
+    if record.vertex_job != job_name or record.yielding.get("vertexJob") == job_name:
+        return None
+    pending = cancels_pending(record, [job_name], now)
+    marked = {"attempt": record.attempt, "vertexJob": job_name, "why": why}
+    fields = {
+        **(pending.record if pending else {}),
+        "yielding": {**marked, "reason": clip(reason), "at": now},
+        "updatedAt": now,
+    }
+    return Change(state=record.state, record=fields)
 
 
 def _with(
@@ -160,8 +220,9 @@ def finish(
         "reason": clip(reason),
     }
     change = _with(record, state, written, attempt_fields or {}, clip(reason))
-    # Nothing is submitted after an end: no claim, no retry schedule.
-    return replace(change, deletes=("claim", "nextAttemptAt"))
+    # Nothing is submitted after an end: no claim, no retry schedule, no switch.
+    gone = ("claim", "nextAttemptAt", *(("yielding",) if record.yielding else ()))
+    return replace(change, deletes=gone)
 
 
 def cancelled(record: JobRecord, now: datetime) -> Change | None:

@@ -625,3 +625,119 @@ def test_auto_with_the_slack_gone_runs_on_demand(intake, tracker, clock, post_ev
     (request, _labels), *_ = tracker.backend.created
     assert request.spec["jobSpec"]["scheduling"]["strategy"] == "STANDARD"
     assert current(tracker)["capacity"]["strategy"] == "STANDARD"
+
+
+# --- AUTO: attempts ended by choice ------------------------------------------------------
+
+
+def submit_auto(intake, tracker, post_event, **fields) -> str:
+    """An AUTO request with days of slack (published 2026-11-30T12:00Z: 4 h of work, due in
+    3 days); returns attempt 1's job, which the policy puts on Spot."""
+    intake.prices = tracker.prices
+    body = load("seed_request")
+    body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
+    body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": OUTPUT}
+    body.update(
+        deadline="2026-12-03T12:00:00Z",
+        estimatedRunSeconds=4 * 3600,
+        checkpointIntervalSeconds=600,
+        restartOverheadSeconds=300,
+        **fields,
+    )
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    record = current(tracker)
+    assert record["strategy"] == "SPOT", record["capacity"]
+    return str(record["vertexJob"])
+
+
+def wait_until(tracker) -> float:
+    """Seconds from now to attempt's ``capacity.waitUntil``."""
+    return (current(tracker)["capacity"]["waitUntil"] - tracker.clock()).total_seconds()
+
+
+def test_auto_spot_attempt_still_queued_at_its_wait_until_is_given_up_free_of_charge(
+    intake, tracker, clock, post_event
+):
+    first = submit_auto(intake, tracker, post_event)
+    left = wait_until(tracker)
+    assert left >= 300  # at least a probe's length
+    assert tick(post_event, clock, left - 30) == 200
+    assert tracker.backend.cancels == []  # not yet: it may still find capacity
+
+    assert tick(post_event, clock, 60) == 200  # past waitUntil, still queued: given up
+    assert tracker.backend.cancels == [first]
+    record = current(tracker)
+    assert record["yielding"]["vertexJob"] == first and record["yielding"]["why"] == "gave-up"
+    assert record.get("pendingCancels") == []  # Vertex confirmed the cancel
+
+    # The next look settles the cancelled job as a switch and runs attempt 2 at once.
+    assert tick(post_event, clock) == 200
+    record = current(tracker)
+    assert record["attempt"] == 2 and record["state"] == "QUEUED"
+    assert "yielding" not in record
+    assert record.get("retries", {}) == {}  # no budget charged, no failure counted
+    ended = tracker.store.store.attempts[(SEED, 1)]
+    assert ended["state"] == "CANCELLED" and ended["endedBy"] == "gave-up"
+    assert "errorClass" not in ended
+    # The capacity Spot did not have a moment ago is looked for elsewhere first.
+    assert record["strategy"] == record["capacity"]["strategy"] == "FLEX_START"
+    assert tracker.store.store.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
+    retrying = [m for m in tracker.notifier.messages if m["state"] == "RETRYING"]
+    assert len(retrying) == 1
+    assert retrying[0]["reason"].startswith("no SPOT capacity by ")
+    assert [m["state"] for m in tracker.notifier.messages].count("CANCELLED") == 0
+
+
+def test_auto_attempt_that_started_before_its_wait_until_passed_is_kept(
+    intake, tracker, clock, post_event
+):
+    first = submit_auto(intake, tracker, post_event)
+    clock.advance(wait_until(tracker) - 10)
+    run(tracker, clock, first)
+    assert tick(post_event, clock, 60) == 200  # the listing shows it running: settled, kept
+    assert tracker.backend.cancels == []
+    assert current(tracker)["state"] == "RUNNING" and "yielding" not in current(tracker)
+
+
+def test_a_give_up_whose_cancel_fails_is_finished_by_a_later_tick(
+    intake, tracker, clock, post_event
+):
+    first = submit_auto(intake, tracker, post_event)
+    tracker.backend.fail_cancel_with = BackendUnavailable("Vertex is down")
+    assert tick(post_event, clock, wait_until(tracker) + 1) == 200
+    record = current(tracker)
+    # Marked, and the job kept pending cancel on the record: nothing is lost in between.
+    assert record["yielding"]["vertexJob"] == first and record["pendingCancels"] == [first]
+    assert tracker.backend.jobs[first].state == "JOB_STATE_QUEUED"
+
+    tracker.backend.fail_cancel_with = None
+    assert tick(post_event, clock) == 200  # the pending cancel goes through
+    assert tick(post_event, clock) == 200  # and the cancelled job is settled as a switch
+    record = current(tracker)
+    assert record["attempt"] == 2 and record.get("retries", {}) == {}
+    assert tracker.backend.jobs[first].state == "JOB_STATE_CANCELLED"
+
+
+def test_a_user_cancel_after_a_give_up_ends_the_request_cancelled(
+    intake, tracker, clock, post_event
+):
+    first = submit_auto(intake, tracker, post_event)
+    assert tick(post_event, clock, wait_until(tracker) + 1) == 200
+    assert current(tracker)["yielding"]["vertexJob"] == first
+    cancel(post_event)  # before any look settles the given-up job
+    assert tick(post_event, clock) == 200
+    assert tick(post_event, clock) == 200
+    record = current(tracker)
+    assert record["state"] == "CANCELLED" and record["attempt"] == 1
+    assert len(tracker.backend.created) == 1  # no attempt 2
+    assert "yielding" not in record
+
+
+def test_a_give_up_after_a_user_cancel_changes_nothing(intake, tracker, clock, post_event):
+    submit_auto(intake, tracker, post_event)
+    clock.advance(wait_until(tracker) + 1)
+    cancel(post_event)
+    assert tick(post_event, clock) == 200
+    record = current(tracker)
+    assert record["state"] == "CANCELLED" and "yielding" not in record
+    assert len(tracker.backend.created) == 1

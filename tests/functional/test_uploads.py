@@ -406,3 +406,74 @@ def test_a_file_of_too_many_requests_is_refused_whole(intake, uploads, client):
     eventarc(client, put(uploads, "requests/a.jsonl", "{}\n" * 1001))
     assert len(intake.rejections.documents) == 1
     assert not intake.backend.created
+
+
+# -- AUTO: leaving on-demand at a checkpoint ------------------------------------------------
+
+
+def on_demand_auto_job(intake, tracker, final: bool = False) -> str:
+    """An AUTO request (4 h of work, 1000 steps, due in 3 days) whose attempt 1 the policy put
+    on on-demand (as it does to catch up when behind) and which now runs; returns its job."""
+    intake.prices = tracker.prices
+    scheduling = {"strategy": "AUTO"}
+    body = load("seed_request")
+    body["customJob"]["jobSpec"]["scheduling"] = scheduling
+    name = running_job(
+        intake,
+        tracker,
+        totalSteps=1000,
+        customJob=body["customJob"],
+        deadline="2026-12-03T12:00:00Z",
+        estimatedRunSeconds=4 * 3600,
+        checkpointIntervalSeconds=600,
+        restartOverheadSeconds=300,
+    )
+    # What the policy and a hint would have written: on-demand, chosen to catch up, running.
+    stored = intake.store.store.jobs["ck-1"]
+    stored.update(
+        strategy="STANDARD",
+        state="RUNNING",
+        capacity={"strategy": "STANDARD", "reason": "behind uniform progress", "final": final},
+    )
+    return name
+
+
+def test_an_on_demand_attempt_ahead_at_a_checkpoint_is_left_for_cheaper_capacity(
+    intake, tracker, uploads, client
+):
+    from shared import lifecycle
+    from shared.commands import Reconcile
+
+    name = on_demand_auto_job(intake, tracker)
+    tracker.checkpoints.commit(CKPT, 900, tracker.clock())
+    assert eventarc(client, marker(uploads, 900)).status_code == 200  # 90% done, days early
+
+    assert intake.backend.cancels == [name]
+    record = intake.store.store.get("ck-1")
+    assert record["yielding"]["why"] == "switch"
+    assert record["yielding"]["reason"].startswith("left on-demand at a checkpoint: ")
+    assert record["progress"] == 0.9
+
+    # The cancelled job's end is a switch: attempt 2 at once, on cheaper capacity, from the
+    # checkpoint, with no budget charged.
+    lifecycle.reconcile(Reconcile(), tracker)
+    record = intake.store.store.get("ck-1")
+    assert record["attempt"] == 2 and record["state"] == "QUEUED"
+    assert record["strategy"] in ("SPOT", "FLEX_START")
+    assert record.get("retries", {}) == {}
+    assert intake.store.store.attempts[("ck-1", 1)]["endedBy"] == "switch"
+    assert intake.store.store.attempts[("ck-1", 2)]["resumedFrom"] == f"{CKPT}step-00000900/"
+
+
+def test_an_on_demand_attempt_behind_at_a_checkpoint_is_kept(intake, tracker, uploads, client):
+    on_demand_auto_job(intake, tracker)
+    tracker.clock.advance(86400)  # a day on, 10% done: behind uniform progress
+    assert eventarc(client, marker(uploads, 100)).status_code == 200
+    assert intake.backend.cancels == []
+    assert "yielding" not in intake.store.store.get("ck-1")
+
+
+def test_an_on_demand_attempt_the_policy_made_final_is_never_left(intake, tracker, uploads, client):
+    on_demand_auto_job(intake, tracker, final=True)
+    assert eventarc(client, marker(uploads, 900)).status_code == 200
+    assert intake.backend.cancels == []

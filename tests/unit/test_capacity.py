@@ -15,9 +15,12 @@ from shared.domain.capacity import (
     AttemptOutcome,
     Prices,
     Situation,
+    Tuning,
     decide,
     situation_for_first_attempt,
     situation_from_record,
+    switch_from_on_demand,
+    waited_in_vain,
 )
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
@@ -323,3 +326,105 @@ def test_situation_of_a_first_attempt():
     assert s is not None
     assert (s.remaining_seconds, s.history, s.prices.flex_start) == (WORK, (), 6.44)
     assert decide(s).strategy == "FLEX_START"
+
+
+# --- the time scale, and the start -----------------------------------------------------------
+
+
+def test_a_request_decided_seconds_after_its_publish_is_on_the_line_not_behind():
+    decision = decide(situation(elapsed=30))
+    assert decision.strategy == "SPOT"
+    assert decision.reason.startswith("on the uniform-progress line")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # the start
+        {"elapsed": 10 * HOUR, "left": 38 * HOUR, "done": 8 * HOUR},  # ahead
+        {"elapsed": 10 * HOUR, "left": 38 * HOUR, "done": 2 * HOUR},  # behind
+        {"prices": H100},  # FLEX_START first
+        {"left": WORK + OVERHEAD + 5 * 60},  # within the margin
+        {
+            "elapsed": 10 * HOUR,
+            "left": 38 * HOUR,
+            "done": 5 * HOUR + 21 * 60,
+            "running": "STANDARD",
+        },
+    ],
+)
+def test_a_scaled_tuning_decides_a_short_job_as_the_default_decides_a_long_one(changes):
+    scale = 60.0
+    long = situation(**changes)
+    short = replace(
+        long,
+        deadline=NOW + (long.deadline - NOW) / scale,
+        origin=NOW - (NOW - long.origin) / scale,
+        work_seconds=long.work_seconds / scale,
+        remaining_seconds=long.remaining_seconds / scale,
+        restart_overhead_seconds=long.restart_overhead_seconds / scale,
+        checkpoint_interval_seconds=INTERVAL / scale,
+        tuning=Tuning().scaled(scale),
+    )
+    slow, fast = decide(long), decide(short)
+    assert (fast.strategy, fast.final, fast.keep) == (slow.strategy, slow.final, slow.keep)
+    if slow.wait_until is not None:
+        assert fast.wait_until is not None
+        scaled = (slow.wait_until - NOW).total_seconds() / scale
+        assert (fast.wait_until - NOW).total_seconds() == pytest.approx(scaled, abs=1)
+    if slow.max_wait_seconds is not None:
+        assert fast.max_wait_seconds == pytest.approx(slow.max_wait_seconds / scale, abs=1)
+
+
+@pytest.mark.parametrize("scale", [0, -1, float("nan"), float("inf")])
+def test_a_time_scale_must_be_a_positive_number(scale):
+    with pytest.raises(ValueError, match="time scale"):
+        Tuning().scaled(scale)
+
+
+# --- the lifecycle's questions ---------------------------------------------------------------
+
+DUE = NOW + timedelta(minutes=5)
+
+
+def queued(**fields) -> JobRecord:
+    raw = {
+        "state": "QUEUED",
+        "vertexJob": "j",
+        "strategy": "SPOT",
+        "capacity": {"strategy": "SPOT", "waitUntil": DUE},
+        **fields,
+    }
+    return JobRecord.decode(raw)
+
+
+def test_a_queued_attempt_is_given_up_at_its_wait_until_and_says_why():
+    reason = waited_in_vain(queued(), "j", "JOB_STATE_QUEUED", DUE)
+    assert reason == "no SPOT capacity by 00:05:00Z: the capacity policy chooses again"
+    flex = queued(strategy="FLEX_START", capacity={"waitUntil": DUE})
+    assert waited_in_vain(flex, "j", "JOB_STATE_PENDING", DUE + timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    ("record", "job", "state", "at"),
+    [
+        (queued(), "j", "JOB_STATE_QUEUED", DUE - timedelta(seconds=1)),  # not yet
+        (queued(), "j", "JOB_STATE_RUNNING", DUE),  # it started meanwhile
+        (queued(), "j", "JOB_STATE_SUCCEEDED", DUE),  # it ended: the settlement's
+        (queued(), "other", "JOB_STATE_QUEUED", DUE),  # not the record's job
+        (queued(state="RUNNING"), "j", "JOB_STATE_QUEUED", DUE),
+        (queued(yielding={"vertexJob": "j"}), "j", "JOB_STATE_QUEUED", DUE),  # asked already
+        (queued(cancelRequested=True), "j", "JOB_STATE_QUEUED", DUE),
+        (queued(capacity={}), "j", "JOB_STATE_QUEUED", DUE),  # not AUTO
+    ],
+)
+def test_an_attempt_is_left_to_wait(record, job, state, at):
+    assert waited_in_vain(record, job, state, at) is None
+
+
+def test_on_demand_is_left_at_a_checkpoint_only_once_safely_ahead():
+    ahead = situation(elapsed=10 * HOUR, left=38 * HOUR, done=5 * HOUR + 21 * 60)
+    behind = situation(elapsed=10 * HOUR, left=38 * HOUR, done=5 * HOUR)
+    leave = switch_from_on_demand(ahead)
+    assert leave is not None and leave.strategy == "SPOT" and not leave.keep
+    assert switch_from_on_demand(behind) is None

@@ -55,3 +55,15 @@ def test_the_status_page_size(value, size):
 def test_a_status_page_size_out_of_bounds_fails_at_start_up(value):
     with pytest.raises(ValueError, match="FLEXJOBS_STATUS_PAGE_SIZE"):
         Settings.from_env({"FLEXJOBS_STATUS_PAGE_SIZE": value})
+
+
+@pytest.mark.parametrize(("value", "scale"), [(None, 1.0), ("", 1.0), ("60", 60.0), ("0.5", 0.5)])
+def test_the_auto_time_scale(value, scale):
+    env = {} if value is None else {"FLEXJOBS_AUTO_TIME_SCALE": value}
+    assert Settings.from_env(env).auto_time_scale == scale
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "fast"])
+def test_an_auto_time_scale_that_is_not_a_positive_number_fails_at_start_up(value):
+    with pytest.raises(ValueError, match="FLEXJOBS_AUTO_TIME_SCALE"):
+        Settings.from_env({"FLEXJOBS_AUTO_TIME_SCALE": value})

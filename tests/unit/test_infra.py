@@ -69,6 +69,7 @@ LEFT_AT_DEFAULT = {
     "FLEXJOBS_MAX_MESSAGE_BYTES",
     "FLEXJOBS_FIELD_POLICY",
     "FLEXJOBS_STATUS_PAGE_SIZE",
+    "FLEXJOBS_AUTO_TIME_SCALE",
 }
 
 #: Variables of the functions' runtime itself, not of flexjobs: functions-framework's threads.

@@ -17,6 +17,7 @@ from shared.domain.recovery import (
     failed,
     settle,
     work_lost_seconds,
+    yield_requested,
 )
 from shared.domain.retry import Backoff, RetryPolicy
 from tests.records_support import decoded
@@ -26,6 +27,7 @@ cancel_requested = decoded(cancel_requested)
 cancelled = decoded(cancelled)
 failed = decoded(failed)
 settle = decoded(settle)
+yield_requested = decoded(yield_requested)
 
 NAME = "projects/p/locations/us-central1/customJobs/1001"
 CREATED = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -511,3 +513,67 @@ def checkpoint(uri: str, at: datetime) -> Checkpoint:
 )
 def test_work_lost_seconds(attempt, latest, resumed_from, lost):
     assert work_lost_seconds(attempt, latest, resumed_from) == lost
+
+
+# --- attempts ended by choice (AUTO) ------------------------------------------------------
+
+YIELDING = {"attempt": 1, "vertexJob": NAME, "why": "gave-up", "reason": "no SPOT capacity"}
+
+
+def test_a_yield_marks_the_attempt_and_keeps_its_job_pending_cancel_in_one_write():
+    change = yield_requested(record(state="QUEUED"), NAME, "gave-up", "no SPOT capacity", NOW)
+    assert change.state is JobState.QUEUED  # the state is Vertex's to move
+    assert change.record["yielding"] == {**YIELDING, "at": NOW}
+    assert change.record["pendingCancels"] == [NAME] and change.record["cancelPending"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"state": "RETRYING"},  # the attempt ended already
+        {"state": "SUCCEEDED"},
+        {"cancelRequested": True},  # a user's cancel comes first
+        {"vertexJob": "projects/p/locations/us-central1/customJobs/2002"},  # moved on
+        {"yielding": YIELDING},  # asked already (a second tick)
+    ],
+)
+def test_there_is_nothing_to_yield(fields):
+    assert yield_requested(record(**fields), NAME, "gave-up", "why", NOW) is None
+
+
+def test_a_yielded_jobs_cancelled_end_is_a_switch_due_now_with_no_budget_charged():
+    before = record(state="QUEUED", yielding=YIELDING, retries={"preemption": 2})
+    change = settle(before, job("JOB_STATE_CANCELLED", start_time=None), NOW, POLICY)
+    assert change.state is JobState.RETRYING
+    assert change.record["nextAttemptAt"] == NOW  # the policy chooses again at once
+    assert change.record["reason"] == "no SPOT capacity"
+    assert "retries" not in change.record and "lastFailureClass" not in change.record
+    assert "yielding" in change.deletes and "endedAt" not in change.record
+    assert change.attempt["endedBy"] == "gave-up" and "errorClass" not in change.attempt
+    assert change.attempt["queuedSeconds"] > 0  # still accounted
+    assert change.record["outbox"][-1]["state"] == "RETRYING"
+
+
+def test_a_users_cancel_wins_over_a_yield():
+    before = record(yielding=YIELDING, cancelRequested=True)
+    change = settle(before, job("JOB_STATE_CANCELLED"), NOW, POLICY)
+    assert change.state is JobState.CANCELLED and "yielding" in change.deletes
+
+
+@pytest.mark.parametrize(
+    ("seen", "state"),
+    [
+        (job("JOB_STATE_SUCCEEDED"), JobState.SUCCEEDED),  # it finished before the cancel
+        (job("JOB_STATE_FAILED", PREEMPTED, 14), JobState.RETRYING),  # preempted first
+    ],
+)
+def test_a_yielded_job_that_ended_otherwise_ends_as_it_did(seen, state):
+    change = settle(record(yielding=YIELDING), seen, NOW, POLICY)
+    assert change.state is state and "yielding" in change.deletes
+    assert "endedBy" not in change.attempt
+
+
+def test_another_jobs_cancel_is_not_a_switch():
+    other = {**YIELDING, "vertexJob": "projects/p/locations/us-central1/customJobs/2002"}
+    change = settle(record(yielding=other), job("JOB_STATE_CANCELLED"), NOW, POLICY)
+    assert change.state is JobState.CANCELLED
