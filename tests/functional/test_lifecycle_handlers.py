@@ -568,21 +568,26 @@ def test_cancel_while_retrying_keeps_how_the_ended_attempt_ended(tracker, clock,
 # --- AUTO: the capacity policy chooses each attempt ---------------------------------------
 
 
-def test_auto_attempts_run_on_what_the_policy_chose_and_record_why(
-    intake, tracker, clock, post_event
-):
-    intake.prices = tracker.prices
+def auto_body() -> dict[str, Any]:
+    """An AUTO request with days of slack: published 2026-11-30T12:00Z (the sample envelope),
+    4 h of work, due in 3 days."""
     body = load("seed_request")
     body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
     body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": OUTPUT}
-    # Published 2026-11-30T12:00Z (the sample envelope): 4 h of work, due in 3 days.
     body.update(
         deadline="2026-12-03T12:00:00Z",
         estimatedRunSeconds=4 * 3600,
         checkpointIntervalSeconds=600,
         restartOverheadSeconds=300,
     )
-    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    return body
+
+
+def test_auto_attempts_run_on_what_the_policy_chose_and_record_why(
+    intake, tracker, clock, post_event
+):
+    intake.prices = tracker.prices
+    assert post_event("handle_job_request", pubsub_cloud_event(auto_body())).status_code == 200
 
     record = current(tracker)
     first = record["vertexJob"]
@@ -630,21 +635,10 @@ def test_auto_with_the_slack_gone_runs_on_demand(intake, tracker, clock, post_ev
 # --- AUTO: attempts ended by choice ------------------------------------------------------
 
 
-def submit_auto(intake, tracker, post_event, **fields) -> str:
-    """An AUTO request with days of slack (published 2026-11-30T12:00Z: 4 h of work, due in
-    3 days); returns attempt 1's job, which the policy puts on Spot."""
+def submit_auto(intake, tracker, post_event) -> str:
+    """:func:`auto_body` submitted; returns attempt 1's job, which the policy puts on Spot."""
     intake.prices = tracker.prices
-    body = load("seed_request")
-    body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
-    body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": OUTPUT}
-    body.update(
-        deadline="2026-12-03T12:00:00Z",
-        estimatedRunSeconds=4 * 3600,
-        checkpointIntervalSeconds=600,
-        restartOverheadSeconds=300,
-        **fields,
-    )
-    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    assert post_event("handle_job_request", pubsub_cloud_event(auto_body())).status_code == 200
     record = current(tracker)
     assert record["strategy"] == "SPOT", record["capacity"]
     return str(record["vertexJob"])

@@ -13,6 +13,7 @@ import pytest
 from flexjobs_local.stack import LocalStack, StackConfig
 
 # The simulator's own tests share these fixtures; each module defines the ``sim`` they use.
+from tests.integration.helpers import running_stack
 from tests.integration.simulator_support import control, jobs  # noqa: F401
 
 # The function servers' settings for the whole session: a short claim TTL so the crash-window
@@ -29,17 +30,11 @@ FUNCTION_ENV = {
 @pytest.fixture(scope="session")
 def local_stack() -> Iterator[LocalStack]:
     config = StackConfig(time_factor=60.0, function_env=FUNCTION_ENV)
-    saved = dict(os.environ)
     # FLEXJOBS_STACK_LOGS=DIR keeps the stack's logs (every process's output) there after the
     # run, for a failure to be read; by default they go with the stack's temporary folder.
     kept = os.environ.get("FLEXJOBS_STACK_LOGS")
-    with LocalStack(config, workdir=Path(kept) if kept else None) as stack:
-        stack.apply_env()
-        try:
-            yield stack
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+    with running_stack(config, workdir=Path(kept) if kept else None) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from flexjobs_local.stack import LocalStack, StackConfig
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
@@ -60,3 +65,17 @@ class Receiver:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+@contextlib.contextmanager
+def running_stack(config: StackConfig, workdir: Path | None = None) -> Iterator[LocalStack]:
+    """A started stack, with this process's Google clients pointed at it (its environment);
+    once it stops, the environment is as it was."""
+    saved = dict(os.environ)
+    with LocalStack(config, workdir=workdir) as stack:
+        stack.apply_env()
+        try:
+            yield stack
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)

@@ -19,7 +19,6 @@ The story, driven through the simulator's control API and watched in Firestore:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,12 +26,11 @@ from typing import Any
 import pytest
 
 from flexjobs_local.stack import LocalStack, StackConfig
-from tests.events import load
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import running_stack, wait_for
+from tests.integration.test_lifecycle import attempts, record, spot_request
 
 pytestmark = pytest.mark.integration
 
-BUCKET = "flexjobs-local"
 WORK_SECONDS = 60
 DEADLINE_SECONDS = 170
 ACCELERATOR = "NVIDIA_TESLA_A100"  # the seed request's
@@ -49,14 +47,9 @@ def auto_stack() -> Iterator[LocalStack]:
             "FLEXJOBS_HINT_COALESCE_SECONDS": "1",
         },
     )
-    saved = dict(os.environ)
-    with LocalStack(config) as stack:
-        stack.apply_env()  # this module's clients talk to this stack, not the session's
-        try:
-            yield stack
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+    # This module's clients talk to this stack, not the session's, until it stops.
+    with running_stack(config) as stack:
+        yield stack
 
 
 @pytest.fixture
@@ -67,21 +60,9 @@ def db(auto_stack: LocalStack) -> Any:
 
 
 def auto_request(rid: str, deadline: datetime) -> dict[str, Any]:
-    body = load("seed_request")
-    body["requestId"] = rid
-    job = body["customJob"]
-    job["displayName"] = rid
-    pool = job["jobSpec"]["workerPoolSpecs"][0]
-    pool["containerSpec"] = {
-        "imageUri": "python:3.10",
-        "command": ["python", "train.py"],
-        "env": [
-            {"name": "FLEXJOBS_SIM_RUN_SECONDS", "value": str(WORK_SECONDS)},
-            {"name": "FLEXJOBS_SIM_CHECKPOINT_EVERY", "value": "5"},
-        ],
-    }
-    job["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
-    job["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": f"gs://{BUCKET}/{rid}"}
+    """A minute of training (a step a second, a checkpoint every 5) due at ``deadline``."""
+    body = spot_request(rid, run_seconds=WORK_SECONDS, every=5)
+    body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
     body.update(
         deadline=deadline.isoformat().replace("+00:00", "Z"),
         estimatedRunSeconds=WORK_SECONDS,
@@ -90,16 +71,6 @@ def auto_request(rid: str, deadline: datetime) -> dict[str, Any]:
         totalSteps=WORK_SECONDS,  # the simulator's step is a second of work
     )
     return body
-
-
-def record(db: Any, rid: str) -> dict[str, Any]:
-    snap = db.collection("jobs").document(rid).get()
-    return snap.to_dict() if snap.exists else {}
-
-
-def attempts(db: Any, rid: str) -> dict[int, dict[str, Any]]:
-    docs = db.collection("jobs").document(rid).collection("attempts").stream()
-    return {int(d.id): d.to_dict() for d in docs}
 
 
 def attempt_running(stack: LocalStack, db: Any, rid: str, attempt: int) -> str:
