@@ -83,22 +83,22 @@ def push_body(
 
 
 class Backoff:
-    """Each unacknowledged message's next delay; forgotten once it is acknowledged, so it holds
-    at most the messages in flight or waiting to be redelivered."""
+    """Each unacknowledged message's next delay, by (subscription, message id); forgotten once
+    it is acknowledged, so it holds only the messages that failed and are not delivered yet."""
 
     def __init__(self) -> None:
-        self._delays: dict[str, float] = {}
+        self._delays: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
-    def next(self, message_id: str) -> float:
+    def next(self, key: tuple[str, str]) -> float:
         with self._lock:
-            delay = self._delays.get(message_id, FIRST_BACKOFF_SECONDS)
-            self._delays[message_id] = min(delay * 2, MAX_BACKOFF_SECONDS)
+            delay = self._delays.get(key, FIRST_BACKOFF_SECONDS)
+            self._delays[key] = min(delay * 2, MAX_BACKOFF_SECONDS)
             return delay
 
-    def forget(self, message_id: str) -> None:
+    def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
-            self._delays.pop(message_id, None)
+            self._delays.pop(key, None)
 
 
 class Deliverer:
@@ -129,6 +129,7 @@ class Deliverer:
             message_id=message.message_id,
             published=message.publish_time,
         )
+        key = (self.route.subscription, message.message_id)
         try:
             # Push waits for an answer up to the ack deadline, then counts the delivery failed.
             answer = self._session().post(
@@ -138,19 +139,24 @@ class Deliverer:
                 timeout=self.ack_deadline,
             )
             problem = None if answer.status_code in ACK_CODES else f"HTTP {answer.status_code}"
-        except requests.RequestException as exc:
-            problem = type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - any fault is a failed delivery, redelivered
+            # Caught broadly: an exception escaping this callback would end the subscriber's
+            # stream, and with it every later delivery of the subscription.
+            problem = f"{type(exc).__name__}: {exc}"
         if problem is None:
-            self.backoff.forget(message.message_id)
+            self.backoff.forget(key)
             message.ack()
             return
-        delay = self.backoff.next(message.message_id)
+        delay = self.backoff.next(key)
         print(f"retry {message.message_id} in {delay:.0f}s: {problem}", flush=True)
-        # The message stays leased (and counts against the flow control) until the nack, so it
-        # comes back after the backoff, not at once; no delivery thread waits for it.
-        timer = threading.Timer(delay, message.nack)
-        timer.daemon = True
-        timer.start()
+        try:
+            # The message stays leased (and counts against the flow control) until the nack,
+            # so it comes back after the backoff, not at once; no delivery thread waits for it.
+            timer = threading.Timer(delay, message.nack)
+            timer.daemon = True
+            timer.start()
+        except RuntimeError:  # no thread to spare: redelivered at once, without the backoff
+            message.nack()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     while not stop.wait(0.5):
         for route, stream in zip(args.route, streams, strict=True):
-            if stream.done():  # the client retries what it can: this stream ended for good
+            if stream.done():  # the client retries what it can: the stream ended for good
                 print(f"{route.subscription} stopped: {stream.exception()}", flush=True)
                 failed = True
                 stop.set()

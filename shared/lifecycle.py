@@ -35,7 +35,7 @@ from shared.domain.records import (
     pending_attempt,
     progress_fields,
 )
-from shared.domain.recovery import settle, work_lost_seconds
+from shared.domain.recovery import GAVE_UP, settle, work_lost_seconds
 from shared.domain.request import JobRequest
 from shared.domain.retry import RetryPolicy
 from shared.domain.scheduling import AUTO
@@ -361,7 +361,7 @@ def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str |
         if state is None and reason is not None:
             # An AUTO attempt queued past its waitUntil: the policy chooses again, with no
             # retry budget charged (the wait cost nothing but time).
-            yield_attempt(tracker, request_id, job.name, why="gave-up", reason=reason, known=record)
+            yield_attempt(tracker, request_id, job.name, why=GAVE_UP, reason=reason, known=record)
         return state
     if is_stray(record, job):
         # Created under one of this request's attempts but not the job its record follows (a

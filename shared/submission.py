@@ -28,6 +28,7 @@ from shared.domain.jobs import Change, JobState, VertexJob, adoptable
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.recovery import (
+    SWITCH,
     cancels_confirmed,
     cancels_pending,
     failed,
@@ -129,13 +130,19 @@ def auto_situation(
     ports: CapacityPorts, record: JobRecord, before: int, running: str | None = None
 ) -> Situation | None:
     """What the capacity policy knows of an AUTO record: its progress, and attempts 1 to
-    ``before - 1``, which ended (their documents read here: AUTO records only). ``running``:
-    the strategy of the attempt running now, when asked at one of its checkpoints."""
+    ``before - 1``, which ended (their documents read here: AUTO records only; at most
+    ``MAX_SWITCHES`` plus the retry budgets of them). ``running``: the strategy of the attempt
+    running now, asked at one of its checkpoints; its running time so far counts as saved
+    work then (the checkpoint just saved it), for a request without ``totalSteps``."""
     ended = [ports.store.get_attempt(record.request_id, n) or {} for n in range(1, before)]
+    now = ports.clock()
+    if running is not None and record.attempt_started_at is not None:
+        ran = max(0.0, (now - record.attempt_started_at).total_seconds())
+        ended.append({"strategy": running, "runningSeconds": ran, "workLostSeconds": 0.0})
     return situation_from_record(
         record,
         ended,
-        ports.clock(),
+        now,
         ports.prices,
         budgets=ports.retry.for_request(record.options.get("retryPolicy")).budgets,
         running=running,
@@ -321,7 +328,7 @@ def leave_on_demand(ports: CapacityPorts, record: JobRecord) -> bool:
         ports,
         record.request_id,
         record.vertex_job,
-        why="switch",
+        why=SWITCH,
         reason=f"left on-demand at a checkpoint: {decision.reason}",
         known=record,
     )

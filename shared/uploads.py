@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from shared.commands import ReceiveUpload, SubmitJob
 from shared.domain.checkpoints import Checkpoint, completed_by
+from shared.domain.record import JobRecord
 from shared.domain.uploads import FileMessage, Format, StoredObject, messages, request_format
 from shared.envelopes import PubsubMessage
 from shared.errors import FieldError, InvalidRequest, ObjectGone
@@ -139,22 +140,46 @@ def _each(commands: list[SubmitJob], intake: Intake, workers: int) -> tuple[Outc
 
 
 def record_progress(prefix: str, checkpoint: Checkpoint, intake: Intake) -> tuple[str, ...]:
-    """Record a completed checkpoint on the active jobs writing under ``prefix``."""
+    """Record a completed checkpoint on the active jobs writing under ``prefix``.
+
+    Each job is isolated: one that fails is logged and the others are still recorded; then
+    the first failure is raised, so the event is redelivered. A redelivery finds the
+    checkpoint recorded already, and still asks what a recorded checkpoint asks (whether to
+    leave on-demand), so a failure there is retried too.
+    """
     now = intake.clock()
     watchers = intake.store.watching(prefix)
-    progressed = []
+    progressed: list[str] = []
+    failures: list[Exception] = []
     for record in watchers:
-        after = intake.store.record_checkpoint(record.request_id, checkpoint, now)
-        if after is not None:
-            progressed.append(record.request_id)
+        try:
+            after = intake.store.record_checkpoint(record.request_id, checkpoint, now)
+            if after is not None:
+                progressed.append(record.request_id)
+            elif not _recorded(record, checkpoint):
+                continue  # an older checkpoint, or another run's: nothing to ask
             # Just after a checkpoint, leaving an on-demand attempt loses next to nothing.
-            leave_on_demand(intake, after)
+            leave_on_demand(intake, after or record)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the other jobs
+            log.warning(
+                f"checkpoint not taken, redelivered: {exc}",
+                extra={"fields": {"requestId": record.request_id, "uri": checkpoint.uri}},
+            )
+            failures.append(exc)
     fields = {"uri": checkpoint.uri, "step": checkpoint.step, "jobs": progressed}
     if watchers:
         log.info("checkpoint recorded", extra={"fields": fields})
     else:
         log.debug("checkpoint of no active job: acknowledged", extra={"fields": fields})
+    if failures:
+        raise failures[0]
     return tuple(progressed)
+
+
+def _recorded(record: JobRecord, checkpoint: Checkpoint) -> bool:
+    """Is ``checkpoint`` the record's latest already (a redelivered event)?"""
+    latest = record.latest_checkpoint
+    return latest is not None and latest.uri == checkpoint.uri
 
 
 def _submission(obj: StoredObject, part: FileMessage) -> SubmitJob:

@@ -32,6 +32,8 @@ Deadlines" (Wu et al., NSDI 2024), stated for attempts rather than instances:
    restarts and the work at risk. Once the slack is too small for any cheaper capacity, the
    job never leaves on-demand again (:attr:`CapacityDecision.final`).
 5. *Exploitation.* A running Spot or FLEX_START attempt is never left voluntarily.
+6. *A bound.* After :data:`MAX_SWITCHES` attempts ended by choice, the job runs on-demand to
+   the end: those switches charge no retry budget, so nothing else would bound them.
 
 A FLEX_START attempt's ``maxWaitDuration`` is the largest wait that still leaves time for an
 on-demand attempt to finish after it: the slack less the safety margin, within
@@ -89,6 +91,10 @@ PRIOR_SPOT_LIFETIME_SECONDS: Final = 7200.0
 #: The prior weighs as this many lifetimes of Spot running: one early preemption does not
 #: condemn Spot, a run of them does.
 PRIOR_SPOT_LIFETIMES: Final = 4
+#: At most this many attempts of a job are ended by choice (a wait given up, on-demand left);
+#: then it runs on-demand to the end. Switches charge no retry budget, so without a bound a
+#: capacity drought could alternate Spot and FLEX_START waits for the whole slack.
+MAX_SWITCHES: Final = 20
 #: Relative prices when the accelerator is not in the price table: the usual order and
 #: roughly the usual discounts (Spot about 60%, FLEX_START about 45% off).
 NOMINAL: Final = (1.0, 0.4, 0.55)
@@ -213,6 +219,7 @@ class Situation:
     running: str | None = None
     preemptions_left: int | None = None
     capacity_failures_left: int | None = None
+    switches_left: int | None = None
     tuning: Tuning = Tuning()
 
 
@@ -318,6 +325,9 @@ def decide(s: Situation) -> CapacityDecision:
             if f.slack < 0
             else f"slack {_h(f.slack)} is within the safety margin: on-demand to the end"
         )
+        return _decision(s, f, STANDARD, why, final=True, keep=s.running == STANDARD)
+    if s.switches_left == 0:
+        why = f"{MAX_SWITCHES} attempts ended by choice already: on-demand to the end"
         return _decision(s, f, STANDARD, why, final=True, keep=s.running == STANDARD)
     options = _cheap_options(s, f)
     if not options:
@@ -634,6 +644,7 @@ def situation_from_record(
         running=running,
         preemptions_left=_left(budgets, record.retries, PREEMPTION),
         capacity_failures_left=_left(budgets, record.retries, CAPACITY),
+        switches_left=max(0, MAX_SWITCHES - record.switches),
         tuning=tuning,
     )
 

@@ -175,6 +175,8 @@ class JobRecord:
     # AUTO: the current attempt is being ended by choice ({attempt, vertexJob, why, reason,
     # at}); its job's CANCELLED end is a switch, not a user's cancel. Empty otherwise.
     yielding: dict[str, Any] = field(default_factory=dict)
+    # AUTO: how many attempts were ended by choice (capacity.MAX_SWITCHES bounds them).
+    switches: int = 0
     # The document and version it was decoded from, when a store read or wrote it: the next
     # write may be decided on it without a read (a version check guards it).
     stored: Stored | None = field(default=None, repr=False, compare=False)
@@ -235,6 +237,7 @@ class JobRecord:
             cost=_mapping(raw.get("cost")),
             capacity=_mapping(raw.get("capacity")),
             yielding=_mapping(raw.get("yielding")),
+            switches=_count(raw.get("switches")),
             stored=stored,
         )
 

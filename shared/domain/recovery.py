@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from shared.domain.attempts import usage
 from shared.domain.checkpoints import Checkpoint
@@ -117,7 +117,7 @@ def _switched(
 ) -> Change:
     """The end of an attempt flexjobs ended by choice: the next attempt is due at once, no
     retry budget is charged and no failure is recorded; the capacity policy decides again."""
-    why = str(record.yielding.get("why") or "switch")
+    why = str(record.yielding.get("why") or SWITCH)
     reason = clip(str(record.yielding.get("reason") or why)) or why
     attempt_fields = {**attempt_fields, "endedBy": why}
     record_fields = {
@@ -126,24 +126,38 @@ def _switched(
         "reason": reason,
         "nextAttemptAt": now,
         "updatedAt": now,
+        # Counted, so that the policy stops switching at its bound (capacity.MAX_SWITCHES).
+        "switches": record.switches + 1,
     }
     record_fields.pop("endedAt", None)
     change = _with(record, JobState.RETRYING, record_fields, attempt_fields, reason)
     return replace(change, deletes=("yielding",))
 
 
+#: Why an attempt is ended by choice (AUTO), and the state it must still be in for that:
+#: a wait given up at its ``waitUntil`` ends a queued attempt; leaving on-demand at a
+#: checkpoint ends a running one. An attempt found otherwise on the write's fresh read (a
+#: hint recorded it running meanwhile) is left alone.
+GAVE_UP: Final = "gave-up"
+SWITCH: Final = "switch"
+YIELDS_FROM: Final = {GAVE_UP: JobState.QUEUED, SWITCH: JobState.RUNNING}
+
+
 def yield_requested(
     record: JobRecord, job_name: str, why: str, reason: str, now: datetime
 ) -> Change | None:
-    """End the current attempt by choice (AUTO: a queued attempt given up at its
-    ``waitUntil``, an on-demand attempt left at a checkpoint): mark it, and keep its job
-    pending cancel until Vertex confirms, in one write. None when there is nothing to end: the
-    record moved on, is being cancelled, or already yields this job."""
-    if record.state.terminal or record.state is JobState.RETRYING or record.cancel_requested:
+    """End the current attempt by choice (AUTO: ``why`` is :data:`GAVE_UP` or :data:`SWITCH`):
+    mark it, and keep its job pending cancel until Vertex confirms, in one write. None when
+    there is nothing to end: the record moved on, is no longer in the state ``why`` ends
+    (:data:`YIELDS_FROM`), is being cancelled, already yields this job, or cannot keep one
+    more pending cancel (then nothing would retry the cancel)."""
+    if record.state is not YIELDS_FROM.get(why) or record.cancel_requested:
         return None
     if record.vertex_job != job_name or record.yielding.get("vertexJob") == job_name:
         return None
     pending = cancels_pending(record, [job_name], now)
+    if pending is None and job_name not in record.pending_cancels:
+        return None
     marked = {"attempt": record.attempt, "vertexJob": job_name, "why": why}
     fields = {
         **(pending.record if pending else {}),

@@ -735,3 +735,19 @@ def test_a_give_up_after_a_user_cancel_changes_nothing(intake, tracker, clock, p
     record = current(tracker)
     assert record["state"] == "CANCELLED" and "yielding" not in record
     assert len(tracker.backend.created) == 1
+
+
+def test_a_give_up_decided_on_a_queued_listing_spares_a_job_a_hint_saw_start(
+    intake, tracker, clock, post_event
+):
+    from shared.submission import yield_attempt
+
+    first = submit_auto(intake, tracker, post_event)
+    clock.advance(wait_until(tracker) + 1)
+    listed = tracker.store.get(SEED)  # what the tick's query returned: QUEUED, past waitUntil
+    run(tracker, clock, first)
+    assert hint(post_event, clock, first) == 200  # meanwhile a hint records it RUNNING
+    # The tick's give-up, decided on its stale record: the write's fresh read refuses it.
+    assert not yield_attempt(tracker, SEED, first, why="gave-up", reason="r", known=listed)
+    assert tracker.backend.cancels == []
+    assert current(tracker)["state"] == "RUNNING" and "yielding" not in current(tracker)

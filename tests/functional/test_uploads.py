@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cloudevents.conversion import to_binary
@@ -411,17 +411,18 @@ def test_a_file_of_too_many_requests_is_refused_whole(intake, uploads, client):
 # -- AUTO: leaving on-demand at a checkpoint ------------------------------------------------
 
 
-def on_demand_auto_job(intake, tracker, final: bool = False) -> str:
+def on_demand_auto_job(intake, tracker, final: bool = False, total_steps: int | None = 1000) -> str:
     """An AUTO request (4 h of work, 1000 steps, due in 3 days) whose attempt 1 the policy put
     on on-demand (as it does to catch up when behind) and which now runs; returns its job."""
     intake.prices = tracker.prices
     scheduling = {"strategy": "AUTO"}
     body = load("seed_request")
     body["customJob"]["jobSpec"]["scheduling"] = scheduling
+    steps = {} if total_steps is None else {"totalSteps": total_steps}
     name = running_job(
         intake,
         tracker,
-        totalSteps=1000,
+        **steps,
         customJob=body["customJob"],
         deadline="2026-12-03T12:00:00Z",
         estimatedRunSeconds=4 * 3600,
@@ -477,3 +478,38 @@ def test_an_on_demand_attempt_the_policy_made_final_is_never_left(intake, tracke
     on_demand_auto_job(intake, tracker, final=True)
     assert eventarc(client, marker(uploads, 900)).status_code == 200
     assert intake.backend.cancels == []
+
+
+def test_without_total_steps_the_running_attempts_time_counts_as_saved_at_a_checkpoint(
+    intake, tracker, uploads, client
+):
+    name = on_demand_auto_job(intake, tracker, total_steps=None)
+    # 3.5 h of the 4 h ran on on-demand: far ahead, though no progress figure says so.
+    started = tracker.clock() - timedelta(hours=3.5)
+    intake.store.store.jobs["ck-1"]["attemptStartedAt"] = started
+    assert eventarc(client, marker(uploads, 900)).status_code == 200
+    assert intake.backend.cancels == [name]
+    assert "progress" not in intake.store.store.get("ck-1")
+
+
+def test_a_leave_that_failed_is_asked_again_by_the_redelivered_event(
+    intake, tracker, uploads, client, monkeypatch
+):
+    name = on_demand_auto_job(intake, tracker)
+    event = marker(uploads, 900)
+    real = intake.store.get_attempt
+    failing = iter([StoreUnavailable("Firestore is down")])
+
+    def get_attempt(request_id, attempt):
+        fault = next(failing, None)
+        if fault is not None:
+            raise fault
+        return real(request_id, attempt)
+
+    monkeypatch.setattr(intake.store, "get_attempt", get_attempt)
+    intake.store.store.jobs["ck-1"]["attempt"] = 2  # one earlier attempt to read
+    assert eventarc(client, event).status_code == 500  # recorded, the leave failed: redelivered
+    assert intake.store.store.get("ck-1")["latestCheckpoint"]["step"] == 900
+    assert intake.backend.cancels == []
+    assert eventarc(client, event).status_code == 200  # not news, but asked again
+    assert intake.backend.cancels == [name]

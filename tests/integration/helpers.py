@@ -32,6 +32,7 @@ class Receiver:
 
     def __init__(self, port: int = 0, delay: float = 0.0) -> None:
         self.posts: list[tuple[dict[str, str], bytes]] = []
+        self.times: list[float] = []  # time.monotonic() of each POST's arrival
         self.answers: list[int] = []
         self.delay = delay
         self.peak = 0
@@ -44,6 +45,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._lock:
                     receiver.posts.append((dict(self.headers.items()), body))
+                    receiver.times.append(time.monotonic())
                     status = receiver.answers.pop(0) if receiver.answers else 204
                     receiver._held += 1
                     receiver.peak = max(receiver.peak, receiver._held)

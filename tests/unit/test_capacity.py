@@ -11,6 +11,7 @@ import pytest
 from shared.domain.capacity import (
     FLEX_REVISIT_SECONDS,
     MAX_FLEX_WAIT_SECONDS,
+    MAX_SWITCHES,
     SAFETY_MARGIN_SECONDS,
     AttemptOutcome,
     Prices,
@@ -428,3 +429,27 @@ def test_on_demand_is_left_at_a_checkpoint_only_once_safely_ahead():
     leave = switch_from_on_demand(ahead)
     assert leave is not None and leave.strategy == "SPOT" and not leave.keep
     assert switch_from_on_demand(behind) is None
+
+
+def test_after_the_last_switch_the_job_runs_on_demand_to_the_end():
+    decision = decide(situation(switches_left=0))
+    assert (decision.strategy, decision.final) == ("STANDARD", True)
+    assert decision.reason.startswith(f"{MAX_SWITCHES} attempts ended by choice")
+    assert (
+        switch_from_on_demand(
+            situation(elapsed=10 * HOUR, left=38 * HOUR, done=20 * HOUR, switches_left=0)
+        )
+        is None
+    )
+
+
+def test_a_records_switches_count_against_the_bound():
+    raw = {
+        "options": json.dumps({"deadline": "2026-12-03T00:00:00Z", "estimatedRunSeconds": 3600}),
+        "createdAt": NOW,
+        "switches": MAX_SWITCHES - 1,
+    }
+    s = situation_from_record(JobRecord.decode(raw), [], NOW, None)
+    assert s is not None and s.switches_left == 1
+    s = situation_from_record(JobRecord.decode({**raw, "switches": 99}), [], NOW, None)
+    assert s is not None and s.switches_left == 0

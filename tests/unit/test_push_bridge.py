@@ -47,7 +47,9 @@ def test_a_route_is_a_subscription_and_an_http_url():
 
 def test_the_backoff_doubles_to_its_cap_per_message_and_starts_over_once_acknowledged():
     backoff = Backoff()
-    assert [backoff.next("a") for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
-    assert backoff.next("b") == 1.0  # each message its own
-    backoff.forget("a")
-    assert backoff.next("a") == 1.0
+    a, b, other = (SUBSCRIPTION, "a"), (SUBSCRIPTION, "b"), ("projects/p/subscriptions/o", "a")
+    assert [backoff.next(a) for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert backoff.next(b) == 1.0  # each message its own
+    assert backoff.next(other) == 1.0  # and each subscription's copy of it
+    backoff.forget(a)
+    assert backoff.next(a) == 1.0

@@ -577,3 +577,29 @@ def test_another_jobs_cancel_is_not_a_switch():
     other = {**YIELDING, "vertexJob": "projects/p/locations/us-central1/customJobs/2002"}
     change = settle(record(yielding=other), job("JOB_STATE_CANCELLED"), NOW, POLICY)
     assert change.state is JobState.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("why", "state"),
+    [("gave-up", "RUNNING"), ("switch", "QUEUED"), ("gave-up", "ACCEPTED"), ("other", "QUEUED")],
+)
+def test_a_yield_needs_the_state_it_ends(why, state):
+    # A give-up decided on a listing that showed the job queued, written after a hint recorded
+    # it running: the fresh read refuses it.
+    assert yield_requested(record(state=state), NAME, why, "why", NOW) is None
+
+
+def test_a_yield_that_cannot_keep_its_cancel_pending_is_refused():
+    full = [f"projects/p/locations/us-central1/customJobs/{n}" for n in range(50)]
+    assert (
+        yield_requested(record(state="QUEUED", pendingCancels=full), NAME, "gave-up", "w", NOW)
+        is None
+    )
+    kept = record(state="QUEUED", pendingCancels=[*full[:49], NAME])  # pending already: fine
+    assert yield_requested(kept, NAME, "gave-up", "w", NOW) is not None
+
+
+def test_each_switch_is_counted():
+    before = record(state="QUEUED", yielding=YIELDING, switches=3)
+    change = settle(before, job("JOB_STATE_CANCELLED", start_time=None), NOW, POLICY)
+    assert change.record["switches"] == 4
