@@ -41,6 +41,7 @@ from typing import Protocol
 
 from shared.domain.capacity import (
     FLEX_START,
+    MAX_SWITCHES,
     SPOT,
     STANDARD,
     AttemptOutcome,
@@ -436,6 +437,9 @@ class Auto:
             running=running,
             preemptions_left=BUDGETS.preemption - view.preemptions,
             capacity_failures_left=BUDGETS.capacity - view.capacity_failures,
+            # Attempts ended by choice (given up in the queue, left at a checkpoint) end
+            # with no failure, as the lifecycle counts them in ``switches``.
+            switches_left=max(0, MAX_SWITCHES - sum(a.failure is None for a in view.history)),
         )
 
     def _plan(self, decision: CapacityDecision) -> Plan:

@@ -122,15 +122,15 @@ class Deliverer:
         return session
 
     def __call__(self, message: Any) -> None:
-        body = push_body(
-            self.route.subscription,
-            data=message.data,
-            attributes=dict(message.attributes),
-            message_id=message.message_id,
-            published=message.publish_time,
-        )
         key = (self.route.subscription, message.message_id)
         try:
+            body = push_body(
+                self.route.subscription,
+                data=message.data,
+                attributes=dict(message.attributes),
+                message_id=message.message_id,
+                published=message.publish_time,
+            )
             # Push waits for an answer up to the ack deadline, then counts the delivery failed.
             answer = self._session().post(
                 self.route.url,

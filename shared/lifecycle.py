@@ -361,7 +361,13 @@ def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str |
         if state is None and reason is not None:
             # An AUTO attempt queued past its waitUntil: the policy chooses again, with no
             # retry budget charged (the wait cost nothing but time).
-            yield_attempt(tracker, request_id, job.name, why=GAVE_UP, reason=reason, known=record)
+            given_up = yield_attempt(
+                tracker, request_id, job.name, why=GAVE_UP, reason=reason, known=record
+            )
+            if not given_up:
+                # The record moved on meanwhile (the next tick sees it as it is now), or it
+                # cannot keep one more pending cancel: say so, the wait goes on.
+                log.warning(f"not given up: {reason}", extra=_fields(job))
         return state
     if is_stray(record, job):
         # Created under one of this request's attempts but not the job its record follows (a

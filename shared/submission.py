@@ -136,8 +136,10 @@ def auto_situation(
     work then (the checkpoint just saved it), for a request without ``totalSteps``."""
     ended = [ports.store.get_attempt(record.request_id, n) or {} for n in range(1, before)]
     now = ports.clock()
-    if running is not None and record.attempt_started_at is not None:
-        ran = max(0.0, (now - record.attempt_started_at).total_seconds())
+    started, saved = record.attempt_started_at, record.latest_checkpoint
+    if running is not None and started is not None and saved is not None:
+        # Saved up to the checkpoint, not up to now: what ran since is lost if it is left.
+        ran = max(0.0, (min(now, saved.at) - started).total_seconds())
         ended.append({"strategy": running, "runningSeconds": ran, "workLostSeconds": 0.0})
     return situation_from_record(
         record,
@@ -308,8 +310,9 @@ def yield_attempt(
 
 def leave_on_demand(ports: CapacityPorts, record: JobRecord) -> bool:
     """At a checkpoint of an AUTO request's running on-demand attempt (``record``, with the
-    checkpoint just recorded), ask the capacity policy whether to leave it for cheaper
-    capacity; if so, end it by choice (:func:`yield_attempt`). True when it did.
+    checkpoint recorded as its latest), ask the capacity policy whether to leave it for
+    cheaper capacity; if so, end it by choice (:func:`yield_attempt`). True when it did.
+    Only a checkpoint this attempt wrote counts (one it resumed from would not save its run).
 
     Only attempts AUTO put on on-demand are asked, and not once it said on-demand to the end
     (``capacity.final``): Spot and FLEX_START attempts are never left by choice.
@@ -320,6 +323,9 @@ def leave_on_demand(ports: CapacityPorts, record: JobRecord) -> bool:
         return False
     if record.yielding or record.cancel_requested:
         return False
+    saved, started = record.latest_checkpoint, record.attempt_started_at
+    if saved is None or started is None or saved.at < started:
+        return False  # not a checkpoint of this attempt: leaving would lose all it ran
     situation = auto_situation(ports, record, before=record.attempt, running=STANDARD)
     decision = switch_from_on_demand(situation) if situation is not None else None
     if decision is None:

@@ -135,22 +135,28 @@ def _each(commands: list[SubmitJob], intake: Intake, workers: int) -> tuple[Outc
             results = list(pool.map(run, commands))
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
-        raise failures[0]
+        raise _to_raise(failures)
     return tuple(r for r in results if isinstance(r, Outcome))
+
+
+def _to_raise(failures: list[BaseException]) -> BaseException:
+    """Of the failures of a file's requests or a checkpoint's jobs, the one to raise: the first
+    that a redelivery may fix (so that none of them is acknowledged away), else the first."""
+    return next((f for f in failures if getattr(f, "retryable", True)), failures[0])
 
 
 def record_progress(prefix: str, checkpoint: Checkpoint, intake: Intake) -> tuple[str, ...]:
     """Record a completed checkpoint on the active jobs writing under ``prefix``.
 
-    Each job is isolated: one that fails is logged and the others are still recorded; then
-    the first failure is raised, so the event is redelivered. A redelivery finds the
+    Each job is isolated: one that fails is logged and the others are still recorded; then a
+    failure is raised (a retryable one first), so the event is redelivered. A redelivery finds the
     checkpoint recorded already, and still asks what a recorded checkpoint asks (whether to
     leave on-demand), so a failure there is retried too.
     """
     now = intake.clock()
     watchers = intake.store.watching(prefix)
     progressed: list[str] = []
-    failures: list[Exception] = []
+    failures: list[BaseException] = []
     for record in watchers:
         try:
             after = intake.store.record_checkpoint(record.request_id, checkpoint, now)
@@ -172,7 +178,7 @@ def record_progress(prefix: str, checkpoint: Checkpoint, intake: Intake) -> tupl
     else:
         log.debug("checkpoint of no active job: acknowledged", extra={"fields": fields})
     if failures:
-        raise failures[0]
+        raise _to_raise(failures)
     return tuple(progressed)
 
 

@@ -27,7 +27,7 @@ Deadlines" (Wu et al., NSDI 2024), stated for attempts rather than instances:
    adds FLEX_START as the middle option: after a short look for Spot (when Spot is the
    cheaper), it catches up on FLEX_START when that fits, and on on-demand otherwise. Capacity
    the last attempt waited for in vain is looked for elsewhere first.
-4. *Hysteresis.* An on-demand attempt is left (at one of its checkpoints, so nothing is lost)
+4. *Hysteresis.* An on-demand attempt is left (at one of its own checkpoints, so little is lost)
    only once the job is ahead of the line by what a failed cheap attempt can cost: two
    restarts and the work at risk. Once the slack is too small for any cheaper capacity, the
    job never leaves on-demand again (:attr:`CapacityDecision.final`).

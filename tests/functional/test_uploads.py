@@ -434,6 +434,7 @@ def on_demand_auto_job(intake, tracker, final: bool = False, total_steps: int | 
     stored.update(
         strategy="STANDARD",
         state="RUNNING",
+        attemptStartedAt=tracker.clock(),
         capacity={"strategy": "STANDARD", "reason": "behind uniform progress", "final": final},
     )
     return name
@@ -513,3 +514,34 @@ def test_a_leave_that_failed_is_asked_again_by_the_redelivered_event(
     assert intake.backend.cancels == []
     assert eventarc(client, event).status_code == 200  # not news, but asked again
     assert intake.backend.cancels == [name]
+
+
+def test_only_the_time_up_to_the_checkpoint_counts_as_saved(intake, tracker, uploads, client):
+    on_demand_auto_job(intake, tracker, total_steps=None)
+    started = tracker.clock() - timedelta(hours=3.5)
+    intake.store.store.jobs["ck-1"]["attemptStartedAt"] = started
+    # Written 5 minutes into the attempt (a late event): what ran since is not saved.
+    late = (started + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    assert eventarc(client, marker(uploads, 900, at=late)).status_code == 200
+    assert intake.backend.cancels == []
+
+
+def test_a_checkpoint_the_attempt_resumed_from_never_makes_it_leave(
+    intake, tracker, uploads, client
+):
+    on_demand_auto_job(intake, tracker)
+    # Written before this attempt started (it resumed from it): leaving would lose its run.
+    assert eventarc(client, marker(uploads, 900, at="2026-11-30T11:59:00Z")).status_code == 200
+    assert intake.store.store.get("ck-1")["progress"] == 0.9
+    assert intake.backend.cancels == []
+
+
+def test_the_failure_raised_for_a_sweep_is_one_a_redelivery_may_fix():
+    from shared.errors import InvalidRequest
+    from shared.uploads import _to_raise
+
+    permanent, transient = InvalidRequest([]), StoreUnavailable("down")
+    assert _to_raise([permanent, transient]) is transient
+    assert _to_raise([permanent]) is permanent
+    bug = KeyError("x")  # not ours: raised, so redelivered, as any unexpected fault
+    assert _to_raise([permanent, bug]) is bug
