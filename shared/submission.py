@@ -132,8 +132,9 @@ def auto_situation(
     """What the capacity policy knows of an AUTO record: its progress, and attempts 1 to
     ``before - 1``, which ended (their documents read here: AUTO records only; at most
     ``MAX_SWITCHES`` plus the retry budgets of them). ``running``: the strategy of the attempt
-    running now, asked at one of its checkpoints; its running time so far counts as saved
-    work then (the checkpoint just saved it), for a request without ``totalSteps``."""
+    running now, asked at one of its checkpoints; its running time up to the record's latest
+    checkpoint counts as saved work then (what a request without ``totalSteps`` has to go
+    by)."""
     ended = [ports.store.get_attempt(record.request_id, n) or {} for n in range(1, before)]
     now = ports.clock()
     started, saved = record.attempt_started_at, record.latest_checkpoint
@@ -292,8 +293,10 @@ def yield_attempt(
     a switch (:func:`~shared.domain.recovery.settle`): the next attempt is due at once and no
     retry budget is charged. True when this call marked it.
 
-    A crash after the write leaves the cancel pending on the record, for the tick; a job that
-    starts running meanwhile is still cancelled, and its retry resumes from its checkpoint.
+    The write is decided on a fresh read when ``known`` is stale, so an attempt that moved on
+    (a hint saw it start) is not marked. A crash after the write leaves the cancel pending on
+    the record, for the tick; a job that starts between the write and the cancel is still
+    cancelled, and its retry resumes from its latest checkpoint.
     """
     now = ports.clock()
     written = ports.store.write(

@@ -149,9 +149,9 @@ def record_progress(prefix: str, checkpoint: Checkpoint, intake: Intake) -> tupl
     """Record a completed checkpoint on the active jobs writing under ``prefix``.
 
     Each job is isolated: one that fails is logged and the others are still recorded; then a
-    failure is raised (a retryable one first), so the event is redelivered. A redelivery finds the
-    checkpoint recorded already, and still asks what a recorded checkpoint asks (whether to
-    leave on-demand), so a failure there is retried too.
+    failure is raised (a retryable one first), so the event is redelivered. A redelivery
+    finds the checkpoint recorded already, and still asks what a recorded checkpoint asks
+    (whether to leave on-demand), so a failure there is retried too.
     """
     now = intake.clock()
     watchers = intake.store.watching(prefix)
