@@ -37,6 +37,7 @@ ENV_VARS = (
     "FLEXJOBS_MAX_MESSAGE_BYTES",
     "FLEXJOBS_FIELD_POLICY",
     "FLEXJOBS_UPLOAD_PREFIX",
+    "FLEXJOBS_REQUEST_BUCKET",
     "FLEXJOBS_MAX_UPLOAD_BYTES",
     "FLEXJOBS_STATUS_PAGE_SIZE",
     "FLEXJOBS_AUTO_TIME_SCALE",
@@ -82,8 +83,13 @@ class Settings:
     max_message_bytes: int = 256 * 1024
     # FLEXJOBS_FIELD_POLICY, JSON text (shared.domain.field_policy); None keeps the defaults.
     field_policy: str | None = None
-    # Objects under this prefix of an upload bucket are request files.
+    # Objects under this prefix of the request bucket are request files.
     upload_prefix: str = "requests/"
+    # The one bucket request files come from (FLEXJOBS_REQUEST_BUCKET). Every other bucket's
+    # objects are checkpoints at most, and this bucket's never are: whoever may upload a
+    # request must not steer a job's checkpoints, and a training job that writes checkpoints
+    # must not submit requests. None: no bucket holds request files.
+    request_bucket: str | None = None
     # A request file larger than this is refused unread.
     max_upload_bytes: int = 8 * 1024 * 1024
     # Rows per page of the status page when its query string names no limit.
@@ -132,6 +138,7 @@ class Settings:
             max_message_bytes=int(e.get("FLEXJOBS_MAX_MESSAGE_BYTES") or 256 * 1024),
             field_policy=e.get("FLEXJOBS_FIELD_POLICY") or None,
             upload_prefix=_folder(e.get("FLEXJOBS_UPLOAD_PREFIX") or "requests/"),
+            request_bucket=e.get("FLEXJOBS_REQUEST_BUCKET") or None,
             max_upload_bytes=int(e.get("FLEXJOBS_MAX_UPLOAD_BYTES") or 8 * 1024 * 1024),
             status_page_size=int(page_size),
             auto_time_scale=auto_time_scale,
