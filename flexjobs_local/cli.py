@@ -115,16 +115,20 @@ FormatOpt = Annotated[
 ]
 
 
-def _read(file: str, kind: Kind | None, fmt: Format | None) -> list[Message]:
+def _read(file: str, kind: Kind | None, fmt: Format | None, settings: Settings) -> list[Message]:
     if file == "-":
-        text = sys.stdin.read()
+        data = sys.stdin.buffer.read()
     else:
         try:
-            text = Path(file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            data = Path(file).read_bytes()
+        except OSError as exc:
             raise CliError(f"cannot read {file}: {exc}", code=INVALID) from exc
     messages = read_messages(
-        text, file, kind=kind.value if kind else None, fmt=fmt.value if fmt else None
+        data,
+        file,
+        kind=kind.value if kind else None,
+        fmt=fmt.value if fmt else None,
+        max_bytes=settings.max_message_bytes,
     )
     if not messages:
         raise CliError(f"{file} holds no request message", code=INVALID)
@@ -155,8 +159,8 @@ def validate(
     Prints each problem as `path: message` (`line N: ...` in a .jsonl). Exit 0 when valid, 2 when
     not. The operator guards come from the FLEXJOBS_* environment, as the function reads them.
     """
-    messages = _read(file, kind, fmt)
     settings = Config.load(None).settings
+    messages = _read(file, kind, fmt, settings)
     now = datetime.now(UTC)
     for message in messages:
         stamp_schedule_time(message, now)
@@ -201,10 +205,10 @@ def submit(
     Nothing is published when any message is invalid (exit 2). With --wait: exit 0 when all
     SUCCEEDED, 1 otherwise.
     """
-    messages = _read(file, kind, fmt)
+    config = _config(ctx)
+    messages = _read(file, kind, fmt, config.settings)
     if request_id is not None and len(messages) > 1:
         raise CliError("--request-id names one request; the file holds several", code=INVALID)
-    config = _config(ctx)
     now = datetime.now(UTC)
     for message in messages:
         if message.body is not None and location is not None:

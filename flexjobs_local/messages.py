@@ -7,7 +7,7 @@ own parser and validators (:func:`shared.domain.request.parse_request`,
 
 Examples:
     >>> from shared.config import Settings
-    >>> [m] = read_messages('{"cancel": "r1"}', "cancel.json")
+    >>> [m] = read_messages(b'{"cancel": "r1"}', "cancel.json")
     >>> check(m, Settings(project=""), now=datetime(2026, 11, 30, tzinfo=UTC))
     []
 """
@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.config import Settings
-from shared.domain.gcloud_yaml import parse_gcloud_config
+from shared.domain.gcloud_yaml import DEFAULT_MAX_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from shared.domain.request import KINDS, decode_message, parse_request
 from shared.domain.schedule import SCHEDULE_TIME_ATTRIBUTE, check_not_ahead
+from shared.domain.uploads import Format, messages
 from shared.domain.validation import Guards, validators
-from shared.errors import FieldError, InvalidRequest
+from shared.errors import FieldError, InvalidRequest, reading_untrusted
 from shared.intake import is_cancel
 
 FORMATS = ("json", "jsonl", "yaml")
@@ -66,27 +67,31 @@ def detect_format(name: str, text: str) -> str:
 
 
 def read_messages(
-    text: str, name: str, *, kind: str | None = None, fmt: str | None = None
+    data: bytes,
+    name: str,
+    *,
+    kind: str | None = None,
+    fmt: str | None = None,
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> list[Message]:
-    """The messages of a file; unreadable ones carry their errors instead of a body."""
-    fmt = fmt or detect_format(name, text)
-    if fmt == "yaml":
-        try:
-            return [Message(parse_gcloud_config(text))]
-        except InvalidRequest as err:
-            return [Message(None, errors=list(err.errors))]
-    if fmt == "jsonl":
-        return [
-            _decode(line, kind, number)
-            for number, line in enumerate(text.splitlines(), start=1)
-            if line.strip()
-        ]
-    return [_decode(text, kind, None)]
-
-
-def _decode(text: str, kind: str | None, line: int | None) -> Message:
+    """The messages of a file, split and read by the upload function's own reader
+    (:func:`shared.domain.uploads.messages`: the same lines, BOM and limits); unreadable
+    ones carry their errors instead of a body, and so does a file that cannot be read."""
+    fmt = fmt or detect_format(name, data.decode("utf-8", errors="replace"))
     try:
-        body = decode_message(text.encode("utf-8"))
+        with reading_untrusted("the file"):
+            parts = messages(Format(fmt), data, None, max_bytes=max_bytes)
+    except InvalidRequest as err:
+        return [Message(None, errors=list(err.errors))]
+    # A YAML file is a CustomJobSpec, never a bare body of another kind.
+    wrap = None if fmt == "yaml" else kind
+    return [_decode(part.data, wrap, part.line) for part in parts]
+
+
+def _decode(data: bytes, kind: str | None, line: int | None) -> Message:
+    try:
+        with reading_untrusted("the message"):
+            body = decode_message(data)
     except InvalidRequest as err:
         return Message(None, line=line, errors=list(err.errors))
     if kind is not None:

@@ -179,14 +179,14 @@ def build_uploads(
 ) -> Uploads:
     """The production wiring of :class:`~shared.uploads.Uploads`: an intake of its own (the
     upload function submits requests exactly as the requests function does) and GCS."""
-    from shared.adapters.gcs import GcsStoredObjects
+    from shared.adapters.gcs import GcsCheckpointStore, GcsStoredObjects
 
     settings = settings or Settings.from_env()
+    timeout = settings.call_timeout_seconds
     return Uploads(
         intake=build_intake(settings, clock),
-        objects=GcsStoredObjects(
-            project=settings.project, timeout_seconds=settings.call_timeout_seconds
-        ),
+        objects=GcsStoredObjects(project=settings.project, timeout_seconds=timeout),
+        checkpoints=GcsCheckpointStore(project=settings.project, timeout_seconds=timeout),
     )
 
 

@@ -7,6 +7,8 @@ acknowledged and recorded, because delivering it again can never succeed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -43,6 +45,31 @@ class InvalidRequest(FlexjobsError, ValueError):
         summary = "; ".join(f"{e.path}: {e.message}" for e in self.errors[:5])
         more = f" (+{len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
         super().__init__(f"invalid request: {summary}{more}")
+
+
+@contextmanager
+def reading_untrusted(what: str) -> Iterator[None]:
+    """Read untrusted input (a message, a request file) so that it can only be refused:
+    any exception but a flexjobs error becomes :class:`InvalidRequest`, with its cause.
+
+    Reading is pure (decoding, parsing, validating), so a failure there is the input's, or a
+    bug it reaches: redelivering it would fail again, for ever (an Eventarc event is retried
+    for 24 hours, killing an instance each time on a MemoryError). Refused, it is recorded
+    and acknowledged, and the cause is logged with the rejection.
+
+    Examples:
+        >>> with reading_untrusted("the message"):
+        ...     {}["missing"]
+        Traceback (most recent call last):
+        shared.errors.InvalidRequest: invalid request: $: the message could not be read (KeyError)
+    """
+    try:
+        yield
+    except FlexjobsError:
+        raise
+    except Exception as exc:
+        problem = f"{what} could not be read ({type(exc).__name__})"
+        raise InvalidRequest([FieldError("$", problem)]) from exc
 
 
 class BackendRejected(FlexjobsError):

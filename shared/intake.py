@@ -22,6 +22,7 @@ from shared.deployments import Deployments, submit_deployment
 from shared.domain.attempts import gpu_shape
 from shared.domain.capacity import Situation, Tuning, situation_for_first_attempt
 from shared.domain.deployments import KIND as DEPLOY_KIND
+from shared.domain.ids import check_request_id
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.records import tombstone_claimed
@@ -37,7 +38,7 @@ from shared.domain.schedule import check_not_ahead
 from shared.domain.scheduling import AUTO
 from shared.domain.validation import Validator
 from shared.domain.values import clip
-from shared.errors import FieldError, InvalidRequest
+from shared.errors import FieldError, InvalidRequest, reading_untrusted
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
 from shared.ports import Claim, JobBackend, Notifier, RejectionLog
@@ -126,9 +127,17 @@ def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
 def read_command(cmd: SubmitJob, intake: Intake) -> Command:
     """The command a delivered message carries.
 
+    Reading is pure, so whatever it raises refuses the message (a recorded rejection, never
+    an endless redelivery; see :func:`~shared.errors.reading_untrusted`).
+
     Raises:
         InvalidRequest: with every problem found; the message can never succeed.
     """
+    with reading_untrusted("the message"):
+        return _read_command(cmd, intake)
+
+
+def _read_command(cmd: SubmitJob, intake: Intake) -> Command:
     body = read_body(cmd, intake)
     if is_cancel(body):
         return CancelJob(request_id=_cancel_target(body))
@@ -217,6 +226,8 @@ def _cancel_target(body: dict[str, Any]) -> str:
     target = body.get("cancel")
     if not isinstance(target, str) or not target.strip():
         raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId string")])
+    if too_long := check_request_id(target, "cancel"):
+        raise InvalidRequest(too_long)
     return target
 
 
@@ -274,8 +285,13 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
             }
         )
         intake.rejections.record(request_id, document)
+        # A refusal caused by an exception (reading_untrusted) logs its traceback: bad input
+        # it may be, or a bug that input reached.
+        cause = err.__cause__ if isinstance(err.__cause__, Exception) else None
         log.warning(
-            "request rejected", extra={"fields": {"errors": errors[:10], "count": len(errors)}}
+            "request rejected",
+            extra={"fields": {"errors": errors[:10], "count": len(errors)}},
+            exc_info=cause,
         )
 
 
@@ -288,15 +304,19 @@ def _same_rejection(stored: Mapping[str, Any] | None, document: Mapping[str, Any
 
 
 def _readable_request_id(data: bytes, attributes: dict[str, str], message_id: str) -> str:
-    """The requestId when one can be read from the message at all, else the message id."""
+    """The requestId when one can be read from the message at all and is within bounds
+    (a rejection and its notification carry it), else the message id."""
     try:
         body = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         # Undecodable: fall back to what the transport says about the message.
-        return attributes.get("requestId") or message_id
-    if isinstance(body, dict):
-        return read_request_id(body, attributes, message_id)
-    return attributes.get("requestId") or message_id
+        body = None
+    found = (
+        read_request_id(body, attributes, message_id)
+        if isinstance(body, dict)
+        else attributes.get("requestId") or message_id
+    )
+    return found if not check_request_id(found) else message_id
 
 
 def _deployments_of(intake: Intake) -> Deployments:

@@ -165,6 +165,12 @@ class CheckpointStore(Protocol):
         than ``not_before`` (another run's, in a reused directory) are ignored."""
         ...
 
+    def confirm(self, checkpoint: Checkpoint) -> Checkpoint | None:
+        """``checkpoint`` as its own listing shows it (its time is the listing's), or None
+        when the listing shows no complete checkpoint there
+        (:func:`shared.domain.checkpoints.confirm`)."""
+        ...
+
 
 class JobBackend(Protocol):
     """Vertex AI: where jobs run."""

@@ -1,13 +1,21 @@
 """Uploads: a Cloud Storage object event becomes requests, checkpoint progress, or nothing.
 
-* A **request file** (under ``FLEXJOBS_UPLOAD_PREFIX``; see :mod:`shared.domain.uploads`) is
-  read once, at the generation the event names, and each of its messages is submitted exactly
-  as a Pub/Sub message is (:func:`shared.intake.submit_job`), with ``source: "gcs"`` and the
-  ``object`` (and ``.jsonl`` ``line``) on its record or rejection. One bad line is rejected on
-  its own; a file that cannot be read at all gets one rejection.
+Requests and checkpoints never share trust: request files come only from the request bucket
+(``FLEXJOBS_REQUEST_BUCKET``), and nothing in it ever counts as a checkpoint; every other
+bucket's objects are checkpoints at most. So whoever may upload a request cannot steer a
+job's checkpoints, and a training job that writes checkpoints cannot submit requests.
+
+* A **request file** (in the request bucket, under ``FLEXJOBS_UPLOAD_PREFIX``; see
+  :mod:`shared.domain.uploads`) is read once, at the generation the event names, and each of
+  its messages is submitted exactly as a Pub/Sub message is
+  (:func:`shared.intake.submit_job`), with ``source: "gcs"`` and the ``object`` (and
+  ``.jsonl`` ``line``) on its record or rejection. One bad line is rejected on its own; a file
+  that cannot be read at all gets one rejection.
 * A **checkpoint** completed by the upload (a step's marker, or a single-file checkpoint)
-  is recorded on the active jobs writing under its prefix, found by their indexed
-  ``checkpointPrefix``: ``latestCheckpoint`` and ``progress``, with no Vertex call.
+  counts only for the active jobs whose record holds its prefix (``checkpointPrefix``, one
+  indexed query), and only once its own listing, read here, confirms a complete checkpoint
+  (the event only says where to look): then ``latestCheckpoint`` and ``progress`` are
+  recorded, with no Vertex call, and an on-demand AUTO attempt may be left.
 * Anything else is acknowledged with a debug log.
 
 Transient faults raise (the event is redelivered, and every request in it is exactly-once);
@@ -16,25 +24,28 @@ bad content never does.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 from shared.commands import ReceiveUpload, SubmitJob
 from shared.domain.checkpoints import Checkpoint, completed_by
 from shared.domain.record import JobRecord
 from shared.domain.uploads import FileMessage, Format, StoredObject, messages, request_format
 from shared.envelopes import PubsubMessage
-from shared.errors import FieldError, InvalidRequest, ObjectGone
+from shared.errors import FieldError, InvalidRequest, ObjectGone, reading_untrusted
 from shared.exactly_once import Outcome
 from shared.intake import Intake, reject, submit_job
 from shared.logs import get_logger
-from shared.ports import StoredObjects
+from shared.ports import CheckpointStore, StoredObjects
 from shared.submission import leave_on_demand
 
 log = get_logger("uploads")
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Requests of one file submitted side by side: a long ``.jsonl`` fits the function's timeout.
 WORKERS = 4
@@ -46,6 +57,8 @@ class Uploads:
 
     intake: Intake
     objects: StoredObjects
+    # Confirms a checkpoint an event names by its own listing, before it counts.
+    checkpoints: CheckpointStore
     workers: int = WORKERS
 
 
@@ -79,21 +92,36 @@ def receive_upload(cmd: ReceiveUpload, uploads: Uploads) -> Received:
     if not event.finalized:
         log.debug("not a new object: acknowledged", extra=brief)
         return Received(Seen.IGNORED)
-    obj = StoredObject.of(event.bucket, event.name, event.generation, event.resource)
-    fmt = request_format(obj.name, uploads.intake.settings.upload_prefix)
-    if fmt is not None:
+    intake = uploads.intake
+    settings = intake.settings
+    obj = StoredObject.of(
+        event.bucket, event.name, event.generation, event.resource, intake.clock()
+    )
+    if obj.bucket == settings.request_bucket:
+        fmt = request_format(obj.name, settings.upload_prefix)
+        if fmt is None:
+            # Never a checkpoint: whoever uploads requests must not steer a job's progress.
+            log.debug("an object of the request bucket that is no request file", extra=brief)
+            return Received(Seen.IGNORED)
         return Received(Seen.REQUESTS, outcomes=submit_file(obj, fmt, uploads))
-    found = completed_by(obj.bucket, obj.name, obj.written_at or uploads.intake.clock())
+    found = completed_by(obj.bucket, obj.name, obj.written_at or intake.clock())
     if found is None:
-        log.debug("neither a request file nor a checkpoint: acknowledged", extra=brief)
+        if settings.request_bucket is None and request_format(obj.name, settings.upload_prefix):
+            log.warning("FLEXJOBS_REQUEST_BUCKET is not set: no request file is taken", extra=brief)
+        else:
+            log.debug("not a checkpoint: acknowledged", extra=brief)
         return Received(Seen.IGNORED)
-    return Received(Seen.CHECKPOINT, progressed=record_progress(*found, uploads.intake))
+    return Received(Seen.CHECKPOINT, progressed=record_progress(*found, uploads))
 
 
 def submit_file(obj: StoredObject, fmt: Format, uploads: Uploads) -> tuple[Outcome, ...]:
-    """Submit every request of a file; one rejection when the file cannot be read at all."""
+    """Submit every request of a file; one rejection when the file cannot be read at all.
+
+    Whatever reading the file raises, but a transient fault of Cloud Storage, refuses it:
+    bad content is recorded and acknowledged, never redelivered.
+    """
     intake = uploads.intake
-    whole = _submission(obj, FileMessage(b""))
+    whole = _submission(obj, FileMessage(b""), None)
     limit = intake.settings.max_upload_bytes
     try:
         if obj.size is not None and obj.size > limit:
@@ -105,8 +133,10 @@ def submit_file(obj: StoredObject, fmt: Format, uploads: Uploads) -> tuple[Outco
         data = uploads.objects.read(obj.bucket, obj.name, obj.generation, limit)
         if len(data) > limit:
             raise InvalidRequest([_too_large(len(data), limit, at_least=True)])
-        whole = dataclasses.replace(whole, message=_message(obj, FileMessage(data)))
-        parts = messages(fmt, data, obj.request_id())
+        whole = _submission(obj, FileMessage(data), data)
+        with reading_untrusted("the file"):
+            budget = intake.settings.max_message_bytes
+            parts = messages(fmt, data, obj.request_id(data), max_bytes=budget)
     except ObjectGone as exc:
         reject(whole, InvalidRequest([FieldError("$", f"cannot be read: {exc}")]), intake)
         return (Outcome.REJECTED,)
@@ -114,71 +144,83 @@ def submit_file(obj: StoredObject, fmt: Format, uploads: Uploads) -> tuple[Outco
         reject(whole, err, intake)
         return (Outcome.REJECTED,)
     log.info("request file read", extra={"fields": {"object": obj.uri, "requests": len(parts)}})
-    return _each([_submission(obj, part) for part in parts], intake, uploads.workers)
+
+    def submit(cmd: SubmitJob) -> Outcome:
+        return submit_job(cmd, intake)
+
+    commands = [_submission(obj, part, data) for part in parts]
+    return tuple(_each(submit, commands, uploads.workers, label=lambda c: c.message.message_id))
 
 
-def _each(commands: list[SubmitJob], intake: Intake, workers: int) -> tuple[Outcome, ...]:
-    """Submit each command; every one is tried even when another fails, then the first
-    failure is raised (a retryable one means redelivery, which finds the others done)."""
+def _each(
+    fn: Callable[[T], R], items: list[T], workers: int = 1, *, label: Callable[[T], str] = str
+) -> list[R]:
+    """``fn`` for every item, each isolated: every one is tried even when another fails (a
+    failure is logged with the item's ``label``), then the first failure is raised (a
+    retryable one first: redelivery finds the others done)."""
 
-    def attempt(cmd: SubmitJob) -> Outcome | BaseException:
+    def attempt(item: T) -> R | Exception:
         try:
-            return submit_job(cmd, intake)
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after the other requests
+            return fn(item)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the other items
+            log.warning(f"failed, redelivered: {exc}", extra={"fields": {"item": label(item)}})
             return exc
 
-    run: Callable[[SubmitJob], Outcome | BaseException] = attempt
-    if len(commands) <= 1 or workers <= 1:
-        results = [run(cmd) for cmd in commands]
+    if len(items) <= 1 or workers <= 1:
+        results = [attempt(item) for item in items]
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upload") as pool:
-            results = list(pool.map(run, commands))
-    failures = [r for r in results if isinstance(r, BaseException)]
+            results = list(pool.map(attempt, items))
+    failures = [r for r in results if isinstance(r, Exception)]
     if failures:
         raise _to_raise(failures)
-    return tuple(r for r in results if isinstance(r, Outcome))
+    return [r for r in results if not isinstance(r, Exception)]
 
 
-def _to_raise(failures: list[BaseException]) -> BaseException:
+def _to_raise(failures: list[Exception]) -> Exception:
     """Of the failures of a file's requests or a checkpoint's jobs, the one to raise: the first
     that a redelivery may fix (so that none of them is acknowledged away), else the first."""
     return next((f for f in failures if getattr(f, "retryable", True)), failures[0])
 
 
-def record_progress(prefix: str, checkpoint: Checkpoint, intake: Intake) -> tuple[str, ...]:
-    """Record a completed checkpoint on the active jobs writing under ``prefix``.
+def record_progress(prefix: str, checkpoint: Checkpoint, uploads: Uploads) -> tuple[str, ...]:
+    """Record a completed checkpoint on the active jobs writing under ``prefix``, once its
+    own listing confirms it.
 
-    Each job is isolated: one that fails is logged and the others are still recorded; then a
-    failure is raised (a retryable one first), so the event is redelivered. A redelivery
-    finds the checkpoint recorded already, and still asks what a recorded checkpoint asks
-    (whether to leave on-demand), so a failure there is retried too.
+    The event only says where to look (a marker alone, or a forged event, proves nothing): a
+    checkpoint that its listing does not show complete moves no job, and the time recorded is
+    the listing's. Each job is isolated: one that fails is logged and the others are still
+    recorded; then a failure is raised (a retryable one first), so the event is redelivered.
+    A redelivery finds the checkpoint recorded already, and still asks what a recorded
+    checkpoint asks (whether to leave on-demand), so a failure there is retried too.
     """
-    now = intake.clock()
+    intake = uploads.intake
     watchers = intake.store.watching(prefix)
-    progressed: list[str] = []
-    failures: list[BaseException] = []
-    for record in watchers:
-        try:
-            after = intake.store.record_checkpoint(record.request_id, checkpoint, now)
-            if after is not None:
-                progressed.append(record.request_id)
-            elif not _recorded(record, checkpoint):
-                continue  # an older checkpoint, or another run's: nothing to ask
-            # Just after a checkpoint, leaving an on-demand attempt loses next to nothing.
-            leave_on_demand(intake, after or record)
-        except Exception as exc:  # noqa: BLE001 - raised below, after the other jobs
-            log.warning(
-                f"checkpoint not taken, redelivered: {exc}",
-                extra={"fields": {"requestId": record.request_id, "uri": checkpoint.uri}},
-            )
-            failures.append(exc)
-    fields = {"uri": checkpoint.uri, "step": checkpoint.step, "jobs": progressed}
-    if watchers:
-        log.info("checkpoint recorded", extra={"fields": fields})
-    else:
+    fields: dict[str, object] = {"uri": checkpoint.uri, "step": checkpoint.step}
+    if not watchers:
         log.debug("checkpoint of no active job: acknowledged", extra={"fields": fields})
-    if failures:
-        raise _to_raise(failures)
+        return ()
+    confirmed = uploads.checkpoints.confirm(checkpoint)
+    if confirmed is None:
+        log.warning(
+            "checkpoint event not confirmed by its listing: no job moved", extra={"fields": fields}
+        )
+        return ()
+    now = intake.clock()
+    progressed: list[str] = []
+
+    def take(record: JobRecord) -> None:
+        """Record it on one job, and ask whether to leave on-demand there."""
+        after = intake.store.record_checkpoint(record.request_id, confirmed, now)
+        if after is not None:
+            progressed.append(record.request_id)
+        elif not _recorded(record, confirmed):
+            return  # an older checkpoint, or another run's: nothing to ask
+        # Just after a checkpoint, leaving an on-demand attempt loses next to nothing.
+        leave_on_demand(intake, after or record)
+
+    _each(take, watchers, label=lambda record: record.request_id)
+    log.info("checkpoint recorded", extra={"fields": {**fields, "jobs": progressed}})
     return tuple(progressed)
 
 
@@ -188,15 +230,17 @@ def _recorded(record: JobRecord, checkpoint: Checkpoint) -> bool:
     return latest is not None and latest.uri == checkpoint.uri
 
 
-def _submission(obj: StoredObject, part: FileMessage) -> SubmitJob:
+def _submission(obj: StoredObject, part: FileMessage, data: bytes | None) -> SubmitJob:
+    """One message of a file as a submission; ``data``: the file's bytes (None: not read)."""
     origin = {"object": obj.uri, **({"line": part.line} if part.line is not None else {})}
-    return SubmitJob(message=_message(obj, part), source="gcs", origin=origin)
+    return SubmitJob(message=_message(obj, part, data), source="gcs", origin=origin)
 
 
-def _message(obj: StoredObject, part: FileMessage) -> PubsubMessage:
+def _message(obj: StoredObject, part: FileMessage, data: bytes | None) -> PubsubMessage:
     """A file's message as a Pub/Sub message: its default requestId as the attribute (a
-    ``requestId`` in the message wins), the object's write time as the publish time."""
-    request_id = obj.request_id(part.line)
+    ``requestId`` in the message wins), the object's write time as the publish time. The
+    default id derives from the bytes the message came from: its line's, else the file's."""
+    request_id = obj.request_id(part.data if part.line is not None else data, part.line)
     return PubsubMessage(
         data=part.data,
         message_id=request_id,

@@ -11,7 +11,17 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.domain.checkpoints import Checkpoint
+from google.api_core import exceptions as gexc
+
+from shared.domain.checkpoints import (
+    COMMIT_SUCCESS,
+    Checkpoint,
+    ObjectInfo,
+    confirm,
+    latest_complete,
+    listings,
+    split_gcs_uri,
+)
 from shared.domain.deployments import (
     DeploymentState,
     OperationStatus,
@@ -53,6 +63,44 @@ def _stored(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_stored(item) for item in value]
     return value
+
+
+#: Firestore's largest document (https://firebase.google.com/docs/firestore/quotas).
+MAX_DOCUMENT_BYTES = 1_048_576
+
+
+def _value_size(value: Any) -> int:
+    """A value's storage size, as Firestore counts it
+    (https://firebase.google.com/docs/firestore/storage-size)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", errors="surrogatepass")) + 1
+    if isinstance(value, bool) or value is None:
+        return 1
+    if isinstance(value, int | float | datetime):
+        return 8
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(_value_size(str(k)) + _value_size(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(_value_size(item) for item in value)
+    return 16  # a reference or a geo point
+
+
+def document_size(path: str, document: Mapping[str, Any]) -> int:
+    """A document's storage size: its name (each path segment, plus 16), its fields, and 32."""
+    name = sum(len(part.encode("utf-8")) + 1 for part in path.split("/")) + 16
+    return name + _value_size(document) + 32
+
+
+def _check_size(path: str, document: Mapping[str, Any]) -> None:
+    """Refuse a document over 1 MiB as Firestore does (INVALID_ARGUMENT)."""
+    size = document_size(path, document)
+    if size > MAX_DOCUMENT_BYTES:
+        raise gexc.InvalidArgument(
+            f"Document {path} cannot be written because its size ({size:,} bytes) exceeds the "
+            f"maximum allowed size of {MAX_DOCUMENT_BYTES:,} bytes."
+        )
 
 
 def _merge(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
@@ -110,6 +158,7 @@ class InMemoryJobStore:
             self._count("create", write=1)
             if request_id in self.jobs:
                 return None
+            _check_size(f"jobs/{doc_id(request_id)}", record)
             self.jobs[request_id] = _stored(record)
             self.versions[request_id] = next(self._version)
             return self._snapshot(request_id)
@@ -136,20 +185,29 @@ class InMemoryJobStore:
             if change is None:
                 return Decided(None, Stored(seen, self.versions[request_id]))
             self.ops["write"] += 1
+            number = change.attempt_no or int(current.get("attempt", 1))
+            # The batch commits whole or not at all: check every document before any write.
+            _check_size(f"jobs/{doc_id(request_id)}", change.applied_to(current))
+            if change.attempt:
+                attempt = copy.deepcopy(self.attempts.get((request_id, number), {}))
+                _merge(attempt, change.attempt)
+                _check_size(f"jobs/{doc_id(request_id)}/attempts/{number}", attempt)
             if change.record or change.deletes:
                 current.update(_stored(change.record))
                 for name in change.deletes:
                     current.pop(name, None)
                 self.versions[request_id] = next(self._version)
             if change.attempt:
-                number = change.attempt_no or int(current.get("attempt", 1))
                 _merge(self.attempts.setdefault((request_id, number), {}), change.attempt)
             return Decided(change, self._snapshot(request_id))
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         with self._lock:
             self._count("update_attempt", write=1)
-            _merge(self.attempts.setdefault((request_id, attempt), {}), fields)
+            merged = copy.deepcopy(self.attempts.get((request_id, attempt), {}))
+            _merge(merged, fields)
+            _check_size(f"jobs/{doc_id(request_id)}/attempts/{attempt}", merged)
+            self.attempts[(request_id, attempt)] = merged
 
     def find_by_job_id(self, job_id: str) -> Stored | None:
         with self._lock:
@@ -202,6 +260,7 @@ class InMemoryJobStore:
             current = self.jobs.get(holder) if isinstance(holder, str) else None
             write = decide(copy.deepcopy(document), copy.deepcopy(current))
             if write is not None:
+                _check_size(f"series/{doc_id(series)}", write)
                 self.series[series] = _stored(write)
 
     def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
@@ -305,6 +364,7 @@ class InMemoryRejectionLog:
         return copy.deepcopy(self.documents.get(rejection_id))
 
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
+        _check_size(f"rejections/{doc_id(rejection_id)}", document)
         self.documents[rejection_id] = _stored(document)
 
 
@@ -322,26 +382,44 @@ class InMemoryNotifier:
 
 
 class InMemoryCheckpointStore:
-    """The CheckpointStore port: complete checkpoints by prefix, committed by the test."""
+    """The CheckpointStore port in memory: objects by bucket, searched by the domain's own
+    rules (:func:`~shared.domain.checkpoints.latest_complete` and
+    :func:`~shared.domain.checkpoints.confirm`), as the GCS adapter searches its listings."""
 
     def __init__(self) -> None:
-        self.checkpoints: dict[str, list[Checkpoint]] = {}
+        self.objects: dict[str, dict[str, ObjectInfo]] = {}
         self.asked: list[str] = []
+        self.confirmed: list[str] = []
+
+    def put(self, uri: str, at: datetime, size: int = 16) -> None:
+        """Write one object, ``gs://bucket/name``, at ``at``."""
+        bucket, name = split_gcs_uri(uri)
+        self.objects.setdefault(bucket, {})[name] = ObjectInfo(name, at, size)
 
     def commit(self, prefix_uri: str, step: int, at: datetime) -> Checkpoint:
-        """A complete step directory under ``prefix_uri`` (which ends with ``/``)."""
-        checkpoint = Checkpoint(f"{prefix_uri}step-{step:08d}/", step, at)
-        self.checkpoints.setdefault(prefix_uri, []).append(checkpoint)
-        return checkpoint
+        """A complete step directory under ``prefix_uri`` (which ends with ``/``): its data,
+        then its marker, as frameworks write them."""
+        directory = f"{prefix_uri}step-{step:08d}/"
+        self.put(f"{directory}state.bin", at, 1024)
+        self.put(f"{directory}{COMMIT_SUCCESS}", at, 32)
+        return Checkpoint(directory, step, at)
+
+    def _read(self, bucket: str, prefix: str) -> Callable[[str], Any]:
+        return listings(self.objects.get(bucket, {}).values(), prefix)
 
     def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
         self.asked.append(prefix_uri)
-        found = [
-            c
-            for c in self.checkpoints.get(prefix_uri) or []
-            if not_before is None or c.at >= not_before
-        ]
-        return max(found, key=lambda c: (c.step or 0, c.at)) if found else None
+        bucket, prefix = split_gcs_uri(prefix_uri)
+        objects = self.objects.get(bucket, {}).values()
+        return latest_complete(objects, bucket, prefix, not_before=not_before)
+
+    def confirm(self, checkpoint: Checkpoint) -> Checkpoint | None:
+        self.confirmed.append(checkpoint.uri)
+        try:
+            bucket, _ = split_gcs_uri(checkpoint.uri)
+        except ValueError:
+            return None  # not a Cloud Storage URI (a hand-edited record): nothing to confirm
+        return confirm(checkpoint, self._read(bucket, ""))
 
 
 class FakeClock:
@@ -373,6 +451,7 @@ class InMemoryDeploymentStore:
         with self._lock:
             if request_id in self.records:
                 return False
+            _check_size(f"deployments/{doc_id(request_id)}", record)
             self.records[request_id] = _stored(record)
             return True
 
@@ -385,6 +464,10 @@ class InMemoryDeploymentStore:
                 return None
             change = decide(copy.deepcopy(current))
             if change is not None:
+                after = {**current, **change.fields}
+                for name in change.deletes:
+                    after.pop(name, None)
+                _check_size(f"deployments/{doc_id(request_id)}", after)
                 current.update(_stored(change.fields))
                 for name in change.deletes:
                     current.pop(name, None)

@@ -45,9 +45,11 @@ from shared.domain.checkpoints import (
     Checkpoint,
     Listing,
     ObjectInfo,
+    confirm,
     latest_checkpoint,
     split_gcs_uri,
 )
+from shared.domain.values import object_time
 from shared.errors import ObjectGone, StoreUnavailable
 from shared.logs import get_logger
 
@@ -84,6 +86,8 @@ _EPOCH = datetime.fromtimestamp(0, UTC)
 PAGE_SIZE = 1000
 MAX_REQUESTS = 50
 MAX_TOP_PAGES = 10
+# Confirming one checkpoint: its directory's page, and an Orbax step's item directories.
+MAX_CONFIRM_REQUESTS = 10
 # JSON API v1 object resource names: a field left out here is absent from the response, so
 # ``customTime`` must be named for Custom-Time to be read, and ``prefixes`` for directories.
 LIST_FIELDS = "items(name,updated,timeCreated,customTime,size),prefixes,nextPageToken"
@@ -248,6 +252,26 @@ class GcsCheckpointStore(_Gcs):
             )
         return found
 
+    def confirm(self, checkpoint: Checkpoint) -> Checkpoint | None:
+        """The checkpoint as its own listing shows it (one list request for a step directory
+        or a file; an Orbax step without its step-level marker also reads its items), or
+        None when the listing shows no complete checkpoint there.
+
+        Raises:
+            StoreUnavailable: when Cloud Storage stays unreachable past the deadline.
+        """
+        try:
+            bucket, _ = split_gcs_uri(checkpoint.uri)
+        except ValueError:
+            return None  # not a Cloud Storage URI (a hand-edited record): nothing to confirm
+        budget = _Budget(MAX_CONFIRM_REQUESTS, self._deadline)
+        try:
+            return confirm(checkpoint, lambda directory: self._list(bucket, directory, budget, 1))
+        except gexc.NotFound:
+            return None  # no such bucket: nothing there to confirm
+        except _TRANSIENT as exc:
+            raise StoreUnavailable(f"listing {checkpoint.uri} failed: {exc}") from exc
+
     def _list(self, bucket: str, directory: str, budget: _Budget, max_pages: int) -> Listing | None:
         """One directory's own entries (``delimiter="/"``), at most ``max_pages`` pages; None
         when the budget allows no request at all."""
@@ -279,12 +303,10 @@ class GcsCheckpointStore(_Gcs):
 
 
 def _object_info(blob: Any) -> ObjectInfo:
-    return ObjectInfo(
-        name=blob.name,
-        # Custom-Time, when a writer sets it, says when the checkpoint was taken.
-        updated=blob.custom_time or blob.updated or blob.time_created or _EPOCH,
-        size=int(blob.size or 0),
-    )
+    # Custom-Time, when a writer sets it, says when the checkpoint was taken (within bounds).
+    now = datetime.now(UTC)
+    when = object_time(blob.custom_time, blob.updated, blob.time_created, now, before_creation=True)
+    return ObjectInfo(name=blob.name, updated=when or _EPOCH, size=int(blob.size or 0))
 
 
 class GcsStoredObjects(_Gcs):

@@ -43,6 +43,18 @@ class PubsubNotifier:
             raise PublishFailed(f"publish to {topic} failed: {exc}") from exc
 
 
+#: Pub/Sub refuses an attribute value over this many bytes (not characters).
+MAX_ATTRIBUTE_BYTES = 1024
+
+
 def _attr(message: Mapping[str, Any]) -> str:
-    # Attribute values are limited to 1024 bytes; the full id is in the data.
-    return str(message.get("requestId", ""))[:1024]
+    """The requestId as an attribute: cut to 1,024 UTF-8 bytes on a character boundary (the
+    full id is in the data). Cut by characters, an id of multi-byte characters would make
+    every publish fail, and a rejection that notifies first would never be recorded.
+
+    Examples:
+        >>> len(_attr({"requestId": "é" * 1000}).encode())
+        1024
+    """
+    raw = str(message.get("requestId", "")).encode("utf-8", errors="replace")
+    return raw[:MAX_ATTRIBUTE_BYTES].decode("utf-8", errors="ignore")

@@ -20,7 +20,10 @@ A checkpoint prefix holds step directories, single checkpoint files, or both:
   directories (``200.orbax-checkpoint-tmp-1234``) are never complete.
 
   A directory without its marker is half-written (the job was preempted mid-save) and is
-  never chosen, even when its step is the highest.
+  never chosen, even when its step is the highest. Nor is a directory that holds its marker
+  and nothing else: every framework writes the marker *after* the data it commits, so a
+  marker alone saves nothing (it is what a forged or stray write looks like), and resuming
+  from it would start the job over while its record claims progress.
 
 * **Single files** directly under the prefix (``*.pt``, ``*.pth``, ``*.ckpt``,
   ``*.safetensors``) are the fallback when no directory is complete: the newest by update
@@ -171,7 +174,8 @@ def latest_checkpoint(
     Examples:
         >>> from datetime import UTC
         >>> t = datetime(2025, 1, 1, tzinfo=UTC)
-        >>> dirs = {"ck/step-100/": Listing((ObjectInfo("ck/step-100/.metadata", t, 9),)),
+        >>> dirs = {"ck/step-100/": Listing((ObjectInfo("ck/step-100/.metadata", t, 9),
+        ...                                  ObjectInfo("ck/step-100/__0_0.distcp", t, 9))),
         ...         "ck/step-200/": Listing((ObjectInfo("ck/step-200/__0_0.distcp", t, 9),))}
         >>> top = Listing(subdirectories=tuple(dirs))
         >>> latest_checkpoint(top, dirs.get, "bkt", "ck/").uri
@@ -217,6 +221,7 @@ def latest_complete(
         >>> from datetime import UTC
         >>> t = datetime(2025, 1, 1, tzinfo=UTC)
         >>> objs = [ObjectInfo("ck/step-100/.metadata", t, 9),
+        ...         ObjectInfo("ck/step-100/__0_0.distcp", t, 9),
         ...         ObjectInfo("ck/step-200/__0_0.distcp", t, 9)]
         >>> latest_complete(objs, "bkt", "ck/").uri
         'gs://bkt/ck/step-100/'
@@ -253,6 +258,11 @@ def listings(objects: Iterable[ObjectInfo], prefix: str) -> Callable[[str], List
         direct.setdefault(parent, []).append(obj)
 
     def read(directory: str) -> Listing:
+        if directory and not directory.endswith("/"):
+            # A prefix that names one object: its own listing, as a list by prefix gives it.
+            parent = directory.rpartition("/")[0]
+            own = direct.get(f"{parent}/" if parent else "", [])
+            return Listing(tuple(o for o in own if o.name == directory))
         return Listing(
             tuple(direct.get(directory, ())), tuple(sorted(subdirectories.get(directory, ())))
         )
@@ -284,11 +294,13 @@ def step_directories(subdirectories: Iterable[str], prefix: str) -> list[tuple[i
 def _committed_at(
     directory: str, listing: Listing, read: ReadDirectory, item_markers: bool
 ) -> datetime | None:
-    """When a step directory was committed (its latest marker), or None if half-written."""
+    """When a step directory was committed (its latest marker), or None if half-written, or
+    if it holds its marker and nothing else (see the module docstring)."""
     markers = [o.updated for o in listing.objects if o.name[len(directory) :] in STEP_MARKERS]
-    if markers:
-        return max(markers)
     items = [sub for sub in listing.subdirectories if sub != directory + "/"]
+    data = [o for o in listing.objects if o.name[len(directory) :] not in STEP_MARKERS]
+    if markers:
+        return max(markers) if data or items else None
     if not item_markers or listing.truncated or not items:
         return None
     committed: list[datetime] = []
@@ -301,6 +313,45 @@ def _committed_at(
             return None  # an item never committed (or the bound on work is spent)
         committed.append(max(done))
     return max(committed)
+
+
+def confirm(
+    checkpoint: Checkpoint, read: ReadDirectory, *, item_markers: bool = True
+) -> Checkpoint | None:
+    """The checkpoint as its own listing shows it, or None when the listing does not show a
+    complete one (a marker with nothing beside it, a file that is gone or empty, a directory
+    that is not there any more).
+
+    An event (a finalize, or a record's ``latestCheckpoint``) only says where to look: the
+    time returned is the listing's, and only what :func:`latest_checkpoint` would choose counts.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t = datetime(2025, 1, 1, tzinfo=UTC)
+        >>> dirs = {"ck/step-1/": Listing((ObjectInfo("ck/step-1/.metadata", t, 9),
+        ...                               ObjectInfo("ck/step-1/__0_0.distcp", t, 9))),
+        ...         "ck/step-2/": Listing((ObjectInfo("ck/step-2/.metadata", t, 0),))}
+        >>> confirm(Checkpoint("gs://bkt/ck/step-1/", 1, t), dirs.get).uri
+        'gs://bkt/ck/step-1/'
+        >>> confirm(Checkpoint("gs://bkt/ck/step-2/", 2, t), dirs.get) is None
+        True
+    """
+    try:
+        _, name = split_gcs_uri(checkpoint.uri)
+    except ValueError:
+        return None  # no Cloud Storage object of ours (a hand-edited record): nothing there
+    if name.endswith("/"):
+        listing = read(name)
+        at = _committed_at(name, listing, read, item_markers) if listing is not None else None
+        return None if at is None else Checkpoint(checkpoint.uri, checkpoint.step, at)
+    # A file's own listing: the objects whose names begin with its name (the file itself).
+    listing = read(name)
+    if listing is None:
+        return None
+    found = [o for o in listing.objects if o.name == name and o.size > 0]
+    if not found or _file_stem(name.rpartition("/")[2]) is None:
+        return None
+    return Checkpoint(checkpoint.uri, checkpoint.step, max(o.updated for o in found))
 
 
 def _newest_file(

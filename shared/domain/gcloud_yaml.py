@@ -29,6 +29,7 @@ Clients use it (a CLI, a script publishing requests), and so does ``handle_uploa
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from typing import Any, Final
 
@@ -38,23 +39,51 @@ from shared.errors import FieldError, InvalidRequest
 
 DEFAULT_DISPLAY_NAME: Final = "flexjobs-job"
 
-# YAML aliases can make a small file expand into a huge tree; JSON messages cannot. Both bounds
-# are far above any real job spec.
+# A node count alone does not bound bytes: one 20 KB string referenced 50,000 times through an
+# alias is 50,000 nodes and a gigabyte of JSON. So aliases and anchors are refused outright (a
+# gcloud config never needs them), and the copy counts the bytes of the JSON it builds against
+# ``max_bytes`` (the message limit), so nothing read from a file can expand past it. Both
+# bounds below are far above any real job spec.
 MAX_NODES: Final = 100_000
 MAX_DEPTH: Final = 64
+#: What the JSON form of a config may hold when the caller names no budget: the default
+#: ``FLEXJOBS_MAX_MESSAGE_BYTES``.
+DEFAULT_MAX_BYTES: Final = 256 * 1024
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing anchors and aliases as it composes the document."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "anchors and aliases (&name, *name, <<: *name) are not accepted: write each "
+                "value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 def parse_gcloud_config(
-    text: str, request_id: str | None = None, *, display_name: str | None = None
+    text: str,
+    request_id: str | None = None,
+    *,
+    display_name: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> dict[str, Any]:
     """Build the request message for a gcloud ``config.yaml``.
 
     ``display_name`` (gcloud's ``--display-name``) wins over a ``displayName`` key in the file;
-    without either the job is named after ``request_id``, else ``flexjobs-job``.
+    without either the job is named after ``request_id``, else ``flexjobs-job``. The JSON form
+    may hold at most ``max_bytes`` (the message limit: it is submitted as one message).
 
     Raises:
-        InvalidRequest: with every problem found: YAML syntax, a non-mapping document, a
-            missing or malformed ``workerPoolSpecs``, values JSON cannot carry.
+        InvalidRequest: with every problem found: YAML syntax, anchors or aliases, a
+            non-mapping document, a missing or malformed ``workerPoolSpecs``, values JSON
+            cannot carry, a config whose JSON form passes ``max_bytes``.
 
     Examples:
         >>> msg = parse_gcloud_config("workerPoolSpecs:\\n  replicaCount: 1\\n", "r1")
@@ -66,7 +95,7 @@ def parse_gcloud_config(
     if not isinstance(text, str):
         raise InvalidRequest([FieldError("$", "the gcloud config must be YAML text")])
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader: no Python tags
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -82,7 +111,7 @@ def parse_gcloud_config(
         kind = "empty" if document is None else f"a {type(document).__name__}"
         problem = f"the config must be a mapping with workerPoolSpecs, not {kind}"
         raise InvalidRequest([FieldError("$", problem)])
-    spec = _to_json(document, "", errors, budget=[MAX_NODES])
+    spec = _to_json(document, "", errors, _Budget(max_bytes))
     if errors:
         raise InvalidRequest(errors)
     assert isinstance(spec, dict)
@@ -109,18 +138,56 @@ def parse_gcloud_config(
     return request
 
 
-def _to_json(
-    value: Any, path: str, errors: list[FieldError], budget: list[int], depth: int = 0
-) -> Any:
-    """Copy a YAML value into plain JSON types, reporting what JSON cannot carry.
+class _Budget:
+    """What the copy may still build: values, and bytes of the JSON form (an upper bound:
+    each value's text plus its punctuation, each key's too)."""
 
-    ``budget`` is a one-element list: the nodes still allowed before the tree counts as too big.
-    """
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.nodes = MAX_NODES
+        self.bytes = max_bytes
+        self.spent = False
+
+    def take(self, where: str, value: Any, errors: list[FieldError]) -> bool:
+        """Charge one value; False (and one error, the first time) once the budget is spent."""
+        if self.spent:
+            return False
+        self.nodes -= 1
+        self.bytes -= _json_bytes(value)
+        if self.nodes < 0:
+            errors.append(FieldError(where, f"the config expands to over {MAX_NODES} values"))
+        elif self.bytes < 0:
+            problem = (
+                f"the config expands to over {self.max_bytes} bytes of JSON, the message limit"
+            )
+            errors.append(FieldError(where, problem))
+        self.spent = self.nodes < 0 or self.bytes < 0
+        return not self.spent
+
+
+def _json_bytes(value: Any) -> int:
+    """What ``value`` adds to the JSON text (``json.dumps``' default form), its children
+    aside: a scalar's own text, a container's brackets and each key's text, and the
+    separators."""
+    if isinstance(value, dict):
+        return 2 + sum(len(json.dumps(k)) + 4 for k in value if isinstance(k, str))
+    if isinstance(value, list):
+        return 2 + 2 * len(value)
+    if isinstance(value, str | int | float | bool) or value is None:
+        try:
+            return len(json.dumps(value))
+        except ValueError:
+            return 24  # an integer too long to print: refused by the copy anyway
+    return 24
+
+
+def _to_json(
+    value: Any, path: str, errors: list[FieldError], budget: _Budget, depth: int = 0
+) -> Any:
+    """Copy a YAML value into plain JSON types, reporting what JSON cannot carry, within the
+    budget's values and bytes."""
     where = path or "$"
-    budget[0] -= 1
-    if budget[0] == 0:
-        errors.append(FieldError(where, f"the config expands to over {MAX_NODES} values"))
-    if budget[0] <= 0:
+    if not budget.take(where, value, errors):
         return None
     if depth > MAX_DEPTH:
         errors.append(FieldError(where, f"is nested more than {MAX_DEPTH} levels deep"))

@@ -22,11 +22,17 @@ from __future__ import annotations
 import hashlib
 import re
 
+from shared.errors import FieldError
+
 #: The Vertex labels that identify one attempt of one request: the idempotency key.
 LABEL_REQUEST = "flexjobs-request"
 LABEL_ATTEMPT = "flexjobs-attempt"
 
 MAX_DOC_ID_BYTES = 200
+#: The longest requestId flexjobs takes, in UTF-8 bytes. It is copied into the record, its
+#: notifications (each kept ``notified``), the outbox, the rejection and the status page's
+#: links and cursors: bounded here, none of them can grow a record past Firestore's 1 MiB.
+MAX_REQUEST_ID_BYTES = 1500
 MAX_LABEL_CHARS = 63
 _LABEL_OK = re.compile(r"[a-z0-9_-]{1,63}")
 _LABEL_BAD_CHARS = re.compile(r"[^a-z0-9_-]+")
@@ -34,6 +40,21 @@ _RESERVED_DOC_ID = re.compile(r"__.*__", re.DOTALL)
 HASHED_DOC_PREFIX = "sha256-"
 # The shape of every hashed label value: 16 hex digits, alone or after a "-".
 _HASHED_LABEL = re.compile(r"(?:.*-)?[0-9a-f]{16}", re.DOTALL)
+
+
+def check_request_id(request_id: str, path: str = "requestId") -> list[FieldError]:
+    """The problem with a requestId that is too long, else nothing.
+
+    Examples:
+        >>> check_request_id("seed-1")
+        []
+        >>> check_request_id("é" * 751)[0].message
+        'is 1502 bytes in UTF-8; a requestId may have at most 1500'
+    """
+    size = len(request_id.encode("utf-8", errors="surrogatepass"))
+    if size <= MAX_REQUEST_ID_BYTES:
+        return []
+    return [FieldError(path, f"is {size} bytes in UTF-8; a requestId may have at most 1500")]
 
 
 def _sha256(value: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from shared.domain.checkpoints import check_checkpoint_uri
 from shared.domain.deadlines import DEADLINE_FIELDS, check_deadline_options
+from shared.domain.ids import check_request_id
 from shared.domain.regions import REGION_HINT, is_region
 from shared.domain.retry import check_fallback, check_retry_policy
 from shared.domain.schedule import SLOT, Slot, expand, read_slot
@@ -277,6 +278,8 @@ def parse_request(
                 "", kinds[0], bare, options=_options(body), published_at=published_at
             )
             errors.extend([*body_errors, *check_options(request)])
+    request_id = expand(template, slot.start) if slot else template
+    errors.extend(check_request_id(request_id))
     if errors:
         raise InvalidRequest(errors)
     assert kinds and isinstance(spec, dict)
@@ -292,7 +295,7 @@ def parse_request(
         # replaced run's late checkpoint would count as the next run's progress.
         options["checkpointUri"] = expand(options["checkpointUri"], slot.start)
     return JobRequest(
-        request_id=expand(template, slot.start) if slot else template,
+        request_id=request_id,
         kind=kind,
         spec=spec,
         location=location,

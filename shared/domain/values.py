@@ -41,6 +41,44 @@ def parse_rfc3339(raw: object) -> datetime | None:
     return when.astimezone(UTC) if when.utcoffset() is not None else None
 
 
+#: How far ahead of this clock an object's Custom-Time may be and still be taken (clocks of
+#: writers differ by seconds; minutes ahead is a time someone chose).
+CUSTOM_TIME_SKEW_SECONDS: Final = 300.0
+
+
+def object_time(
+    custom: datetime | None,
+    updated: datetime | None,
+    created: datetime | None,
+    now: datetime,
+    *,
+    before_creation: bool = False,
+) -> datetime | None:
+    """When a Cloud Storage object was written: its Custom-Time when the writer set one
+    within bounds, else its update time, else its creation.
+
+    Custom-Time is whatever the writer chose, so it is never taken a few minutes past now (a
+    future one would outlast every later checkpoint, or skip the deadline bound of an
+    upload), nor, unless ``before_creation``, before the object's creation: a request file
+    dated 2020 would pass as a request published then. A checkpoint copied into place keeps
+    when it was taken (``before_creation``): that is what tells another run's apart.
+
+    Examples:
+        >>> t = datetime(2026, 12, 1, 12, tzinfo=UTC)
+        >>> old = datetime(2020, 1, 1, tzinfo=UTC)
+        >>> object_time(old, t, t, t) == t, object_time(old, t, t, t, before_creation=True) == old
+        (True, True)
+        >>> object_time(datetime(2027, 1, 1, tzinfo=UTC), t, t, t) == t
+        True
+    """
+    fallback = updated or created
+    if custom is None:
+        return fallback
+    ahead = (custom - now).total_seconds() > CUSTOM_TIME_SKEW_SECONDS
+    early = not before_creation and created is not None and custom < created
+    return fallback if ahead or early else custom
+
+
 def snake_case(name: str) -> str:
     """The proto field name of a camelCase JSON name, as the proto3 JSON parser also takes it.
 

@@ -38,9 +38,13 @@ START = datetime(2026, 11, 30, 12, 0, 5, tzinfo=UTC)
 PRICES = "accelerators: {NVIDIA_TESLA_A100: {STANDARD: 4.00, SPOT: 1.60, FLEX_START: 2.00}}"
 
 
+#: The request bucket of the fakes' settings (FLEXJOBS_REQUEST_BUCKET): uploads come from it.
+REQUEST_BUCKET = "flexjobs-uploads"
+
+
 def wire_fakes(settings: Settings | None = None) -> Intake:
     """An :class:`Intake` on the in-memory fakes, validated like production."""
-    settings = settings or Settings(project="p")
+    settings = settings or Settings(project="p", request_bucket=REQUEST_BUCKET)
     guards = Guards.from_settings(settings)
     clock = lambda: datetime.now(UTC)  # noqa: E731
     deployments = Deployments(
@@ -77,7 +81,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def tracker(intake: Intake, clock: FakeClock) -> Iterator[Tracker]:
+def checkpoints() -> InMemoryCheckpointStore:
+    """The checkpoint buckets, shared by the lifecycle and the upload function."""
+    return InMemoryCheckpointStore()
+
+
+@pytest.fixture
+def tracker(
+    intake: Intake, clock: FakeClock, checkpoints: InMemoryCheckpointStore
+) -> Iterator[Tracker]:
     """A :class:`Tracker` on the same fakes as ``intake``, on a clock that moves when told.
 
     Retries are due at once (backoff base 0) and ``sleep`` returns at once; ``intake`` is put
@@ -88,7 +100,7 @@ def tracker(intake: Intake, clock: FakeClock) -> Iterator[Tracker]:
         settings=intake.settings,
         store=intake.store,
         backend=intake.backend,
-        checkpoints=InMemoryCheckpointStore(),
+        checkpoints=checkpoints,
         notifier=intake.notifier,
         retry=RetryPolicy(backoff=Backoff(base_seconds=0, jitter=lambda: 0.5)),
         prices=PriceTable.load(PRICES),

@@ -7,6 +7,7 @@ same as an Eventarc Pub/Sub CloudEvent).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from cloudevents.http import CloudEvent
 from functions_framework import create_app
 
 from shared import bootstrap
+from shared.domain.uploads import StoredObject
 from shared.errors import StoreUnavailable
 from shared.uploads import Uploads
 from tests.events import (
@@ -31,12 +33,21 @@ from tests.fakes import InMemoryStoredObjects
 from tests.functional.conftest import SOURCE
 
 BUCKET = "flexjobs-uploads"
+# Where the jobs' checkpoints go: a bucket of their own, never the request bucket.
+CKPT_BUCKET = "flexjobs-checkpoints"
 GEN = "1764504000123456"
 
 
+def default_id(name: str, data: bytes | str | None, line: int | None = None) -> str:
+    """The requestId an upload gives a message that names none: from its bytes (a line's in a
+    ``.jsonl``), or from the generation for a file that was never read."""
+    raw = data.encode() if isinstance(data, str) else data
+    return StoredObject(BUCKET, name, GEN).request_id(raw, line)
+
+
 @pytest.fixture
-def uploads(intake) -> Iterator[Uploads]:
-    wired = Uploads(intake=intake, objects=InMemoryStoredObjects())
+def uploads(intake, checkpoints) -> Iterator[Uploads]:
+    wired = Uploads(intake=intake, objects=InMemoryStoredObjects(), checkpoints=checkpoints)
     bootstrap.override_uploads(wired)
     yield wired
     bootstrap.override_uploads(None)
@@ -81,15 +92,16 @@ def test_jsonl_makes_a_job_per_line_and_rejects_the_bad_line_alone(intake, uploa
     assert eventarc(client, resource).status_code == 200
 
     jobs = records(intake)
-    base = f"gcs:{BUCKET}/requests/nightly.jsonl#{GEN}"
-    assert set(jobs) == {f"{base}:1", f"{base}:4"}
-    for rid, line in ((f"{base}:1", 1), (f"{base}:4", 4)):
+    name, lines = "requests/nightly.jsonl", text.split("\n")
+    one, four = (default_id(name, lines[n - 1], n) for n in (1, 4))
+    assert set(jobs) == {one, four}
+    for rid, line in ((one, 1), (four, 4)):
         assert jobs[rid]["source"] == "gcs"
         assert jobs[rid]["object"] == f"gs://{BUCKET}/requests/nightly.jsonl#{GEN}"
         assert jobs[rid]["line"] == line
         assert jobs[rid]["state"] == "QUEUED"
     assert len(intake.backend.created) == 2
-    rejection = intake.rejections.documents[f"{base}:2"]
+    rejection = intake.rejections.documents[default_id(name, lines[1], 2)]
     assert rejection["source"] == "gcs"
     assert rejection["line"] == 2
     assert rejection["object"] == f"gs://{BUCKET}/requests/nightly.jsonl#{GEN}"
@@ -104,13 +116,28 @@ def test_the_same_event_twice_makes_one_job_per_request(intake, uploads, client)
     assert len(records(intake)) == 2
 
 
-def test_a_new_generation_makes_new_requests(intake, uploads, client):
+def test_a_new_generation_of_the_same_bytes_runs_nothing_again(intake, uploads, client):
+    # Issue 20: GCS finalizes a new generation on a rewrite (a storage-class change), a copy,
+    # a soft-delete restore or a re-upload of the same bytes; none of them may run it again.
     eventarc(client, put(uploads, "requests/a.json", seed_line(), generation="1"))
     eventarc(client, put(uploads, "requests/a.json", seed_line(), generation="2"))
+    assert set(records(intake)) == {default_id("requests/a.json", seed_line())}
+    assert len(intake.backend.created) == 1
+    first = f"{seed_line()}\n{seed_line('own-id')}\n"
+    eventarc(client, put(uploads, "requests/b.jsonl", first, generation="1"))
+    eventarc(client, put(uploads, "requests/b.jsonl", first, generation="2"))
+    assert len(intake.backend.created) == 3  # a.json, and b.jsonl's two lines, once each
+
+
+def test_changed_bytes_make_new_requests_only_where_they_changed(intake, uploads, client):
+    lines = [seed_line(), bad_seed_line(("displayName",), "job-x")]
+    eventarc(client, put(uploads, "requests/a.jsonl", "\n".join(lines), generation="1"))
+    lines.append(bad_seed_line(("displayName",), "job-y"))  # one line more, the others kept
+    eventarc(client, put(uploads, "requests/a.jsonl", "\n".join(lines), generation="2"))
     assert set(records(intake)) == {
-        f"gcs:{BUCKET}/requests/a.json#1",
-        f"gcs:{BUCKET}/requests/a.json#2",
+        default_id("requests/a.jsonl", line, number) for number, line in enumerate(lines, 1)
     }
+    assert len(intake.backend.created) == 3
 
 
 def test_a_request_id_in_the_file_wins(intake, uploads, client):
@@ -124,7 +151,7 @@ def test_a_bucket_notification_push_body_is_handled_the_same(intake, uploads, cl
     resource = put(uploads, "requests/one.json", seed_line())
     assert notification(client, resource).status_code == 200
     assert notification(client, resource).status_code == 200  # redelivered
-    rid = f"gcs:{BUCKET}/requests/one.json#{GEN}"
+    rid = default_id("requests/one.json", seed_line())
     assert set(records(intake)) == {rid}
     assert records(intake)[rid]["object"] == f"gs://{BUCKET}/requests/one.json#{GEN}"
     assert len(intake.backend.created) == 1
@@ -163,14 +190,14 @@ def test_a_gcloud_yaml_becomes_a_custom_job(intake, uploads, client):
     eventarc(client, put(uploads, "requests/train.yaml", yaml_text))
     (request, _labels), *_ = intake.backend.created
     assert request.kind == "customJob"
-    assert request.request_id == f"gcs:{BUCKET}/requests/train.yaml#{GEN}"
+    assert request.request_id == default_id("requests/train.yaml", yaml_text)
     assert request.spec["jobSpec"]["scheduling"]["maxWaitDuration"] == "7200s"
 
 
 def test_an_unreadable_file_gets_one_rejection(intake, uploads, client):
     resource = put(uploads, "requests/broken.yaml", "workerPoolSpecs: [unclosed\n")
     assert eventarc(client, resource).status_code == 200
-    rid = f"gcs:{BUCKET}/requests/broken.yaml#{GEN}"
+    rid = default_id("requests/broken.yaml", "workerPoolSpecs: [unclosed\n")
     assert list(intake.rejections.documents) == [rid]
     assert intake.rejections.documents[rid]["source"] == "gcs"
     assert "YAML" in intake.rejections.documents[rid]["errors"][0]["message"]
@@ -180,7 +207,9 @@ def test_an_unreadable_file_gets_one_rejection(intake, uploads, client):
 def test_a_file_that_is_not_utf8_gets_one_rejection(intake, uploads, client):
     resource = put(uploads, "requests/x.jsonl", b"\xff\xfe{}\n{}\n")
     eventarc(client, resource)
-    assert list(intake.rejections.documents) == [f"gcs:{BUCKET}/requests/x.jsonl#{GEN}"]
+    assert list(intake.rejections.documents) == [
+        default_id("requests/x.jsonl", b"\xff\xfe{}\n{}\n")
+    ]
     assert not intake.backend.created
 
 
@@ -194,7 +223,7 @@ def test_a_file_over_the_limit_is_refused_unread(intake, uploads, client):
 
 
 def test_a_file_growing_past_the_limit_is_refused_after_limit_bytes(intake, uploads, client):
-    uploads.intake.settings = type(uploads.intake.settings)(project="p", max_upload_bytes=10)
+    uploads.intake.settings = dataclasses.replace(uploads.intake.settings, max_upload_bytes=10)
     resource = put(uploads, "requests/big.json", seed_line())
     resource.pop("size")  # a notification without a payload says nothing of the size
     eventarc(client, resource)
@@ -231,7 +260,7 @@ def test_a_transient_fault_on_one_line_still_submits_the_others(intake, uploads,
 
     intake.store.claim = claim  # type: ignore[method-assign]
     assert eventarc(client, resource).status_code == 500
-    assert set(records(intake)) == {f"gcs:{BUCKET}/requests/a.jsonl#{GEN}:1"}
+    assert set(records(intake)) == {default_id("requests/a.jsonl", seed_line(), 1)}
     intake.store.claim = original  # type: ignore[method-assign]
     assert eventarc(client, resource).status_code == 200
     assert len(records(intake)) == 2
@@ -274,7 +303,7 @@ def test_a_finalize_that_names_no_object_is_acknowledged(intake, uploads, client
 
 # -- checkpoint progress ------------------------------------------------------------------
 
-CKPT = "gs://flexjobs-uploads/runs/r1/checkpoints/"
+CKPT = f"gs://{CKPT_BUCKET}/runs/r1/checkpoints/"
 
 
 def running_job(intake, tracker, request_id="ck-1", **extra):
@@ -291,9 +320,19 @@ def running_job(intake, tracker, request_id="ck-1", **extra):
     return name
 
 
-def marker(uploads, step: int, leaf="commit_success.txt", at="2026-11-30T12:30:00Z"):
-    name = f"runs/r1/checkpoints/step-{step:08d}/{leaf}"
-    return put(uploads, name, b"ok", customTime=at)
+def checkpoint_object(uploads, name: str, at: str, size: int = 2, **fields):
+    """Write one object of the checkpoint bucket, as a training job would; its resource."""
+    uploads.checkpoints.put(f"gs://{CKPT_BUCKET}/{name}", datetime.fromisoformat(at), size)
+    return object_resource(name, GEN, size, bucket=CKPT_BUCKET, customTime=at, **fields)
+
+
+def marker(uploads, step: int, leaf="commit_success.txt", at="2026-11-30T12:30:00Z", data=True):
+    """A step directory written by training: its data (unless ``data`` is False), then the
+    marker ``leaf`` (the event's object)."""
+    directory = f"runs/r1/checkpoints/step-{step:08d}"
+    if data:
+        checkpoint_object(uploads, f"{directory}/state.bin", at, size=1024)
+    return checkpoint_object(uploads, f"{directory}/{leaf}", at)
 
 
 def test_a_checkpoint_marker_records_progress_without_vertex(intake, tracker, uploads, client):
@@ -337,15 +376,18 @@ def test_without_total_steps_progress_is_not_guessed(intake, tracker, uploads, c
 
 def test_a_single_file_checkpoint_counts(intake, tracker, uploads, client):
     running_job(intake, tracker)
-    resource = put(uploads, "runs/r1/checkpoints/model_step700.pt", b"w", customTime=None)
-    resource.pop("customTime")
+    resource = checkpoint_object(
+        uploads, "runs/r1/checkpoints/model_step700.pt", "2026-11-30T12:30:00Z"
+    )
     eventarc(client, resource)
     assert intake.store.store.get("ck-1")["latestCheckpoint"]["step"] == 700
 
 
 def test_a_checkpoint_under_no_active_job_is_ignored(intake, tracker, uploads, client):
     running_job(intake, tracker)
-    resource = put(uploads, "runs/other/checkpoints/step-00000100/_SUCCESS", b"")
+    at = "2026-11-30T12:30:00Z"
+    checkpoint_object(uploads, "runs/other/checkpoints/step-00000100/data", at)
+    resource = checkpoint_object(uploads, "runs/other/checkpoints/step-00000100/_SUCCESS", at)
     assert eventarc(client, resource).status_code == 200
     assert "latestCheckpoint" not in intake.store.store.get("ck-1")
 
@@ -360,7 +402,7 @@ def test_an_ended_job_takes_no_checkpoint(intake, tracker, uploads, client):
 def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, uploads, client):
     body_extra = {"customJob": load("seed_request")["customJob"]}
     body_extra["customJob"]["jobSpec"]["baseOutputDirectory"] = {
-        "outputUriPrefix": "gs://flexjobs-uploads/runs/r1"
+        "outputUriPrefix": f"gs://{CKPT_BUCKET}/runs/r1"
     }
     from shared import intake as intake_service
     from shared.commands import SubmitJob
@@ -375,6 +417,83 @@ def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, upload
     now = datetime.now(UTC).isoformat()
     eventarc(client, marker(uploads, 200, at=now))
     assert intake.store.store.get("out-1")["latestCheckpoint"]["step"] == 200
+
+
+# -- requests and checkpoints never share trust (issue 20) ----------------------------------
+
+
+def test_a_marker_alone_moves_no_job(intake, tracker, uploads, client):
+    # One empty .metadata, with nothing beside it, set a victim's progress to 1.0 for good.
+    running_job(intake, tracker, totalSteps=1000)
+    resource = marker(uploads, 1000, leaf=".metadata", data=False)
+    assert eventarc(client, resource).status_code == 200
+    record = intake.store.store.get("ck-1")
+    assert "latestCheckpoint" not in record and "progress" not in record
+    assert uploads.checkpoints.confirmed == [f"{CKPT}step-00001000/"]
+
+
+def test_an_event_for_a_checkpoint_its_listing_does_not_show_moves_no_job(
+    intake, tracker, uploads, client
+):
+    # A forged event (anyone who may publish to a notifications topic): nothing was written.
+    running_job(intake, tracker, totalSteps=1000)
+    resource = object_resource(
+        "runs/r1/checkpoints/step-00000900/commit_success.txt", GEN, 2, bucket=CKPT_BUCKET
+    )
+    assert notification(client, resource).status_code == 200
+    assert "latestCheckpoint" not in intake.store.store.get("ck-1")
+
+
+def test_the_time_recorded_is_the_listings_not_the_events(intake, tracker, uploads, client):
+    running_job(intake, tracker, totalSteps=1000)
+    resource = marker(uploads, 250, at="2026-11-30T12:30:00Z")
+    resource["customTime"] = "2026-12-31T00:00:00Z"  # what the event claims
+    assert eventarc(client, resource).status_code == 200
+    at = intake.store.store.get("ck-1")["latestCheckpoint"]["at"]
+    assert at == "2026-11-30T12:30:00+00:00"
+
+
+def test_an_object_in_the_request_bucket_is_never_a_checkpoint(intake, tracker, uploads, client):
+    running_job(intake, tracker, totalSteps=1000)
+    intake.store.store.jobs["ck-1"]["checkpointPrefix"] = f"gs://{BUCKET}/victim/ck/"
+    for name in ("victim/ck/step-00001000/state.bin", "victim/ck/step-00001000/.metadata"):
+        assert eventarc(client, put(uploads, name, b"x")).status_code == 200
+    assert "latestCheckpoint" not in intake.store.store.get("ck-1")
+    assert uploads.checkpoints.confirmed == []
+
+
+def test_a_request_file_outside_the_request_bucket_is_never_submitted(intake, uploads, client):
+    # A training job may write its checkpoint bucket; a request it drops there runs nothing.
+    resource = checkpoint_object(uploads, "requests/evil.json", "2026-11-30T12:30:00Z")
+    uploads.objects.put(CKPT_BUCKET, "requests/evil.json", GEN, seed_line("evil").encode())
+    assert eventarc(client, resource).status_code == 200
+    assert not records(intake) and uploads.objects.reads == []
+
+
+def test_without_a_request_bucket_no_request_file_is_taken(intake, uploads, client):
+    uploads.intake.settings = dataclasses.replace(uploads.intake.settings, request_bucket=None)
+    assert eventarc(client, put(uploads, "requests/a.json", seed_line())).status_code == 200
+    assert not records(intake) and uploads.objects.reads == []
+
+
+def test_a_request_that_checkpoints_into_the_request_bucket_is_refused(intake, uploads, client):
+    body = json.loads(seed_line("in-requests", checkpointUri=f"gs://{BUCKET}/ck/"))
+    eventarc(client, put(uploads, "requests/a.json", json.dumps(body)))
+    (rejection,) = intake.rejections.documents.values()
+    assert rejection["errors"][0]["path"] == "checkpointUri"
+    assert "the request bucket" in rejection["errors"][0]["message"]
+    assert not records(intake)
+
+
+def test_an_upload_dated_before_its_creation_is_read_as_created(intake, uploads, client):
+    # A Custom-Time in 2020 would make an AUTO request look published then; never ahead of
+    # now either. The publish time of an upload is its object's write time, within bounds.
+    resource = put(
+        uploads, "requests/a.json", seed_line("dated"), customTime="2020-01-01T00:00:00Z"
+    )
+    eventarc(client, resource)
+    (request, _), *_ = intake.backend.created
+    assert request.published_at == datetime.fromisoformat(resource["updated"])
 
 
 def test_a_redelivered_file_does_not_notify_its_rejections_again(intake, uploads, client):

@@ -14,6 +14,7 @@ from shared.domain.checkpoints import (
     ObjectInfo,
     check_checkpoint_uri,
     checkpoint_prefix,
+    confirm,
     latest_checkpoint,
     latest_complete,
     listings,
@@ -29,6 +30,12 @@ T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
 def obj(rel: str, minutes: int = 0, size: int = 10) -> ObjectInfo:
     return ObjectInfo(PREFIX + rel, T0 + timedelta(minutes=minutes), size)
+
+
+def marked(rel: str, minutes: int = 0) -> list[ObjectInfo]:
+    """A step directory's marker ``rel`` and the data it commits, written just before it."""
+    directory = rel.rpartition("/")[0]
+    return [obj(f"{directory}/shard.bin", minutes), obj(rel, minutes)]
 
 
 def uri(rel: str) -> str:
@@ -66,12 +73,37 @@ def test_half_written_higher_step_is_never_chosen() -> None:
 
 def test_highest_step_wins_not_newest_or_lexical() -> None:
     objects = [
-        obj("ckpt-900/_SUCCESS", 1),  # older but higher
-        obj("ckpt-1000/_SUCCESS", 0),  # "1000" < "900" lexically
-        obj("ckpt-50/_SUCCESS", 30),  # newest but lowest
+        *marked("ckpt-900/_SUCCESS", 1),  # older but higher
+        *marked("ckpt-1000/_SUCCESS", 0),  # "1000" < "900" lexically
+        *marked("ckpt-50/_SUCCESS", 30),  # newest but lowest
     ]
     found = latest_complete(objects, BUCKET, PREFIX)
     assert found is not None and found.step == 1000
+
+
+@pytest.mark.parametrize("marker", ["commit_success.txt", ".metadata", "_SUCCESS"])
+def test_a_marker_alone_is_no_checkpoint(marker: str) -> None:
+    # A framework writes its marker after the data it commits: a marker with nothing beside
+    # it (a forged or stray write) saves nothing, and must never be resumed from.
+    objects = [*marked("step-100/.metadata", 1), obj(f"step-900/{marker}", 5, size=0)]
+    found = latest_complete(objects, BUCKET, PREFIX)
+    assert found is not None and found.step == 100
+
+
+def test_confirm_reads_the_checkpoints_own_listing() -> None:
+    objects = [*marked("step-100/.metadata", 1), obj("step-200/.metadata", 5), obj("m.pt", 7)]
+    read = listings(objects, "")
+    told = T0 + timedelta(days=1)  # what an event said: the listing's time is what counts
+    assert confirm(Checkpoint(uri("step-100/"), 100, told), read) == Checkpoint(
+        uri("step-100/"), 100, T0 + timedelta(minutes=1)
+    )
+    assert confirm(Checkpoint(uri("step-200/"), 200, told), read) is None  # a marker alone
+    assert confirm(Checkpoint(uri("step-300/"), 300, told), read) is None  # not there
+    assert confirm(Checkpoint(uri("m.pt"), None, told), read) == Checkpoint(
+        uri("m.pt"), None, T0 + timedelta(minutes=7)
+    )
+    empty = listings([obj("m.pt", 7, size=0)], "")
+    assert confirm(Checkpoint(uri("m.pt"), None, told), empty) is None
 
 
 def test_listing_order_does_not_matter() -> None:
@@ -83,7 +115,7 @@ def test_listing_order_does_not_matter() -> None:
 
 def test_marker_must_be_directly_inside_the_step_directory() -> None:
     objects = [
-        obj("step-100/_SUCCESS", 1),
+        *marked("step-100/_SUCCESS", 1),
         obj("step-200/logs/deep/_SUCCESS", 2),
         obj("step-200/sub/.metadata", 2),
     ]
@@ -94,7 +126,7 @@ def test_marker_must_be_directly_inside_the_step_directory() -> None:
 def test_orbax_item_level_markers_complete_a_step() -> None:
     # Orbax on GCS: 200/<item>/commit_success.txt per item, then 200/commit_success.txt.
     objects = [
-        obj("100/commit_success.txt", 1),
+        *marked("100/commit_success.txt", 1),
         obj("200/default/_METADATA", 5),
         obj("200/default/ocdbt.process_0/d/abc", 5),
         obj("200/default/commit_success.txt", 6),
@@ -108,7 +140,7 @@ def test_orbax_item_level_markers_complete_a_step() -> None:
 
 def test_orbax_step_with_an_unfinished_item_is_half_written() -> None:
     objects = [
-        obj("100/commit_success.txt", 1),
+        *marked("100/commit_success.txt", 1),
         obj("200/default/commit_success.txt", 6),
         obj("200/optimizer/_METADATA", 6),  # this item never committed
     ]
@@ -118,15 +150,15 @@ def test_orbax_step_with_an_unfinished_item_is_half_written() -> None:
 
 def test_orbax_temporary_directories_are_ignored() -> None:
     objects = [
-        obj("100/commit_success.txt", 1),
-        obj("300.orbax-checkpoint-tmp-1718000000/commit_success.txt", 9),
+        *marked("100/commit_success.txt", 1),
+        *marked("300.orbax-checkpoint-tmp-1718000000/commit_success.txt", 9),
     ]
     found = latest_complete(objects, BUCKET, PREFIX)
     assert found is not None and found.step == 100
 
 
 def test_same_step_twice_prefers_later_commit() -> None:
-    objects = [obj("step-200/_SUCCESS", 1), obj("checkpoint_200/_SUCCESS", 5)]
+    objects = [*marked("step-200/_SUCCESS", 1), *marked("checkpoint_200/_SUCCESS", 5)]
     found = latest_complete(objects, BUCKET, PREFIX)
     assert found is not None and found.uri == uri("checkpoint_200/")
 
@@ -150,7 +182,7 @@ def test_single_file_without_step() -> None:
 
 
 def test_complete_directory_beats_newer_file() -> None:
-    objects = [obj("step-10/_SUCCESS", 1), obj("final.pt", 99)]
+    objects = [*marked("step-10/_SUCCESS", 1), obj("final.pt", 99)]
     found = latest_complete(objects, BUCKET, PREFIX)
     assert found is not None and found.uri == uri("step-10/")
 
@@ -173,10 +205,11 @@ def test_nothing_complete_returns_none(objects: list[ObjectInfo]) -> None:
 
 
 def test_prefix_without_trailing_slash_and_bucket_root() -> None:
-    objects = [obj("step-5/_SUCCESS", 1)]
+    objects = [*marked("step-5/_SUCCESS", 1)]
     found = latest_complete(objects, BUCKET, PREFIX.rstrip("/"))
     assert found is not None and found.uri == uri("step-5/")
-    root = latest_complete([ObjectInfo("step-7/_SUCCESS", T0, 1)], BUCKET, "")
+    root_objects = [ObjectInfo("step-7/data", T0, 1), ObjectInfo("step-7/_SUCCESS", T0, 1)]
+    root = latest_complete(root_objects, BUCKET, "")
     assert root is not None and root.uri == f"gs://{BUCKET}/step-7/"
 
 
@@ -197,14 +230,14 @@ def test_checkpoint_dict_round_trip() -> None:
 
 def test_not_before_skips_an_earlier_runs_higher_step() -> None:
     # A reused output directory: the earlier run reached step 500, this run is at step 100.
-    objects = [obj("step-00000500/.metadata", 0), obj("step-00000100/.metadata", 30)]
+    objects = [*marked("step-00000500/.metadata", 0), *marked("step-00000100/.metadata", 30)]
     assert latest_complete(objects, BUCKET, PREFIX) == Checkpoint(uri("step-00000500/"), 500, T0)
     found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=10))
     assert found == Checkpoint(uri("step-00000100/"), 100, T0 + timedelta(minutes=30))
 
 
 def test_not_before_is_inclusive_and_can_leave_nothing() -> None:
-    objects = [obj("step-1/_SUCCESS", 5)]
+    objects = [*marked("step-1/_SUCCESS", 5)]
     assert latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=5))
     assert latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=6)) is None
 
@@ -218,13 +251,13 @@ def test_not_before_applies_to_single_files() -> None:
 
 
 def test_a_stale_complete_directory_does_not_beat_a_fresh_file() -> None:
-    objects = [obj("step-900/_SUCCESS", 0), obj("final.pt", 40)]
+    objects = [*marked("step-900/_SUCCESS", 0), obj("final.pt", 40)]
     found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=1))
     assert found is not None and found.uri == uri("final.pt")
 
 
 def test_same_step_twice_with_one_stale_takes_the_fresh_one() -> None:
-    objects = [obj("checkpoint_200/_SUCCESS", 1), obj("step-200/_SUCCESS", 9)]
+    objects = [*marked("checkpoint_200/_SUCCESS", 1), *marked("step-200/_SUCCESS", 9)]
     found = latest_complete(objects, BUCKET, PREFIX, not_before=T0 + timedelta(minutes=5))
     assert found is not None and found.uri == uri("step-200/")
 
@@ -280,7 +313,9 @@ def test_listings_index_a_flat_listing() -> None:
 
 
 def test_directories_are_read_highest_first_and_only_as_needed() -> None:
-    read = listings([obj("step-1/_SUCCESS"), obj("step-2/x"), obj("step-3/_SUCCESS")], PREFIX)
+    read = listings(
+        [*marked("step-1/_SUCCESS"), obj("step-2/x"), *marked("step-3/_SUCCESS")], PREFIX
+    )
     asked: list[str] = []
 
     def reading(directory: str) -> Listing:
@@ -293,7 +328,7 @@ def test_directories_are_read_highest_first_and_only_as_needed() -> None:
 
 
 def test_a_spent_budget_stops_the_search_and_falls_back_to_files() -> None:
-    read = listings([obj("step-1/_SUCCESS"), obj("step-2/x"), obj("last.pt", 9)], PREFIX)
+    read = listings([*marked("step-1/_SUCCESS"), obj("step-2/x"), obj("last.pt", 9)], PREFIX)
     budget = [1]
 
     def bounded(directory: str) -> Listing | None:

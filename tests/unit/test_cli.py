@@ -128,8 +128,32 @@ def test_stdin_is_read_with_dash(
 ) -> None:
     import io
 
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(seed())))
+    # A real stdin: text over a byte buffer, which the CLI reads as the upload path reads bytes.
+    stdin = io.TextIOWrapper(io.BytesIO(json.dumps(seed()).encode()), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
     assert main(["validate", "-"]) == 0
+
+
+def test_a_jsonl_is_split_as_intake_splits_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 20: U+2028 is legal inside a JSON string; splitlines() split the line there, so
+    # validate refused a file the upload path accepts, and shifted the line numbers after it.
+    first = seed()
+    first["customJob"]["displayName"] = "a\u2028b"
+    path = tmp_path / "two.jsonl"
+    path.write_text(json.dumps(first, ensure_ascii=False) + "\n" + json.dumps(seed()) + "\n")
+    assert main(["validate", str(path)]) == 0
+    assert "2 valid message(s)" in capsys.readouterr().out
+
+
+def test_a_yaml_alias_is_refused_by_validate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"big: &big {'x' * 20_000}\nworkerPoolSpecs: [" + "*big," * 50_000 + "]\n")
+    assert main(["validate", str(path)]) == 2
+    assert "anchors and aliases" in capsys.readouterr().err
 
 
 def test_a_missing_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shared.domain.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
@@ -136,7 +138,36 @@ def test_alias_bombs_are_refused():
     lines.append("workerPoolSpecs: *l7")
     with pytest.raises(InvalidRequest) as info:
         parse_gcloud_config("\n".join(lines) + "\n")
-    assert any("expands to over" in e.message for e in info.value.errors)
+    assert any("anchors and aliases" in e.message for e in info.value.errors)
+
+
+def test_one_string_referenced_many_times_is_refused_before_it_expands():
+    # Issue 20: 270 KB of YAML referencing one 20 KB string 50,000 times passed the node
+    # count and expanded to about 1 GB of JSON. Aliases are refused before anything expands.
+    text = f"big: &big {'x' * 20_000}\nworkerPoolSpecs: [" + "*big," * 50_000 + "]\n"
+    assert len(text) < 300_000
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config(text, "r1")
+    assert [e.path for e in info.value.errors] == ["$"]
+    assert "anchors and aliases" in info.value.errors[0].message
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a: &x 1\nworkerPoolSpecs: {}\n", "base: &b {replicaCount: 1}\nworkerPoolSpecs:\n  <<: *b\n"],
+)
+def test_anchors_and_merge_keys_are_refused(text):
+    assert errors_of(text) == ["$"]
+
+
+def test_the_json_form_is_bounded_in_bytes_without_aliases():
+    # No alias: each value is written out. The JSON form still may not pass the message limit.
+    text = "workerPoolSpecs:\n" + "".join(f"- {'y' * 100}\n" for _ in range(5000))
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config(text, "r1", max_bytes=262_144)
+    assert "262144 bytes of JSON" in info.value.errors[0].message
+    small = parse_gcloud_config(text, "r1", max_bytes=1_000_000)
+    assert len(json.dumps(small)) < 1_000_000
 
 
 def test_deep_nesting_is_refused():

@@ -191,6 +191,7 @@ def test_custom_time_orders_single_files(fake: FakeGcs, store: GcsCheckpointStor
 def test_without_custom_time_the_update_time_counts(
     fake: FakeGcs, store: GcsCheckpointStore
 ) -> None:
+    fake.put(PREFIX + "step-7/data", at(7))
     fake.put(PREFIX + "step-7/_SUCCESS", at(7))
     assert store.latest(f"gs://{BUCKET}/{PREFIX}") == Checkpoint(uri("step-7/"), 7, at(7))
 
@@ -217,6 +218,7 @@ def test_half_written_steps_are_skipped_one_request_each(
     fake: FakeGcs, store: GcsCheckpointStore
 ) -> None:
     fake.put(PREFIX + "step-00000100/.metadata", at(1))
+    fake.put(PREFIX + "step-00000100/__0_0.distcp", at(1))
     for step in (200, 300, 400):  # preempted mid-save, each
         fake.put(PREFIX + f"step-{step:08d}/__0_0.distcp", at(step))
     found = store.latest(f"gs://{BUCKET}/{PREFIX}")
@@ -260,6 +262,7 @@ def test_top_level_pages_are_bounded(
     monkeypatch.setattr(gcs, "PAGE_SIZE", 3)
     for step in range(1, 41):  # 40 step directories: 14 pages of 3
         fake.put(PREFIX + f"step-{step:08d}/_SUCCESS", at(step))
+        fake.put(PREFIX + f"step-{step:08d}/data", at(step))
     found = store.latest(f"gs://{BUCKET}/{PREFIX}")
     top = [q for q in fake.requests if q["prefix"] == [PREFIX]]
     assert len(top) == gcs.MAX_TOP_PAGES
@@ -275,9 +278,37 @@ def test_not_before_ignores_another_runs_checkpoints(
     fake: FakeGcs, store: GcsCheckpointStore
 ) -> None:
     fake.put(PREFIX + "step-00000500/.metadata", at(0))  # the earlier run's
+    fake.put(PREFIX + "step-00000500/data", at(0))
     fake.put(PREFIX + "step-00000100/.metadata", at(0), custom_time=at(30))  # this run's
+    fake.put(PREFIX + "step-00000100/data", at(0))
     prefix_uri = f"gs://{BUCKET}/{PREFIX}"
     assert store.latest(prefix_uri) == Checkpoint(uri("step-00000500/"), 500, at(0))
     found = store.latest(prefix_uri, not_before=at(10))
     assert found == Checkpoint(uri("step-00000100/"), 100, at(30))
     assert store.latest(prefix_uri, not_before=at(31)) is None
+
+
+# Confirming one checkpoint -----------------------------------------------------------------------
+
+
+def test_confirm_lists_the_checkpoint_itself(fake: FakeGcs, store: GcsCheckpointStore) -> None:
+    fake.put(PREFIX + "step-00000100/__0_0.distcp", at(1))
+    fake.put(PREFIX + "step-00000100/.metadata", at(2))
+    fake.put(PREFIX + "step-00000200/.metadata", at(5))  # a marker alone: forged, or stray
+    fake.put(PREFIX + "last.pt", at(9))
+    told = at(999)  # what the event said: the listing's own time is what counts
+    assert store.confirm(Checkpoint(uri("step-00000100/"), 100, told)) == Checkpoint(
+        uri("step-00000100/"), 100, at(2)
+    )
+    assert store.confirm(Checkpoint(uri("step-00000200/"), 200, told)) is None
+    assert store.confirm(Checkpoint(uri("step-00000300/"), 300, told)) is None
+    assert store.confirm(Checkpoint(uri("last.pt"), None, told)) == Checkpoint(
+        uri("last.pt"), None, at(9)
+    )
+    # One delimited request per checkpoint, each of its own directory or file.
+    assert [q["prefix"][0] for q in fake.requests] == [
+        PREFIX + "step-00000100/",
+        PREFIX + "step-00000200/",
+        PREFIX + "step-00000300/",
+        PREFIX + "last.pt",
+    ]

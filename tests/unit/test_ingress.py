@@ -3,6 +3,8 @@ uploads, and unwrapping both deliveries of a storage event."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -194,39 +196,83 @@ def test_request_files_are_named_by_prefix_and_suffix(name, fmt):
     assert request_format(name, "requests/") == fmt
 
 
+LIMIT = 256 * 1024
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
 def test_jsonl_lines_keep_their_numbers_and_skip_blank_lines():
     data = b'\xef\xbb\xbf{"a": 1}\r\n   \n{"b": 2}'
-    parts = messages(Format.JSONL, data, "r")
+    parts = messages(Format.JSONL, data, "r", max_bytes=LIMIT)
     assert [(p.line, p.data.strip()) for p in parts] == [(1, b'{"a": 1}'), (3, b'{"b": 2}')]
+
+
+def test_jsonl_lines_end_at_newlines_only():
+    # Issue 20: U+2028 is legal inside a JSON string; str.splitlines() splits there, which
+    # the CLI did (refusing a file the upload path accepts, and shifting line numbers).
+    data = '{"a": "x\u2028y"}\n{"b": "\u0085"}\n'.encode()
+    parts = messages(Format.JSONL, data, "r", max_bytes=LIMIT)
+    assert [(p.line, json.loads(p.data)) for p in parts] == [
+        (1, {"a": "x\u2028y"}),
+        (2, {"b": "\u0085"}),
+    ]
 
 
 def test_a_file_of_too_many_requests_fails_as_a_whole():
     from shared.domain.uploads import MAX_FILE_REQUESTS
 
-    assert len(messages(Format.JSONL, b"{}\n" * MAX_FILE_REQUESTS, "r")) == MAX_FILE_REQUESTS
+    assert (
+        len(messages(Format.JSONL, b"{}\n" * MAX_FILE_REQUESTS, "r", max_bytes=LIMIT))
+        == MAX_FILE_REQUESTS
+    )
     with pytest.raises(InvalidRequest, match="split it"):
-        messages(Format.JSONL, b"{}\n" * (MAX_FILE_REQUESTS + 1), "r")
+        messages(Format.JSONL, b"{}\n" * (MAX_FILE_REQUESTS + 1), "r", max_bytes=LIMIT)
 
 
 def test_a_json_file_is_one_message_as_is():
-    assert [p.data for p in messages(Format.JSON, b"not even json", "r")] == [b"not even json"]
+    assert [p.data for p in messages(Format.JSON, b"not even json", "r", max_bytes=LIMIT)] == [
+        b"not even json"
+    ]
 
 
 def test_a_yaml_file_that_is_no_gcloud_config_fails_as_a_whole():
     with pytest.raises(InvalidRequest):
-        messages(Format.YAML, b"- just\n- a list\n", "r")
+        messages(Format.YAML, b"- just\n- a list\n", "r", max_bytes=LIMIT)
 
 
 def test_stored_object_reads_the_resource():
     resource = object_resource("requests/a.json", "42", 10, customTime="2026-11-30T01:00:00Z")
-    obj = StoredObject.of("b", "requests/a.json", "42", resource)
+    resource["timeCreated"] = "2026-11-30T00:59:00Z"
+    obj = StoredObject.of("b", "requests/a.json", "42", resource, NOW)
     assert obj.size == 10
     assert obj.written_at == datetime(2026, 11, 30, 1, tzinfo=UTC)
     assert obj.uri == "gs://b/requests/a.json#42"
     assert obj.request_id() == "gcs:b/requests/a.json#42"
-    assert StoredObject.of("b", "n", "1", {"size": "big"}).size is None
-    assert StoredObject.of("b", "n", "1", {"size": "\u00b2"}).size is None
-    assert StoredObject.of("b", "n", "1", {"contentEncoding": "gzip"}).content_encoding == "gzip"
+    digest = hashlib.sha256(b"{}").hexdigest()[:32]
+    assert obj.request_id(b"{}") == f"gcs:b/requests/a.json#sha256:{digest}"
+    assert obj.request_id(b"{}", 3) == f"gcs:b/requests/a.json#sha256:{digest}:3"
+    assert StoredObject.of("b", "n", "1", {"size": "big"}, NOW).size is None
+    assert StoredObject.of("b", "n", "1", {"size": "\u00b2"}, NOW).size is None
+    gzip = StoredObject.of("b", "n", "1", {"contentEncoding": "gzip"}, NOW)
+    assert gzip.content_encoding == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("custom", "written"),
+    [
+        ("2026-11-30T01:00:00Z", "2026-11-30T01:00:00Z"),  # within bounds: taken
+        ("2020-01-01T00:00:00Z", "2026-11-30T02:00:00Z"),  # before its creation: the update
+        ("2026-12-01T00:04:00Z", "2026-12-01T00:04:00Z"),  # a clock a little ahead: taken
+        ("2027-01-01T00:00:00Z", "2026-11-30T02:00:00Z"),  # far ahead of now: the update
+    ],
+)
+def test_custom_time_is_bounded(custom, written):
+    resource = {
+        "customTime": custom,
+        "updated": "2026-11-30T02:00:00Z",
+        "timeCreated": "2026-11-30T00:00:00Z",
+    }
+    obj = StoredObject.of("b", "requests/a.json", "1", resource, NOW)
+    assert obj.written_at == datetime.fromisoformat(written)
 
 
 # -- checkpoint uploads -------------------------------------------------------------------

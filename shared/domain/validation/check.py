@@ -9,7 +9,16 @@ from dataclasses import replace
 from typing import Any
 
 from shared.domain.attempts import attempt_spec
-from shared.domain.request import KINDS, TRAINING_KINDS, JobRequest, check_options, strategy_path
+from shared.domain.checkpoints import split_gcs_uri
+from shared.domain.records import checkpoints_under
+from shared.domain.request import (
+    KINDS,
+    TRAINING_KINDS,
+    JobRequest,
+    check_options,
+    job_spec_path,
+    strategy_path,
+)
 from shared.domain.retry import check_fallback, placement_for
 from shared.domain.scheduling import AUTO, STRATEGIES
 from shared.domain.validation.deployments import check_deploy_model
@@ -46,7 +55,38 @@ def validators(guards: Guards) -> tuple[Validator, ...]:
         >>> [e.path for check in validators(Guards()) for e in check(request)]
         ['deployModel.endpoint', 'deployModel.deployedModel', 'fallback']
     """
-    return (functools.partial(check_request, guards=guards), check_options)
+    return (
+        functools.partial(check_request, guards=guards),
+        check_options,
+        functools.partial(check_checkpoints_apart, guards=guards),
+    )
+
+
+def check_checkpoints_apart(request: JobRequest, guards: Guards) -> list[FieldError]:
+    """A training job may not checkpoint into the request bucket: whoever may upload a
+    request there could forge its checkpoints (and its progress, and its resume point).
+
+    Examples:
+        >>> spec = {"jobSpec": {"baseOutputDirectory": {"outputUriPrefix": "gs://uploads/out"}}}
+        >>> request = JobRequest("r1", "customJob", spec)
+        >>> [e.path for e in check_checkpoints_apart(request, Guards(request_bucket="uploads"))]
+        ['customJob.jobSpec.baseOutputDirectory.outputUriPrefix']
+    """
+    if guards.request_bucket is None or request.kind not in TRAINING_KINDS:
+        return []
+    prefix = checkpoints_under(request.kind, request.spec, request.options)
+    if prefix is None or split_gcs_uri(prefix)[0] != guards.request_bucket:
+        return []
+    if request.options.get("checkpointUri") is not None:
+        path = "checkpointUri"
+    else:
+        path = ".".join((request.kind, *job_spec_path(request.kind), "baseOutputDirectory"))
+        path += ".outputUriPrefix"
+    problem = (
+        f"is in gs://{guards.request_bucket}, the request bucket (FLEXJOBS_REQUEST_BUCKET): "
+        "checkpoints go to a bucket of their own, where uploaders cannot write"
+    )
+    return [FieldError(path, problem)]
 
 
 def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:

@@ -20,6 +20,8 @@ class Guards:
     ``allowed_service_accounts`` allows only the default Vertex AI service agent, that is, no
     ``serviceAccount`` field at all. ``field_policy`` is what ``FLEXJOBS_FIELD_POLICY`` allows
     (:mod:`shared.domain.field_policy`); empty keeps every field at its default.
+    ``request_bucket`` (``FLEXJOBS_REQUEST_BUCKET``) is where request files come from: no job
+    may write its checkpoints there, where an uploader could forge them.
     """
 
     allowed_image_prefixes: tuple[str, ...] = ()
@@ -27,6 +29,7 @@ class Guards:
     max_gpus_per_job: int = 64
     max_replicas: int = 64
     field_policy: Mapping[str, Allowance] = field(default_factory=dict, hash=False)
+    request_bucket: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guards:
@@ -37,4 +40,5 @@ class Guards:
             max_gpus_per_job=settings.max_gpus_per_job,
             max_replicas=settings.max_replicas,
             field_policy=parse_field_policy(settings.field_policy),
+            request_bucket=settings.request_bucket,
         )
