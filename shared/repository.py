@@ -95,9 +95,13 @@ def _claim(
     loses a race to another delivery decides on a fresh read like any record found.
     """
     token, lease = _lease(now, ttl_seconds, attempt)
+    # Due on the tick once the claim expires: a delivery that dies after its create (or whose
+    # message runs out of deliveries while the claim holds) leaves nothing untracked, since
+    # the tick then takes the claim over and looks the job up by its key.
+    due = {"claim": lease, "nextAttemptAt": lease["expiresAt"]}
     found = read()
     if found is None:
-        made = create({**record, "claim": lease})
+        made = create({**record, **due})
         if made is not None:
             return Claim(token=token, fresh=True, stored=made)
     seen: dict[str, Any] = {}
@@ -113,7 +117,7 @@ def _claim(
                 f"request {current.get('requestId')!r} is being submitted by another "
                 f"delivery until {current['claim']['expiresAt'].isoformat()}"
             )
-        return {"claim": lease, "updatedAt": now}
+        return {**due, "updatedAt": now}
 
     wrote, after = transact(decide, found)
     if not wrote:

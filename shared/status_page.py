@@ -42,11 +42,11 @@ from werkzeug.wrappers import Request, Response
 
 from shared.domain.deployments import DeploymentState
 from shared.domain.display import duration, gpu_hours, jsonable, usd, when
+from shared.domain.ids import check_request_id
 from shared.domain.listing import (
     DEFAULT_PAGE_SIZE,
     JOB_STATES,
     MAX_ATTEMPTS,
-    MAX_REQUEST_ID,
     MAX_TOTALED,
     Filters,
     Page,
@@ -173,7 +173,7 @@ def _route(path: str, params: dict[str, list[str]], site: StatusSite) -> Respons
     }
     for prefix, page in records.items():
         request_id = path.removeprefix(prefix)
-        if path.startswith(prefix) and 0 < len(request_id) <= MAX_REQUEST_ID:
+        if path.startswith(prefix) and request_id and not check_request_id(request_id):
             _no_parameters(params)
             return page(request_id, site)
     raise NotFound(path)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from shared.config import Settings
 from shared.domain.attempts import attempt_spec
 from shared.domain.capacity import (
+    FALLBACK_DECISION,
     STANDARD,
     Situation,
     Tuning,
@@ -76,12 +77,13 @@ def decided_plan(
     with the decision recorded on the record (``capacity``) when the attempt is.
 
     A record whose deadline fields cannot be read any more (hand-edited) runs on STANDARD:
-    the one choice that cannot lose the job to capacity.
+    the one choice that cannot lose the job to capacity. That decision is recorded as final,
+    like any other: nothing may give the attempt up or leave it (a decision left from before
+    would, at its ``waitUntil``, for ever).
     """
+    decision = decide(situation) if situation is not None else FALLBACK_DECISION
     if situation is None:
         log.warning("AUTO request without a usable deadline: attempt runs on STANDARD")
-        return AttemptPlan(attempt, "STANDARD", location, prepare)
-    decision = decide(situation)
     fields = {"maxWaitSeconds": decision.max_wait_seconds, "capacity": decision.to_dict()}
     log.info(
         f"capacity for attempt {attempt}: {decision.strategy}",
@@ -196,14 +198,19 @@ def submit_attempt(
         return backend.create(replace(request, spec=body), labels, plan.location)
 
     def record(token: str, job: VertexJob, adopted: bool) -> Outcome:
+        strategy, extra = plan.strategy, prepared().record_extra
+        if adopted:
+            # An earlier delivery made it, perhaps on another decision (AUTO decides from
+            # the time): the record says what Vertex runs, read from the job itself.
+            strategy, extra = adopted_fields(job, strategy, extra)
         submission = Submission(
             request_id=request_id,
             attempt=plan.attempt,
             vertex_job=job,
-            strategy=plan.strategy,
+            strategy=strategy,
             location=plan.location,
             resumed_from=prepared().resume_from,
-            record_extra=prepared().record_extra,
+            record_extra=extra,
         )
         known = claimed[0].stored if claimed else None
         if not store.record_submission(token, submission, clock(), known):
@@ -236,6 +243,38 @@ def submit_attempt(
         return Outcome.PARKED
 
     return create_once(Creation(take, find, create, record, release, refused, park))
+
+
+def adopted_fields(
+    job: VertexJob, planned: str, extra: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The strategy and record fields of an adopted job: its own strategy and max wait when
+    Vertex reports them (the plan's otherwise), and for AUTO the decision amended to say so.
+
+    Examples:
+        >>> job = VertexJob("p/customJobs/1", "JOB_STATE_QUEUED", {}, strategy="SPOT")
+        >>> decision = {"strategy": "FLEX_START", "maxWaitSeconds": 2295, "reason": "ahead"}
+        >>> strategy, fields = adopted_fields(job, "FLEX_START", {"capacity": decision})
+        >>> strategy, fields["maxWaitSeconds"], fields["capacity"]["strategy"]
+        ('SPOT', None, 'SPOT')
+    """
+    strategy = job.strategy or planned
+    if strategy == planned and job.strategy is None:
+        return planned, extra
+    wait = job.max_wait_seconds if strategy == "FLEX_START" else None
+    wait = None if not wait else int(wait)  # 0s: indefinitely, which the record says as null
+    if "capacity" not in extra:
+        return strategy, extra
+    decision = dict(extra["capacity"])
+    if decision.get("strategy") != strategy or decision.get("maxWaitSeconds") != wait:
+        before = decision.get("strategy")
+        decision.update(
+            strategy=strategy,
+            maxWaitSeconds=wait,
+            reason=f"adopted the job an earlier delivery created on {strategy} "
+            f"(this delivery's choice was {before}: {decision.get('reason')})",
+        )
+    return strategy, {**extra, "capacity": decision, "maxWaitSeconds": wait}
 
 
 def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from shared.domain.listing import (
     next_cursor,
 )
 from shared.domain.record import Stored
-from shared.domain.request import JobRequest
+from shared.domain.request import JobRequest, parse_duration
 from shared.errors import BackendRejected, ObjectGone
 from shared.ports import MAX_WATCHERS, Decided
 
@@ -313,7 +313,16 @@ class InMemoryJobBackend:
         state = (
             "PIPELINE_STATE_QUEUED" if request.kind == "trainingPipeline" else "JOB_STATE_QUEUED"
         )
-        job = VertexJob(name=name, state=state, labels=dict(labels))
+        scheduling = request.scheduling
+        wait = scheduling.get("maxWaitDuration")
+        job = VertexJob(
+            name=name,
+            state=state,
+            labels=dict(labels),
+            # What Vertex holds of the job's scheduling, as the adapter reads it back.
+            strategy=scheduling.get("strategy"),
+            max_wait_seconds=parse_duration(wait) if isinstance(wait, str) else None,
+        )
         self.jobs[name] = job
         self.created.append((request, dict(labels)))
         if self.fail_after_create is not None:

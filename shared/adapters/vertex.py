@@ -27,7 +27,7 @@ from shared.config import Settings
 from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.jobs import VertexJob
 from shared.domain.regions import REGION_HINT, is_region
-from shared.domain.request import JobRequest
+from shared.domain.request import JobRequest, parse_duration
 from shared.errors import (
     BackendRejected,
     BackendUnavailable,
@@ -238,6 +238,7 @@ def to_vertex_job(job: Any) -> VertexJob:
     """
     error = getattr(job, "error", None)
     code = int(error.code) if error is not None and error.code else None
+    strategy, max_wait = _scheduling_of(job)
     return VertexJob(
         name=job.name,
         state=job.state.name,
@@ -247,7 +248,34 @@ def to_vertex_job(job: Any) -> VertexJob:
         end_time=job.end_time,
         error_code=code,
         error_message=(error.message or None) if error is not None and code else None,
+        strategy=strategy,
+        max_wait_seconds=max_wait,
     )
+
+
+def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
+    """The strategy and max wait a job runs with, from its own spec (the custom job's
+    ``jobSpec``, the tuning job's ``trialJobSpec``, the pipeline's ``trainingTaskInputs``)."""
+    spec = getattr(job, "job_spec", None) or getattr(job, "trial_job_spec", None)
+    if spec is not None:
+        scheduling = spec.scheduling
+        strategy = scheduling.strategy.name
+        wait = (
+            scheduling.max_wait_duration.total_seconds()
+            if "max_wait_duration" in scheduling
+            else None
+        )
+        return (None if strategy == "STRATEGY_UNSPECIFIED" else strategy), wait
+    inputs = getattr(job, "training_task_inputs", None)
+    scheduling = inputs.get("scheduling") if inputs is not None else None
+    if not scheduling:
+        return None, None
+    strategy, raw = scheduling.get("strategy"), scheduling.get("maxWaitDuration")
+    try:
+        wait = parse_duration(raw) if isinstance(raw, str) else None
+    except ValueError:
+        wait = None
+    return (strategy if isinstance(strategy, str) else None), wait
 
 
 def kind_of_name(name: str) -> TrainingKind:

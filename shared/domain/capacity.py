@@ -262,6 +262,15 @@ class CapacityDecision:
         }
 
 
+#: What an AUTO attempt runs on when its record's deadline fields cannot be read any more
+#: (hand-edited): on-demand to the end, final, so nothing gives it up or leaves it.
+FALLBACK_DECISION: Final = CapacityDecision(
+    strategy="STANDARD",
+    reason="the deadline fields cannot be read: on-demand to the end",
+    final=True,
+)
+
+
 @dataclass(frozen=True)
 class _Figures:
     """The arithmetic every rule shares, computed once per decision."""

@@ -159,7 +159,7 @@ def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Write
         "updatedAt": now,
         "endedAt": now,
     }
-    return Write(fields, deletes=("claim",))
+    return Write(fields, deletes=("claim", "nextAttemptAt"))
 
 
 def deployment_settled(record: DeploymentRecord) -> bool:

@@ -101,6 +101,11 @@ class VertexJob:
     end_time: datetime | None = None
     error_code: int | None = None
     error_message: str | None = None
+    # What the job runs on, as Vertex holds it (its scheduling): an adopted job is recorded
+    # with these, not with what the delivery adopting it would have chosen. None: not known.
+    strategy: str | None = None
+    # FLEX_START's maxWaitDuration in seconds (0: indefinitely); None when the job has none.
+    max_wait_seconds: float | None = None
 
     @property
     def job_id(self) -> str:

@@ -284,12 +284,14 @@ def pending_attempt(current: JobRecord) -> int | None:
     """The attempt a due submission would create, or None when none is waiting.
 
     RETRYING: attempt n ended, n+1 follows. QUEUED without a Vertex job: attempt n was parked
-    (Vertex refused it for quota) and is submitted again.
+    (Vertex refused it for quota) and is submitted again. ACCEPTED: attempt 1 was claimed and
+    never recorded (the delivery died, perhaps after its create): once the claim expires, it
+    is taken over, and the job looked up by its labels, adopted or created.
     """
     attempt = current.attempt or 1
     if current.state is JobState.RETRYING:
         return attempt + 1
-    if current.state is JobState.QUEUED and not current.vertex_job:
+    if current.state in (JobState.QUEUED, JobState.ACCEPTED) and not current.vertex_job:
         return attempt
     return None
 
