@@ -35,53 +35,88 @@ resource "google_pubsub_topic" "ticks" {
   depends_on = [google_project_service.apis]
 }
 
-# The upload bucket's Pub/Sub notifications, when upload_delivery = "notification".
+# The request bucket's Pub/Sub notifications (storage.tf), in both upload_delivery modes: in
+# "eventarc" mode an Eventarc Pub/Sub trigger on this topic delivers them, in "notification"
+# mode a push subscription below. Only the Cloud Storage service agent may publish here.
 resource "google_pubsub_topic" "upload_notifications" {
   #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
-  count = var.upload_delivery == "notification" ? 1 : 0
-
   name = var.upload_notifications_topic
 
   depends_on = [google_project_service.apis]
 }
 
+# Before, the topic existed in notification mode only (count = 1).
+moved {
+  from = google_pubsub_topic.upload_notifications[0]
+  to   = google_pubsub_topic.upload_notifications
+}
+
+# The checkpoint buckets' Pub/Sub notifications (storage.tf): live checkpoint progress, apart
+# from the request bucket's events. None when no bucket notifies (checkpoint_notification_buckets).
+resource "google_pubsub_topic" "checkpoint_events" {
+  #checkov:skip=CKV_GCP_83:Pub/Sub encrypts at rest with Google-managed keys; a customer-managed key would add a Cloud KMS key (billed per key version and operation) and a grant to the Pub/Sub service agent, for messages that hold job requests and hints, never credentials.
+  count = length(local.checkpoint_notify_buckets) > 0 ? 1 : 0
+
+  name = var.checkpoint_events_topic
+
+  depends_on = [google_project_service.apis]
+}
+
 locals {
-  # One entry per push path, keyed by the entry point it delivers to. ack_deadline bounds the
-  # push request, so it is at least the function's timeout: Pub/Sub never redelivers a message
-  # while its first delivery still runs. handle_job_event gets the maximum (600 s): a hint
-  # inside a coalescing window waits for the window before it reads.
-  # (handle_upload has a push path in notification mode only: a filter, since a conditional
-  # between two object shapes does not type-check.)
+  # One entry per push path, keyed by the entry point it delivers to (checkpoint_events also
+  # goes to handle_upload; the keys stay the entry points' so that no existing subscription is
+  # replaced). ack_deadline bounds the push request, so it is at least the function's timeout:
+  # Pub/Sub never redelivers a message while its first delivery still runs. handle_job_event
+  # gets the maximum (600 s): a hint inside a coalescing window waits for the window before it
+  # reads.
+  #
+  # handle_upload has a push path in notification mode only, and checkpoint_events only when
+  # a bucket notifies: filters, since a conditional between two object shapes does not
+  # type-check.
   push_paths = {
     for name, path in {
       handle_job_request = {
         topic        = google_pubsub_topic.requests.name
         topic_id     = google_pubsub_topic.requests.id
+        function     = "handle_job_request"
         ack_deadline = local.functions.handle_job_request.timeout
         retention    = "604800s"
       }
       handle_job_event = {
         topic        = google_pubsub_topic.events.name
         topic_id     = google_pubsub_topic.events.id
+        function     = "handle_job_event"
         ack_deadline = 600
         retention    = "604800s"
       }
       handle_scheduler_tick = {
         topic        = google_pubsub_topic.ticks.name
         topic_id     = google_pubsub_topic.ticks.id
+        function     = "handle_scheduler_tick"
         ack_deadline = local.functions.handle_scheduler_tick.timeout
         # A tick is worth nothing ten minutes later (the next one does the same work): stale
         # ticks expire instead of piling up behind a slow one. 600 s is Pub/Sub's minimum.
         retention = "600s"
       }
       handle_upload = {
-        topic        = one(google_pubsub_topic.upload_notifications[*].name)
-        topic_id     = one(google_pubsub_topic.upload_notifications[*].id)
+        topic        = google_pubsub_topic.upload_notifications.name
+        topic_id     = google_pubsub_topic.upload_notifications.id
+        function     = "handle_upload"
         ack_deadline = local.functions.handle_upload.timeout
         retention    = "604800s"
       }
-    } : name => path if name != "handle_upload" || var.upload_delivery == "notification"
+      checkpoint_events = {
+        topic        = one(google_pubsub_topic.checkpoint_events[*].name)
+        topic_id     = one(google_pubsub_topic.checkpoint_events[*].id)
+        function     = "handle_upload"
+        ack_deadline = local.functions.handle_upload.timeout
+        retention    = "604800s"
+      }
+    } : name => path if(name != "handle_upload" || var.upload_delivery == "notification") && (name != "checkpoint_events" || length(local.checkpoint_notify_buckets) > 0)
   }
+
+  # The functions the push paths deliver to (the push invoker's grants, iam.tf).
+  pushed_functions = toset([for path in values(local.push_paths) : path.function])
 }
 
 resource "google_pubsub_topic" "dead_letter" {
@@ -115,7 +150,7 @@ resource "google_pubsub_subscription" "push" {
   message_retention_duration = each.value.retention
 
   push_config {
-    push_endpoint = local.function_uris[each.key]
+    push_endpoint = local.function_uris[each.value.function]
 
     # The audience defaults to the push endpoint, the function's run.app URL, which is what
     # Cloud Run checks. The invoker holds roles/run.invoker on these functions only.
