@@ -206,7 +206,7 @@ variable "allowed_image_prefixes" {
 # --- Runtime settings (the env map every function gets) ---------------------------------------
 
 variable "claim_ttl_seconds" {
-  description = "FLEXJOBS_CLAIM_TTL_SECONDS: how long a submission claim is honoured. Must be >= the longest function timeout (540 s)."
+  description = "FLEXJOBS_CLAIM_TTL_SECONDS: how long a submission claim is honoured. Must be >= the longest function timeout (540 s), and shorter than the shortest time a request's deliveries can take (see request_minimum_backoff_seconds)."
   type        = number
   default     = 600
 }
@@ -273,13 +273,24 @@ variable "memory" {
 }
 
 variable "max_delivery_attempts" {
-  description = "Deliveries of one message before Pub/Sub moves it to the dead-letter topic (5 to 100)."
+  description = "Deliveries of one message before Pub/Sub moves it to the dead-letter topic (5 to 100). With request_minimum_backoff_seconds it must outlast claim_ttl_seconds (a precondition checks)."
   type        = number
   default     = 10
 
   validation {
     condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
     error_message = "max_delivery_attempts must be between 5 and 100."
+  }
+}
+
+variable "request_minimum_backoff_seconds" {
+  description = "retry_policy.minimum_backoff (seconds) of the push paths that carry requests (job-requests, and request-file uploads in notification mode). A crash between a create and its record leaves a live claim, and every redelivery inside claim_ttl_seconds fails on it: (max_delivery_attempts - 1) x this must exceed claim_ttl_seconds, so a live claim never uses up a request's deliveries (a precondition checks; see README.md, Dead letters)."
+  type        = number
+  default     = 75
+
+  validation {
+    condition     = var.request_minimum_backoff_seconds >= 0 && var.request_minimum_backoff_seconds <= 600 && floor(var.request_minimum_backoff_seconds) == var.request_minimum_backoff_seconds
+    error_message = "request_minimum_backoff_seconds must be a whole number of seconds from 0 to 600 (Pub/Sub's range)."
   }
 }
 

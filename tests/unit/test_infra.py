@@ -15,13 +15,16 @@ side loses something:
   only handle_upload reads it and only the uploaders write it, no checkpoint reader or bucket
   is it, and live progress comes from the checkpoint buckets' own notifications;
 * no grant reaches further than its use: no project-wide Pub/Sub publisher, no unconditional
-  project-wide Cloud Storage role (the build reads the source buckets only).
+  project-wide Cloud Storage role (the build reads the source buckets only);
+* a live claim can never use up a request's deliveries: the push subscriptions' precondition,
+  evaluated over the defaults and against a model of Pub/Sub's shortest retry schedule.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -492,6 +495,95 @@ def grant_problems(infra: Infra) -> list[str]:
     return problems
 
 
+# --- The claim TTL, the delivery attempts and the backoff -------------------------------------
+
+#: The nodes an HCL condition may use here: arithmetic, comparisons, and/or/not, names.
+_SAFE = (
+    ast.Expression, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.Compare, ast.Constant, ast.Name,
+    ast.Subscript, ast.Load, ast.And, ast.Or, ast.Not, ast.USub, ast.Add, ast.Sub, ast.Mult,
+    ast.Div, ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq,
+)  # fmt: skip
+
+
+def evaluate(expression: str, names: dict[str, Any]) -> Any:
+    """Evaluate a small HCL expression (numbers, ``var.``/``each.value.``/``local.`` names,
+    ``+ - * /``, comparisons, ``! || &&``) with ``names`` for its references. Anything else is
+    refused, so an expression this cannot read fails the test instead of passing it."""
+    body = expression.removeprefix("${").removesuffix("}")
+    body = re.sub(r"!(?!=)", " not ", body).replace("||", " or ").replace("&&", " and ")
+    body = re.sub(r"\b(?:var|each\.value|local)\.\w+", lambda m: f"_[{m.group(0)!r}]", body)
+    tree = ast.parse(body.strip(), mode="eval")
+    for node in ast.walk(tree):
+        if not isinstance(node, _SAFE) or (
+            isinstance(node, ast.Name) and node.id not in {"_", "true", "false"}
+        ):
+            raise ValueError(f"cannot evaluate {expression!r} here ({type(node).__name__})")
+    scope = {"_": names, "true": True, "false": False}
+    return eval(
+        compile(tree, "<hcl>", "eval"), {"__builtins__": {}}, scope
+    )  # the nodes are checked above
+
+
+def defaults(infra: Infra, **overrides: Any) -> dict[str, Any]:
+    """``var.NAME`` → its default (or the override given)."""
+    values = {f"var.{name}": body.get("default") for name, body in infra.variables.items()}
+    values.update({f"var.{name}": value for name, value in overrides.items()})
+    values["local.longest_timeout"] = max(f["timeout"] for f in infra.locals["functions"].values())
+    return values
+
+
+def delivery_verdicts(infra: Infra, **overrides: Any) -> dict[str, bool]:
+    """Push path → whether the push subscription's precondition holds with the defaults (and
+    the overrides): the HCL condition itself, evaluated."""
+    subscription = infra.resources[("google_pubsub_subscription", "push")]
+    (lifecycle,) = subscription["lifecycle"]
+    (precondition,) = lifecycle["precondition"]
+    names = defaults(infra, **overrides)
+    verdicts = {}
+    for path, fields in push_paths(infra).items():
+        each = {
+            f"each.value.{k}": evaluate(fields[k], names) for k in ("requests", "minimum_backoff")
+        }
+        verdicts[path] = evaluate(precondition["condition"], {**names, **each})
+    return verdicts
+
+
+def outlasts_claim(attempts: int, minimum_backoff: float, claim_ttl: float) -> bool:
+    """The model: does a request whose first delivery took a claim and crashed at once get a
+    delivery after the claim expired, on the shortest schedule Pub/Sub may keep (every
+    redelivery ``minimum_backoff`` after the last, each failing at once on the live claim)?"""
+    now = 0.0  # the claim is taken, and the delivery holding it dies
+    for _ in range(attempts - 1):
+        now += minimum_backoff  # the next delivery
+        if now > claim_ttl:  # the claim has expired: this delivery takes it over
+            return True
+    return False  # every delivery met the live claim: dead-lettered
+
+
+def delivery_problems(infra: Infra) -> list[str]:
+    """The precondition reads the subscription's own retry policy and delivery attempts, and
+    the defaults pass it."""
+    problems = []
+    subscription = infra.resources[("google_pubsub_subscription", "push")]
+    (retry,) = subscription["retry_policy"]
+    (dead_letter,) = subscription["dead_letter_policy"]
+    if retry["minimum_backoff"] != "${each.value.minimum_backoff}s":
+        problems.append("retry_policy.minimum_backoff: not the push path's minimum_backoff")
+    if dead_letter["max_delivery_attempts"] != "${var.max_delivery_attempts}":
+        problems.append("dead_letter_policy.max_delivery_attempts: not var.max_delivery_attempts")
+    carries = {
+        path for path, fields in push_paths(infra).items() if fields.get("requests") == "true"
+    }
+    if carries != {"handle_job_request", "handle_upload"}:
+        problems.append(f"the paths that carry requests are {sorted(carries)}")
+    problems += [
+        f"{path}: the defaults fail the precondition"
+        for path, ok in delivery_verdicts(infra).items()
+        if not ok
+    ]
+    return problems
+
+
 @pytest.fixture(scope="module")
 def infra() -> Infra:
     return Infra.load()
@@ -635,6 +727,33 @@ def test_no_grant_reaches_further_than_its_use(infra):
     assert grant_problems(infra) == []
 
 
+def test_a_live_claim_never_uses_up_a_requests_deliveries(infra):
+    assert delivery_problems(infra) == []
+    requests = {"handle_job_request", "handle_upload"}
+    # max_delivery_attempts = 5 is a valid value on its own, yet with the default claim TTL
+    # and backoff a crash between create and record always dead-letters the request: the
+    # precondition refuses it, on the request paths only.
+    (validation,) = infra.variables["max_delivery_attempts"]["validation"]
+    assert evaluate(validation["condition"], defaults(infra, max_delivery_attempts=5))
+    verdicts = delivery_verdicts(infra, max_delivery_attempts=5)
+    assert {path for path, ok in verdicts.items() if not ok} == requests
+    # So does the backoff every path had before (10 s: 9 x 10 s = 90 s, the claim lives 600 s).
+    verdicts = delivery_verdicts(infra, request_minimum_backoff_seconds=10)
+    assert {path for path, ok in verdicts.items() if not ok} == requests
+    (lifecycle,) = infra.resources[("google_pubsub_subscription", "push")]["lifecycle"]
+    message = lifecycle["precondition"][0]["error_message"]
+    assert "Raise max_delivery_attempts or request_minimum_backoff_seconds" in message
+    # The condition is the model, wherever the three meet.
+    grid = itertools.product(
+        (5, 6, 9, 10, 11, 20, 100), (0, 10, 60, 66, 67, 75, 600), (540, 600, 900)
+    )
+    for attempts, backoff, ttl in grid:
+        overrides = {"max_delivery_attempts": attempts, "request_minimum_backoff_seconds": backoff,
+                     "claim_ttl_seconds": ttl}  # fmt: skip
+        verdict = delivery_verdicts(infra, **overrides)["handle_job_request"]
+        assert verdict == outlasts_claim(attempts, backoff, ttl), overrides
+
+
 def test_the_trust_checks_fail_when_a_door_opens(infra):
     broken = copy.deepcopy(infra)
     broken.locals["checkpoint_readers"] += " ${local.upload_bucket_name}"
@@ -687,3 +806,18 @@ def test_the_trust_checks_fail_when_a_door_opens(infra):
         "build_gcf_sources_reader: condition 'resource.name.startsWith(\"projects/_/buckets/"
         "gcf-v2-sources-\")' is not that one bucket and its objects"
     ]
+
+    broken = copy.deepcopy(infra)
+    broken.resources[("google_pubsub_subscription", "push")]["retry_policy"][0][
+        "minimum_backoff"
+    ] = "10s"
+    broken.locals["push_paths"] = broken.locals["push_paths"].replace(
+        "minimum_backoff = var.request_minimum_backoff_seconds", "minimum_backoff = 10"
+    )
+    assert delivery_problems(broken) == [
+        "retry_policy.minimum_backoff: not the push path's minimum_backoff",
+        "handle_job_request: the defaults fail the precondition",
+        "handle_upload: the defaults fail the precondition",
+    ]
+    with pytest.raises(ValueError, match="cannot evaluate"):
+        evaluate("${max(var.a, 1) > 0}", {"var.a": 1})
