@@ -447,7 +447,12 @@ def trust_problems(infra: Infra) -> list[str]:
 
 def grant_problems(infra: Infra) -> list[str]:
     """No grant reaches further than what it is used for (iam.tf, storage.tf)."""
-    problems = []
+    problems = [
+        f"{kind}.{name}: {body['role']}"
+        for (kind, name), body in infra.resources.items()
+        if body.get("role") in {"roles/owner", "roles/editor", "roles/viewer"}
+    ]
+    problems += [f"{kind}.{name}: a key" for kind, name in infra.resources if kind.endswith("_key")]
     for name, body in infra.of_type("google_project_iam_member").items():
         if body["role"] == "roles/pubsub.publisher":
             problems.append(
@@ -790,7 +795,17 @@ def test_the_trust_checks_fail_when_a_door_opens(infra):
         "member": "${local.storage_service_agent}",
     }
     del broken.resources[("google_project_iam_member", "build_gcf_sources_reader")]["condition"]
+    broken.resources[("google_project_iam_member", "build_editor")] = {
+        "project": "${var.project_id}",
+        "role": "roles/editor",
+        "member": "${google_service_account.build.member}",
+    }
+    broken.resources[("google_service_account_key", "build")] = {
+        "service_account_id": "${google_service_account.build.name}"
+    }
     assert grant_problems(broken) == [
+        "google_project_iam_member.build_editor: roles/editor",
+        "google_service_account_key.build: a key",
         "google_project_iam_member.build_gcf_sources_reader: roles/storage.objectViewer on "
         "every bucket of the project",
         "google_project_iam_member.storage_agent_publisher: publisher on every topic of the "
