@@ -112,10 +112,11 @@ moved {
 # --- The checkpoint buckets' notifications (live checkpoint progress) -------------------------
 # Each bucket of checkpoint_notification_buckets (default: every checkpoint bucket) publishes
 # OBJECT_FINALIZE (JSON_API_V1) of every object to checkpoint_events_topic, which pubsub.tf
-# pushes to handle_upload with a dead-letter topic. A notification takes a topic in another
-# project than its bucket's, and a bucket in any location. An event only names an object: the
-# code trusts a marker for a job only under the checkpointPrefix of that job's record, and
-# only once its own listing of the step directory confirms the checkpoint.
+# pushes to handle_upload with a dead-letter topic. The provider takes the topic by its full
+# name (projects/P/topics/T), so the bucket may be of another project and any location. An
+# event only names an object: the code trusts a marker for a job only under the
+# checkpointPrefix of that job's record, and only once its own listing of the step directory
+# confirms the checkpoint.
 #
 # The bucket's notifications are published by the Cloud Storage service agent of the project
 # that owns the bucket ("service-PROJECT_NUMBER@gs-project-accounts"), so each owning project's
