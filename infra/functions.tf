@@ -63,6 +63,8 @@ locals {
     FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS = join(",", var.training_service_accounts)
     FLEXJOBS_UPLOAD_PREFIX            = local.upload_prefix
     FLEXJOBS_MAX_UPLOAD_BYTES         = tostring(var.max_upload_bytes)
+    # The one bucket request files come from; no object of it is ever a checkpoint.
+    FLEXJOBS_REQUEST_BUCKET = google_storage_bucket.uploads.name
   }
 
   # The deployed functions, by entry point, for the resources that treat them alike.
@@ -122,11 +124,11 @@ resource "time_sleep" "iam_propagation" {
 
   depends_on = [
     google_project_iam_member.build_log_writer,
-    google_project_iam_member.build_source_reader,
+    google_storage_bucket_iam_member.build_source_reader,
+    google_project_iam_member.build_gcf_sources_reader,
     google_artifact_registry_repository_iam_member.build_writer,
     google_project_iam_member.function_roles,
-    google_project_iam_member.storage_agent_publisher,
-    google_project_iam_member.upload_trigger_receiver,
+    google_pubsub_topic_iam_member.storage_agent_notifications,
   ]
 }
 
@@ -254,7 +256,7 @@ resource "google_cloudfunctions2_function" "handle_scheduler_tick" {
 resource "google_cloudfunctions2_function" "handle_upload" {
   name        = local.functions.handle_upload.name
   location    = var.region
-  description = "flexjobs: submit request files and record checkpoint progress from gs://${local.upload_bucket_name}."
+  description = "flexjobs: submit request files from gs://${local.upload_bucket_name}; record checkpoint progress from the checkpoint buckets."
 
   build_config {
     runtime           = "python311"
@@ -280,21 +282,29 @@ resource "google_cloudfunctions2_function" "handle_upload" {
     environment_variables            = local.function_env
   }
 
-  # upload_delivery = "eventarc": an Eventarc storage trigger on the upload bucket. Its
-  # Eventarc-managed subscription retries (RETRY_POLICY_RETRY) but cannot be given a
-  # dead-letter topic here; upload_delivery = "notification" delivers through a push
-  # subscription of our own instead (pubsub.tf, storage.tf).
+  # upload_delivery = "eventarc": an Eventarc Pub/Sub trigger on the request bucket's
+  # notification topic (storage.tf). Not an Eventarc storage trigger: that one publishes
+  # through a topic Eventarc creates, whose name is not known beforehand, so the Cloud Storage
+  # service agent would need publisher on the whole project (Eventarc, "Roles and
+  # permissions": for direct Cloud Storage events, grant it the Pub/Sub Publisher role), and any
+  # bucket admin could then point a notification at job-requests. Pub/Sub does not honour an IAM
+  # condition on a topic's name (Pub/Sub is neither among the resource types that accept
+  # conditional bindings nor among the services whose resource attributes conditions see:
+  # IAM, "Resource types that accept conditional role bindings" and "Resource attributes for
+  # IAM Conditions"). With our own topic the grant is on that topic alone, and a Pub/Sub
+  # trigger's identity needs no eventarc.eventReceiver ("You don't need to grant the role if you
+  # are routing direct events from Cloud Pub/Sub"). The Eventarc-managed subscription retries
+  # (RETRY_POLICY_RETRY) but cannot be given a dead-letter topic here; upload_delivery =
+  # "notification" delivers through a push subscription of our own instead (pubsub.tf).
+  # Checkpoint events always come through their own push subscription (checkpoint_events).
   dynamic "event_trigger" {
     for_each = var.upload_delivery == "eventarc" ? [1] : []
     content {
-      event_type            = "google.cloud.storage.object.v1.finalized"
+      event_type            = "google.cloud.pubsub.topic.v1.messagePublished"
+      pubsub_topic          = google_pubsub_topic.upload_notifications.id
       retry_policy          = "RETRY_POLICY_RETRY"
-      trigger_region        = var.region # the upload bucket's location
+      trigger_region        = var.region
       service_account_email = one(google_service_account.upload_trigger[*].email)
-      event_filters {
-        attribute = "bucket"
-        value     = google_storage_bucket.uploads.name
-      }
     }
   }
 

@@ -61,18 +61,22 @@ locals {
     }
   ]...)
 
-  # Retries read the latest checkpoint (shared/adapters/gcs.py, GcsCheckpointStore): the
-  # event handler and the tick, on the checkpoint buckets only.
-  # The retries list checkpoints (the event handler and the tick): in every bucket jobs write
-  # to, and in the upload bucket, where the live-progress uploads are watched. A bucket not
-  # listed here makes a retry fail with 403 (it never restarts from scratch in its place).
-  checkpoint_readers = {
-    for pair in setproduct(
-      ["handle_job_event", "handle_scheduler_tick"],
-      distinct(concat(var.checkpoint_buckets, [local.upload_bucket_name])),
-    ) :
-    "${pair[0]} ${pair[1]}" => { function = pair[0], bucket = pair[1] }
-  }
+  # Checkpoints are read in the checkpoint buckets only, never in the request bucket (its
+  # objects are never checkpoints: storage.tf). The retries list the latest checkpoint
+  # (shared/adapters/gcs.py, GcsCheckpointStore): the event handler and the tick, in every
+  # bucket jobs write to; a bucket not listed makes a retry fail with 403 (it never restarts
+  # from scratch in its place). handle_upload lists the step directory a checkpoint event
+  # names before it records anything: in the buckets that notify.
+  checkpoint_readers = merge(
+    {
+      for pair in setproduct(["handle_job_event", "handle_scheduler_tick"], var.checkpoint_buckets) :
+      "${pair[0]} ${pair[1]}" => { function = pair[0], bucket = pair[1] }
+    },
+    {
+      for bucket in local.checkpoint_notify_buckets :
+      "handle_upload ${bucket}" => { function = "handle_upload", bucket = bucket }
+    },
+  )
 
   # Every function may create jobs (intake, or a retry), so each may act as the service
   # accounts a request may name, and as no other.
@@ -115,11 +119,31 @@ resource "google_storage_bucket_iam_member" "checkpoint_reader" {
   member = google_service_account.function[each.value.function].member
 }
 
-# handle_upload reads the request files (one ranged read at the event's generation).
+# handle_upload reads the request files (one ranged read at the event's generation): the only
+# read of the request bucket any flexjobs identity holds.
 resource "google_storage_bucket_iam_member" "upload_reader" {
   bucket = google_storage_bucket.uploads.name
   role   = "roles/storage.objectViewer"
   member = google_service_account.function["handle_upload"].member
+}
+
+# Uploaders may create request files and do nothing else there: no read (another team's
+# requests), no overwrite or delete (objectCreator lacks storage.objects.delete, which replacing
+# an object needs). The only write to the request bucket this module grants.
+resource "google_storage_bucket_iam_member" "request_uploaders" {
+  for_each = toset(var.request_uploaders)
+
+  bucket = google_storage_bucket.uploads.name
+  role   = "roles/storage.objectCreator"
+  member = each.value
+
+  lifecycle {
+    # A training container that may also upload could submit as anyone from inside a job.
+    precondition {
+      condition     = !contains([for email in var.training_service_accounts : "serviceAccount:${email}"], each.value)
+      error_message = "${each.value} is one of training_service_accounts: a training service account must never write the request bucket (requests and checkpoints never share trust)."
+    }
+  }
 }
 
 resource "google_service_account_iam_member" "training_sa_user" {
@@ -143,10 +167,10 @@ resource "google_service_account" "push_invoker" {
 # A 2nd gen function is a Cloud Run service: invoking it takes roles/run.invoker on that
 # service (roles/cloudfunctions.invoker covers 1st gen functions only).
 resource "google_cloud_run_service_iam_member" "push_invoker" {
-  for_each = local.push_paths
+  for_each = local.pushed_functions
 
   location = var.region
-  service  = local.function_services[each.key]
+  service  = local.function_services[each.value]
   role     = "roles/run.invoker"
   member   = google_service_account.push_invoker.member
 }
@@ -160,6 +184,11 @@ resource "google_service_account_iam_member" "pubsub_agent_token_creator" {
 }
 
 # --- Uploads through Eventarc (upload_delivery = "eventarc") ----------------------------------
+# An Eventarc Pub/Sub trigger on the request bucket's notification topic (functions.tf). Its
+# identity only invokes handle_upload: a Pub/Sub trigger needs no roles/eventarc.eventReceiver
+# (Eventarc, "Roles and permissions": not when routing direct events from Cloud Pub/Sub), and
+# the Cloud Storage service agent publishes to that one topic only (storage.tf), not to the
+# project as an Eventarc storage trigger would need.
 
 resource "google_service_account" "upload_trigger" {
   count = var.upload_delivery == "eventarc" ? 1 : 0
@@ -169,15 +198,6 @@ resource "google_service_account" "upload_trigger" {
   description  = "Identity of the Eventarc storage trigger that delivers upload events to handle_upload."
 
   depends_on = [google_project_service.apis]
-}
-
-# Eventarc's receiver role exists at project level only.
-resource "google_project_iam_member" "upload_trigger_receiver" {
-  count = var.upload_delivery == "eventarc" ? 1 : 0
-
-  project = var.project_id
-  role    = "roles/eventarc.eventReceiver"
-  member  = google_service_account.upload_trigger[0].member
 }
 
 resource "google_cloud_run_service_iam_member" "upload_trigger_invoker" {
@@ -195,18 +215,6 @@ resource "google_service_account_iam_member" "pubsub_agent_token_creator_upload"
   service_account_id = google_service_account.upload_trigger[0].name
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_service_agent
-}
-
-# Eventarc storage triggers publish through a topic Eventarc creates in the project, as the
-# Cloud Storage service agent: it needs publisher on the project (Google's documented
-# requirement; the topic's name is not known beforehand). In "notification" mode the grant is
-# on the one notifications topic instead (storage.tf).
-resource "google_project_iam_member" "storage_agent_publisher" {
-  count = var.upload_delivery == "eventarc" ? 1 : 0
-
-  project = var.project_id
-  role    = "roles/pubsub.publisher"
-  member  = local.storage_service_agent
 }
 
 # --- Cloud Build identity for the function builds ---------------------------------------------
@@ -227,17 +235,36 @@ resource "google_project_iam_member" "build_log_writer" {
   member  = google_service_account.build.member
 }
 
-# The build fetches the source from the bucket Cloud Functions stages it in
-# (gcf-v2-sources-PROJECT_NUMBER-REGION, created by the service) and from our source bucket:
-# object read. Cloud Functions copies the source into a bucket of its own
-# (gcf-v2-sources-NUMBER-REGION) that does not exist before the first deploy, and the build
-# lists as well as reads, which a condition on object names would not cover: so project-wide
-# read, as the Cloud Run build service account page asks (it names Storage Object Admin; read
-# is all a build of this source needs).
-resource "google_project_iam_member" "build_source_reader" {
+# The build reads the function source, and no other object: not a checkpoint, not a request.
+# Cloud Functions (2nd gen, the v2 API) copies the source object from our source bucket into a
+# bucket of its own, gcf-v2-sources-PROJECT_NUMBER-REGION, and Cloud Build fetches it from
+# there (Cloud Run functions, "Build process overview"). The Cloud Run build service account
+# page asks for Storage Object Admin; read (list and get) is all a build of this source needs.
+resource "google_storage_bucket_iam_member" "build_source_reader" {
+  bucket = google_storage_bucket.source.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.build.member
+}
+
+# The staging bucket does not exist before the first deploy, so no bucket-level grant can name
+# it: a project-level grant, with an IAM condition on that one bucket's resource name. Cloud
+# Storage evaluates conditions on resource.name at project level ("Resource types that accept
+# conditional role bindings": buckets, and objects through a higher-level policy), as
+# projects/_/buckets/BUCKET for the bucket and projects/_/buckets/BUCKET/objects/OBJECT for an
+# object ("Resource attributes for IAM Conditions"). Listing is checked on the bucket (the
+# JSON and XML API permission tables: a bucket's object list needs storage.objects.list on the
+# bucket) and reading on the object, so the condition names both; the exact match and the
+# trailing "/" keep out any other bucket whose name merely begins the same.
+resource "google_project_iam_member" "build_gcf_sources_reader" {
   project = var.project_id
   role    = "roles/storage.objectViewer"
   member  = google_service_account.build.member
+
+  condition {
+    title       = "gcf-v2-sources-only"
+    description = "Only Cloud Functions' source staging bucket of this project and region, and its objects."
+    expression  = "resource.name == \"projects/_/buckets/${local.gcf_sources_bucket}\" || resource.name.startsWith(\"projects/_/buckets/${local.gcf_sources_bucket}/\")"
+  }
 }
 
 resource "google_artifact_registry_repository_iam_member" "build_writer" {

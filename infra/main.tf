@@ -22,8 +22,16 @@ locals {
 
   vertex_location    = coalesce(var.vertex_location, var.region)
   firestore_location = coalesce(var.firestore_location, var.region)
+  # The request bucket (the resource is still google_storage_bucket.uploads): request files
+  # only, never checkpoints (storage.tf).
   upload_bucket_name = coalesce(var.upload_bucket_name, "${var.project_id}-flexjobs-uploads")
   source_bucket_name = "${var.project_id}-flexjobs-source"
+  # Where Cloud Functions (2nd gen, the v2 API) copies a function's source before the build
+  # reads it: "gcf-v2-sources-PROJECT_NUMBER-REGION" with Google-managed encryption (Cloud Run
+  # functions, "Build process overview"). It exists only after the first deploy.
+  gcf_sources_bucket = "gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+  # The checkpoint buckets whose new objects are pushed to handle_upload as live progress.
+  checkpoint_notify_buckets = toset(var.checkpoint_notification_buckets != null ? var.checkpoint_notification_buckets : var.checkpoint_buckets)
   # The code reads the prefix as a folder ("requests" means "requests/"); so does the bucket's
   # lifecycle rule.
   upload_prefix = var.upload_prefix == "" || endswith(var.upload_prefix, "/") ? var.upload_prefix : "${var.upload_prefix}/"

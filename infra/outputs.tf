@@ -1,10 +1,12 @@
 output "topics" {
-  description = "Topic names of the contract: publish requests to 'requests', subscribe to 'notifications'."
+  description = "Topic names: publish requests to 'requests', subscribe to 'notifications'. 'upload_notifications' and 'checkpoint_events' carry the buckets' notifications (checkpoint_events is null when no bucket notifies)."
   value = {
-    requests      = google_pubsub_topic.requests.name
-    events        = google_pubsub_topic.events.name
-    notifications = google_pubsub_topic.notifications.name
-    ticks         = google_pubsub_topic.ticks.name
+    requests             = google_pubsub_topic.requests.name
+    events               = google_pubsub_topic.events.name
+    notifications        = google_pubsub_topic.notifications.name
+    ticks                = google_pubsub_topic.ticks.name
+    upload_notifications = google_pubsub_topic.upload_notifications.name
+    checkpoint_events    = one(google_pubsub_topic.checkpoint_events[*].name)
   }
 }
 
@@ -37,8 +39,18 @@ output "service_accounts" {
 }
 
 output "upload_bucket" {
-  description = "Upload request files to gs://<this>/<upload_prefix>."
+  description = "The request bucket: upload request files to gs://<this>/<upload_prefix>. Request files only; never write checkpoints here."
   value       = google_storage_bucket.uploads.name
+}
+
+output "request_bucket" {
+  description = "The same bucket as upload_bucket, by the name the code gives it (FLEXJOBS_REQUEST_BUCKET)."
+  value       = google_storage_bucket.uploads.name
+}
+
+output "checkpoint_notification_buckets" {
+  description = "The checkpoint buckets whose new objects reach handle_upload as live progress."
+  value       = sort(tolist(local.checkpoint_notify_buckets))
 }
 
 output "source_bucket" {
@@ -47,12 +59,12 @@ output "source_bucket" {
 }
 
 output "dead_letter_topics" {
-  description = "Dead-letter topic of each push path, by entry point."
+  description = "Dead-letter topic of each push path, by entry point (checkpoint_events: the checkpoint buckets' path to handle_upload)."
   value       = { for name, topic in google_pubsub_topic.dead_letter : name => topic.name }
 }
 
 output "dead_letter_inspect_subscriptions" {
-  description = "Pull subscription on each dead-letter topic: gcloud pubsub subscriptions pull <name> --auto-ack"
+  description = "Pull subscription on each dead-letter topic, by push path: gcloud pubsub subscriptions pull <name> --auto-ack"
   value       = { for name, sub in google_pubsub_subscription.dead_letter_inspect : name => sub.name }
 }
 

@@ -85,13 +85,13 @@ variable "scheduler_ticks_topic" {
 # --- Uploads ----------------------------------------------------------------------------------
 
 variable "upload_bucket_name" {
-  description = "Name of the upload bucket this module creates (request files, checkpoint markers). null means '<project_id>-flexjobs-uploads'. To use an existing bucket, import it (see README.md)."
+  description = "Name of the request bucket this module creates (FLEXJOBS_REQUEST_BUCKET): request files only, never checkpoints. null means '<project_id>-flexjobs-uploads'. To use an existing bucket, import it (see README.md)."
   type        = string
   default     = null
 }
 
 variable "upload_delivery" {
-  description = "How handle_upload gets the upload bucket's events: 'eventarc' (an Eventarc storage trigger; its subscription has no dead-letter topic) or 'notification' (a bucket Pub/Sub notification pushed through a subscription with a dead-letter topic)."
+  description = "How handle_upload gets the request bucket's notifications (always published to upload_notifications_topic): 'eventarc' (an Eventarc Pub/Sub trigger on that topic; its Eventarc-managed subscription has no dead-letter topic) or 'notification' (a push subscription of our own with a dead-letter topic)."
   type        = string
   default     = "eventarc"
 
@@ -102,13 +102,13 @@ variable "upload_delivery" {
 }
 
 variable "upload_notifications_topic" {
-  description = "Topic of the upload bucket's notifications when upload_delivery = 'notification'."
+  description = "Topic of the request bucket's Pub/Sub notifications (OBJECT_FINALIZE under upload_prefix), in both upload_delivery modes."
   type        = string
   default     = "upload-notifications"
 }
 
 variable "upload_prefix" {
-  description = "FLEXJOBS_UPLOAD_PREFIX: objects under this folder of the upload bucket are request files."
+  description = "FLEXJOBS_UPLOAD_PREFIX: objects under this folder of the request bucket are request files."
   type        = string
   default     = "requests/"
 
@@ -130,8 +130,22 @@ variable "max_upload_bytes" {
   }
 }
 
+variable "request_uploaders" {
+  description = "Principals that may upload request files: roles/storage.objectCreator on the request bucket and nothing else (no read, no overwrite, no delete), e.g. [\"group:ml-team@example.com\"]. Never a training service account (a precondition checks): whoever writes checkpoints must not submit requests."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition = alltrue([
+      for member in var.request_uploaders :
+      can(regex("^(user|group|serviceAccount|domain|principal|principalSet):[^,\\s]+$", member))
+    ])
+    error_message = "request_uploaders must be IAM principals such as group:ml-team@example.com or serviceAccount:ci@my-project.iam.gserviceaccount.com (never allUsers or allAuthenticatedUsers)."
+  }
+}
+
 variable "upload_retention_days" {
-  description = "Delete request files under upload_prefix this many days after upload (they are read once). 0 keeps them; nothing outside the prefix (checkpoints) is ever deleted."
+  description = "Delete request files under upload_prefix this many days after upload (they are read once). 0 keeps them; nothing outside the prefix is ever deleted by this rule."
   type        = number
   default     = 30
 
@@ -144,9 +158,27 @@ variable "upload_retention_days" {
 # --- What the functions may touch -------------------------------------------------------------
 
 variable "checkpoint_buckets" {
-  description = "Every bucket jobs write checkpoints or outputs to (checkpointUri, baseOutputDirectory). handle_job_event and handle_scheduler_tick get object read on each (and on the upload bucket), nothing else. A retry in a bucket not listed fails with 403: it never restarts from scratch instead."
+  description = "Every bucket jobs write checkpoints or outputs to (checkpointUri, baseOutputDirectory); never the request bucket (a precondition checks). handle_job_event and handle_scheduler_tick get object read on each, nothing else. A retry in a bucket not listed fails with 403: it never restarts from scratch instead."
   type        = list(string)
   default     = []
+
+  validation {
+    # Bare bucket names, as the IAM and notification resources take them.
+    condition     = alltrue([for bucket in var.checkpoint_buckets : can(regex("^[a-z0-9][-a-z0-9_.]{1,220}[a-z0-9]$", bucket))])
+    error_message = "checkpoint_buckets must be bucket names such as my-project-checkpoints (no gs://, no path)."
+  }
+}
+
+variable "checkpoint_notification_buckets" {
+  description = "Checkpoint buckets whose new objects reach handle_upload as live progress (latestCheckpoint and progress between retries), through a Cloud Storage Pub/Sub notification each (OBJECT_FINALIZE, JSON_API_V1) to checkpoint_events_topic. null means every bucket of checkpoint_buckets; [] turns live progress off (retries still list the checkpoints). Each must be one of checkpoint_buckets. Applying needs storage.buckets.update on each bucket and resourcemanager.projects.get on its project."
+  type        = list(string)
+  default     = null
+}
+
+variable "checkpoint_events_topic" {
+  description = "Topic the checkpoint buckets' notifications publish to (pushed to handle_upload, with a dead-letter topic)."
+  type        = string
+  default     = "checkpoint-events"
 }
 
 variable "training_service_accounts" {
@@ -174,7 +206,7 @@ variable "allowed_image_prefixes" {
 # --- Runtime settings (the env map every function gets) ---------------------------------------
 
 variable "claim_ttl_seconds" {
-  description = "FLEXJOBS_CLAIM_TTL_SECONDS: how long a submission claim is honoured. Must be >= the longest function timeout (540 s)."
+  description = "FLEXJOBS_CLAIM_TTL_SECONDS: how long a submission claim is honoured. Must be >= the longest function timeout (540 s), and shorter than the shortest time a request's deliveries can take (see request_minimum_backoff_seconds)."
   type        = number
   default     = 600
 }
@@ -241,13 +273,24 @@ variable "memory" {
 }
 
 variable "max_delivery_attempts" {
-  description = "Deliveries of one message before Pub/Sub moves it to the dead-letter topic (5 to 100)."
+  description = "Deliveries of one message before Pub/Sub moves it to the dead-letter topic (5 to 100). With request_minimum_backoff_seconds it must outlast claim_ttl_seconds (a precondition checks)."
   type        = number
   default     = 10
 
   validation {
     condition     = var.max_delivery_attempts >= 5 && var.max_delivery_attempts <= 100
     error_message = "max_delivery_attempts must be between 5 and 100."
+  }
+}
+
+variable "request_minimum_backoff_seconds" {
+  description = "retry_policy.minimum_backoff (seconds) of the push paths that carry requests (job-requests, and request-file uploads in notification mode). A crash between a create and its record leaves a live claim, and every redelivery inside claim_ttl_seconds fails on it: (max_delivery_attempts - 1) x this must exceed claim_ttl_seconds, so a live claim never uses up a request's deliveries (a precondition checks; see README.md, Dead letters)."
+  type        = number
+  default     = 75
+
+  validation {
+    condition     = var.request_minimum_backoff_seconds >= 0 && var.request_minimum_backoff_seconds <= 600 && floor(var.request_minimum_backoff_seconds) == var.request_minimum_backoff_seconds
+    error_message = "request_minimum_backoff_seconds must be a whole number of seconds from 0 to 600 (Pub/Sub's range)."
   }
 }
 

@@ -10,13 +10,21 @@ side loses something:
   the code's default (in infra/README.md too);
 * the topic names are the contract's;
 * every composite query the Firestore adapters declare has its composite index, with the
-  direction of each field it orders on.
+  direction of each field it orders on;
+* requests and checkpoints never share trust: the request bucket is FLEXJOBS_REQUEST_BUCKET,
+  only handle_upload reads it and only the uploaders write it, no checkpoint reader or bucket
+  is it, and live progress comes from the checkpoint buckets' own notifications;
+* no grant reaches further than its use: no project-wide Pub/Sub publisher, no unconditional
+  project-wide Cloud Storage role (the build reads the source buckets only);
+* a live claim can never use up a request's deliveries: the push subscriptions' precondition,
+  evaluated over the defaults and against a model of Pub/Sub's shortest retry schedule.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +52,9 @@ TRIGGERS = {
     "handle_job_request": ("topic", "requests_topic"),
     "handle_job_event": ("topic", "events_topic"),
     "handle_scheduler_tick": ("topic", "scheduler_ticks_topic"),
-    "handle_upload": ("event", "google.cloud.storage.object.v1.finalized"),
+    # A Pub/Sub trigger on the request bucket's notification topic (its storage agent then
+    # publishes to that topic only); notification mode pushes that topic instead.
+    "handle_upload": ("event", "google.cloud.pubsub.topic.v1.messagePublished"),
     "status_page": ("http", "status_page_invokers"),
 }
 PUBLIC = ("allUsers", "allAuthenticatedUsers")
@@ -144,24 +154,37 @@ def topic_of(infra: Infra, resource: str) -> str | None:
     return _reference(body["name"], r"var\.(\w+)") if body else None
 
 
-def pushed(infra: Infra) -> dict[str, str]:
-    """Entry point → the variable naming the topic its push subscription reads."""
+def push_paths(infra: Infra) -> dict[str, dict[str, str]]:
+    """The entries of ``local.push_paths`` (every one, whatever the variables filter), each as
+    its fields' expressions: ``{"handle_job_request": {"topic": "google_pubsub_topic...",
+    "function": '"handle_job_request"', "requests": "true", ...}}``."""
     paths = str(infra.locals.get("push_paths", ""))
+    entries = {}
+    for entry, fields in re.findall(r"(\w+) = \{([^{}]*)\}", paths):
+        entries[entry] = dict(field.split(" = ", 1) for field in fields.split(", "))
+    return entries
+
+
+def pushed(infra: Infra) -> dict[str, set[str]]:
+    """Entry point → the variables naming the topics its push subscriptions read."""
     subscription = infra.resources.get(("google_pubsub_subscription", "push"), {})
     if subscription.get("for_each") != "${local.push_paths}":
         return {}
     (config,) = subscription["push_config"]
-    if "local.function_uris[each.key]" not in config["push_endpoint"]:
+    if "local.function_uris[each.value.function]" not in config["push_endpoint"]:
         return {}
-    found = {}
-    pattern = (
-        r"(\w+) = \{topic = google_pubsub_topic\.(\w+)\.name, "
-        r"topic_id = google_pubsub_topic\.(\w+)\.id"
-    )
-    for entry, topic, topic_id in re.findall(pattern, paths):
-        variable = topic_of(infra, topic)
-        if variable and topic == topic_id:  # the subscription reads topic_id
-            found[entry] = variable
+    found: dict[str, set[str]] = {}
+    for fields in push_paths(infra).values():
+        topic = re.fullmatch(
+            r"(?:one\()?google_pubsub_topic\.(\w+)(?:\[\*\])?\.name\)?", fields["topic"]
+        )
+        topic_id = re.fullmatch(
+            r"(?:one\()?google_pubsub_topic\.(\w+)(?:\[\*\])?\.id\)?", fields["topic_id"]
+        )
+        variable = topic_of(infra, topic.group(1)) if topic else None
+        # The subscription reads topic_id; the name only labels it.
+        if variable and topic_id and topic.group(1) == topic_id.group(1):
+            found.setdefault(fields["function"].strip('"'), set()).add(variable)
     return found
 
 
@@ -193,7 +216,7 @@ def trigger_problems(infra: Infra, entries: set[str]) -> list[str]:
     topics = pushed(infra)
     for entry in entries & set(functions):
         how, what = TRIGGERS.get(entry, ("?", "?"))
-        if how == "topic" and topics.get(entry) != what:
+        if how == "topic" and what not in topics.get(entry, set()):
             problems.append(f"{entry}: not pushed from the topic of var.{what}")
         elif how == "event" and what not in event_types(infra, functions[entry]):
             problems.append(f"{entry}: no Eventarc trigger for {what}")
@@ -318,6 +341,254 @@ def index_problems(infra: Infra, queries: list[Query] = DECLARED) -> list[str]:
     return problems
 
 
+def reference_problems(folder: Path = INFRA) -> list[str]:
+    """Every variable and local is declared once and used; every one used is declared."""
+    text = "\n".join(path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.tf")))
+    code = re.sub(r"(?m)^\s*#.*$", "", text)  # comments may name anything
+    declared_vars = re.findall(r'^variable "(\w+)"', code, flags=re.MULTILINE)
+    declared_locals = [
+        name
+        for block in re.findall(r"^locals \{\n(.*?)^\}", code, flags=re.MULTILINE | re.DOTALL)
+        for name in re.findall(r"^  (\w+)\s*=", block, flags=re.MULTILINE)
+    ]
+    problems = []
+    for kind, declared in (("var", declared_vars), ("local", declared_locals)):
+        used = set(re.findall(rf"\b{kind}\.(\w+)", code))
+        problems += [
+            f"{kind}.{n}: declared twice" for n in sorted(set(declared)) if declared.count(n) > 1
+        ]
+        problems += [f"{kind}.{n}: declared, never used" for n in sorted(set(declared) - used)]
+        problems += [f"{kind}.{n}: used, never declared" for n in sorted(used - set(declared))]
+    return problems
+
+
+UPLOADS = "${google_storage_bucket.uploads.name}"
+UPLOAD_SA = '${google_service_account.function["handle_upload"].member}'
+#: The grants on the request bucket, all of them: handle_upload reads request files, the
+#: uploaders create them. Nobody else reads it, nobody else writes it.
+REQUEST_BUCKET_GRANTS = {
+    ("upload_reader", "roles/storage.objectViewer", UPLOAD_SA),
+    ("request_uploaders", "roles/storage.objectCreator", "${each.value}"),
+}
+
+
+def trust_problems(infra: Infra) -> list[str]:
+    """Requests and checkpoints never share trust (storage.tf, iam.tf)."""
+    problems = []
+    env = infra.locals.get("function_env", {})
+    if env.get("FLEXJOBS_REQUEST_BUCKET") != UPLOADS:
+        problems.append("FLEXJOBS_REQUEST_BUCKET: not the request bucket's name")
+    grants = {
+        (name, body["role"], body["member"])
+        for name, body in infra.of_type("google_storage_bucket_iam_member").items()
+        if body["bucket"] == UPLOADS
+    }
+    problems += [
+        f"the request bucket grants {g[1]} to {g[2]} ({g[0]})"
+        for g in sorted(grants - REQUEST_BUCKET_GRANTS)
+    ]
+    problems += [
+        f"the request bucket lacks {g[1]} for {g[2]} ({g[0]})"
+        for g in sorted(REQUEST_BUCKET_GRANTS - grants)
+    ]
+    uploaders = infra.resources.get(("google_storage_bucket_iam_member", "request_uploaders"), {})
+    if "var.training_service_accounts" not in str(uploaders.get("lifecycle")):
+        problems.append("request_uploaders: no precondition keeps training service accounts out")
+    readers = str(infra.locals.get("checkpoint_readers"))
+    if "upload_bucket_name" in readers or "google_storage_bucket.uploads" in readers:
+        problems.append("checkpoint_readers: reads checkpoints in the request bucket")
+    bucket = infra.resources.get(("google_storage_bucket", "uploads"), {})
+    if "!contains(var.checkpoint_buckets, local.upload_bucket_name)" not in str(
+        bucket.get("lifecycle")
+    ):
+        problems.append(
+            "google_storage_bucket.uploads: no precondition keeps it out of checkpoint_buckets"
+        )
+    wanted = {"payload_format": "JSON_API_V1", "event_types": ["OBJECT_FINALIZE"]}
+    notifications = {
+        "uploads": (
+            "${google_storage_bucket.uploads.name}",
+            "${google_pubsub_topic.upload_notifications.id}",
+        ),
+        "checkpoints": ("${each.value}", "${google_pubsub_topic.checkpoint_events[0].id}"),
+    }
+    for name, (on, topic) in notifications.items():
+        body = infra.resources.get(("google_storage_notification", name), {})
+        route = (body.get("bucket"), body.get("topic"))
+        if {k: body.get(k) for k in wanted} != wanted or route != (on, topic):
+            problems.append(
+                f"google_storage_notification.{name}: not OBJECT_FINALIZE, JSON_API_V1 "
+                f"from {on} to {topic}"
+            )
+    uploads = infra.resources.get(("google_storage_notification", "uploads"), {})
+    if uploads.get("object_name_prefix") != "${local.upload_prefix}":
+        problems.append("google_storage_notification.uploads: not limited to the request prefix")
+    if infra.resources.get(("google_storage_notification", "checkpoints"), {}).get("for_each") != (
+        "${local.checkpoint_notify_buckets}"
+    ):
+        problems.append(
+            "google_storage_notification.checkpoints: not one per notifying checkpoint bucket"
+        )
+    if "checkpoint_events_topic" not in pushed(infra).get("handle_upload", set()):
+        problems.append(
+            "handle_upload: checkpoint events are not pushed to it (with a dead-letter topic)"
+        )
+    trigger = (
+        deployed(infra).get("handle_upload", {}).get("dynamic", [{}])[0].get("event_trigger", {})
+    )
+    if [c.get("pubsub_topic") for c in trigger.get("content", [])] != [
+        "${google_pubsub_topic.upload_notifications.id}"
+    ]:
+        problems.append(
+            "handle_upload: the Eventarc trigger is not on the request bucket's notification topic"
+        )
+    return problems
+
+
+def grant_problems(infra: Infra) -> list[str]:
+    """No grant reaches further than what it is used for (iam.tf, storage.tf)."""
+    problems = [
+        f"{kind}.{name}: {body['role']}"
+        for (kind, name), body in infra.resources.items()
+        if body.get("role") in {"roles/owner", "roles/editor", "roles/viewer"}
+    ]
+    problems += [f"{kind}.{name}: a key" for kind, name in infra.resources if kind.endswith("_key")]
+    for name, body in infra.of_type("google_project_iam_member").items():
+        if body["role"] == "roles/pubsub.publisher":
+            problems.append(
+                f"google_project_iam_member.{name}: publisher on every topic of the project"
+            )
+        if body["role"].startswith("roles/storage.") and not body.get("condition"):
+            problems.append(
+                f"google_project_iam_member.{name}: {body['role']} on every bucket of the project"
+            )
+    build = "${google_service_account.build.member}"
+    reads = sorted(
+        f"{kind}.{name}"
+        for (kind, name), body in infra.resources.items()
+        if body.get("member") == build and str(body.get("role")).startswith("roles/storage.")
+    )
+    if reads != [
+        "google_project_iam_member.build_gcf_sources_reader",
+        "google_storage_bucket_iam_member.build_source_reader",
+    ]:
+        problems.append(f"the build reads storage through {reads}")
+    staging = infra.resources.get(("google_project_iam_member", "build_gcf_sources_reader"), {})
+    expression = (staging.get("condition") or [{}])[0].get("expression")
+    bucket = "projects/_/buckets/${local.gcf_sources_bucket}"
+    if expression != f'resource.name == "{bucket}" || resource.name.startsWith("{bucket}/")':
+        problems.append(
+            f"build_gcf_sources_reader: condition {expression!r} is not that one bucket "
+            "and its objects"
+        )
+    if (
+        infra.locals.get("gcf_sources_bucket")
+        != "gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+    ):
+        problems.append("local.gcf_sources_bucket: not gcf-v2-sources-PROJECT_NUMBER-REGION")
+    source = infra.resources.get(("google_storage_bucket_iam_member", "build_source_reader"), {})
+    if source.get("bucket") != "${google_storage_bucket.source.name}":
+        problems.append("build_source_reader: not on the source bucket")
+    for name, body in infra.of_type("google_pubsub_topic_iam_member").items():
+        if (
+            body["member"] == "${local.storage_service_agent}"
+            and name != "storage_agent_notifications"
+        ):
+            problems.append(
+                f"google_pubsub_topic_iam_member.{name}: the storage agent publishes elsewhere"
+            )
+    return problems
+
+
+# --- The claim TTL, the delivery attempts and the backoff -------------------------------------
+
+#: The nodes an HCL condition may use here: arithmetic, comparisons, and/or/not, names.
+_SAFE = (
+    ast.Expression, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.Compare, ast.Constant, ast.Name,
+    ast.Subscript, ast.Load, ast.And, ast.Or, ast.Not, ast.USub, ast.Add, ast.Sub, ast.Mult,
+    ast.Div, ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq,
+)  # fmt: skip
+
+
+def evaluate(expression: str, names: dict[str, Any]) -> Any:
+    """Evaluate a small HCL expression (numbers, ``var.``/``each.value.``/``local.`` names,
+    ``+ - * /``, comparisons, ``! || &&``) with ``names`` for its references. Anything else is
+    refused, so an expression this cannot read fails the test instead of passing it."""
+    body = expression.removeprefix("${").removesuffix("}")
+    body = re.sub(r"!(?!=)", " not ", body).replace("||", " or ").replace("&&", " and ")
+    body = re.sub(r"\b(?:var|each\.value|local)\.\w+", lambda m: f"_[{m.group(0)!r}]", body)
+    tree = ast.parse(body.strip(), mode="eval")
+    for node in ast.walk(tree):
+        if not isinstance(node, _SAFE) or (
+            isinstance(node, ast.Name) and node.id not in {"_", "true", "false"}
+        ):
+            raise ValueError(f"cannot evaluate {expression!r} here ({type(node).__name__})")
+    scope = {"_": names, "true": True, "false": False}
+    return eval(
+        compile(tree, "<hcl>", "eval"), {"__builtins__": {}}, scope
+    )  # the nodes are checked above
+
+
+def defaults(infra: Infra, **overrides: Any) -> dict[str, Any]:
+    """``var.NAME`` → its default (or the override given)."""
+    values = {f"var.{name}": body.get("default") for name, body in infra.variables.items()}
+    values.update({f"var.{name}": value for name, value in overrides.items()})
+    values["local.longest_timeout"] = max(f["timeout"] for f in infra.locals["functions"].values())
+    return values
+
+
+def delivery_verdicts(infra: Infra, **overrides: Any) -> dict[str, bool]:
+    """Push path → whether the push subscription's precondition holds with the defaults (and
+    the overrides): the HCL condition itself, evaluated."""
+    subscription = infra.resources[("google_pubsub_subscription", "push")]
+    (lifecycle,) = subscription["lifecycle"]
+    (precondition,) = lifecycle["precondition"]
+    names = defaults(infra, **overrides)
+    verdicts = {}
+    for path, fields in push_paths(infra).items():
+        each = {
+            f"each.value.{k}": evaluate(fields[k], names) for k in ("requests", "minimum_backoff")
+        }
+        verdicts[path] = evaluate(precondition["condition"], {**names, **each})
+    return verdicts
+
+
+def outlasts_claim(attempts: int, minimum_backoff: float, claim_ttl: float) -> bool:
+    """The model: does a request whose first delivery took a claim and crashed at once get a
+    delivery after the claim expired, on the shortest schedule Pub/Sub may keep (every
+    redelivery ``minimum_backoff`` after the last, each failing at once on the live claim)?"""
+    now = 0.0  # the claim is taken, and the delivery holding it dies
+    for _ in range(attempts - 1):
+        now += minimum_backoff  # the next delivery
+        if now > claim_ttl:  # the claim has expired: this delivery takes it over
+            return True
+    return False  # every delivery met the live claim: dead-lettered
+
+
+def delivery_problems(infra: Infra) -> list[str]:
+    """The precondition reads the subscription's own retry policy and delivery attempts, and
+    the defaults pass it."""
+    problems = []
+    subscription = infra.resources[("google_pubsub_subscription", "push")]
+    (retry,) = subscription["retry_policy"]
+    (dead_letter,) = subscription["dead_letter_policy"]
+    if retry["minimum_backoff"] != "${each.value.minimum_backoff}s":
+        problems.append("retry_policy.minimum_backoff: not the push path's minimum_backoff")
+    if dead_letter["max_delivery_attempts"] != "${var.max_delivery_attempts}":
+        problems.append("dead_letter_policy.max_delivery_attempts: not var.max_delivery_attempts")
+    carries = {
+        path for path, fields in push_paths(infra).items() if fields.get("requests") == "true"
+    }
+    if carries != {"handle_job_request", "handle_upload"}:
+        problems.append(f"the paths that carry requests are {sorted(carries)}")
+    problems += [
+        f"{path}: the defaults fail the precondition"
+        for path, ok in delivery_verdicts(infra).items()
+        if not ok
+    ]
+    return problems
+
+
 @pytest.fixture(scope="module")
 def infra() -> Infra:
     return Infra.load()
@@ -380,8 +651,9 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
     ]
     broken = copy.deepcopy(infra)
     broken.variables["upload_delivery"]["default"] = "notification"
-    assert "handle_upload: no Eventarc trigger for google.cloud.storage.object.v1.finalized" in (
-        trigger_problems(broken, entry_points())
+    assert (
+        "handle_upload: no Eventarc trigger for google.cloud.pubsub.topic.v1.messagePublished"
+        in (trigger_problems(broken, entry_points()))
     )
 
     broken = copy.deepcopy(infra)
@@ -435,3 +707,132 @@ def test_the_checkpoint_watch_query_covers_every_active_state():
     from shared.adapters.firestore import ACTIVE_STATES
 
     assert set(ACTIVE_STATES) == {s.value for s in JobState if not s.terminal}
+
+
+def test_every_variable_and_local_is_declared_and_used(tmp_path):
+    assert reference_problems() == []
+    for path in INFRA.glob("*.tf"):
+        (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    with (tmp_path / "extra.tf").open("w", encoding="utf-8") as extra:
+        extra.write('variable "unused" {}\nlocals {\n  twice = var.undeclared\n}\n')
+        extra.write('output "x" {\n  value = local.nowhere\n}\n')
+    assert reference_problems(tmp_path) == [
+        "var.unused: declared, never used",
+        "var.undeclared: used, never declared",
+        "local.twice: declared, never used",
+        "local.nowhere: used, never declared",
+    ]
+
+
+def test_requests_and_checkpoints_never_share_trust(infra):
+    assert trust_problems(infra) == []
+
+
+def test_no_grant_reaches_further_than_its_use(infra):
+    assert grant_problems(infra) == []
+
+
+def test_a_live_claim_never_uses_up_a_requests_deliveries(infra):
+    assert delivery_problems(infra) == []
+    requests = {"handle_job_request", "handle_upload"}
+    # max_delivery_attempts = 5 is a valid value on its own, yet with the default claim TTL
+    # and backoff a crash between create and record always dead-letters the request: the
+    # precondition refuses it, on the request paths only.
+    (validation,) = infra.variables["max_delivery_attempts"]["validation"]
+    assert evaluate(validation["condition"], defaults(infra, max_delivery_attempts=5))
+    verdicts = delivery_verdicts(infra, max_delivery_attempts=5)
+    assert {path for path, ok in verdicts.items() if not ok} == requests
+    # So does the backoff every path had before (10 s: 9 x 10 s = 90 s, the claim lives 600 s).
+    verdicts = delivery_verdicts(infra, request_minimum_backoff_seconds=10)
+    assert {path for path, ok in verdicts.items() if not ok} == requests
+    (lifecycle,) = infra.resources[("google_pubsub_subscription", "push")]["lifecycle"]
+    message = lifecycle["precondition"][0]["error_message"]
+    assert "Raise max_delivery_attempts or request_minimum_backoff_seconds" in message
+    # The condition is the model, wherever the three meet.
+    grid = itertools.product(
+        (5, 6, 9, 10, 11, 20, 100), (0, 10, 60, 66, 67, 75, 600), (540, 600, 900)
+    )
+    for attempts, backoff, ttl in grid:
+        overrides = {"max_delivery_attempts": attempts, "request_minimum_backoff_seconds": backoff,
+                     "claim_ttl_seconds": ttl}  # fmt: skip
+        verdict = delivery_verdicts(infra, **overrides)["handle_job_request"]
+        assert verdict == outlasts_claim(attempts, backoff, ttl), overrides
+
+
+def test_the_trust_checks_fail_when_a_door_opens(infra):
+    broken = copy.deepcopy(infra)
+    broken.locals["checkpoint_readers"] += " ${local.upload_bucket_name}"
+    broken.resources[("google_storage_bucket_iam_member", "trainer_writes_requests")] = {
+        "bucket": UPLOADS,
+        "role": "roles/storage.objectAdmin",
+        "member": "serviceAccount:trainer@p.iam.gserviceaccount.com",
+    }
+    del broken.locals["function_env"]["FLEXJOBS_REQUEST_BUCKET"]
+    broken.resources[("google_storage_notification", "checkpoints")]["topic"] = (
+        "${google_pubsub_topic.upload_notifications.id}"
+    )
+    assert trust_problems(broken) == [
+        "FLEXJOBS_REQUEST_BUCKET: not the request bucket's name",
+        "the request bucket grants roles/storage.objectAdmin to "
+        "serviceAccount:trainer@p.iam.gserviceaccount.com (trainer_writes_requests)",
+        "checkpoint_readers: reads checkpoints in the request bucket",
+        "google_storage_notification.checkpoints: not OBJECT_FINALIZE, JSON_API_V1 from "
+        "${each.value} to ${google_pubsub_topic.checkpoint_events[0].id}",
+    ]
+    broken = copy.deepcopy(infra)
+    broken.locals["push_paths"] = broken.locals["push_paths"].replace(
+        "one(google_pubsub_topic.checkpoint_events[*].id)",
+        "one(google_pubsub_topic.requests[*].id)",
+    )
+    assert trust_problems(broken) == [
+        "handle_upload: checkpoint events are not pushed to it (with a dead-letter topic)"
+    ]
+
+    broken = copy.deepcopy(infra)
+    broken.resources[("google_project_iam_member", "storage_agent_publisher")] = {
+        "project": "${var.project_id}",
+        "role": "roles/pubsub.publisher",
+        "member": "${local.storage_service_agent}",
+    }
+    del broken.resources[("google_project_iam_member", "build_gcf_sources_reader")]["condition"]
+    broken.resources[("google_project_iam_member", "build_editor")] = {
+        "project": "${var.project_id}",
+        "role": "roles/editor",
+        "member": "${google_service_account.build.member}",
+    }
+    broken.resources[("google_service_account_key", "build")] = {
+        "service_account_id": "${google_service_account.build.name}"
+    }
+    assert grant_problems(broken) == [
+        "google_project_iam_member.build_editor: roles/editor",
+        "google_service_account_key.build: a key",
+        "google_project_iam_member.build_gcf_sources_reader: roles/storage.objectViewer on "
+        "every bucket of the project",
+        "google_project_iam_member.storage_agent_publisher: publisher on every topic of the "
+        "project",
+        "build_gcf_sources_reader: condition None is not that one bucket and its objects",
+    ]
+    broken = copy.deepcopy(infra)
+    (condition,) = broken.resources[("google_project_iam_member", "build_gcf_sources_reader")][
+        "condition"
+    ]
+    condition["expression"] = 'resource.name.startsWith("projects/_/buckets/gcf-v2-sources-")'
+    assert grant_problems(broken) == [
+        "build_gcf_sources_reader: condition 'resource.name.startsWith(\"projects/_/buckets/"
+        "gcf-v2-sources-\")' is not that one bucket and its objects"
+    ]
+
+    broken = copy.deepcopy(infra)
+    broken.resources[("google_pubsub_subscription", "push")]["retry_policy"][0][
+        "minimum_backoff"
+    ] = "10s"
+    broken.locals["push_paths"] = broken.locals["push_paths"].replace(
+        "minimum_backoff = var.request_minimum_backoff_seconds", "minimum_backoff = 10"
+    )
+    assert delivery_problems(broken) == [
+        "retry_policy.minimum_backoff: not the push path's minimum_backoff",
+        "handle_job_request: the defaults fail the precondition",
+        "handle_upload: the defaults fail the precondition",
+    ]
+    with pytest.raises(ValueError, match="cannot evaluate"):
+        evaluate("${max(var.a, 1) > 0}", {"var.a": 1})
