@@ -22,7 +22,7 @@ from shared.domain.capacity import waited_in_vain
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.hints import HintAction, parse_hint, read_start
 from shared.domain.ids import LABEL_REQUEST
-from shared.domain.jobs import Change, JobState, VertexJob
+from shared.domain.jobs import Change, JobState, VertexJob, observe
 from shared.domain.pricing import PriceTable
 from shared.domain.record import JobRecord
 from shared.domain.records import (
@@ -131,7 +131,7 @@ def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
             return None
         interval = tracker.settings.hint_coalesce_seconds
         action, lease_start, leased = tracker.store.begin_read(
-            request_id, now, interval, published, record.stored
+            request_id, now, interval, published, record.stored, message_id=cmd.message.message_id
         )
         if action is HintAction.TRAIL and lease_start is not None:
             # The first hint inside the window reads for all of them once the window closes.
@@ -265,13 +265,31 @@ def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int)
 
 
 def _latest_checkpoint(tracker: Tracker, record: JobRecord) -> Checkpoint | None:
+    """The latest complete checkpoint to resume from: the listing's, or the record's own
+    ``latestCheckpoint`` when that is newer and its listing still confirms it.
+
+    The listing is bounded (a prefix crowded with half-written or foreign step directories
+    cuts it short), and a listing cut short must never resume from scratch, or from an older
+    checkpoint, while the record names a newer complete one that still exists.
+    """
     prefix = checkpoints_under(str(record.kind), record.request, record.options)
     if not prefix:
         return None
     # A reused output directory may hold another run's checkpoints: only this request's count,
     # unless the request named checkpointUri itself (resuming another run is then deliberate).
     not_before = None if record.options.get("checkpointUri") else record.created_at
-    return tracker.checkpoints.latest(prefix, not_before=not_before)
+    listed = tracker.checkpoints.latest(prefix, not_before=not_before)
+    recorded = record.latest_checkpoint
+    if recorded is None or (listed is not None and not advances(listed, recorded)):
+        return listed
+    confirmed = tracker.checkpoints.confirm(recorded)
+    if confirmed is None:
+        log.warning(
+            "the record's latest checkpoint is gone: resuming from the listing's",
+            extra={"fields": {"recorded": recorded.uri, "listed": listed.uri if listed else None}},
+        )
+        return listed
+    return confirmed
 
 
 def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
@@ -354,9 +372,13 @@ def _listing_windows(
 
 
 def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str | None:
+    """Settle one listed job against the tick's (partial) read of its record: a job whose
+    state moves the record on is settled on the record read whole; one that does not costs
+    no read at all."""
     request_id = record.request_id
     if record.vertex_job == job.name:
-        state = settle_then_retry(tracker, request_id, job, record)
+        moves = observe(record, job, tracker.clock()) is not None
+        state = settle_then_retry(tracker, request_id, job, record) if moves else None
         reason = waited_in_vain(record, job.name, job.state, tracker.clock())
         if state is None and reason is not None:
             # An AUTO attempt queued past its waitUntil: the policy chooses again, with no

@@ -102,11 +102,13 @@ class JobStore(Protocol):
         ...
 
     def active(self) -> list[Stored]:
-        """Every record not yet in a terminal state, with its version."""
+        """Every record not yet in a terminal state, with its version: only the fields of
+        :data:`~shared.domain.record.TICK_FIELDS` (``partial``), read in pages."""
         ...
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        """Every record that reached a terminal state at or after ``since`` (``endedAt``)."""
+        """Every record that reached a terminal state at or after ``since`` (``endedAt``),
+        of ``TICK_FIELDS`` only, read in pages."""
         ...
 
     def due_submissions(self, now: datetime) -> list[str]:

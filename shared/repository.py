@@ -64,6 +64,11 @@ def _lease(
     return token, lease
 
 
+def _holder(current: JobRecord) -> tuple[str, ...]:
+    """The promise of a trailing read to forget, when the record holds one."""
+    return ("hintHolder",) if current.hint_holder else ()
+
+
 def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
     """A change that keeps the record's state."""
     return Change(state=current.state, record=fields, deletes=deletes)
@@ -148,9 +153,11 @@ class JobRecords:
         return None if stored is None else _decoded(stored)
 
     def active(self) -> list[JobRecord]:
+        """Every active record, of :data:`~shared.domain.record.TICK_FIELDS` only (partial)."""
         return [_decoded(stored) for stored in self.store.active()]
 
     def ended_since(self, since: datetime) -> list[JobRecord]:
+        """The records ended at or after ``since``, of ``TICK_FIELDS`` only."""
         return [JobRecord.decode(raw) for raw in self.store.ended_since(since)]
 
     def due_submissions(self, now: datetime) -> list[str]:
@@ -165,7 +172,10 @@ class JobRecords:
     def write(self, request_id: str, decide: Decide, known: Stored | None = None) -> Written | None:
         """Apply ``decide`` to the record, decoded, in one conditional write; the change and
         the record after it (None: no record). ``known``: the record as last read or written,
-        decided on without a read (see :meth:`~shared.ports.JobStore.transact`)."""
+        decided on without a read (see :meth:`~shared.ports.JobStore.transact`); a partial one
+        (a tick's page) is read whole first: no decision is made on some of a record."""
+        if known is not None and known.partial:
+            known = None
         done = self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
         return None if done is None else Written(done.change, _decoded(done.stored))
 
@@ -289,15 +299,19 @@ class JobRecords:
         interval_seconds: float,
         published: datetime,
         known: Stored | None = None,
+        *,
+        message_id: str | None = None,
     ) -> tuple[HintAction, datetime | None, JobRecord | None]:
         """Apply :func:`~shared.domain.hints.take_hint`; returns the action, the read lease's
         start before this hint (for a trailing read) and the record after it."""
         taken: list[tuple[HintAction, datetime | None]] = []
 
         def decide(current: JobRecord) -> Change | None:
-            action, fields = take_hint(current, published, now, interval_seconds)
+            action, fields = take_hint(current, published, now, interval_seconds, message_id)
             taken[:] = [(action, current.last_read_at)]
-            return _same(current, fields) if fields else None
+            # A read begun ends any promise of one: its holder is forgotten with it.
+            gone = ("hintHolder",) if action is HintAction.READ and current.hint_holder else ()
+            return _same(current, fields, gone) if fields else None
 
         written = self.write(request_id, decide, known)
         if written is None or not taken:  # no record: no lease, so the hint reads at once
@@ -311,13 +325,15 @@ class JobRecords:
             lambda cur: _same(
                 cur,
                 {"lastReadAt": now, "previousReadAt": cur.last_read_at, "hintPending": False},
+                _holder(cur),
             ),
         )
 
     def release_reader(self, request_id: str) -> None:
         """Drop the read lease (after a failed read), so the next hint reads at once."""
         self.transact(
-            request_id, lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False})
+            request_id,
+            lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False}, _holder(cur)),
         )
 
     def take_turn(

@@ -43,7 +43,7 @@ from shared.domain.listing import (
     Page,
     next_cursor,
 )
-from shared.domain.record import Stored
+from shared.domain.record import TICK_FIELDS, Stored
 from shared.domain.request import JobRequest, parse_duration
 from shared.errors import BackendRejected, ObjectGone
 from shared.ports import MAX_WATCHERS, Decided
@@ -221,15 +221,16 @@ class InMemoryJobStore:
         with self._lock:
             self._count("active", query=1)
             return [
-                self._snapshot(rid)
+                Stored(_select(record, TICK_FIELDS), self.versions[rid], partial=True)
                 for rid, record in self.jobs.items()
                 if not JobState(record["state"]).terminal
             ]
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        return self._where(
+        ended = self._where(
             lambda r: isinstance(r.get("endedAt"), datetime) and r["endedAt"] >= since
         )
+        return [_select(r, TICK_FIELDS) for r in ended]
 
     def due_submissions(self, now: datetime) -> list[str]:
         due = self._where(

@@ -8,6 +8,7 @@ is unchanged since the read (:func:`transact_document`). What the writes mean li
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from shared.config import Settings
 from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState
-from shared.domain.record import Stored
+from shared.domain.record import TICK_FIELDS, Stored
 from shared.errors import StoreUnavailable
 from shared.ports import MAX_WATCHERS, Decided
 
@@ -190,6 +191,28 @@ def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
     return wrapped
 
 
+#: Documents per page of the tick's reads: each page is one query, and holds no more than
+#: this many partial records in flight.
+PAGE_SIZE = 500
+
+
+def _pages(query: Any, fields: tuple[str, ...]) -> list[Any]:
+    """Every document ``query`` finds, of ``fields`` only, read :data:`PAGE_SIZE` at a time
+    (each page a query of its own, resumed after the last document of the one before)."""
+    query = query.select(list(fields)).limit(PAGE_SIZE)
+    found: list[Any] = []
+    while True:
+        page = query.start_after(found[-1]) if found else query
+        docs: list[Any] = call_firestore("query", functools.partial(_all, page))
+        found.extend(docs)
+        if len(docs) < PAGE_SIZE:
+            return found
+
+
+def _all(query: Any) -> list[Any]:
+    return list(query.stream())
+
+
 def _stored(snap: Any) -> Stored:
     return Stored(snap.to_dict() or {}, snap.update_time)
 
@@ -273,8 +296,8 @@ class FirestoreJobStore:
         return _stored(docs[0]) if docs else None
 
     def active(self) -> list[Stored]:
-        query = ACTIVE.on(self.db, ACTIVE_STATES)
-        return call_firestore("query", lambda: [_stored(d) for d in query.stream()])
+        pages = _pages(ACTIVE.on(self.db, ACTIVE_STATES).order_by("__name__"), TICK_FIELDS)
+        return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
 
     def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
         # Equality plus "in": the composite index (checkpointPrefix, state) serves it.
@@ -310,8 +333,9 @@ class FirestoreJobStore:
         call_firestore("series write", _until_unchanged(attempt))
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        query = ENDED_SINCE.on(self.db, since)
-        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+        # A range filter's field orders first; the cursor then takes endedAt from each page.
+        query = ENDED_SINCE.on(self.db, since).order_by("endedAt").order_by("__name__")
+        return [d.to_dict() or {} for d in _pages(query, TICK_FIELDS)]
 
     def due_submissions(self, now: datetime) -> list[str]:
         # One single-field range: Firestore indexes it on its own, no composite index needed.

@@ -135,7 +135,11 @@ def hint_action(
 
 
 def take_hint(
-    record: JobRecord, published: datetime, now: datetime, interval_seconds: float
+    record: JobRecord,
+    published: datetime,
+    now: datetime,
+    interval_seconds: float,
+    message_id: str | None = None,
 ) -> tuple[HintAction, dict[str, Any]]:
     """Coalesce hint storms to at most two Vertex reads per job per window (and one trailing
     read), losing nothing.
@@ -145,6 +149,11 @@ def take_hint(
     for every hint of the window, so a storm costs one read per window and one waiting
     delivery, and a single hint costs no wait at all. No hint is ever refused for coalescing
     (a refused push slows the whole subscription).
+
+    The promise of a trailing read is a lease held by one delivery (``hintHolder``, its
+    message id): were that delivery killed while it waits, its redelivery (the same message)
+    takes the promise up again, rather than find it promised and leave with nothing read;
+    once the window has closed, any hint reads.
     """
     action = hint_action(
         record.last_read_at, published, now, interval_seconds, record.previous_read_at
@@ -157,5 +166,7 @@ def take_hint(
         }
         return action, fields
     if action is HintAction.PENDING and not record.hint_pending:
-        return HintAction.TRAIL, {"hintPending": True}
+        return HintAction.TRAIL, {"hintPending": True, "hintHolder": message_id}
+    if action is HintAction.PENDING and message_id is not None and record.hint_holder == message_id:
+        return HintAction.TRAIL, {}  # the holder, redelivered: it reads for the window still
     return action, {}

@@ -82,6 +82,9 @@ class Stored:
 
     raw: Mapping[str, Any]
     version: Any
+    # Only some fields were read (a tick's page, :data:`TICK_FIELDS`): nothing may be decided
+    # on it, and its write reads the record first (its version still guards nothing else).
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,33 @@ class Lease:
             _time(raw.get("expiresAt")),
             attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
         )
+
+
+#: The fields the tick reads of each active (and lately ended) record: what it matches the
+#: listing on, windows the listing by, and judges a record on (overdue, stray, a wait given
+#: up). Never the request body (up to 256 KiB) nor the notifications: memory stays small per
+#: record, and a record whose job changed is read whole before anything is decided on it.
+TICK_FIELDS: tuple[str, ...] = (
+    "requestId",
+    "state",
+    "attempt",
+    "kind",
+    "vertexJob",
+    "vertexState",
+    "runId",
+    "location",
+    "baseLocation",
+    "strategy",
+    "vertexCreateTime",
+    "attemptSubmittedAt",
+    "createdAt",
+    "endedAt",
+    "maxWaitSeconds",
+    "overdueSince",
+    "capacity",
+    "yielding",
+    "cancelRequested",
+)
 
 
 #: What a record with a missing or unknown state reads as: terminal, so no decision moves it
@@ -160,6 +190,8 @@ class JobRecord:
     last_read_at: datetime | None = None
     previous_read_at: datetime | None = None
     hint_pending: bool = False
+    # The message id of the hint delivery that promised the trailing read (see hints).
+    hint_holder: str | None = None
     outbox: tuple[dict[str, Any], ...] = ()
     # Notifications already published (the latest MAX_NOTIFIED), oldest first.
     notified: tuple[dict[str, Any], ...] = ()
@@ -224,6 +256,7 @@ class JobRecord:
             last_read_at=_time(raw.get("lastReadAt")),
             previous_read_at=_time(raw.get("previousReadAt")),
             hint_pending=bool(raw.get("hintPending")),
+            hint_holder=_text(raw.get("hintHolder")),
             outbox=_messages(raw.get("outbox")),
             notified=_messages(raw.get("notified")),
             pending_cancels=tuple(str(n) for n in _items(raw.get("pendingCancels"))),

@@ -276,7 +276,12 @@ def submission_write(current: JobRecord, sub: Submission, now: datetime) -> Subm
         attempt["capacity"] = sub.record_extra["capacity"]
     # A new job has not been read yet: the read leases were the previous job's, and the new
     # one's first hint (QUEUED, or RUNNING at once) must not wait out their window.
-    reads = ("lastReadAt", "previousReadAt", "hintPending")
+    reads = (
+        "lastReadAt",
+        "previousReadAt",
+        "hintPending",
+        *(("hintHolder",) if current.hint_holder else ()),
+    )
     return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt", *reads))
 
 
