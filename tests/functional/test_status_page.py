@@ -296,6 +296,22 @@ def test_pages_follow_their_cursor_with_the_same_filters(client, tracker, clock,
     assert '<a href="/?limit=1&amp;state=QUEUED">First page</a>' in second
 
 
+def test_the_longest_request_ids_have_their_page_and_their_next_page(
+    client, tracker, clock, post_event
+):
+    # Issue 20: a requestId of multi-byte characters at the 1,500-byte bound answered 404 on
+    # its job page, and the list's own "Next page" link after it answered 400.
+    long_ids = ["é" * 749 + suffix for suffix in ("a", "b")]
+    for request_id in long_ids:
+        submit(post_event, request_id, "long")
+        clock.advance(60)
+    text = page(client, job_path(long_ids[0]))
+    assert html.escape(long_ids[0]) in text
+    listing = page(client, "/?limit=1")
+    (link,) = re.findall(r'<a href="([^"]+)" rel="next">', listing)
+    assert html.escape(long_ids[0][:40]) in page(client, html.unescape(link))
+
+
 @pytest.mark.parametrize(
     ("query", "bad"),
     [

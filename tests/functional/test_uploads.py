@@ -664,3 +664,21 @@ def test_the_failure_raised_for_a_sweep_is_one_a_redelivery_may_fix():
     assert _to_raise([permanent]) is permanent
     bug = KeyError("x")  # not ours: raised, so redelivered, as any unexpected fault
     assert _to_raise([permanent, bug]) is bug
+
+
+def test_an_unexpected_failure_reading_a_file_is_one_recorded_rejection(
+    intake, uploads, client, monkeypatch
+):
+    # Issue 20: a MemoryError (or anything else no one foresaw) escaped submit_file, and the
+    # Eventarc path retried it for 24 hours, killing an instance on each delivery.
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr("shared.uploads.messages", broken)
+    resource = put(uploads, "requests/deep.yaml", "workerPoolSpecs: {}\n")
+    assert eventarc(client, resource).status_code == 200
+    (rejection,) = intake.rejections.documents.values()
+    assert rejection["errors"] == [
+        {"path": "$", "message": "the file could not be read (RecursionError)"}
+    ]
+    assert not records(intake)
