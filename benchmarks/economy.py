@@ -254,7 +254,7 @@ def scenarios(stack: LocalStack, active: int) -> Iterator[Row]:
     # Checkpoints under its output directory: the retry lists them (the simulator writes them).
     spot_body = spot_request(spot)
     spot_body["customJob"]["jobSpec"]["baseOutputDirectory"] = {
-        "outputUriPrefix": f"gs://{stack.config.bucket}/{spot}"
+        "outputUriPrefix": f"gs://{stack.config.checkpoint_bucket}/{spot}"
     }
     intake_service.submit_job(request_message(spot, spot_body), intake)
     first = job_of(spot)

@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from flexjobs_local.stack import LocalStack, StackConfig
+from shared.domain.uploads import StoredObject
 
 LOCATION = "us-central1"
 A100_CAPACITY = 4
-BUCKET = "flexjobs-local"
+# Where the demo's jobs write outputs and checkpoints: a bucket apart from the request bucket.
+OUTPUTS = StackConfig().checkpoint_bucket
 SPOT_ID = "spot-preempted-twice"
 PREEMPTIONS = 2
 SPOT_STEPS = 1800
@@ -99,7 +101,7 @@ def _spot_job(request_id: str) -> dict[str, Any]:
         ],
     }
     job["scheduling"] = {"strategy": "SPOT"}
-    job["baseOutputDirectory"] = {"outputUriPrefix": f"gs://{BUCKET}/{request_id}"}
+    job["baseOutputDirectory"] = {"outputUriPrefix": f"gs://{OUTPUTS}/{request_id}"}
     body["totalSteps"] = SPOT_STEPS  # its checkpoints' steps are simulated seconds of work
     return body
 
@@ -111,7 +113,7 @@ def _l4_job(request_id: str | None, seconds: int) -> dict[str, Any]:
     )
     body["customJob"]["displayName"] = request_id or "uploaded"
     if request_id is None:
-        del body["requestId"]  # an uploaded line gets gcs:{bucket}/{name}#{generation}:{line}
+        del body["requestId"]  # an uploaded line gets gcs:{bucket}/{name}#sha256:{digest}:{line}
     else:
         body["requestId"] = request_id
     return body
@@ -151,11 +153,11 @@ def requests() -> list[dict[str, Any]]:
 
 
 def _short(request_id: str) -> str:
-    """An upload's requestId without its bucket and generation, to fit a line."""
+    """An upload's requestId without its bucket and digest, to fit a line."""
     if not request_id.startswith("gcs:"):
         return request_id
     name, _, rest = request_id.partition("#")
-    line = rest.partition(":")[2]
+    line = rest.rsplit(":", 1)[-1] if rest.count(":") > 1 else ""
     return f"gcs:…/{name.rsplit('/', 1)[-1]}:{line}"
 
 
@@ -219,9 +221,13 @@ def run_demo(time_factor: float = 60.0, tick_seconds: float | None = None, limit
         submitted = flexjobs(stack, "submit", "--format", "jsonl", "-", stdin=batch_lines)
         for request_id in submitted.stdout.split():
             print(f"flexjobs submit: published {request_id}")
-        generation = stack.upload(UPLOAD_NAME, upload_lines(), "application/jsonl")
+        uploaded = upload_lines()
+        stack.upload(UPLOAD_NAME, uploaded, "application/jsonl")
         print(f"uploaded {stack.upload_uri}{UPLOAD_NAME.rpartition('/')[2]} (3 lines, 1 bad)")
-        batch = f"gcs:{BUCKET}/{UPLOAD_NAME}#{generation}"
+        # Each line's requestId derives from the file's name, the line and its bytes.
+        obj = StoredObject(stack.config.bucket, UPLOAD_NAME, "")
+        lines = uploaded.split("\n")
+        batch = [obj.request_id(lines[n - 1].encode(), n) for n in (1, 3)]
         for at in NIGHTLY_FIRES[:2]:
             stack.publish_request(nightly(), scheduleTime=at)
             print(f"Cloud Scheduler fired {NIGHTLY} at {at}")
@@ -281,7 +287,7 @@ def _watch(stack: LocalStack, db: Any, limit: float) -> bool:
     return progress_before_retry
 
 
-def _report(stack: LocalStack, db: Any, batch: str, progress_before_retry: bool) -> bool:
+def _report(stack: LocalStack, db: Any, batch: list[str], progress_before_retry: bool) -> bool:
     """Print the outcome; True when it is what the demo promises."""
     final = {
         r["requestId"]: r["state"] for r in (d.to_dict() for d in db.collection("jobs").stream())
@@ -322,8 +328,8 @@ def _report(stack: LocalStack, db: Any, batch: str, progress_before_retry: bool)
         "gang-2-nodes": "SUCCEEDED",
         "too-big-to-fit": "FAILED",
         SPOT_ID: "SUCCEEDED",
-        f"{batch}:1": "SUCCEEDED",
-        f"{batch}:3": "SUCCEEDED",
+        batch[0]: "SUCCEEDED",
+        batch[1]: "SUCCEEDED",
         SLOT_1: "SUCCEEDED",
         SLOT_2: "SKIPPED",
     }

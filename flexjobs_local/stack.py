@@ -72,9 +72,12 @@ class StackConfig:
     # The simulator's training writes step checkpoints to the storage emulator.
     checkpoints: bool = True
     seed: int = 7
-    # Created in the storage emulator at start, for jobs' baseOutputDirectory and checkpoints;
-    # also the upload bucket, whose finalizes go to handle_upload (FLEXJOBS_UPLOAD_PREFIX).
+    # Created in the storage emulator at start: the request bucket (FLEXJOBS_REQUEST_BUCKET),
+    # whose request files under upload_prefix go to handle_upload, and, apart from it as in
+    # production, the bucket jobs write their outputs and checkpoints to. Every finalize of
+    # either reaches handle_upload; only the first holds requests, only the second checkpoints.
     bucket: str = "flexjobs-local"
+    checkpoint_bucket: str = "flexjobs-local-checkpoints"
     upload_prefix: str = "requests/"
 
 
@@ -125,6 +128,7 @@ class LocalStack:
             "FLEXJOBS_EVENTS_TOPIC": cfg.events_topic,
             "FLEXJOBS_NOTIFICATIONS_TOPIC": cfg.notifications_topic,
             "FLEXJOBS_UPLOAD_PREFIX": cfg.upload_prefix,
+            "FLEXJOBS_REQUEST_BUCKET": cfg.bucket,
         }
         base_env = {**os.environ, **self.env}
         gcloud = shutil.which("gcloud")
@@ -167,6 +171,7 @@ class LocalStack:
                 "--host=127.0.0.1",
                 f"--port={self.ports['storage']}",
                 f"--bucket={cfg.bucket}",
+                f"--bucket={cfg.checkpoint_bucket}",
                 f"--events-log={self.storage_events_path}",
                 *deliver_to,
             ],
@@ -390,9 +395,21 @@ class LocalStack:
     def storage_events_path(self) -> Path:
         return self.workdir / "storage-events.jsonl"
 
-    def upload(self, name: str, data: bytes | str, content_type: str | None = None) -> str:
-        """Write object ``name`` into the stack's bucket, as a client would; returns its
-        generation. The storage bridge then delivers the finalize to handle_upload."""
+    @property
+    def checkpoint_uri(self) -> str:
+        """Where jobs write outputs and checkpoints: ``gs://{checkpoint_bucket}/``."""
+        return f"gs://{self.config.checkpoint_bucket}/"
+
+    def upload(
+        self,
+        name: str,
+        data: bytes | str,
+        content_type: str | None = None,
+        bucket: str | None = None,
+    ) -> str:
+        """Write object ``name`` into the request bucket (or ``bucket``), as a client would;
+        returns its generation. The storage bridge then delivers the finalize to
+        handle_upload."""
         import google.cloud.storage
         from google.auth.credentials import AnonymousCredentials
 
@@ -401,7 +418,7 @@ class LocalStack:
             credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
             client_options={"api_endpoint": self.env["STORAGE_EMULATOR_HOST"]},
         )
-        blob = client.bucket(self.config.bucket).blob(name)
+        blob = client.bucket(bucket or self.config.bucket).blob(name)
         blob.upload_from_string(data, content_type=content_type)
         return str(blob.generation)
 

@@ -29,7 +29,7 @@ from flexjobs_local.package import ZIP_NAME, package
 from flexjobs_local.stack import HTTP_FUNCTIONS, STATUS_PAGE, UPLOAD_FUNCTION
 from shared.domain.ids import doc_id
 from tests.events import load, object_resource, seed_line
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import upload_id, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -181,7 +181,7 @@ def test_every_entry_point_serves_from_the_artifact(servers, stack, db, unique):
     }
     resource.pop("size")  # read it for real: the artifact's storage client does the work
     assert post(servers[UPLOAD_FUNCTION], headers, resource) == 200
-    uploaded = f"gcs:{stack.config.bucket}/{name}#{generation}"
+    uploaded = upload_id(stack, name, seed_line())
     assert wait_for(lambda: record(db, uploaded), what="the upload's job")["source"] == "gcs"
 
     page = servers[STATUS_PAGE]

@@ -26,6 +26,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from shared.adapters.gcs import GcsCheckpointStore
+from shared.domain.checkpoints import Checkpoint
 from shared.errors import StoreUnavailable
 
 pytestmark = pytest.mark.integration
@@ -163,7 +164,7 @@ def test_missing_bucket_returns_none(client: storage.Client) -> None:
 def test_lazy_client_honours_emulator_env(
     emulator: str, client: storage.Client, bucket: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write(bucket, ["ck/step-7/_SUCCESS", "ck/final.pt"])
+    _write(bucket, ["ck/step-7/data", "ck/step-7/_SUCCESS", "ck/final.pt"])
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator)
     store = GcsCheckpointStore(project=PROJECT)  # builds its client on first use
     found = store.latest(f"gs://{bucket.name}/ck/")
@@ -195,16 +196,36 @@ def test_unreachable_storage_raises_store_unavailable() -> None:
 
 
 def test_custom_time_and_not_before(client: storage.Client, bucket: Any) -> None:
-    # A reused directory: the earlier run's step 500, then this run's step 100, whose marker
-    # carries the time it was taken as Custom-Time.
-    _write(bucket, ["ck/step-500/_SUCCESS", "ck/step-100/__0_0.distcp"])
-    taken = datetime.now(UTC) + timedelta(hours=1)
-    marker = bucket.blob("ck/step-100/_SUCCESS")
+    # A reused directory: the earlier run's step 500, copied in with the time it was taken
+    # as its marker's Custom-Time (two hours ago), then this run's step 100, written now.
+    _write(bucket, ["ck/step-500/__0_0.distcp", "ck/step-100/__0_0.distcp", "ck/step-100/_SUCCESS"])
+    taken = datetime.now(UTC) - timedelta(hours=2)
+    marker = bucket.blob("ck/step-500/_SUCCESS")
     marker.custom_time = taken
     marker.upload_from_string(b"")
     store = GcsCheckpointStore(client=client)
-    found = store.latest(f"gs://{bucket.name}/ck/", not_before=taken - timedelta(minutes=1))
+    found = store.latest(f"gs://{bucket.name}/ck/", not_before=taken + timedelta(hours=1))
     assert found is not None and found.uri == f"gs://{bucket.name}/ck/step-100/"
-    assert found.at == taken
     stale = store.latest(f"gs://{bucket.name}/ck/")
-    assert stale is not None and stale.step == 500
+    assert stale is not None and stale.step == 500 and stale.at == taken
+
+
+def test_a_custom_time_far_ahead_is_not_taken(client: storage.Client, bucket: Any) -> None:
+    # A marker dated a day ahead would outlast every later checkpoint of its job.
+    _write(bucket, ["ck/step-1/data"])
+    marker = bucket.blob("ck/step-1/_SUCCESS")
+    marker.custom_time = datetime.now(UTC) + timedelta(days=1)
+    marker.upload_from_string(b"")
+    found = GcsCheckpointStore(client=client).latest(f"gs://{bucket.name}/ck/")
+    assert found is not None and found.at < datetime.now(UTC) + timedelta(minutes=5)
+
+
+def test_confirm_against_the_emulator(client: storage.Client, bucket: Any) -> None:
+    _write(bucket, [*TORCH_LAYOUT, "runs/r1/checkpoints/step-00000400/.metadata"])
+    store = GcsCheckpointStore(client=client)
+    base = f"gs://{bucket.name}/runs/r1/checkpoints/"
+    told = datetime.now(UTC) + timedelta(days=9)  # an event's claim: never what is recorded
+    confirmed = store.confirm(Checkpoint(f"{base}step-00000200/", 200, told))
+    assert confirmed is not None and confirmed.step == 200 and confirmed.at < told
+    for step in (300, 400, 500):  # half-written, a marker alone, nothing there
+        assert store.confirm(Checkpoint(f"{base}step-{step:08d}/", step, told)) is None

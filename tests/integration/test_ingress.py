@@ -11,7 +11,7 @@ import pytest
 
 from shared.domain.ids import doc_id
 from tests.events import bad_seed_line, load, seed_line
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import upload_id, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -45,11 +45,12 @@ def upload_events(stack, name: str) -> list[dict]:
 
 def test_an_uploaded_jsonl_becomes_jobs_and_a_rejection(stack, db, unique):
     name = f"{stack.config.upload_prefix}{unique('batch')}.jsonl"
-    generation = stack.upload(name, f"{seed_line()}\n{bad_line()}\n{seed_line()}\n")
-    base = f"gcs:{stack.config.bucket}/{name}#{generation}"
+    lines = [seed_line(), bad_line(), seed_line()]
+    generation = stack.upload(name, "\n".join(lines) + "\n")
+    ids = {n: upload_id(stack, name, lines[n - 1], n) for n in (1, 2, 3)}
 
     def both() -> list[dict] | None:
-        docs = [record(db, f"{base}:{n}") for n in (1, 3)]
+        docs = [record(db, ids[n]) for n in (1, 3)]
         return docs if all(d and d.get("vertexJob") for d in docs) else None
 
     docs = wait_for(both, what="the upload's two jobs")
@@ -57,7 +58,7 @@ def test_an_uploaded_jsonl_becomes_jobs_and_a_rejection(stack, db, unique):
         assert doc["source"] == "gcs"
         assert doc["object"] == f"gs://{stack.config.bucket}/{name}#{generation}"
         assert doc["line"] == n
-    refused = wait_for(lambda: rejection(db, f"{base}:2"), what="the bad line's rejection")
+    refused = wait_for(lambda: rejection(db, ids[2]), what="the bad line's rejection")
     assert refused["source"] == "gcs" and refused["line"] == 2
     assert "acceleratorCount" in refused["errors"][0]["path"]
     wait_for(lambda: len(creates(stack)) == 2, what="two creates")
@@ -68,25 +69,25 @@ def test_an_uploaded_jsonl_becomes_jobs_and_a_rejection(stack, db, unique):
     assert stack.redeliver(event) < 300
     time.sleep(1)
     assert len(creates(stack)) == 2
-    assert record(db, f"{base}:1")["vertexJob"] == docs[0]["vertexJob"]
+    assert record(db, ids[1])["vertexJob"] == docs[0]["vertexJob"]
 
 
-def test_a_reupload_is_new_requests_and_a_request_id_in_the_file_wins(stack, db, unique):
+def test_a_reupload_of_the_same_bytes_runs_nothing_and_a_request_id_in_the_file_wins(
+    stack, db, unique
+):
     name = f"{stack.config.upload_prefix}{unique('one')}.json"
     mine = unique("mine")
     first = stack.upload(name, seed_line())
-    second = stack.upload(name, seed_line())
+    second = stack.upload(name, seed_line())  # a new generation of the same bytes
     stack.upload(f"{stack.config.upload_prefix}{unique('named')}.json", seed_line(mine))
-    bucket = stack.config.bucket
     wait_for(
-        lambda: (
-            record(db, f"gcs:{bucket}/{name}#{first}")
-            and record(db, f"gcs:{bucket}/{name}#{second}")
-            and record(db, mine)
-        ),
-        what="both generations and the named request",
+        lambda: record(db, upload_id(stack, name, seed_line())) and record(db, mine),
+        what="the file's request and the named request",
     )
     assert first != second
+    wait_for(lambda: len(upload_events(stack, name)) == 2, what="both generations delivered")
+    time.sleep(1)
+    assert len(creates(stack)) == 2  # one per request, not one per generation
 
 
 def test_a_gcloud_yaml_upload_becomes_a_custom_job(stack, db, unique):
@@ -100,9 +101,8 @@ def test_a_gcloud_yaml_upload_becomes_a_custom_job(stack, db, unique):
         "  containerSpec: {imageUri: python:3.10, command: [sleep], args: ['5']}\n"
     )
     generation = stack.upload(name, text)
-    doc = wait_for(
-        lambda: record(db, f"gcs:{stack.config.bucket}/{name}#{generation}"), what="record"
-    )
+    assert generation
+    doc = wait_for(lambda: record(db, upload_id(stack, name, text)), what="record")
     assert doc["displayName"] == "yaml-upload"
     assert doc["strategy"] == "FLEX_START"
 
@@ -112,7 +112,8 @@ def test_a_gcloud_yaml_upload_becomes_a_custom_job(stack, db, unique):
 
 def test_a_checkpoint_marker_upload_records_progress_with_no_vertex_call(stack, db, unique):
     rid, folder = unique("ck"), unique("ckpts")
-    prefix = f"gs://{stack.config.bucket}/{folder}/"
+    prefix = f"{stack.checkpoint_uri}{folder}/"
+    bucket = stack.config.checkpoint_bucket
     stack.simulator.set_hints(enabled=False)
     stack.simulator.set_capacity(LOCATION, "NVIDIA_TESLA_A100", 0)  # it stays QUEUED
     stack.publish_request(json.loads(seed_line(rid, checkpointUri=prefix, totalSteps=400)))
@@ -120,9 +121,9 @@ def test_a_checkpoint_marker_upload_records_progress_with_no_vertex_call(stack, 
     assert doc["checkpointPrefix"] == prefix
     calls = len(stack.simulator.calls())
 
-    stack.upload(f"{folder}/step-00000300/state.bin", b"half written: no marker yet")
-    stack.upload(f"{folder}/step-00000100/state.bin", b"weights")
-    stack.upload(f"{folder}/step-00000100/commit_success.txt", b"ok")
+    stack.upload(f"{folder}/step-00000300/state.bin", b"half written: no marker yet", bucket=bucket)
+    stack.upload(f"{folder}/step-00000100/state.bin", b"weights", bucket=bucket)
+    stack.upload(f"{folder}/step-00000100/commit_success.txt", b"ok", bucket=bucket)
 
     doc = wait_for(
         lambda: (r := record(db, rid)) and r.get("latestCheckpoint") and r, what="progress"

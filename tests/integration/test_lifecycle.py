@@ -12,12 +12,13 @@ import time
 
 import pytest
 
+from flexjobs_local.stack import StackConfig
 from tests.events import load
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
-BUCKET = "flexjobs-local"
+BUCKET = StackConfig().checkpoint_bucket  # where jobs write outputs, apart from requests
 
 
 def spot_request(rid: str, *, run_seconds: int = 3600, every: int = 60, **extra) -> dict:

@@ -18,6 +18,7 @@ queries (``active``, ``due_submissions``, ``with_outbox``, ``with_pending_cancel
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from shared.domain.deployments import OperationStatus, new_deployment
 from shared.domain.hints import HintAction
 from shared.domain.ids import doc_id
 from shared.domain.jobs import Change, JobState, VertexJob
-from shared.domain.record import JobRecord
+from shared.domain.record import TICK_FIELDS, JobRecord
 from shared.domain.records import (
     MAX_NOTIFIED,
     QUOTA_REASON,
@@ -730,11 +731,39 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
     put(jobs, succeeded, state="SUCCEEDED")
     jobs.create_tombstone(cancelled, tombstone(cancelled, NOW))
 
-    active = {r.raw["requestId"]: r.raw for r in jobs.store.active()}
+    found = jobs.store.active()
+    active = {r.raw["requestId"]: r.raw for r in found}
 
     for rid in (accepted, queued, retrying):
-        assert active[rid] == jobs.store.get(rid)
+        # Of the tick's fields only, never the request body or the notifications.
+        whole = jobs.store.get(rid)
+        assert active[rid] == {k: v for k, v in whole.items() if k in TICK_FIELDS}
+        assert "request" in whole and "request" not in active[rid]
+    assert all(r.partial for r in found)
     assert succeeded not in active and cancelled not in active
+
+
+def test_active_reads_in_pages(jobs, unique, monkeypatch):
+    from shared.adapters import firestore as adapter
+
+    monkeypatch.setattr(adapter, "PAGE_SIZE", 2)  # five records: three pages of the query
+    made = [unique(f"paged-{n}") for n in range(5)]
+    for rid in made:
+        claimed(jobs, rid)
+    assert set(made) <= {r.raw["requestId"] for r in jobs.store.active()}
+
+
+def test_a_partial_record_is_never_decided_on(jobs, unique):
+    rid = unique("partial")
+    submitted(jobs, rid)
+    (partial,) = [r for r in jobs.store.active() if r.raw["requestId"] == rid]
+    seen: list[JobRecord] = []
+
+    def decide(record: JobRecord) -> None:
+        seen.append(record)
+
+    jobs.write(rid, decide, partial)
+    assert seen and seen[0].request == json.loads(jobs.store.get(rid)["request"])
 
 
 # --- JobRecords.watching, record_checkpoint (checkpoint uploads) ---------------------------
