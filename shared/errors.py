@@ -61,7 +61,7 @@ def reading_untrusted(what: str) -> Iterator[None]:
         >>> with reading_untrusted("the message"):
         ...     {}["missing"]
         Traceback (most recent call last):
-        shared.errors.InvalidRequest: invalid request: $: the message could not be read (KeyError)
+        shared.errors.UnreadableInput: invalid request: $: the message could not be read (KeyError)
     """
     try:
         yield
@@ -69,7 +69,12 @@ def reading_untrusted(what: str) -> Iterator[None]:
         raise
     except Exception as exc:
         problem = f"{what} could not be read ({type(exc).__name__})"
-        raise InvalidRequest([FieldError("$", problem)]) from exc
+        raise UnreadableInput([FieldError("$", problem)]) from exc
+
+
+class UnreadableInput(InvalidRequest):
+    """Reading a request raised what no check foresaw (:func:`reading_untrusted`): refused like
+    any invalid request, and its cause is logged with the rejection."""
 
 
 class BackendRejected(FlexjobsError):

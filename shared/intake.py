@@ -38,7 +38,7 @@ from shared.domain.schedule import check_not_ahead
 from shared.domain.scheduling import AUTO
 from shared.domain.validation import Validator
 from shared.domain.values import clip
-from shared.errors import FieldError, InvalidRequest, reading_untrusted
+from shared.errors import FieldError, InvalidRequest, UnreadableInput, reading_untrusted
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
 from shared.ports import Claim, JobBackend, Notifier, RejectionLog
@@ -285,9 +285,9 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
             }
         )
         intake.rejections.record(request_id, document)
-        # A refusal caused by an exception (reading_untrusted) logs its traceback: bad input
+        # A refusal no check foresaw (reading_untrusted) logs its cause's traceback: bad input
         # it may be, or a bug that input reached.
-        cause = err.__cause__ if isinstance(err.__cause__, Exception) else None
+        cause = err.__cause__ if isinstance(err, UnreadableInput) else None
         log.warning(
             "request rejected",
             extra={"fields": {"errors": errors[:10], "count": len(errors)}},

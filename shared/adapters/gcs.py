@@ -49,7 +49,6 @@ from shared.domain.checkpoints import (
     latest_checkpoint,
     split_gcs_uri,
 )
-from shared.domain.values import object_time
 from shared.errors import ObjectGone, StoreUnavailable
 from shared.logs import get_logger
 
@@ -303,10 +302,12 @@ class GcsCheckpointStore(_Gcs):
 
 
 def _object_info(blob: Any) -> ObjectInfo:
-    # Custom-Time, when a writer sets it, says when the checkpoint was taken (within bounds).
-    now = datetime.now(UTC)
-    when = object_time(blob.custom_time, blob.updated, blob.time_created, now, before_creation=True)
-    return ObjectInfo(name=blob.name, updated=when or _EPOCH, size=int(blob.size or 0))
+    return ObjectInfo(
+        name=blob.name,
+        # Custom-Time, when a writer sets it, says when the checkpoint was taken.
+        updated=blob.custom_time or blob.updated or blob.time_created or _EPOCH,
+        size=int(blob.size or 0),
+    )
 
 
 class GcsStoredObjects(_Gcs):

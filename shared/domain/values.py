@@ -47,27 +47,22 @@ CUSTOM_TIME_SKEW_SECONDS: Final = 300.0
 
 
 def object_time(
-    custom: datetime | None,
-    updated: datetime | None,
-    created: datetime | None,
-    now: datetime,
-    *,
-    before_creation: bool = False,
+    custom: datetime | None, updated: datetime | None, created: datetime | None, now: datetime
 ) -> datetime | None:
-    """When a Cloud Storage object was written: its Custom-Time when the writer set one
-    within bounds, else its update time, else its creation.
+    """When a request file was written, standing for its publish time: its Custom-Time when
+    the writer set one within bounds, else its update time, else its creation.
 
-    Custom-Time is whatever the writer chose, so it is never taken a few minutes past now (a
-    future one would outlast every later checkpoint, or skip the deadline bound of an
-    upload), nor, unless ``before_creation``, before the object's creation: a request file
-    dated 2020 would pass as a request published then. A checkpoint copied into place keeps
-    when it was taken (``before_creation``): that is what tells another run's apart.
+    Custom-Time is whatever the writer chose, so it is taken only between the object's
+    creation (a file dated 2020 would pass as a request published then, and an AUTO deadline
+    in 2020 with it) and a few minutes past now (a future one would skip the deadline's
+    30-day bound). A checkpoint's Custom-Time is another matter: it says when the checkpoint
+    was taken, before a copy created the object, and is read as the writer set it.
 
     Examples:
         >>> t = datetime(2026, 12, 1, 12, tzinfo=UTC)
         >>> old = datetime(2020, 1, 1, tzinfo=UTC)
-        >>> object_time(old, t, t, t) == t, object_time(old, t, t, t, before_creation=True) == old
-        (True, True)
+        >>> object_time(old, t, t, t) == t
+        True
         >>> object_time(datetime(2027, 1, 1, tzinfo=UTC), t, t, t) == t
         True
     """
@@ -75,7 +70,7 @@ def object_time(
     if custom is None:
         return fallback
     ahead = (custom - now).total_seconds() > CUSTOM_TIME_SKEW_SECONDS
-    early = not before_creation and created is not None and custom < created
+    early = created is not None and custom < created
     return fallback if ahead or early else custom
 
 

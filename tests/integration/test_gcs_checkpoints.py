@@ -210,16 +210,6 @@ def test_custom_time_and_not_before(client: storage.Client, bucket: Any) -> None
     assert stale is not None and stale.step == 500 and stale.at == taken
 
 
-def test_a_custom_time_far_ahead_is_not_taken(client: storage.Client, bucket: Any) -> None:
-    # A marker dated a day ahead would outlast every later checkpoint of its job.
-    _write(bucket, ["ck/step-1/data"])
-    marker = bucket.blob("ck/step-1/_SUCCESS")
-    marker.custom_time = datetime.now(UTC) + timedelta(days=1)
-    marker.upload_from_string(b"")
-    found = GcsCheckpointStore(client=client).latest(f"gs://{bucket.name}/ck/")
-    assert found is not None and found.at < datetime.now(UTC) + timedelta(minutes=5)
-
-
 def test_confirm_against_the_emulator(client: storage.Client, bucket: Any) -> None:
     _write(bucket, [*TORCH_LAYOUT, "runs/r1/checkpoints/step-00000400/.metadata"])
     store = GcsCheckpointStore(client=client)

@@ -211,9 +211,13 @@ def test_claim_creates_the_record_in_accepted_with_a_lease(jobs, unique):
     assert jobs.store.get(rid) == {
         **new_record(request, LOCATION, NOW),
         "claim": lease(claim.token),
+        # Due on the tick once the claim expires: a delivery that dies leaves nothing behind.
+        "nextAttemptAt": NOW + timedelta(seconds=TTL),
     }
     assert jobs.store.get(rid)["state"] == "ACCEPTED"
     assert jobs.get_attempt(rid, 1) is None
+    assert rid not in jobs.due_submissions(at(TTL - 1))
+    assert rid in jobs.due_submissions(at(TTL))
 
 
 def test_a_second_claim_while_the_first_is_held_raises(jobs, unique):
@@ -238,6 +242,7 @@ def test_an_expired_claim_is_taken_over(jobs, unique, later):
     assert claim.token and claim.token != first and claim.record is None
     assert jobs.store.get(rid)["claim"] == lease(claim.token, at(later))
     assert jobs.store.get(rid)["state"] == "ACCEPTED"
+    assert jobs.store.get(rid)["nextAttemptAt"] == at(later) + timedelta(seconds=TTL)
 
 
 def test_a_claim_taken_over_updates_the_record_time(jobs, unique):
@@ -1102,6 +1107,7 @@ def test_deployment_claim_creates_the_record_in_accepted_with_a_lease(deployment
     assert deployments.store.get(rid) == {
         **new_deployment(request, NOW),
         "claim": lease(claim.token, attempt=None),
+        "nextAttemptAt": NOW + timedelta(seconds=TTL),
     }
 
 
