@@ -265,6 +265,31 @@ class LocalStack:
             url = f"http://127.0.0.1:{self.ports[child.name]}/"
             procs.wait_until(child, procs.http_ok(url), 60)
 
+    def _child(self, name: str) -> procs.Child:
+        for child in self.children:
+            if child.name == name:
+                return child
+        raise KeyError(f"{name} is not among this stack's services")
+
+    def kill_function(self, target: str) -> None:
+        """SIGKILL one function server's process group, as an instance crash would end it,
+        mid-delivery included: what it was handling is never answered, so the push bridge
+        (or the storage bridge) delivers it again. It stays down until
+        :meth:`restart_function`."""
+        if target not in self.config.functions:
+            raise KeyError(f"{target} is not among this stack's functions")
+        procs.crash(self._child(target))
+
+    def restart_function(self, target: str, timeout: float = 60.0) -> None:
+        """Start one function server again (killing it first if it still runs) with the same
+        argv, environment and port, its log appended to, and wait until it answers."""
+        old = self._child(target)
+        if old.alive():
+            self.kill_function(target)
+        new = procs.restart(old, self.workdir)
+        self.children[self.children.index(old)] = new
+        procs.wait_until(new, procs.http_ok(f"http://127.0.0.1:{self.ports[target]}/"), timeout)
+
     def pubsub_clients(self) -> tuple[Any, Any]:
         """A publisher and a subscriber client bound to this stack's emulator.
 
