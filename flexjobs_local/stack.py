@@ -62,6 +62,10 @@ class StackConfig:
     events_topic: str = "job-events"
     notifications_topic: str = "job-notifications"
     ack_deadline_seconds: int = 60
+    # Deliveries of one message before the push bridge gives it up, as a subscription's
+    # dead-letter policy does (infra/: max_delivery_attempts); 0: redelivered until
+    # acknowledged. Given-up messages are in dead_letters().
+    max_delivery_attempts: int = 0
     # Extra environment for the function servers (settings such as FLEXJOBS_CLAIM_TTL_SECONDS).
     function_env: dict[str, str] = field(default_factory=dict)
     functions: tuple[str, ...] = tuple(FUNCTIONS)
@@ -207,6 +211,14 @@ class LocalStack:
                     "flexjobs_local.push_bridge",
                     f"--concurrency={FUNCTION_THREADS}",
                     f"--ack-deadline={cfg.ack_deadline_seconds}",
+                    *(
+                        [
+                            f"--max-delivery-attempts={cfg.max_delivery_attempts}",
+                            f"--dead-letters={self.dead_letters_path}",
+                        ]
+                        if cfg.max_delivery_attempts
+                        else []
+                    ),
                     *routes,
                 ],
                 base_env,
@@ -429,6 +441,20 @@ class LocalStack:
         blob = client.bucket(self.config.bucket).blob(name)
         blob.upload_from_string(data, content_type=content_type)
         return str(blob.generation)
+
+    @property
+    def dead_letters_path(self) -> Path:
+        return self.workdir / "dead-letters.jsonl"
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The messages the push bridge gave up (``max_delivery_attempts``), oldest first,
+        each ``{subscription, messageId, data (base64), attributes, publishTime, attempts,
+        problem}``."""
+        try:
+            text = self.dead_letters_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
     def storage_events(self) -> list[dict[str, Any]]:
         """The finalize events delivered so far (all of them when no function receives them),
