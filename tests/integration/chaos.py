@@ -28,8 +28,10 @@ Run it as the CI test (``tests/integration/test_chaos.py``) or longer with
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import random
+import shutil
 import sys
 import threading
 import time
@@ -50,6 +52,10 @@ FUNCTIONS = ("handle_job_request", "handle_job_event", "handle_scheduler_tick", 
 ACCELERATOR = "NVIDIA_TESLA_A100"  # the seed request's: a DWS GPU, as AUTO needs
 CAPACITY = 16
 CLAIM_TTL_SECONDS = 6
+# As production's push subscriptions dead-letter a message (infra/: max_delivery_attempts, 5
+# at the least), with the local push bridge's backoff (1 s doubling to 10 s): a message that
+# fails for about 15 s is given up.
+MAX_DELIVERY_ATTEMPTS = 5
 CALL_TIMEOUT_SECONDS = 4
 FUNCTION_ENV = {
     "FLEXJOBS_CLAIM_TTL_SECONDS": str(CLAIM_TTL_SECONDS),
@@ -83,7 +89,7 @@ class SoakConfig:
     requests: int = 24
     chaos_seconds: float = 60.0
     # The bound on the quiet phase's wait for every record to end.
-    quiet_seconds: float = 70.0
+    quiet_seconds: float = 60.0
     tick_seconds: float = 2.0
     run_seconds: tuple[int, int] = (12, 24)
     checkpoint_every: int = 4
@@ -159,6 +165,12 @@ def make_plan(cfg: SoakConfig, rng: random.Random) -> list[Planned]:
         if rng.random() < 0.15:
             p.cancel_at = min(p.at + rng.uniform(0, 20), cfg.chaos_seconds - 1)
         plan.append(p)
+    # At least one of each kind the invariants speak of (SPOT preempted, AUTO switching).
+    for kind in ("SPOT", "AUTO"):
+        spare = [p for p in plan if p.good and p.kind not in ("SPOT", "AUTO")]
+        if spare and not any(p.kind == kind for p in plan):
+            spare[0].kind = kind
+            spare[0].checkpoints = True
     # One cancel overtakes its request: a tombstone, then the request it cancelled.
     first = next(p for p in plan if p.good)
     first.at, first.cancel_at = max(first.at, 3.0), max(first.at, 3.0) - 3.0
@@ -186,7 +198,7 @@ class Timeline:
             return [
                 f"  {t:7.2f}s {rid or '-':>14} {what}"
                 for t, rid, what in self.events
-                if wanted is None or rid in wanted or "kill" in what
+                if wanted is None or rid in wanted or rid is None or "kill" in what
             ]
 
 
@@ -204,6 +216,8 @@ class Observed:
     calls_complete: bool
     notifications: list[dict[str, Any]]
     preempted_by_harness: set[str]
+    # Messages the push bridge gave up (dead letters), with their data decoded.
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -443,6 +457,21 @@ class Soak:
         self.sim.clear_faults()
         self.faults["outage (every call UNAVAILABLE for a while)"] += 1
 
+    def long_outage(self) -> None:
+        """Vertex unavailable for longer than a message's deliveries last (so some are
+        dead-lettered), creates taking effect with their answers lost."""
+        seconds = self.rng.uniform(20, 25)
+        # The first rule that matches wins: creates happen, then fail; every other call fails.
+        self.sim.inject_faults(
+            "UNAVAILABLE", count=1_000_000, methods=["CreateCustomJob"], when="after"
+        )
+        self.sim.inject_faults("UNAVAILABLE", count=1_000_000)
+        self.timeline.add(f"Vertex unavailable for {seconds:.1f}s (creates take effect)")
+        time.sleep(seconds)
+        self.sim.clear_faults()
+        self.timeline.add("Vertex back")
+        self.faults["long outage (past a message's deliveries; creates take effect)"] += 1
+
     def lost_reply(self) -> None:
         code = self.rng.choice(("UNAVAILABLE", "DEADLINE_EXCEEDED"))
         self._armed(
@@ -513,7 +542,21 @@ class Soak:
             (self.drought, 1),
         ]
         funcs, weights = zip(*actions, strict=True)
+        halfway = long_outage = False
+        time.sleep(2.0)  # the first requests are on their way
+        self.kill_mid_delivery()
         while self.timeline.now() < self.cfg.chaos_seconds:
+            if not long_outage and self.timeline.now() > self.cfg.publish_spread / 3:
+                # Once, while requests arrive: longer than the deliveries a message gets.
+                long_outage = True
+                self.long_outage()
+            if not halfway and self.timeline.now() > self.cfg.chaos_seconds / 2:
+                # What a run must have exercised, made sure of while there is time for it.
+                halfway = True
+                if not self.counts[CONFIRMED]:
+                    self.kill_mid_delivery()
+                if not self.counts["preemptions (harness)"]:
+                    self.preempt()
             self.rng.choices(funcs, weights=weights)[0]()
             time.sleep(self.rng.uniform(0.2, 1.2))
 
@@ -591,6 +634,7 @@ class Soak:
             calls_complete=len(calls) < 10000,
             notifications=read_notifications(self.stack),
             preempted_by_harness=set(self.preempted),
+            dead_letters=[{**d, "body": _decoded(d["data"])} for d in self.stack.dead_letters()],
         )
 
     def figures(self, obs: Observed) -> list[str]:
@@ -618,6 +662,10 @@ class Soak:
             f"creates by answer: {codes}; jobs {len(obs.jobs)}, resumed from a checkpoint"
             f" {resumed}; call log complete: {obs.calls_complete}",
             f"recovery (a preemption to its retry recorded): {recovery_gaps(obs)}",
+            f"AUTO: {auto_deadlines(obs)}",
+            f"cancelled requests ended: {cancel_outcomes(obs)}",
+            f"dead letters (given up after {MAX_DELIVERY_ATTEMPTS} deliveries):"
+            f" {dead_letter_counts(obs)}",
             f"quiet phase {c['quiet seconds']}s (bound {self.cfg.quiet_seconds:.0f}s)",
         ]
 
@@ -666,6 +714,55 @@ def recovery_gaps(obs: Observed) -> str:
         return "none"
     p95 = gaps[min(len(gaps) - 1, round(0.95 * (len(gaps) - 1)))]
     return f"{len(gaps)}: p50 {gaps[len(gaps) // 2]:.1f}s, p95 {p95:.1f}s, max {gaps[-1]:.1f}s"
+
+
+def _decoded(data: str) -> Any:
+    try:
+        return json.loads(base64.b64decode(data))
+    except ValueError:
+        return None
+
+
+def _dead_requests(obs: Observed) -> Counter[str]:
+    """Request messages given up, by the requestId they carry (cancels as "cancel:<id>")."""
+    given_up: Counter[str] = Counter()
+    for dead in obs.dead_letters:
+        body = dead["body"] if isinstance(dead["body"], dict) else {}
+        if "requests" in dead["subscription"]:
+            rid = body.get("requestId") or f"cancel:{body.get('cancel')}"
+            given_up[str(rid)] += 1
+    return given_up
+
+
+def dead_letter_counts(obs: Observed) -> str:
+    by_topic = Counter(d["subscription"].rsplit("/", 1)[-1] for d in obs.dead_letters)
+    requests = _dead_requests(obs)
+    named = ", ".join(sorted(requests))
+    return f"{dict(sorted(by_topic.items()))}" + (f"; requests: {named}" if named else "")
+
+
+def auto_deadlines(obs: Observed) -> str:
+    """How the AUTO requests ended against their deadlines (a figure: chaos may cost one)."""
+    ends: Counter[str] = Counter()
+    for p in obs.plan:
+        record = obs.records.get(p.rid, {})
+        if p.kind != "AUTO" or not record:
+            continue
+        deadline = when(json.loads(record.get("options") or "{}").get("deadline"))
+        ended = record.get("endedAt")
+        met = record.get("state") == "SUCCEEDED" and deadline and ended and ended <= deadline
+        ends[f"{record.get('state')}{' in time' if met else ''}"] += 1
+    switches = sum(int(obs.records.get(p.rid, {}).get("switches") or 0) for p in obs.plan)
+    return f"{dict(sorted(ends.items()))}, {switches} attempts ended by choice"
+
+
+def cancel_outcomes(obs: Observed) -> str:
+    ends = Counter(
+        obs.records.get(p.rid, {}).get("state", "no record")
+        for p in obs.plan
+        if p.good and p.cancel_at is not None
+    )
+    return str(dict(sorted(ends.items())))
 
 
 # --- the invariants (pure, over what was observed) ---------------------------------------
@@ -729,16 +826,19 @@ def no_request_lost(obs: Observed) -> Verdict:
         f" {len(bad)} invalid: {rejected} rejected"
     )
     verdict = Verdict(1, "no request lost", True, figure)
+    given_up = _dead_requests(obs)
     for p in good:
         record = obs.records.get(p.rid)
+        dead = f"; {given_up[p.rid]} of its messages dead-lettered" if given_up[p.rid] else ""
         if record is None:
-            verdict.problem(p.rid, "published, but no record")
+            verdict.problem(p.rid, f"published, but no record{dead}")
         elif record.get("state") not in TERMINAL:
-            extra = f", claim {record['claim']}" if record.get("claim") else ""
+            claim = record.get("claim") or {}
+            held = f", claim until {claim['expiresAt']}" if claim.get("expiresAt") else ""
             verdict.problem(
                 p.rid,
                 f"ends {record.get('state')} (attempt {record.get('attempt')},"
-                f" vertexJob {record.get('vertexJob')}{extra})",
+                f" vertexJob {record.get('vertexJob')}{held}){dead}",
             )
     for p in bad:
         if p.rid not in obs.rejections:
@@ -885,7 +985,11 @@ def attempts_accounted(obs: Observed) -> Verdict:
                 )
             if doc.get("endedBy") and (job is None or job["state"] != "JOB_STATE_CANCELLED"):
                 verdict.problem(rid, f"attempt {n} ended by choice; Vertex: {job and job['state']}")
+            # A job preempted after its request's cancel was asked for ends it CANCELLED.
+            cancelled = doc.get("errorClass") == "cancelled" and record.get("cancelRequested")
             if job is not None and preempted(job) and doc.get("errorClass") != "preempted":
+                if cancelled:
+                    continue
                 verdict.problem(
                     rid, f"attempt {n}'s job was preempted; its document: {doc.get('errorClass')}"
                 )
@@ -985,7 +1089,7 @@ class Report:
         )
         lines.append(f"0. {harness} the run exercised what it claims")
         if not self.ok:
-            lines += ["timeline of the requests that failed (and every kill):", *self.timeline]
+            lines += ["timeline of the requests that failed, every kill and chaos:", *self.timeline]
         lines.append(f"replay: ./dev soak --seed {self.seed}")
         return "\n".join(lines)
 
@@ -1000,8 +1104,12 @@ def run_soak(cfg: SoakConfig, out: Callable[[str], None] = print) -> Report:
         function_env=FUNCTION_ENV,
         default_capacity=CAPACITY,
         seed=cfg.seed,
+        max_delivery_attempts=MAX_DELIVERY_ATTEMPTS,
     )
     workdir = cfg.logs / f"soak-{cfg.seed}" if cfg.logs else None
+    if workdir is not None:
+        # A replay of the seed replaces its logs: the stack appends to some of them.
+        shutil.rmtree(workdir, ignore_errors=True)
     with running_stack(config, workdir=workdir) as stack:
         soak = Soak(cfg, stack, out)
         obs = soak.run()
