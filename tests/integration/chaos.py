@@ -367,7 +367,8 @@ class Soak:
     def kill_mid_delivery(self) -> None:
         """Hold the answer of the next CreateCustomJob; once the call log shows it took effect,
         SIGKILL every server that may have made it, before it can record the job."""
-        seen = len(self.sim.calls("CreateCustomJob"))
+        # Calls logged from now on (by time: the call log keeps only the newest 10000).
+        armed = datetime.now(UTC).isoformat()
         self.sim.inject_faults(
             "OK", count=1, methods=["CreateCustomJob"], when="after", delay_seconds=5
         )
@@ -376,7 +377,11 @@ class Soak:
             new: list[dict[str, Any]] = []
             while not new and time.monotonic() < deadline:
                 time.sleep(0.05)
-                new = [c for c in self.sim.calls("CreateCustomJob")[seen:] if c["code"] == "OK"]
+                new = [
+                    c
+                    for c in self.sim.calls("CreateCustomJob")
+                    if c["code"] == "OK" and c["time"] >= armed
+                ]
             if not new:
                 self.counts["mid-delivery kills not armed (no create came)"] += 1
                 self.timeline.add("mid-delivery kill: no create came")
