@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -34,6 +34,9 @@ class Child:
     name: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    # How it was started, so that it can be started again the same way (see restart).
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def pgid(self) -> int:
@@ -81,10 +84,13 @@ def kill_groups(
             os.killpg(pgid, signal.SIGKILL)
 
 
-def start(name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> Child:
-    """Start ``argv`` in a new session (so a new process group), output to a log file."""
+def start(
+    name: str, argv: list[str], env: dict[str, str], log_dir: Path, *, append: bool = False
+) -> Child:
+    """Start ``argv`` in a new session (so a new process group), output to a log file
+    (appended to with ``append``, as a restarted service keeps its history)."""
     log_path = log_dir / f"{name}.log"
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab" if append else "wb") as log:
         proc = subprocess.Popen(
             argv,
             env=env,
@@ -93,7 +99,21 @@ def start(name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> Chi
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    return Child(name=name, proc=proc, log_path=log_path)
+    return Child(name=name, proc=proc, log_path=log_path, argv=list(argv), env=dict(env))
+
+
+def crash(child: Child) -> None:
+    """SIGKILL the child's whole process group at once, as a crash would end it (no
+    handler runs, nothing is flushed or answered), and reap its leader."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pgid, signal.SIGKILL)
+    child.proc.wait()
+
+
+def restart(child: Child, log_dir: Path) -> Child:
+    """Start a new process the way ``child`` was started (same argv and environment, so the
+    same port), appending to its log; the caller waits until it is ready."""
+    return start(child.name, child.argv, child.env, log_dir, append=True)
 
 
 def wait_until(child: Child, ready: Callable[[], bool], timeout: float) -> None:

@@ -15,7 +15,11 @@ as push does:
   answer within the ack deadline, is redelivered after an exponential backoff (the
   subscription's retry policy: 1 s doubling to 10 s), so delivery stays at least once;
 - up to ``--concurrency`` messages of each subscription are in flight at once: the functions'
-  thread count (THREADS), as a gen2 function's concurrency bounds production's.
+  thread count (THREADS), as a gen2 function's concurrency bounds production's;
+- with ``--max-delivery-attempts N``, a message whose Nth delivery fails is given up, as a
+  subscription's dead-letter policy gives it up (``infra/``: ``max_delivery_attempts``): it is
+  written to ``--dead-letters`` (a JSON line each, the stand-in for the dead-letter topic) and
+  acknowledged. Without it (0, the default), a message is redelivered until acknowledged.
 
 Run by the stack as its own process::
 
@@ -83,22 +87,54 @@ def push_body(
 
 
 class Backoff:
-    """Each unacknowledged message's next delay, by (subscription, message id); forgotten once
-    it is acknowledged, so it holds only the messages that failed and are not delivered yet."""
+    """Each unacknowledged message's next delay and failed deliveries so far, by
+    (subscription, message id); forgotten once it is acknowledged, so it holds only the
+    messages that failed and are not delivered yet."""
 
     def __init__(self) -> None:
         self._delays: dict[tuple[str, str], float] = {}
+        self._failures: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     def next(self, key: tuple[str, str]) -> float:
+        """Count one more failed delivery; the delay before the next one."""
         with self._lock:
             delay = self._delays.get(key, FIRST_BACKOFF_SECONDS)
             self._delays[key] = min(delay * 2, MAX_BACKOFF_SECONDS)
+            self._failures[key] = self._failures.get(key, 0) + 1
             return delay
+
+    def failures(self, key: tuple[str, str]) -> int:
+        with self._lock:
+            return self._failures.get(key, 0)
 
     def forget(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._delays.pop(key, None)
+            self._failures.pop(key, None)
+
+
+class DeadLetters:
+    """The stand-in for a dead-letter topic: one JSON line per message given up."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, subscription: str, message: Any, attempts: int, problem: str) -> None:
+        if self.path is None:
+            return
+        line = {
+            "subscription": subscription,
+            "messageId": message.message_id,
+            "data": base64.b64encode(message.data).decode("ascii"),
+            "attributes": dict(message.attributes),
+            "publishTime": _timestamp(message.publish_time),
+            "attempts": attempts,
+            "problem": problem,
+        }
+        with self._lock, open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
 
 
 class Deliverer:
@@ -109,10 +145,19 @@ class Deliverer:
     concurrency would.
     """
 
-    def __init__(self, route: Route, ack_deadline: float, backoff: Backoff) -> None:
+    def __init__(
+        self,
+        route: Route,
+        ack_deadline: float,
+        backoff: Backoff,
+        max_attempts: int = 0,
+        dead_letters: DeadLetters | None = None,
+    ) -> None:
         self.route = route
         self.ack_deadline = ack_deadline
         self.backoff = backoff
+        self.max_attempts = max_attempts
+        self.dead_letters = dead_letters or DeadLetters(None)
         self._sessions = threading.local()  # keep-alive per thread; Session is not thread-safe
 
     def _session(self) -> requests.Session:
@@ -148,6 +193,14 @@ class Deliverer:
             message.ack()
             return
         delay = self.backoff.next(key)
+        attempts = self.backoff.failures(key)
+        if self.max_attempts and attempts >= self.max_attempts:
+            # Given up, as a dead-letter policy gives it up: never delivered again.
+            self.backoff.forget(key)
+            self.dead_letters.write(self.route.subscription, message, attempts, problem)
+            print(f"dead-lettered {message.message_id} after {attempts}: {problem}", flush=True)
+            message.ack()
+            return
         print(f"retry {message.message_id} in {delay:.0f}s: {problem}", flush=True)
         try:
             # The message stays leased (and counts against the flow control) until the nack,
@@ -164,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--route", type=Route.parse, action="append", required=True)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--ack-deadline", type=float, default=60.0)
+    parser.add_argument("--max-delivery-attempts", type=int, default=0, help="0: never give up")
+    parser.add_argument("--dead-letters", default=None, help="JSON lines of messages given up")
     args = parser.parse_args(argv)
 
     from google.cloud import pubsub_v1
@@ -174,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     subscriber = pubsub_v1.SubscriberClient()  # PUBSUB_EMULATOR_HOST, from the stack
     backoff = Backoff()
+    dead_letters = DeadLetters(args.dead_letters)
     streams = []
     for route in args.route:
         # Leased while the POST runs and through its backoff; past that, the emulator
@@ -186,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         streams.append(
             subscriber.subscribe(
                 route.subscription,
-                Deliverer(route, args.ack_deadline, backoff),
+                Deliverer(
+                    route, args.ack_deadline, backoff, args.max_delivery_attempts, dead_letters
+                ),
                 flow_control=flow,
                 scheduler=ThreadScheduler(executor=pool),
             )

@@ -62,6 +62,10 @@ class StackConfig:
     events_topic: str = "job-events"
     notifications_topic: str = "job-notifications"
     ack_deadline_seconds: int = 60
+    # Deliveries of one message before the push bridge gives it up, as a subscription's
+    # dead-letter policy does (infra/: max_delivery_attempts); 0: redelivered until
+    # acknowledged. Given-up messages are in dead_letters().
+    max_delivery_attempts: int = 0
     # Extra environment for the function servers (settings such as FLEXJOBS_CLAIM_TTL_SECONDS).
     function_env: dict[str, str] = field(default_factory=dict)
     functions: tuple[str, ...] = tuple(FUNCTIONS)
@@ -212,6 +216,14 @@ class LocalStack:
                     "flexjobs_local.push_bridge",
                     f"--concurrency={FUNCTION_THREADS}",
                     f"--ack-deadline={cfg.ack_deadline_seconds}",
+                    *(
+                        [
+                            f"--max-delivery-attempts={cfg.max_delivery_attempts}",
+                            f"--dead-letters={self.dead_letters_path}",
+                        ]
+                        if cfg.max_delivery_attempts
+                        else []
+                    ),
                     *routes,
                 ],
                 base_env,
@@ -269,6 +281,31 @@ class LocalStack:
         for child in started:
             url = f"http://127.0.0.1:{self.ports[child.name]}/"
             procs.wait_until(child, procs.http_ok(url), 60)
+
+    def _child(self, name: str) -> procs.Child:
+        for child in self.children:
+            if child.name == name:
+                return child
+        raise KeyError(f"{name} is not among this stack's services")
+
+    def kill_function(self, target: str) -> None:
+        """SIGKILL one function server's process group, as an instance crash would end it,
+        mid-delivery included: what it was handling is never answered, so the push bridge
+        (or the storage bridge) delivers it again. It stays down until
+        :meth:`restart_function`."""
+        if target not in self.config.functions:
+            raise KeyError(f"{target} is not among this stack's functions")
+        procs.crash(self._child(target))
+
+    def restart_function(self, target: str, timeout: float = 60.0) -> None:
+        """Start one function server again (killing it first if it still runs) with the same
+        argv, environment and port, its log appended to, and wait until it answers."""
+        old = self._child(target)
+        if old.alive():
+            self.kill_function(target)
+        new = procs.restart(old, self.workdir)
+        self.children[self.children.index(old)] = new
+        procs.wait_until(new, procs.http_ok(f"http://127.0.0.1:{self.ports[target]}/"), timeout)
 
     def pubsub_clients(self) -> tuple[Any, Any]:
         """A publisher and a subscriber client bound to this stack's emulator.
@@ -421,6 +458,20 @@ class LocalStack:
         blob = client.bucket(bucket or self.config.bucket).blob(name)
         blob.upload_from_string(data, content_type=content_type)
         return str(blob.generation)
+
+    @property
+    def dead_letters_path(self) -> Path:
+        return self.workdir / "dead-letters.jsonl"
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The messages the push bridge gave up (``max_delivery_attempts``), oldest first,
+        each ``{subscription, messageId, data (base64), attributes, publishTime, attempts,
+        problem}``."""
+        try:
+            text = self.dead_letters_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
     def storage_events(self) -> list[dict[str, Any]]:
         """The finalize events delivered so far (all of them when no function receives them),

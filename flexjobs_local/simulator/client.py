@@ -116,15 +116,20 @@ class SimulatorControl:
         when: str = "before",
         message: str | None = None,
         late_seconds: float | None = None,
+        delay_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Fail the next ``count`` matching calls with ``code``; returns armed faults.
 
         ``when``: "before" (no effect), "after" (effect, then the fault) or "late" (the fault at
-        once, the effect ``late_seconds`` later).
+        once, the effect ``late_seconds`` later). ``delay_seconds``: the answer comes that long
+        after the call arrived; with code "OK" the calls are only slow ("before": the effect
+        after the wait; "after": the effect, logged, at once, and the answer held).
         """
         body: dict[str, Any] = {"code": code, "count": count, "when": when}
         if late_seconds is not None:
             body["lateSeconds"] = late_seconds
+        if delay_seconds is not None:
+            body["delaySeconds"] = delay_seconds
         if methods:
             body["methods"] = list(methods)
         if message:
@@ -226,14 +231,34 @@ class SimulatorControl:
     # --- side effects --------------------------------------------------------------------------
 
     def set_hints(
-        self, enabled: bool, copies: int | None = None, topic: str | None = None
+        self,
+        enabled: bool,
+        copies: int | None = None,
+        topic: str | None = None,
+        *,
+        drop: float | None = None,
+        repeat: float | None = None,
+        delay: float | None = None,
+        delay_seconds: float | None = None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
-        """Toggle Pub/Sub state hints (optionally set copies per change and the topic)."""
+        """Toggle Pub/Sub state hints (optionally set copies per change and the topic).
+
+        ``drop``, ``repeat``, ``delay``: per state change, the probability that its hints are
+        not published at all, published twice over, or published up to ``delay_seconds``
+        later (after later changes' hints); ``seed`` makes those draws reproducible. Each
+        left None keeps its setting; :meth:`reset` sets them back to 0. The counters are in
+        :meth:`side_effects` (``hints.chaos``).
+        """
         body: dict[str, Any] = {"enabled": enabled}
         if copies is not None:
             body["copies"] = copies
         if topic:
             body["topic"] = topic
+        chaos = {"drop": drop, "repeat": repeat, "delay": delay, "delaySeconds": delay_seconds}
+        body.update({k: v for k, v in chaos.items() if v is not None})
+        if seed is not None:
+            body["seed"] = seed
         result: dict[str, Any] = self._call("POST", "/hints", body)
         return result
 

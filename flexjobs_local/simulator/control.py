@@ -9,9 +9,11 @@ GET      /capacity             ``{"defaultGpus", "pools": [{location, accelerato
                                inUse, explicit}]}``
 POST     /capacity             ``{"location", "acceleratorType", "gpus"}`` or
                                ``{"defaultGpus"}`` → same as GET
-GET      /faults               ``{"faults": [{code, remaining, methods, message, when}]}``
+GET      /faults               ``{"faults": [{code, remaining, methods, message, when,
+                               lateSeconds, delaySeconds}]}``
 POST     /faults               ``{"code", "count", "methods"?, "when"?, "message"?,
-                               "lateSeconds"?}`` → faults
+                               "lateSeconds"?, "delaySeconds"?}`` → faults (code "OK" with
+                               a delay: slow calls)
 DELETE   /faults               → ``{"faults": []}``
 GET      /calls[?method=M]     list of ``{method, time, simTime, request, code, message}``
 DELETE   /calls                ``{"cleared": n}``
@@ -21,12 +23,15 @@ GET      /operations           list of LRO JSON
 GET      /clock                ``{"simNow", "simNowEpoch", "timeFactor"}``
 POST     /time-factor          ``{"factor"}`` → clock
 POST     /advance              ``{"seconds"}`` → clock (jumps simulated time)
-POST     /reset                ``{"status": "ok"}``
+POST     /reset                ``{"status": "ok"}`` (hint chaos is reset too)
 POST     /preempt              ``{"job"}`` → job JSON
 POST     /preemption-rate      ``{"ratePerHour", "seed"?}`` → the same back
 POST     /fail                 ``{"job", "class", "message"?}`` → job JSON
 GET      /hints                side-effect status (hints + storage counters, queue depth)
-POST     /hints                ``{"enabled", "copies"?, "topic"?}`` → status
+POST     /hints                ``{"enabled", "copies"?, "topic"?, "drop"?, "repeat"?,
+                               "delay"?, "delaySeconds"?, "seed"?}`` → status (the last
+                               five: what befalls each state change's hints, see
+                               :class:`~.effects.HintChaos`)
 POST     /flush                ``{"timeout"?}`` → ``{"drained": bool}`` (waits for side effects)
 =======  ====================  =============================================================
 """
@@ -129,6 +134,7 @@ class ControlApp:
             when=_field(body, "when", str, "before"),
             message=_field(body, "message", str, None),
             late_seconds=float(_field(body, "lateSeconds", (int, float), 2.0)),
+            delay_seconds=float(_field(body, "delaySeconds", (int, float), 0.0)),
         )
 
     def _set_time_factor(self, body: Body, query: Query) -> Any:
@@ -145,6 +151,7 @@ class ControlApp:
 
     def _reset(self, body: Body, query: Query) -> Any:
         self.engine.reset()
+        self.effects.reset_chaos()
         return {"status": "ok"}
 
     def _set_preemption_rate(self, body: Body, query: Query) -> Any:
@@ -153,11 +160,20 @@ class ControlApp:
         )
 
     def _set_hints(self, body: Body, query: Query) -> Any:
+        def number(name: str) -> float | None:
+            value = _field(body, name, (int, float), None)
+            return None if value is None else float(value)
+
         try:
             return self.effects.configure_hints(
                 _field(body, "enabled", bool),
                 _field(body, "copies", int, None),
                 _field(body, "topic", str, None),
+                drop=number("drop"),
+                repeat=number("repeat"),
+                delay=number("delay"),
+                delay_seconds=number("delaySeconds"),
+                seed=_field(body, "seed", int, None),
             )
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc

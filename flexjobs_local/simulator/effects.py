@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import queue
+import random
 import sys
 import threading
 import time
@@ -53,6 +54,55 @@ class _Stats:
 
     def to_json(self) -> dict[str, Any]:
         return {"done": self.done, "failed": self.failed, "lastError": self.last_error}
+
+
+@dataclass
+class HintChaos:
+    """What befalls a state change's hints on their way out, each drawn per state change
+    from a seeded generator: ``drop`` (the probability that none is published, as a log sink
+    may lose entries), ``repeat`` (published twice over) and ``delay`` (published up to
+    ``delay_seconds`` later, so after hints of later changes). All 0: hints as Vertex sends
+    them. The counters say what befell how many changes."""
+
+    drop: float = 0.0
+    repeat: float = 0.0
+    delay: float = 0.0
+    delay_seconds: float = 0.0
+    dropped: int = 0
+    repeated: int = 0
+    delayed: int = 0
+
+    def fate(self, rng: random.Random) -> tuple[int, float]:
+        """``(batches, wait)`` for one state change: 0 batches when its hints are dropped."""
+        if self.drop and rng.random() < self.drop:
+            self.dropped += 1
+            return 0, 0.0
+        batches = 1
+        if self.repeat and rng.random() < self.repeat:
+            self.repeated += 1
+            batches = 2
+        wait = 0.0
+        if self.delay and self.delay_seconds and rng.random() < self.delay:
+            self.delayed += 1
+            wait = rng.uniform(0.0, self.delay_seconds)
+        return batches, wait
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "drop": self.drop,
+            "repeat": self.repeat,
+            "delay": self.delay,
+            "delaySeconds": self.delay_seconds,
+            "dropped": self.dropped,
+            "repeated": self.repeated,
+            "delayed": self.delayed,
+        }
+
+
+def _probability(name: str, value: float | None) -> float | None:
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability from 0 to 1")
+    return value
 
 
 def hint_entry(event: StateChanged, insert_id: str) -> dict[str, Any]:
@@ -116,6 +166,9 @@ class SideEffects:
         self._hint_stats = _Stats()
         self._storage_stats = _Stats()
         self._in_flight: set[Any] = set()
+        self._chaos = HintChaos()
+        self._chaos_rng = random.Random()
+        self._delayed: set[threading.Event] = set()  # hints held back, not yet published
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sim-side-effects", daemon=True)
         self._thread.start()
@@ -129,24 +182,54 @@ class SideEffects:
     # --- configuration -------------------------------------------------------------------------
 
     def configure_hints(
-        self, enabled: bool, copies: int | None = None, topic: str | None = None
+        self,
+        enabled: bool,
+        copies: int | None = None,
+        topic: str | None = None,
+        *,
+        drop: float | None = None,
+        repeat: float | None = None,
+        delay: float | None = None,
+        delay_seconds: float | None = None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
-        """Turn hints on/off, change the copies per change or the topic.
+        """Turn hints on/off, change the copies per change or the topic, and what befalls
+        them (:class:`HintChaos`; each argument left None keeps its setting, ``seed``
+        restarts the generator).
 
         Raises:
-            ValueError: enabling without any topic, or copies < 1.
+            ValueError: enabling without any topic, copies < 1, a probability outside [0, 1]
+                or a negative delay.
         """
+        _probability("drop", drop)
+        _probability("repeat", repeat)
+        _probability("delay", delay)
+        if delay_seconds is not None and delay_seconds < 0:
+            raise ValueError("delaySeconds must not be negative")
         with self._lock:
             if copies is not None:
                 if copies < 1:
                     raise ValueError("copies must be at least 1")
                 self._copies = copies
+            chaos = self._chaos
+            chaos.drop = chaos.drop if drop is None else float(drop)
+            chaos.repeat = chaos.repeat if repeat is None else float(repeat)
+            chaos.delay = chaos.delay if delay is None else float(delay)
+            if delay_seconds is not None:
+                chaos.delay_seconds = float(delay_seconds)
+            if seed is not None:
+                self._chaos_rng = random.Random(seed)
             if topic:
                 self._topic = self._topic_path(topic)
             if enabled and self._topic is None:
                 raise ValueError("no events topic: pass 'topic' or start with --events-topic")
             self._hints_enabled = enabled
         return self.status()
+
+    def reset_chaos(self) -> None:
+        """Hints as Vertex sends them again, counters at 0 (the simulator's reset)."""
+        with self._lock:
+            self._chaos = HintChaos()
 
     def status(self) -> dict[str, Any]:
         """Hint and storage settings plus counters (done/failed/lastError), and queue depth."""
@@ -157,6 +240,8 @@ class SideEffects:
                     "topic": self._topic,
                     "copies": self._copies,
                     **self._hint_stats.to_json(),
+                    "chaos": self._chaos.to_json(),
+                    "held": len(self._delayed),
                 },
                 "storage": {"enabled": self._storage_enabled, **self._storage_stats.to_json()},
                 "queued": self._queue.unfinished_tasks,
@@ -198,6 +283,11 @@ class SideEffects:
         if not done.wait(timeout):
             return False
         with self._lock:
+            held = list(self._delayed)
+        for event in held:
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        with self._lock:
             pending = list(self._in_flight)
         left = max(0.0, deadline - time.monotonic())
         return not concurrent.futures.wait(pending, timeout=left).not_done
@@ -228,6 +318,31 @@ class SideEffects:
         return self._publisher
 
     def _publish(self, event: StateChanged, topic: str, copies: int) -> None:
+        with self._lock:
+            batches, wait = self._chaos.fate(self._chaos_rng)
+        if not batches:
+            return
+        if wait <= 0:
+            self._send(event, topic, copies * batches)
+            return
+        # Held back on a timer of its own, so the hints of later changes overtake it.
+        sent = threading.Event()
+
+        def later() -> None:
+            try:
+                self._send(event, topic, copies * batches)
+            finally:
+                with self._lock:
+                    self._delayed.discard(sent)
+                sent.set()
+
+        timer = threading.Timer(wait, later)
+        timer.daemon = True
+        with self._lock:
+            self._delayed.add(sent)
+        timer.start()
+
+    def _send(self, event: StateChanged, topic: str, copies: int) -> None:
         # Issued without waiting, as a log sink publishes: each copy's answer would otherwise
         # hold every later event's hints behind it, and a burst of state changes would reach
         # the functions one round trip per copy apart. Cause still comes before effect: a

@@ -228,6 +228,7 @@ class Engine:
         when: str = "before",
         message: str | None = None,
         late_seconds: float = 2.0,
+        delay_seconds: float = 0.0,
     ) -> dict[str, Any]:
         """Make the next ``count`` calls (of ``methods``, or any) fail with status ``code``.
 
@@ -235,9 +236,19 @@ class Engine:
         effect and then fails the response (a lost reply, to exercise idempotent retries);
         ``when="late"`` fails the response at once and lets the call take effect
         ``late_seconds`` later (a timed-out create that still happens).
+
+        ``delay_seconds`` answers the caller that long after the call arrived (a slow Vertex);
+        with code ``OK`` the calls only are slow: ``before`` takes effect after the wait,
+        ``after`` takes effect (and is logged) at once and holds the answer.
         """
         rule = fault_rule(
-            code, count, methods, when=when, message=message, late_seconds=late_seconds
+            code,
+            count,
+            methods,
+            when=when,
+            message=message,
+            late_seconds=late_seconds,
+            delay_seconds=delay_seconds,
         )
         with self._lock:
             self._faults.arm(rule)

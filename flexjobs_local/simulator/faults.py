@@ -27,7 +27,8 @@ _DEFAULT_FAULT_MESSAGES = {
 
 @dataclass
 class FaultRule:
-    """The next ``remaining`` calls of ``methods`` (all if empty) fail with ``code``."""
+    """The next ``remaining`` calls of ``methods`` (all if empty) fail with ``code``, or with
+    code ``OK`` and a ``delay_seconds``, are only slow."""
 
     code: str
     remaining: int
@@ -38,6 +39,11 @@ class FaultRule:
     # a create still in flight inside Vertex when its caller's deadline passed.
     when: str = "before"
     late_seconds: float = 0.0
+    # The caller is answered this long (wall time) after the call arrives: a slow Vertex.
+    # With when=before the call takes effect after the wait, even if its caller gave up
+    # meanwhile (a create still in flight when its deadline passed); with when=after it takes
+    # effect at once, is logged, and the answer waits (a crash then loses the answer).
+    delay_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +53,7 @@ class FaultRule:
             "message": self.message,
             "when": self.when,
             "lateSeconds": self.late_seconds,
+            "delaySeconds": self.delay_seconds,
         }
 
 
@@ -58,15 +65,22 @@ def fault_rule(
     when: str,
     message: str | None,
     late_seconds: float,
+    delay_seconds: float = 0.0,
 ) -> FaultRule:
     """A checked rule (see :meth:`Engine.inject_faults`).
 
     Raises:
-        SimError: INVALID_ARGUMENT for an unknown code or ``when``, or a count or delay out of
-            range.
+        SimError: INVALID_ARGUMENT for an unknown code or ``when``, a count or delay out of
+            range, or code ``OK`` without a delay (or with ``late``: nothing would fail).
     """
-    if code not in STATUS_CODES or code == "OK":
+    if code not in STATUS_CODES:
         raise SimError("INVALID_ARGUMENT", f"Unknown gRPC status code {code!r}.")
+    if delay_seconds < 0:
+        raise SimError("INVALID_ARGUMENT", "delaySeconds must not be negative.")
+    if code == "OK" and (delay_seconds <= 0 or when == "late"):
+        raise SimError(
+            "INVALID_ARGUMENT", "code OK is a slow call: it needs delaySeconds, and no 'late'."
+        )
     if count < 1:
         raise SimError("INVALID_ARGUMENT", "count must be at least 1.")
     if when not in ("before", "after", "late"):
@@ -80,6 +94,7 @@ def fault_rule(
         message=message or _DEFAULT_FAULT_MESSAGES.get(code, f"Injected fault ({code})."),
         when=when,
         late_seconds=float(late_seconds),
+        delay_seconds=float(delay_seconds),
     )
 
 

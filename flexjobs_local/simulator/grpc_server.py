@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -56,12 +57,16 @@ class _Method:
     def __call__(self, request: Any, context: grpc.ServicerContext) -> Any:
         request_json = _request_json(request)
         fault = self._engine.take_fault(self._name)
+        delay = fault.delay_seconds if fault is not None else 0.0
         if fault is not None and fault.when == "before":
-            self._fail(context, request_json, fault.code, fault.message)
+            time.sleep(delay)  # a slow call: it takes effect (if at all) only after the wait
+            if fault.code != "OK":
+                self._fail(context, request_json, fault.code, fault.message)
         if fault is not None and fault.when == "late":
             timer = threading.Timer(fault.late_seconds, self._late, args=(request,))
             timer.daemon = True
             timer.start()
+            time.sleep(delay)
             self._fail(context, request_json, fault.code, fault.message)
         try:
             response = self._impl(request)
@@ -71,10 +76,23 @@ class _Method:
             failure = None
         if failure is not None:
             self._fail(context, request_json, failure.code, failure.message)
-        if fault is not None:  # "after": the call took effect, but the caller never learns so
+        if fault is not None and fault.when == "after":
+            if fault.code == "OK":
+                # Logged when it took effect; the answer waits (its caller may die meanwhile).
+                self._record_ok(context, request_json)
+                time.sleep(delay)
+                return response
+            time.sleep(delay)
+            # The call took effect, but the caller never learns so.
             self._fail(context, request_json, fault.code, fault.message)
-        self._engine.record_call(self._name, request_json, "OK")
+        self._record_ok(context, request_json)
         return response
+
+    def _record_ok(self, context: grpc.ServicerContext, request_json: dict[str, Any]) -> None:
+        # A slow call may take effect after its caller gave up (its deadline passed): it
+        # happened all the same, and the log says who was no longer listening.
+        gone = "" if context.is_active() else "the caller had gone (its deadline passed)"
+        self._engine.record_call(self._name, request_json, "OK", gone)
 
     def _late(self, request: Any) -> None:
         """Let a call whose caller was already answered with a fault take effect now."""

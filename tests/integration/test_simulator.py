@@ -534,3 +534,36 @@ def test_a_late_fault_answers_at_once_and_takes_effect_later(control, jobs):
     while not control.jobs() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [job["displayName"] for job in control.jobs()] == ["late"]
+
+
+def test_a_slow_create_takes_effect_after_its_caller_gave_up(control, jobs):
+    control.inject_faults("OK", count=1, methods=["CreateCustomJob"], delay_seconds=1.5)
+    with pytest.raises(exceptions.DeadlineExceeded):
+        jobs.create_custom_job(parent=PARENT, custom_job=make_job("slow"), retry=None, timeout=0.3)
+    assert control.jobs() == []  # still in flight inside "Vertex"
+
+    wait_until(lambda: bool(control.jobs()), timeout=10)
+    assert [job["displayName"] for job in control.jobs()] == ["slow"]
+    (call,) = control.calls("CreateCustomJob")
+    assert call["code"] == "OK"
+    assert "caller had gone" in call["message"]
+    assert control.faults() == []
+
+
+def test_a_held_answer_is_logged_when_the_call_takes_effect(control, jobs):
+    control.inject_faults(
+        "OK", count=1, methods=["CreateCustomJob"], when="after", delay_seconds=1.0
+    )
+    started = time.monotonic()
+    name = create(jobs, make_job("held"))
+    assert time.monotonic() - started >= 1.0
+    (call,) = control.calls("CreateCustomJob")
+    assert call["code"] == "OK" and call["message"] == ""
+    assert [job["name"] for job in control.jobs()] == [name]
+
+
+def test_an_ok_fault_must_be_slow(control):
+    for bad in ({}, {"delay_seconds": 1, "when": "late"}, {"delay_seconds": -1}):
+        with pytest.raises(SimulatorControlError) as refused:
+            control.inject_faults("OK", **bad)
+        assert refused.value.status == 400

@@ -228,3 +228,37 @@ def test_failure_hint_carries_the_error_and_hints_can_be_toggled(
     assert status["enabled"] is False
     assert status["failed"] == 0
     assert status["topic"] == TOPIC
+
+
+def test_hints_can_be_dropped_repeated_and_delayed_reproducibly(
+    control, subscription, subscriber, jobs
+):
+    control.set_hints(True, copies=1, drop=1.0, seed=3)
+    create(jobs)
+    control.advance(100)
+    assert control.flush()
+    assert pull(subscriber, subscription, expected=0, timeout=5) == []
+    assert control.side_effects()["hints"]["chaos"]["dropped"] == 4
+
+    control.set_hints(True, drop=0.0, repeat=1.0)
+    create(jobs)
+    control.advance(100)
+    assert control.flush()
+    texts = [json.loads(m.data)["textPayload"] for m in pull(subscriber, subscription, 8)]
+    assert len(texts) == 8 and all(texts.count(t) == 2 for t in texts)
+
+    # Delayed: the QUEUED hint is held back, so the ones after it overtake it.
+    control.set_hints(True, repeat=0.0, delay=1.0, delay_seconds=3.0, seed=5)
+    name = create(jobs)
+    control.set_hints(True, delay=0.0)
+    control.advance(100)
+    assert control.side_effects()["hints"]["held"] == 1
+    assert control.flush()
+    entries = [json.loads(m.data) for m in pull(subscriber, subscription, 4)]
+    assert [e["textPayload"] for e in entries][-1] == "Job is queued."
+    assert {e["resource"]["labels"]["job_id"] for e in entries} == {name.rsplit("/", 1)[1]}
+    chaos = control.side_effects()["hints"]["chaos"]
+    assert (chaos["dropped"], chaos["repeated"], chaos["delayed"]) == (4, 4, 1)
+
+    control.reset()
+    assert control.side_effects()["hints"]["chaos"]["dropped"] == 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from flexjobs_local.push_bridge import Backoff, Route, push_body
+from flexjobs_local.push_bridge import Backoff, DeadLetters, Deliverer, Route, push_body
 
 SUBSCRIPTION = "projects/p/subscriptions/job-requests-handle_job_request"
 
@@ -53,3 +54,43 @@ def test_the_backoff_doubles_to_its_cap_per_message_and_starts_over_once_acknowl
     assert backoff.next(other) == 1.0  # and each subscription's copy of it
     backoff.forget(a)
     assert backoff.next(a) == 1.0
+
+
+def test_the_backoff_counts_failed_deliveries_per_message():
+    backoff = Backoff()
+    key = (SUBSCRIPTION, "a")
+    for _ in range(3):
+        backoff.next(key)
+    assert backoff.failures(key) == 3 and backoff.failures((SUBSCRIPTION, "b")) == 0
+    backoff.forget(key)
+    assert backoff.failures(key) == 0
+
+
+class FakeMessage:
+    def __init__(self) -> None:
+        self.message_id, self.data, self.attributes = "m1", b"{}", {"k": "v"}
+        self.publish_time = datetime(2026, 12, 1, tzinfo=UTC)
+        self.acks = self.nacks = 0
+
+    def ack(self) -> None:
+        self.acks += 1
+
+    def nack(self) -> None:
+        self.nacks += 1
+
+
+def test_a_message_is_given_up_at_its_last_delivery_attempt_as_a_dead_letter(tmp_path):
+    # Nothing listens on port 9 of 127.0.0.1: every delivery fails at once.
+    route = Route(SUBSCRIPTION, "http://127.0.0.1:9/projects/p/topics/t")
+    path = tmp_path / "dead.jsonl"
+    deliver = Deliverer(route, 5, Backoff(), max_attempts=3, dead_letters=DeadLetters(str(path)))
+    message = FakeMessage()
+    for _ in range(2):
+        deliver(message)
+    assert message.acks == 0 and not path.exists()  # redelivered after its backoff
+    deliver(message)
+    assert message.acks == 1
+    (line,) = [json.loads(text) for text in path.read_text().splitlines()]
+    assert line["messageId"] == "m1" and line["attempts"] == 3
+    assert line["subscription"] == SUBSCRIPTION and line["attributes"] == {"k": "v"}
+    assert "ConnectionError" in line["problem"]
