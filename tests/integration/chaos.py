@@ -895,6 +895,7 @@ def one_job_per_attempt(obs: Observed) -> Verdict:
     strays = allowed_strays(obs)
     cancelled = {c["request"].get("name") for c in obs.cancels if c["code"] == "OK"}
     pairs = 0
+    refused: list[dict[str, Any]] = []
     verdict = Verdict(3, "exactly one Vertex job per (request, attempt)", True, "")
     by_request = _by_request(obs)
     planned = {p.rid for p in obs.plan}
@@ -920,17 +921,31 @@ def one_job_per_attempt(obs: Observed) -> Verdict:
                     )
                 elif obs.calls_complete and job["name"] not in cancelled:
                     verdict.problem(rid, f"stray {job['name']} CANCELLED with no CancelCustomJob")
-            if attempt > int(record.get("attempt") or 0) and not all(
-                j["name"] in strays for j in group
-            ):
-                verdict.problem(
-                    rid, f"a job of attempt {attempt}, past the record's {record.get('attempt')}"
-                )
+            if attempt > int(record.get("attempt") or 0):
+                # A retry's job that its record refused (a cancel won while it was being
+                # created, or its create landed late): the README promises it is cancelled,
+                # started or not. Anything else past the record's attempt is a lost job.
+                lost = [
+                    j
+                    for j in group
+                    if j["state"] != "JOB_STATE_CANCELLED"
+                    or (obs.calls_complete and j["name"] not in cancelled)
+                ]
+                refused.extend(j for j in group if j not in lost)
+                if lost:
+                    verdict.problem(
+                        rid,
+                        f"a job of attempt {attempt}, past the record's {record.get('attempt')},"
+                        f" {lost[0]['state']} and not cancelled by flexjobs",
+                    )
         for name in named - {j["name"] for j in jobs}:
             verdict.problem(rid, f"the record names {name}, which Vertex never had")
+    ran = sum(1 for j in refused if j.get("startTime"))
     verdict.figure = (
         f"{pairs} (request, attempt) pairs, {len(obs.jobs)} jobs, {len(strays)} strays"
-        " allowed (not the job the record names, ended CANCELLED by flexjobs, never ran)"
+        " allowed (not the job the record names, ended CANCELLED by flexjobs, never ran);"
+        f" {len(refused)} jobs of an attempt their record refused, cancelled by flexjobs"
+        f" ({ran} after they started)"
     )
     return verdict
 
