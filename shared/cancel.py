@@ -19,7 +19,7 @@ from shared.errors import (
 )
 from shared.exactly_once import Outcome
 from shared.logs import get_logger, request_context
-from shared.submission import drive_cancels, flush_outbox, settle_record
+from shared.submission import CapacityPorts, drive_cancels, flush_outbox, settle_record
 
 if TYPE_CHECKING:
     from shared.intake import Intake
@@ -86,19 +86,33 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
             return Outcome.DUPLICATE
         if record.claim is not None and record.claim.live(clock()):
             # A submission is in flight: it will see cancelRequested and cancel its own job;
-            # if it died, its job is found by label once its claim expires.
+            # if it died, its job is found by label once its claim expires (by this cancel's
+            # redelivery, or by the tick: see finish_cancel).
             raise SubmissionInProgress("a submission is in flight; the cancel follows it")
-        names = _live_jobs(intake, record)
-
-        settle_record(intake, request_id, lambda rec: cancel_now(rec, names, clock()))
-        left = drive_cancels(intake, request_id, names)
-        log.info("request cancelled", extra={"fields": {"vertexJobs": names, "pending": left}})
+        left = finish_cancel(intake, record)
         if left:
             raise BackendUnavailable(f"Vertex has not confirmed the cancel of {left}")
         return Outcome.CANCELLED
 
 
-def _live_jobs(intake: Intake, record: JobRecord) -> list[str]:
+def finish_cancel(ports: CapacityPorts, record: JobRecord) -> list[str]:
+    """End a request whose cancel was asked for (``cancelRequested``), with no live claim on
+    it: every live job of its current and next attempt, recorded or not, kept pending until
+    Vertex confirms, and the record CANCELLED with its notification. Returns the jobs whose
+    cancel Vertex has not confirmed yet (they stay pending, for the tick).
+
+    The cancel message runs this; so does the tick, for a record whose cancel was marked
+    while a dead delivery's claim held it and whose message never came again.
+    """
+    request_id = record.request_id
+    names = _live_jobs(ports, record)
+    settle_record(ports, request_id, lambda rec: cancel_now(rec, names, ports.clock()))
+    left = drive_cancels(ports, request_id, names)
+    log.info("request cancelled", extra={"fields": {"vertexJobs": names, "pending": left}})
+    return left
+
+
+def _live_jobs(intake: CapacityPorts, record: JobRecord) -> list[str]:
     """Every live Vertex job of the record's current and next attempt, recorded or not.
 
     The current attempt is looked for where it runs, the next one where its retry would

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.cancel import finish_cancel
 from shared.commands import Reconcile, TrackJob
 from shared.config import Settings
 from shared.deployments import Deployments, refresh_deployments
@@ -224,6 +225,11 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
     """
     with request_context(request_id):
         record = known if known is not None else tracker.store.get(request_id)
+        if record is not None and _cancel_left_behind(record, tracker.clock()):
+            # Its cancel was marked while a dead delivery's claim held the record, and the
+            # cancel message never came again: finish it here, or the job runs unfollowed.
+            finish_cancel(tracker, record)
+            return Outcome.CANCELLED
         attempt = pending_attempt(record) if record is not None else None
         if record is None or attempt is None:
             return None
@@ -247,6 +253,13 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
         else:
             plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
         return submit_attempt(request, plan, claim, tracker)
+
+
+def _cancel_left_behind(record: JobRecord, now: datetime) -> bool:
+    """A cancel asked for of a record still waiting for a submission, which nothing holds."""
+    waiting = pending_attempt(record) is not None
+    held = record.claim is not None and record.claim.live(now)
+    return record.cancel_requested and waiting and not record.state.terminal and not held
 
 
 def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int) -> Prepared:

@@ -202,7 +202,7 @@ def submit_attempt(
         if adopted:
             # An earlier delivery made it, perhaps on another decision (AUTO decides from
             # the time): the record says what Vertex runs, read from the job itself.
-            strategy, extra = adopted_fields(job, strategy, extra)
+            strategy, extra = adopted_fields(job, strategy, extra, clock())
         submission = Submission(
             request_id=request_id,
             attempt=plan.attempt,
@@ -246,21 +246,27 @@ def submit_attempt(
 
 
 def adopted_fields(
-    job: VertexJob, planned: str, extra: dict[str, Any]
+    job: VertexJob, planned: str, extra: dict[str, Any], now: datetime
 ) -> tuple[str, dict[str, Any]]:
     """The strategy and record fields of an adopted job: its own strategy and max wait when
     Vertex reports them (the plan's otherwise), and for AUTO the decision amended to say so.
 
+    A decision taken for another strategy says nothing of the adopted job: it is no longer
+    ``final``, and its ``waitUntil`` is now, so a job still queued is given up at the next
+    look and the policy chooses again from what it knows then (a running one is kept).
+
     Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2026, 12, 1, tzinfo=UTC)
         >>> job = VertexJob("p/customJobs/1", "JOB_STATE_QUEUED", {}, strategy="SPOT")
-        >>> decision = {"strategy": "FLEX_START", "maxWaitSeconds": 2295, "reason": "ahead"}
-        >>> strategy, fields = adopted_fields(job, "FLEX_START", {"capacity": decision})
-        >>> strategy, fields["maxWaitSeconds"], fields["capacity"]["strategy"]
-        ('SPOT', None, 'SPOT')
+        >>> decision = {"strategy": "STANDARD", "reason": "behind", "final": True}
+        >>> strategy, fields = adopted_fields(job, "STANDARD", {"capacity": decision}, now)
+        >>> strategy, fields["capacity"]["final"], fields["capacity"]["waitUntil"] == now
+        ('SPOT', False, True)
     """
-    strategy = job.strategy or planned
-    if strategy == planned and job.strategy is None:
-        return planned, extra
+    if job.strategy is None:
+        return planned, extra  # Vertex did not say: the plan stands
+    strategy = job.strategy
     wait = job.max_wait_seconds if strategy == "FLEX_START" else None
     wait = None if not wait else int(wait)  # 0s: indefinitely, which the record says as null
     if "capacity" not in extra:
@@ -271,6 +277,8 @@ def adopted_fields(
         decision.update(
             strategy=strategy,
             maxWaitSeconds=wait,
+            final=False,
+            waitUntil=now,
             reason=f"adopted the job an earlier delivery created on {strategy} "
             f"(this delivery's choice was {before}: {decision.get('reason')})",
         )

@@ -265,7 +265,8 @@ def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
             if "max_wait_duration" in scheduling
             else None
         )
-        return (None if strategy == "STRATEGY_UNSPECIFIED" else strategy), wait
+        # Unspecified is what Vertex runs as on-demand (STANDARD): flexjobs always names one.
+        return ("STANDARD" if strategy == "STRATEGY_UNSPECIFIED" else strategy), wait
     inputs = getattr(job, "training_task_inputs", None)
     scheduling = inputs.get("scheduling") if inputs is not None else None
     if not scheduling:

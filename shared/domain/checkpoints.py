@@ -57,6 +57,8 @@ ORBAX_TMP = ".orbax-checkpoint-tmp-"
 _TRAILING_STEP = re.compile(r"(\d+)$")
 _SHARD = re.compile(r"-\d+-of-\d+$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+#: The longest object name Cloud Storage takes, in UTF-8 bytes.
+MAX_OBJECT_NAME_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -382,10 +384,19 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
         ('my-bucket', '')
     """
     if not isinstance(uri, str) or not uri.startswith("gs://"):
-        raise ValueError(f"{uri!r} is not a Cloud Storage URI such as 'gs://bucket/prefix/'")
+        raise ValueError(f"{uri[:80]!r} is not a Cloud Storage URI such as 'gs://bucket/prefix/'")
     bucket, _, prefix = uri[len("gs://") :].partition("/")
     if not _BUCKET.match(bucket):
-        raise ValueError(f"{uri!r} does not name a valid bucket (got {bucket!r})")
+        raise ValueError(f"{uri[:80]!r} does not name a valid bucket (got {bucket[:80]!r})")
+    try:
+        size = len(prefix.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{uri[:80]!r} is not valid Unicode") from None
+    if size > MAX_OBJECT_NAME_BYTES:
+        # No object can be named so (the record would hold it twice, and index it).
+        raise ValueError(
+            f"names {size} bytes inside its bucket; Cloud Storage allows {MAX_OBJECT_NAME_BYTES}"
+        )
     return bucket, prefix
 
 

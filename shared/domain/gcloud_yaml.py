@@ -52,7 +52,10 @@ DEFAULT_MAX_BYTES: Final = 256 * 1024
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing anchors and aliases as it composes the document."""
+    """PyYAML's safe loader, refusing anchors and aliases, and more than :data:`MAX_NODES`
+    nodes, as it composes the document (before anything is built of it)."""
+
+    nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -63,6 +66,11 @@ class _NoAliasLoader(yaml.SafeLoader):
                 "anchors and aliases (&name, *name, <<: *name) are not accepted: write each "
                 "value out",
                 event.start_mark,
+            )
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"the config has over {MAX_NODES} values", event.start_mark
             )
         return super().compose_node(parent, index)
 
@@ -94,6 +102,13 @@ def parse_gcloud_config(
     """
     if not isinstance(text, str):
         raise InvalidRequest([FieldError("$", "the gcloud config must be YAML text")])
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        # PyYAML holds every node of a document while it composes it (some hundred bytes a
+        # value): a text past the message limit could never become a message, and parsed, a
+        # few megabytes of it exhaust the function's memory.
+        problem = f"the config is {size} bytes; it becomes one message of at most {max_bytes}"
+        raise InvalidRequest([FieldError("$", problem)])
     try:
         document = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader: no Python tags
     except yaml.MarkedYAMLError as exc:

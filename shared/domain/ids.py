@@ -51,7 +51,11 @@ def check_request_id(request_id: str, path: str = "requestId") -> list[FieldErro
         >>> check_request_id("é" * 751)[0].message
         'is 1502 bytes in UTF-8; a requestId may have at most 1500'
     """
-    size = len(request_id.encode("utf-8", errors="surrogatepass"))
+    try:
+        size = len(request_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate ("\ud800"): legal JSON, but no document id, label or UTF-8 text.
+        return [FieldError(path, "is not valid Unicode (it holds a lone surrogate)")]
     if size <= MAX_REQUEST_ID_BYTES:
         return []
     return [FieldError(path, f"is {size} bytes in UTF-8; a requestId may have at most 1500")]

@@ -44,9 +44,9 @@ MAX_PAGE_SIZE: Final = 1000
 MAX_AGE: Final = timedelta(days=366)
 _AGE: Final = re.compile(r"([0-9]{1,6})([mhd])")
 _UNITS: Final = {"m": 60, "h": 3600, "d": 86400}
-#: A cursor token is short: a time and a requestId (at most MAX_REQUEST_ID_BYTES), as UTF-8
-#: JSON, base64url (4 characters for 3 bytes; a requestId needs no JSON escape but a few).
-_MAX_TOKEN: Final = 2 * MAX_REQUEST_ID_BYTES
+#: A cursor token is short: a time and a requestId (at most MAX_REQUEST_ID_BYTES, each byte
+#: at worst 6 once JSON escapes it: \u0001), as UTF-8 JSON, base64url (4 characters for 3).
+_MAX_TOKEN: Final = 4 * (6 * MAX_REQUEST_ID_BYTES + 64) // 3 + 4
 
 #: The fields each view reads (Firestore ``select()``): what it shows, nothing more.
 LIST_FIELDS: Final = (

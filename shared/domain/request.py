@@ -212,7 +212,20 @@ def decode_message(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         kind = type(body).__name__
         raise InvalidRequest([FieldError("$", f"message must be a JSON object, not {kind}")])
+    if "\\u" in text and _holds_lone_surrogate(body):
+        # JSON may escape half a surrogate pair; such text is stored nowhere (Firestore and
+        # Pub/Sub take UTF-8 only), so the message could never be recorded.
+        problem = "message holds text that is not valid Unicode (a lone surrogate, \\udXXX)"
+        raise InvalidRequest([FieldError("$", problem)])
     return body
+
+
+def _holds_lone_surrogate(body: dict[str, Any]) -> bool:
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def read_request_id(body: dict[str, Any], attributes: dict[str, str], message_id: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -375,3 +375,64 @@ def test_a_steady_tick_reads_no_record_and_a_changed_job_is_read_whole(tracker, 
     assert tracker.store.store.ops["read"] == reads + 1  # the changed one, read whole
     assert current(tracker)["state"] == "RUNNING"
     assert dataclasses.is_dataclass(tracker.settings)
+
+
+# --- found by review: each door once more -----------------------------------------------
+
+
+def test_a_slot_template_cannot_grow_the_checkpoint_uri_past_its_bound(intake, tracker, post_event):
+    body = load("seed_request")
+    body.update(requestId="s-{slot}", schedule={"slotSeconds": 60})
+    body["checkpointUri"] = "gs://ck-b/" + "{slot}" * 40_000  # 240 KB, 640 KB once expanded
+    assert deliver(post_event, body) == 200  # refused and recorded, never redelivered
+    (rejection,) = intake.rejections.documents.values()
+    assert rejection["errors"][0]["path"] == "checkpointUri"
+    assert "Cloud Storage allows 1024" in rejection["errors"][0]["message"]
+    assert not tracker.store.store.jobs
+
+
+def test_a_request_id_with_a_lone_surrogate_is_a_recorded_rejection(intake, post_event):
+    text = json.dumps({**load("seed_request"), "requestId": "PLACEHOLDER"})
+    data = text.replace("PLACEHOLDER", "r-\\ud800").encode()
+    assert (
+        post_event("handle_job_request", pubsub_cloud_event(data, message_id="m-lone")).status_code
+        == 200
+    )
+    (rejection,) = intake.rejections.documents.values()
+    assert "not valid Unicode" in rejection["errors"][0]["message"]
+
+
+def test_an_adopted_spot_job_under_a_final_decision_is_revisited(
+    intake, tracker, clock, post_event
+):
+    intake.prices = tracker.prices
+    tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504")
+    event = pubsub_cloud_event(auto_body())
+    assert post_event("handle_job_request", event).status_code == 500
+    (name,) = tracker.backend.jobs
+    assert tracker.backend.jobs[name].strategy == "SPOT"  # days of slack: attempt 1 on Spot
+    # The redelivery comes when only on-demand fits (a final STANDARD decision), and adopts
+    # the Spot job the first delivery made: nothing then bounded its wait.
+    clock.advance((datetime(2026, 12, 3, 7, 50, tzinfo=UTC) - clock()).total_seconds())
+    assert post_event("handle_job_request", event).status_code == 200
+    record = current(tracker)
+    assert record["vertexJob"] == name and record["strategy"] == "SPOT"
+    assert record["capacity"]["final"] is False
+    assert tick(post_event, clock) == 200  # still queued: given up, the policy chooses again
+    assert tracker.backend.cancels == [name]
+    assert tick(post_event, clock) == 200
+    assert current(tracker)["strategy"] == "STANDARD" and current(tracker)["attempt"] == 2
+
+
+def test_a_cancel_marked_under_a_dead_claim_is_finished_by_the_tick(tracker, clock, post_event):
+    crash_on_next_record(tracker.store)
+    with pytest.raises(KeyboardInterrupt):
+        request_seed(post_event)
+    (name,) = tracker.backend.jobs
+    assert cancel(post_event) == 500  # the claim is live: cancelRequested marked, redelivery
+    # ... which never comes (dead-lettered). The tick finishes the cancel once the claim dies.
+    clock.advance(tracker.settings.claim_ttl_seconds + 1)
+    assert tick(post_event, clock, 1) == 200
+    assert current(tracker)["state"] == "CANCELLED"
+    assert tracker.backend.jobs[name].state == "JOB_STATE_CANCELLED"
+    assert "nextAttemptAt" not in current(tracker)

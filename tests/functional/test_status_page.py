@@ -312,6 +312,17 @@ def test_the_longest_request_ids_have_their_page_and_their_next_page(
     assert html.escape(long_ids[0][:40]) in page(client, html.unescape(link))
 
 
+def test_a_next_page_after_a_request_id_that_json_escapes_is_followed(client, clock, post_event):
+    # 1,500 bytes (within the bound), but each character takes 6 in the cursor's JSON.
+    long_ids = ["\x01" * 1499 + suffix for suffix in ("a", "b")]
+    for request_id in long_ids:
+        submit(post_event, request_id, "long")
+        clock.advance(60)
+    listing = page(client, "/?limit=1")
+    (link,) = re.findall(r'<a href="([^"]+)" rel="next">', listing)
+    page(client, html.unescape(link))
+
+
 @pytest.mark.parametrize(
     ("query", "bad"),
     [

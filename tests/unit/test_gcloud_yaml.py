@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from shared.domain.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
 from shared.domain.request import parse_request
@@ -147,7 +148,7 @@ def test_one_string_referenced_many_times_is_refused_before_it_expands():
     text = f"big: &big {'x' * 20_000}\nworkerPoolSpecs: [" + "*big," * 50_000 + "]\n"
     assert len(text) < 300_000
     with pytest.raises(InvalidRequest) as info:
-        parse_gcloud_config(text, "r1")
+        parse_gcloud_config(text, "r1", max_bytes=10**6)  # under the size bound: read
     assert [e.path for e in info.value.errors] == ["$"]
     assert "anchors and aliases" in info.value.errors[0].message
 
@@ -162,7 +163,9 @@ def test_anchors_and_merge_keys_are_refused(text):
 
 def test_the_json_form_is_bounded_in_bytes_without_aliases():
     # No alias: each value is written out. The JSON form still may not pass the message limit.
-    text = "workerPoolSpecs:\n" + "".join(f"- {'y' * 100}\n" for _ in range(5000))
+    # Under the limit as YAML, over it as JSON (quotes and separators on every item).
+    text = "workerPoolSpecs:\n" + "".join(f"- {'y' * 100}\n" for _ in range(2530))
+    assert len(text) < 262_144 < len(json.dumps(yaml.safe_load(text)))
     with pytest.raises(InvalidRequest) as info:
         parse_gcloud_config(text, "r1", max_bytes=262_144)
     assert "262144 bytes of JSON" in info.value.errors[0].message
@@ -223,3 +226,25 @@ def test_seed_yaml_and_its_json_form_are_the_same_request():
         "timeout": "604800s",
     }
     assert (from_yaml.strategy, from_yaml.max_wait_seconds) == ("FLEX_START", 7200)
+
+
+def test_an_alias_free_yaml_is_refused_before_it_is_held_in_memory():
+    # 1 MB of "- 1" items, no alias: PyYAML holds ~150 MiB composing it (an 8 MiB upload is
+    # past the function's 512 MiB). A text past the message limit is refused unparsed.
+    import tracemalloc
+
+    text = "workerPoolSpecs:\n" + "- 1\n" * 250_000
+    tracemalloc.start()
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config(text, "r", max_bytes=256 * 1024)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB for a 1 MB file"
+    assert "it becomes one message of at most 262144" in info.value.errors[0].message
+
+
+def test_composing_stops_at_the_node_bound():
+    text = "workerPoolSpecs: [" + "1," * 100_001 + "]\n"
+    with pytest.raises(InvalidRequest) as info:
+        parse_gcloud_config(text, "r", max_bytes=10**7)
+    assert "over 100000 values" in info.value.errors[0].message

@@ -10,12 +10,12 @@ from typing import Any
 
 from shared.domain.attempts import attempt_spec
 from shared.domain.checkpoints import split_gcs_uri
-from shared.domain.records import checkpoints_under
 from shared.domain.request import (
     KINDS,
     TRAINING_KINDS,
     JobRequest,
     check_options,
+    job_spec_of,
     job_spec_path,
     strategy_path,
 )
@@ -74,19 +74,30 @@ def check_checkpoints_apart(request: JobRequest, guards: Guards) -> list[FieldEr
     """
     if guards.request_bucket is None or request.kind not in TRAINING_KINDS:
         return []
-    prefix = checkpoints_under(request.kind, request.spec, request.options)
-    if prefix is None or split_gcs_uri(prefix)[0] != guards.request_bucket:
-        return []
-    if request.options.get("checkpointUri") is not None:
-        path = "checkpointUri"
-    else:
-        path = ".".join((request.kind, *job_spec_path(request.kind), "baseOutputDirectory"))
-        path += ".outputUriPrefix"
+    output = (job_spec_of(request.kind, request.spec) or {}).get("baseOutputDirectory")
+    output_path = ".".join((request.kind, *job_spec_path(request.kind), "baseOutputDirectory"))
+    places = {
+        "checkpointUri": request.options.get("checkpointUri"),
+        f"{output_path}.outputUriPrefix": (
+            output.get("outputUriPrefix") if isinstance(output, dict) else None
+        ),
+    }
     problem = (
         f"is in gs://{guards.request_bucket}, the request bucket (FLEXJOBS_REQUEST_BUCKET): "
-        "checkpoints go to a bucket of their own, where uploaders cannot write"
+        "outputs and checkpoints go to a bucket of their own, where uploaders cannot write"
     )
-    return [FieldError(path, problem)]
+    return [
+        FieldError(path, problem)
+        for path, uri in places.items()
+        if isinstance(uri, str) and _bucket_of(uri) == guards.request_bucket
+    ]
+
+
+def _bucket_of(uri: str) -> str | None:
+    try:
+        return split_gcs_uri(uri)[0]
+    except ValueError:
+        return None  # not a Cloud Storage URI: reported where it is checked
 
 
 def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
