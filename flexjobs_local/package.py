@@ -4,15 +4,16 @@ Cloud Functions builds a Python function from a source tree with ``main.py`` at 
 a ``requirements.txt`` beside it. The zip holds exactly that:
 
 * ``main.py``, from ``functions/main.py``;
-* the ``shared/`` package (its modules and package data: ``*.json``, ``*.yaml``, and the
-  status page's templates and stylesheet: ``*.html``, ``*.svg``, ``*.css``);
-* ``requirements.txt``: the runtime dependencies of ``pyproject.toml`` and everything they
-  require, each pinned to the version installed here (``name==version``), so the function
-  runs what the tests ran. No dev tools, no embedded stack, no CLI.
+* the ``shared/`` package, at any depth (its modules and package data: ``*.json``, ``*.yaml``,
+  and the status page's templates and stylesheet: ``*.html``, ``*.svg``, ``*.css``);
+* ``requirements.txt``: ``uv.lock``'s resolution of the base dependencies and the
+  ``functions`` extra of ``pyproject.toml``, written by ``uv export`` (every package pinned
+  ``name==version`` with the lock's hashes, so the build verifies each file against the lock
+  and the function runs what the tests ran). No dev tools, no embedded stack, no CLI.
 
-The zip is byte-for-byte reproducible (sorted entries, fixed times and modes), and its name
-carries the first 16 hex digits of its SHA-256: an unchanged tree yields the same file, and
-Terraform redeploys only when the code changed.
+The zip is byte-for-byte reproducible (sorted entries, fixed times and modes; the lock fixes
+the requirements), and its name carries the first 16 hex digits of its SHA-256: an unchanged
+tree and lock yield the same file, and Terraform redeploys only when the code changed.
 
 Run ``./dev package`` (``python -m flexjobs_local.package [--out dist]``); it prints the path.
 """
@@ -20,138 +21,77 @@ Run ``./dev package`` (``python -m flexjobs_local.package [--out dist]``); it pr
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import io
 import re
+import shutil
+import subprocess
 import sys
-import tomllib
 import zipfile
-from collections.abc import Iterable
-from importlib import metadata
 from pathlib import Path
-
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "flexjobs-functions"
+# The extra of pyproject.toml that, with the base dependencies, is what a function installs.
+EXTRA = "functions"
 # What a function needs from shared/: its code and the data files it loads at run time.
 SHARED_SUFFIXES = (".py", ".json", ".yaml", ".html", ".svg", ".css")
 # The zip's name, for scripts and tests that look for the built artifact.
 ZIP_NAME = re.compile(rf"^{NAME}-[0-9a-f]{{16}}\.zip$")
 # 1980-01-01, the earliest time a zip entry can hold: every build writes the same bytes.
 EPOCH = (1980, 1, 1, 0, 0, 0)
+HEADER = f"# Written by ./dev package from uv.lock (the base dependencies and [{EXTRA}]).\n"
 
 
-def imported_modules(files: dict[str, bytes]) -> set[str]:
-    """Every absolute import in the function source (lazy imports inside functions too),
-    less the standard library and flexjobs' own ``shared``."""
-    modules: set[str] = set()
-    for name, data in files.items():
-        if not name.endswith(".py"):
-            continue
-        for node in ast.walk(ast.parse(data, filename=name)):
-            if isinstance(node, ast.Import):
-                modules.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules.add(node.module)
-                modules.update(f"{node.module}.{alias.name}" for alias in node.names)
-    ours = sys.stdlib_module_names | {"shared"}
-    return {m for m in modules if m.split(".")[0] not in ours}
-
-
-def _module_index() -> dict[str, str]:
-    """Dotted module or package → the installed distribution that provides it."""
-    index: dict[str, str] = {}
-    for distribution in metadata.distributions():
-        for file in distribution.files or ():
-            parts = file.parts
-            if not parts or parts[0].endswith((".dist-info", ".data")) or file.suffix != ".py":
-                continue
-            dotted = ".".join((*parts[:-1], file.stem)).removesuffix(".__init__")
-            index.setdefault(dotted, distribution.metadata["Name"])
-            for depth in range(1, len(parts)):
-                index.setdefault(".".join(parts[:depth]) + ".*", distribution.metadata["Name"])
-    return index
-
-
-def function_distributions(files: dict[str, bytes], declared: Iterable[str]) -> set[str]:
-    """The distributions the function source imports, each one the project declares.
+def uv(repo: Path = REPO) -> str:
+    """The uv that ./dev installs into ``.venv-uv``, else one on ``PATH`` (uv itself refuses
+    to run at another version than pyproject's ``required-version``).
 
     Raises:
-        ValueError: the source imports a module no declared dependency provides.
+        FileNotFoundError: no uv anywhere; ``./dev install`` brings it.
     """
-    index = _module_index()
-    wanted = {canonicalize_name(Requirement(text).name) for text in declared}
-    found: set[str] = set()
-    for module in sorted(imported_modules(files)):
-        provider = index.get(module) or index.get(f"{module}.*")
-        if provider is None:
-            continue  # a name imported from a module (``from a import b``), not a module
-        name = canonicalize_name(provider)
-        if name not in wanted:
-            continue  # provided by a dependency of a declared one (google.protobuf, ...)
-        found.add(name)
-    if not found:
-        raise ValueError("the function source imports none of the declared dependencies")
+    local = repo / ".venv-uv" / "bin" / "uv"
+    found = str(local) if local.exists() else shutil.which("uv")
+    if found is None:
+        raise FileNotFoundError("uv is not installed: run ./dev install (it installs .venv-uv)")
     return found
 
 
-def runtime_requirements(
-    files: dict[str, bytes] | None = None, pyproject: Path = REPO / "pyproject.toml"
-) -> list[str]:
-    """``name==version`` for every dependency the function source imports and all they
-    require, as installed here.
+def runtime_requirements(repo: Path = REPO) -> str:
+    """The zip's ``requirements.txt``: what ``uv.lock`` resolves for the function.
 
-    Only the declared dependencies the function code imports count: the CLI's (Typer, Rich)
-    are dependencies of the package too, and must not ship with the function. Environment
-    markers are evaluated for this interpreter (the function's runtime is the same Python
-    minor version as CI's), and extras are followed where a requirement names them.
+    ``--locked`` refuses a lock that no longer matches ``pyproject.toml`` (run ``./dev lock``)
+    and ``--offline`` reads nothing but the lock: the same lock gives the same text on any day.
+    Environment markers stay as the lock has them; pip evaluates them on the function's
+    runtime.
 
     Raises:
-        metadata.PackageNotFoundError: a dependency is not installed here.
+        subprocess.CalledProcessError: uv refused (a stale lock, or no lock).
     """
-    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
-    roots = function_distributions(files or source_files(), project["dependencies"])
-    pinned: dict[str, str] = {}
-    seen: set[tuple[str, frozenset[str]]] = set()
-    pending = [Requirement(name) for name in sorted(roots)]
-    while pending:
-        requirement = pending.pop()
-        name = canonicalize_name(requirement.name)
-        # Keyed on the extras too: a package reached again with an extra brings more.
-        key = (name, frozenset(requirement.extras))
-        if key in seen:
-            continue
-        seen.add(key)
-        distribution = metadata.distribution(requirement.name)
-        pinned[name] = distribution.version
-        for text in distribution.requires or ():
-            child = Requirement(text)
-            if _applies(child, requirement.extras):
-                pending.append(child)
-    return [f"{name}=={version}" for name, version in sorted(pinned.items())]
-
-
-#: The function's runtime (python311 on Linux), whatever interpreter builds the zip.
-RUNTIME = {
-    "python_version": "3.11",
-    "python_full_version": "3.11.9",
-    "implementation_name": "cpython",
-    "platform_python_implementation": "CPython",
-    "sys_platform": "linux",
-    "platform_system": "Linux",
-    "os_name": "posix",
-}
-
-
-def _applies(requirement: Requirement, extras: Iterable[str]) -> bool:
-    """Whether a dependency's marker holds on the function's runtime, for the extras its
-    parent was asked for."""
-    if requirement.marker is None:
-        return True
-    return any(requirement.marker.evaluate({**RUNTIME, "extra": extra}) for extra in ("", *extras))
+    done = subprocess.run(
+        [
+            uv(repo),
+            "export",
+            "--locked",
+            "--offline",
+            "--quiet",
+            "--format=requirements.txt",
+            "--no-header",
+            "--no-emit-project",
+            "--no-dev",
+            f"--extra={EXTRA}",
+            f"--project={repo}",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        done.check_returncode()
+    return HEADER + done.stdout
 
 
 def source_files(repo: Path = REPO) -> dict[str, bytes]:
@@ -178,8 +118,7 @@ def build_zip(files: dict[str, bytes]) -> bytes:
 def package(out: Path, repo: Path = REPO) -> Path:
     """Write the function source zip into ``out``; returns its path."""
     files = source_files(repo)
-    requirements = "\n".join(runtime_requirements(files, repo / "pyproject.toml")) + "\n"
-    files["requirements.txt"] = requirements.encode()
+    files["requirements.txt"] = runtime_requirements(repo).encode()
     data = build_zip(files)
     digest = hashlib.sha256(data).hexdigest()[:16]
     out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flexjobs_local.package", description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "dist", help="default: dist/")
     args = parser.parse_args(argv)
-    print(package(args.out))
+    try:
+        print(package(args.out))
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        # uv said why on stderr (a stale lock: run ./dev lock); no traceback on top of it.
+        print(f"flexjobs_local.package: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,8 +1,9 @@
 """The deployable artifact stands on its own, as the Cloud Functions build uses it.
 
-The zip ``./dev package`` builds is unpacked into a clean virtualenv that gets nothing but its
-``requirements.txt`` (``--no-deps``: the pinned list itself must be complete, and ``pip check``
-must pass); ``main`` is imported from it, and every entry point is served by that venv's
+The zip ``./dev package`` builds (twice: the same file) is unpacked into a clean virtualenv that
+gets nothing but its ``requirements.txt``, uv.lock's resolution of the function's set with the
+lock's hashes (``--no-deps``: the pinned list itself must be complete, and ``pip check`` must
+pass); ``main`` is imported from it, and every entry point is served by that venv's
 functions-framework and sent one CloudEvent against the session's emulators and simulator (the
 status page: one GET of each of its pages, templates and stylesheet read from the zip).
 """
@@ -25,11 +26,12 @@ from typing import Any
 import pytest
 
 from flexjobs_local import procs
-from flexjobs_local.package import ZIP_NAME, package
+from flexjobs_local.package import ZIP_NAME, package, runtime_requirements
 from flexjobs_local.stack import HTTP_FUNCTIONS, STATUS_PAGE, UPLOAD_FUNCTION
 from shared.domain.ids import doc_id
 from tests.events import load, object_resource, seed_line
 from tests.integration.helpers import upload_id, wait_for
+from tests.unit.test_package import check_generated_from_the_lock, locked_versions, pins
 
 pytestmark = pytest.mark.integration
 
@@ -51,20 +53,22 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("artifact")
     zipped = package(root / "dist")
     assert ZIP_NAME.match(zipped.name)
-    assert package(root / "dist2").name == zipped.name  # an unchanged tree: the same file
+    again = package(root / "dist2")  # an unchanged tree and lock: the same file
+    assert again.name == zipped.name and again.read_bytes() == zipped.read_bytes()
     source = root / "source"
     with zipfile.ZipFile(zipped) as archive:
         names = archive.namelist()
         archive.extractall(source)
     assert "main.py" in names and "requirements.txt" in names and "shared/__init__.py" in names
-    # The status page's templates and stylesheet are package data the function reads.
-    assert {"shared/templates/job.html", "shared/static/status.css"} <= set(names)
+    # The status page's templates and stylesheet are package data the function reads (at
+    # whatever depth of shared/ they sit).
+    for data in ("templates/job.html", "static/status.css", "prices.yaml"):
+        assert [n for n in names if n.startswith("shared/") and n.endswith(f"/{data}")], data
     assert not [n for n in names if n.startswith(("flexjobs_local/", "tests/", "functions/"))]
-    requirements = (source / "requirements.txt").read_text().split()
-    assert all("==" in line for line in requirements)
-    assert [r for r in requirements if r.startswith("jinja2==")]
-    for dev_only in ("pytest", "ruff", "mypy", "gcp-storage-emulator", "hypothesis"):
-        assert not [r for r in requirements if r.split("==")[0] == dev_only]
+    # Generated from uv.lock: every pin is the lock's, with its hashes, and nothing else.
+    requirements = (source / "requirements.txt").read_text()
+    assert requirements == runtime_requirements()
+    assert "jinja2" in check_generated_from_the_lock(requirements)
     env_dir = root / "venv"
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -197,12 +201,13 @@ def test_every_entry_point_serves_from_the_artifact(servers, stack, db, unique):
             assert rid.encode() in answer.read() or kind == "text/css"
 
 
-def test_the_packager_pins_what_is_installed_here() -> None:
+def test_the_packager_pins_what_the_lock_resolves() -> None:
+    """The function pins uv.lock's versions, the ones ./dev installed for these tests."""
     from importlib import metadata
 
-    from flexjobs_local.package import runtime_requirements
-
-    pins = dict(line.split("==") for line in runtime_requirements())
+    pinned = pins(runtime_requirements())
+    versions = locked_versions()
     for name in ("functions-framework", "google-cloud-firestore", "pyyaml", "pydantic"):
-        assert pins[name] == metadata.version(name)
+        assert pinned[name] == metadata.version(name)
+        assert versions[name] == {pinned[name]}
     assert sys.version_info >= (3, 11)
