@@ -21,7 +21,7 @@ The model (pure Python, event-driven, seconds since the job's start):
   deadline; each job pairs a preemption trace with an availability trace of matching scale
   (1-node with 1-node, the 4-node gang with the 16-node probe).
 
-The AUTO policy is :func:`shared.domain.capacity.decide`, called exactly as the lifecycle calls
+The AUTO policy is :func:`shared.domain.capacity.rule.decide`, called exactly as the lifecycle calls
 it: at every attempt boundary, and at each checkpoint of an on-demand attempt.
 """
 
@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from shared.domain.capacity import (
+from shared.domain.capacity.model import (
     FLEX_START,
     MAX_SWITCHES,
     SPOT,
@@ -48,10 +48,10 @@ from shared.domain.capacity import (
     CapacityDecision,
     Prices,
     Situation,
-    decide,
 )
-from shared.domain.pricing import PriceTable
-from shared.domain.retry import MAX_RETRIES_PER_GROUP, Budgets, placement_for
+from shared.domain.capacity.rule import decide
+from shared.domain.policy.pricing import PriceTable
+from shared.domain.policy.retry import MAX_RETRIES_PER_GROUP, Budgets, placement_for
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The traces live beside the clone (``../shared/traces``); FLEXJOBS_TRACES or --traces moves it.
@@ -346,7 +346,7 @@ class SpotRetries(_Stateless):
 
 
 class Ladder(_Stateless):
-    """Today's fallback ladder through :func:`shared.domain.retry.placement_for`."""
+    """Today's fallback ladder through :func:`shared.domain.policy.retry.placement_for`."""
 
     name = "fallback ladder"
 
@@ -410,7 +410,7 @@ class UniformProgress:
 
 
 class Auto:
-    """flexjobs AUTO: :func:`shared.domain.capacity.decide`, asked as the lifecycle asks it."""
+    """flexjobs AUTO: :func:`shared.domain.capacity.rule.decide`, asked as the lifecycle asks it."""
 
     name = "flexjobs AUTO"
 
@@ -665,14 +665,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--traces", type=Path, default=traces, help="the spot-traces folder")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where the PNG goes")
     parser.add_argument(
-        "--accelerator", default=ACCELERATOR, help="the shared/prices.yaml row to price with"
+        "--accelerator",
+        default=ACCELERATOR,
+        help="the shared/domain/policy/prices.yaml row to price with",
     )
     args = parser.parse_args(argv)
     accelerator = args.accelerator.upper()
     began = time.perf_counter()
     table = PriceTable.default()
     if accelerator not in table.rates:
-        parser.error(f"{accelerator} is not in shared/prices.yaml")
+        parser.error(f"{accelerator} is not in shared/domain/policy/prices.yaml")
     jobs = population(args.traces, Prices.of(table, accelerator))
     results = run_all(jobs)
     print_report(accelerator, jobs, results, time.perf_counter() - began)

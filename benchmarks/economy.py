@@ -39,13 +39,13 @@ from benchmarks.recovery import percentile, spot_request
 from flexjobs_local import procs
 from flexjobs_local.procs import exit_on_sigterm
 from flexjobs_local.stack import LocalStack, StackConfig
-from shared import intake as intake_service
-from shared import lifecycle
+from shared.app import intake as intake_service
+from shared.app import lifecycle
+from shared.app.commands import Reconcile, SubmitJob, TrackJob
+from shared.app.repository.jobs import JobRecords
 from shared.bootstrap import build_intake, build_tracker
-from shared.commands import Reconcile, SubmitJob, TrackJob
-from shared.config import Settings
-from shared.envelopes import PubsubMessage
-from shared.repository import JobRecords
+from shared.ingress.envelopes import PubsubMessage
+from shared.kernel.config import Settings
 
 # Firestore RPCs by what they cost: reads and queries bill per document, writes per write.
 FIRESTORE_KINDS = {
@@ -128,8 +128,8 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
     """The production wiring of Intake and Tracker, on channels that count their calls."""
     from google.cloud import firestore
 
-    from shared.adapters.firestore import FirestoreJobStore
-    from shared.adapters.vertex import VertexJobBackend
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.vertex.jobs import VertexJobBackend
 
     firestore_calls, vertex_calls = CallCounter(), CallCounter()
 
@@ -149,7 +149,7 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
 
         from google.cloud import aiplatform_v1
 
-        from shared.adapters.vertex import _SERVICES
+        from shared.adapters.vertex.jobs import _SERVICES
 
         module, client_name, transport_name = _SERVICES[service]
         transports = importlib.import_module(

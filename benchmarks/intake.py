@@ -22,7 +22,7 @@ from pathlib import Path
 
 from flexjobs_local.procs import exit_on_sigterm
 from flexjobs_local.stack import LocalStack, StackConfig
-from shared.domain.ids import doc_id
+from shared.domain.model.ids import doc_id
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -50,9 +50,9 @@ IN_PROCESS = {
 
 def records(now: datetime, count: int) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """``count`` job records with their attempts, as the lifecycle leaves them."""
-    from shared.domain.pricing import PriceTable
-    from shared.domain.records import new_record
-    from shared.domain.request import parse_request
+    from shared.domain.decisions.submissions import new_record
+    from shared.domain.policy.pricing import PriceTable
+    from shared.domain.request.message import parse_request
     from tests.events import load
 
     prices = PriceTable.default()
@@ -127,11 +127,11 @@ def uncached(project: str, path: str, count: int) -> list[tuple[float, float, in
     from werkzeug.test import EnvironBuilder
     from werkzeug.wrappers import Request
 
-    from shared.adapters.firestore import FirestoreJobStore
-    from shared.adapters.firestore_views import FirestoreJobViews
-    from shared.config import Settings
-    from shared.domain.pricing import PriceTable
-    from shared.status_page import StatusSite, serve
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.domain.policy.pricing import PriceTable
+    from shared.kernel.config import Settings
+    from shared.status.site import StatusSite, serve
 
     views = FirestoreJobViews(FirestoreJobStore(Settings(project=project)))
     site = StatusSite(views, PriceTable.default(), lambda: datetime.now(UTC), totals_seconds=0)

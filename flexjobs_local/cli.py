@@ -31,9 +31,9 @@ from flexjobs_local.messages import (
     stamp_schedule_time,
 )
 from flexjobs_local.views import list_view, status_view
-from shared.config import Settings
-from shared.domain.display import jsonable
-from shared.domain.jobs import JobState
+from shared.domain.model.states import JobState
+from shared.kernel.config import Settings
+from shared.status.display import jsonable
 
 STATE_DIR = Path(".flexjobs-local")
 STATE_FILE = STATE_DIR / "stack.json"
@@ -353,7 +353,7 @@ def cancel(
 @app.command()
 def schema() -> int:
     """Print the JSON Schema of the request message."""
-    from shared.domain.schema import build_schema
+    from flexjobs_local.schema import build_schema
 
     sys.stdout.write(json.dumps(build_schema(), indent=2) + "\n")
     return 0

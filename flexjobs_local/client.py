@@ -3,7 +3,7 @@
 Configuration follows the Google conventions: ``GOOGLE_CLOUD_PROJECT`` (or ``--project``),
 Application Default Credentials, ``PUBSUB_EMULATOR_HOST`` / ``FIRESTORE_EMULATOR_HOST`` (the
 clients honour them), and the ``FLEXJOBS_*`` settings the functions read
-(:meth:`shared.config.Settings.from_env`). Clients are built on first use, never at import.
+(:meth:`shared.kernel.config.Settings.from_env`). Clients are built on first use, never at import.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from shared.config import Settings
-from shared.domain.ids import doc_id
+from shared.domain.model.ids import doc_id
+from shared.kernel.config import Settings
 
 JOBS = "jobs"
 DEPLOYMENTS = "deployments"

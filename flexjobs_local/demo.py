@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from flexjobs_local.stack import LocalStack, StackConfig
-from shared.domain.uploads import StoredObject
+from shared.domain.request.files import StoredObject
 
 LOCATION = "us-central1"
 A100_CAPACITY = 4

@@ -2,11 +2,11 @@
 
 A file holds one message (``.json``), one message a line (``.jsonl``), a gcloud
 ``config.yaml``, or a bare Vertex body (with ``kind``). Each message is checked by the function's
-own parser and validators (:func:`shared.domain.request.parse_request`,
-:func:`shared.domain.validation.validators`), so what passes here is what intake accepts.
+own parser and validators (:func:`shared.domain.request.message.parse_request`,
+:func:`shared.domain.request.validation.validators`), so what passes here is what intake accepts.
 
 Examples:
-    >>> from shared.config import Settings
+    >>> from shared.kernel.config import Settings
     >>> [m] = read_messages(b'{"cancel": "r1"}', "cancel.json")
     >>> check(m, Settings(project=""), now=datetime(2026, 11, 30, tzinfo=UTC))
     []
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.config import Settings
-from shared.domain.gcloud_yaml import DEFAULT_MAX_BYTES as DEFAULT_MAX_MESSAGE_BYTES
-from shared.domain.request import KINDS, decode_message, parse_request
-from shared.domain.schedule import SCHEDULE_TIME_ATTRIBUTE, check_not_ahead
-from shared.domain.uploads import Format, messages
-from shared.domain.validation import Guards, validators
-from shared.errors import FieldError, InvalidRequest, reading_untrusted
-from shared.intake import is_cancel
+from shared.app.intake import is_cancel
+from shared.domain.request.files import Format, messages
+from shared.domain.request.gcloud_yaml import DEFAULT_MAX_BYTES as DEFAULT_MAX_MESSAGE_BYTES
+from shared.domain.request.message import KINDS, decode_message, parse_request
+from shared.domain.request.schedule import SCHEDULE_TIME_ATTRIBUTE, check_not_ahead
+from shared.domain.request.validation import Guards, validators
+from shared.kernel.config import Settings
+from shared.kernel.errors import FieldError, InvalidRequest, reading_untrusted
 
 FORMATS = ("json", "jsonl", "yaml")
 
@@ -75,7 +75,7 @@ def read_messages(
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> list[Message]:
     """The messages of a file, split and read by the upload function's own reader
-    (:func:`shared.domain.uploads.messages`: the same lines, BOM and limits); unreadable
+    (:func:`shared.domain.request.files.messages`: the same lines, BOM and limits); unreadable
     ones carry their errors instead of a body, and so does a file that cannot be read."""
     fmt = fmt or detect_format(name, data.decode("utf-8", errors="replace"))
     try:

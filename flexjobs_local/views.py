@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 # The figures read the same here and on the status page.
-from shared.domain.display import duration, gpu_hours, usd, when
+from shared.status.display import duration, gpu_hours, usd, when
 
 STATE_STYLES = {
     "SUCCEEDED": "green",

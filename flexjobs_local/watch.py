@@ -20,7 +20,7 @@ from rich.table import Table
 
 from flexjobs_local.client import DEPLOYMENTS, JOBS, REJECTIONS, Config
 from flexjobs_local.views import checkpoint_text, duration, gpu_hours, mapping, state_text, usd
-from shared.domain.ids import doc_id
+from shared.domain.model.ids import doc_id
 
 SUCCESS = frozenset({"SUCCEEDED", "DEPLOYED"})
 TERMINAL = {

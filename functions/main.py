@@ -11,11 +11,12 @@ from typing import Any
 
 import functions_framework
 
-from shared import bootstrap, intake, lifecycle, uploads
-from shared import status_page as pages
-from shared.commands import ReceiveUpload, Reconcile, SubmitJob, TrackJob
-from shared.entrypoint import pubsub_handler
-from shared.envelopes import PubsubMessage, StorageObjectEvent
+from shared import bootstrap
+from shared.app import intake, lifecycle, uploads
+from shared.app.commands import ReceiveUpload, Reconcile, SubmitJob, TrackJob
+from shared.ingress.acknowledgement import pubsub_handler
+from shared.ingress.envelopes import PubsubMessage, StorageObjectEvent
+from shared.status import site as pages
 
 
 @functions_framework.cloud_event

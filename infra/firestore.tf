@@ -16,7 +16,7 @@ resource "google_firestore_database" "default" {
 }
 
 # The composite queries the adapters run (the drift test reads their declarations). This one
-# (shared/adapters/firestore.py, WATCHING) is the checkpoint lookup of an upload,
+# (shared/adapters/firestore/job_store.py, WATCHING) is the checkpoint lookup of an upload,
 # checkpointPrefix == P and state in [active states]. Every other query but the next one
 # filters and orders on one field and uses Firestore's automatic single-field indexes.
 resource "google_firestore_index" "jobs_checkpoint_prefix_state" {
@@ -34,7 +34,7 @@ resource "google_firestore_index" "jobs_checkpoint_prefix_state" {
   }
 }
 
-# The status page's list filtered by state (shared/adapters/firestore_views.py,
+# The status page's list filtered by state (shared/adapters/firestore/views.py,
 # JOBS_IN_STATES and JOBS_IN_STATES_SINCE): state in [chosen states], optionally createdAt >=
 # T, newest first (createdAt, then the document id, descending).
 resource "google_firestore_index" "jobs_state_created_at" {

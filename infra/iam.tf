@@ -4,7 +4,7 @@
 
 # --- What the functions call in Vertex AI -----------------------------------------------------
 
-# Exactly the Vertex AI methods the adapters call (shared/adapters/vertex.py, endpoints.py),
+# Exactly the Vertex AI methods the adapters call (shared/adapters/vertex/jobs.py, endpoints.py),
 # instead of roles/aiplatform.user. GetOperation on a DeployModel operation
 # (endpoints/E/operations/O) is authorised by aiplatform.endpoints.get; there is no
 # aiplatform.operations.get permission to grant.

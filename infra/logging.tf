@@ -1,5 +1,5 @@
 # State hints: a log sink publishing Vertex AI job log entries and audit entries to the
-# events topic. A hint only says which job to read again (shared/domain/hints.py).
+# events topic. A hint only says which job to read again (shared/domain/decisions/hints.py).
 
 locals {
   # Vertex AI's own messages about a job ("Job is preparing.", "Job completed successfully.")

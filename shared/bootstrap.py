@@ -15,19 +15,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared.config import Settings
-from shared.deployments import Deployments
-from shared.domain.pricing import PriceTable
-from shared.domain.retry import Backoff, RetryPolicy
-from shared.intake import Intake
-from shared.lifecycle import Tracker
-from shared.logs import configure
-from shared.repository import DeploymentRecords, JobRecords
-from shared.status_page import StatusSite
-from shared.uploads import Uploads
+from shared.app.context import Deployments, Intake, Tracker
+from shared.app.repository.deployments import DeploymentRecords
+from shared.app.repository.jobs import JobRecords
+from shared.app.uploads import Uploads
+from shared.domain.policy.pricing import PriceTable
+from shared.domain.policy.retry import Backoff, RetryPolicy
+from shared.kernel.config import Settings
+from shared.kernel.logs import configure
+from shared.status.site import StatusSite
 
 if TYPE_CHECKING:
-    from shared.adapters.firestore import FirestoreJobStore
+    from shared.adapters.firestore.job_store import FirestoreJobStore
 
 _lock = threading.Lock()
 _intake: Intake | None = None
@@ -44,10 +43,10 @@ def build_intake(
     settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
 ) -> Intake:
     """The production wiring of :class:`Intake`: Firestore, Vertex AI and Pub/Sub adapters."""
-    from shared.adapters.firestore import FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
-    from shared.adapters.vertex import VertexJobBackend
-    from shared.domain.validation import Guards, validators
+    from shared.adapters.vertex.jobs import VertexJobBackend
+    from shared.domain.request.validation import Guards, validators
 
     settings = settings or Settings.from_env()
     store = FirestoreJobStore(settings)
@@ -60,7 +59,7 @@ def build_intake(
         backend=backend,
         rejections=FirestoreRejectionLog(store),
         notifier=PubsubNotifier(settings),
-        # The body was parsed with the v1 proto by parse_request (shared.domain.vertex_json),
+        # The body was parsed with the v1 proto by parse_request (shared.domain.request.canonical),
         # so what the protos refuse is already reported; these run on its canonical form.
         validators=validators(guards),
         clock=clock,
@@ -75,13 +74,13 @@ def build_deployments(
     clock: Callable[[], datetime] = utc_now,
     jobs: FirestoreJobStore | None = None,
 ) -> Deployments:
-    """The production wiring of :class:`~shared.deployments.Deployments` (Firestore, Vertex).
+    """The production wiring of :class:`~shared.app.deploy.Deployments` (Firestore, Vertex).
 
     ``jobs`` shares its Firestore client; without it a store of its own is built (lazily).
     """
-    from shared.adapters.endpoints import VertexDeploymentBackend
-    from shared.adapters.firestore import FirestoreJobStore
-    from shared.adapters.firestore_deployments import FirestoreDeploymentStore
+    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.vertex.endpoints import VertexDeploymentBackend
 
     settings = settings or Settings.from_env()
     return Deployments(
@@ -118,7 +117,7 @@ def retry_policy(settings: Settings, *, classify: bool = True) -> RetryPolicy:
     ``classify=False``: a malformed failure table then stops only the functions that
     classify failures (the event handler and the tick), never the intake of requests.
     """
-    from shared.domain.failures import DEFAULT_RULES, load_rules
+    from shared.domain.policy.failures import DEFAULT_RULES, load_rules
 
     rules = DEFAULT_RULES
     if classify and settings.failure_rules:
@@ -137,10 +136,10 @@ def build_tracker(
     settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
 ) -> Tracker:
     """The production wiring of :class:`Tracker`."""
-    from shared.adapters.firestore import FirestoreJobStore
+    from shared.adapters.firestore.job_store import FirestoreJobStore
     from shared.adapters.gcs import GcsCheckpointStore
     from shared.adapters.pubsub import PubsubNotifier
-    from shared.adapters.vertex import VertexJobBackend
+    from shared.adapters.vertex.jobs import VertexJobBackend
 
     settings = settings or Settings.from_env()
     store = FirestoreJobStore(settings)
@@ -177,7 +176,7 @@ def override_tracker(value: Tracker | None) -> None:
 def build_uploads(
     settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
 ) -> Uploads:
-    """The production wiring of :class:`~shared.uploads.Uploads`: an intake of its own (the
+    """The production wiring of :class:`~shared.app.uploads.Uploads`: an intake of its own (the
     upload function submits requests exactly as the requests function does) and GCS."""
     from shared.adapters.gcs import GcsCheckpointStore, GcsStoredObjects
 
@@ -191,7 +190,7 @@ def build_uploads(
 
 
 def uploads() -> Uploads:
-    """The instance-wide :class:`~shared.uploads.Uploads`, built on first use."""
+    """The instance-wide :class:`~shared.app.uploads.Uploads`, built on first use."""
     global _uploads
     with _lock:
         if _uploads is None:
@@ -201,7 +200,7 @@ def uploads() -> Uploads:
 
 
 def override_uploads(value: Uploads | None) -> None:
-    """Install a prebuilt :class:`~shared.uploads.Uploads` (tests), or drop it."""
+    """Install a prebuilt :class:`~shared.app.uploads.Uploads` (tests), or drop it."""
     global _uploads
     with _lock:
         _uploads = value
@@ -211,8 +210,8 @@ def build_status_site(
     settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
 ) -> StatusSite:
     """The production wiring of the status page: read-only Firestore views and the prices."""
-    from shared.adapters.firestore import FirestoreJobStore
-    from shared.adapters.firestore_views import FirestoreJobViews
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.views import FirestoreJobViews
 
     settings = settings or Settings.from_env()
     views = FirestoreJobViews(FirestoreJobStore(settings), timeout=settings.call_timeout_seconds)
@@ -225,7 +224,7 @@ def build_status_site(
 
 
 def status_site() -> StatusSite:
-    """The instance-wide :class:`~shared.status_page.StatusSite`, built on first use."""
+    """The instance-wide :class:`~shared.status.site.StatusSite`, built on first use."""
     global _status_site
     with _lock:
         if _status_site is None:
@@ -235,7 +234,7 @@ def status_site() -> StatusSite:
 
 
 def override_status_site(value: StatusSite | None) -> None:
-    """Install a prebuilt :class:`~shared.status_page.StatusSite` (tests), or drop it."""
+    """Install a prebuilt :class:`~shared.status.site.StatusSite` (tests), or drop it."""
     global _status_site
     with _lock:
         _status_site = value

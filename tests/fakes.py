@@ -13,25 +13,24 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.domain.checkpoints import (
+from shared.app.ports import MAX_WATCHERS, Decided
+from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
+from shared.domain.model.changes import Change, Write
+from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
+from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
+from shared.domain.model.records import TICK_FIELDS, Stored
+from shared.domain.model.states import DeploymentState, JobState
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.policy.checkpoints import (
     COMMIT_SUCCESS,
-    Checkpoint,
-    ObjectInfo,
     confirm,
     latest_complete,
     listings,
     split_gcs_uri,
 )
-from shared.domain.deployments import (
-    DeploymentState,
-    OperationStatus,
-    Write,
-    carries_tag,
-    tagged_display_name,
-)
-from shared.domain.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
-from shared.domain.jobs import Change, JobState, VertexJob
-from shared.domain.listing import (
+from shared.domain.request.message import JobRequest, parse_duration
+from shared.kernel.errors import BackendRejected, ObjectGone
+from shared.status.listing import (
     ATTEMPT_FIELDS,
     DEPLOYMENT_FIELDS,
     DEPLOYMENT_LIST_FIELDS,
@@ -43,10 +42,6 @@ from shared.domain.listing import (
     Page,
     next_cursor,
 )
-from shared.domain.record import TICK_FIELDS, Stored
-from shared.domain.request import JobRequest, parse_duration
-from shared.errors import BackendRejected, ObjectGone
-from shared.ports import MAX_WATCHERS, Decided
 
 # Request kind -> the Vertex collection its resources are named in.
 COLLECTIONS = {
@@ -393,8 +388,8 @@ class InMemoryNotifier:
 
 class InMemoryCheckpointStore:
     """The CheckpointStore port in memory: objects by bucket, searched by the domain's own
-    rules (:func:`~shared.domain.checkpoints.latest_complete` and
-    :func:`~shared.domain.checkpoints.confirm`), as the GCS adapter searches its listings."""
+    rules (:func:`~shared.domain.policy.checkpoints.latest_complete` and
+    :func:`~shared.domain.policy.checkpoints.confirm`), as the GCS adapter searches its listings."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, ObjectInfo]] = {}
@@ -553,7 +548,7 @@ class InMemoryDeploymentBackend:
 
 def crash_on_next_record(records: Any) -> None:
     """The process dies between create and record: the next ``record_submission`` of
-    ``records`` (a :class:`~shared.repository.JobRecords`) raises a BaseException, which no
+    ``records`` (a :class:`~shared.app.repository.jobs.JobRecords`) raises a BaseException, which no
     handler catches, so nothing after it runs (not even a claim release)."""
     original = records.record_submission
 

@@ -1,6 +1,6 @@
 """Unit tests write job records as Firestore stores them (plain documents); the decisions read
-them decoded, as :class:`shared.repository.JobRecords` hands them over. :func:`decoded` lets a
-test call a decision with a document."""
+them decoded, as :class:`shared.app.repository.jobs.JobRecords` hands them over. :func:`decoded`
+lets a test call a decision with a document."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared.domain.record import JobRecord
+from shared.domain.model.records import JobRecord
 
 
 def decoded(decision: Callable[..., Any]) -> Callable[..., Any]:

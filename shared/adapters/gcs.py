@@ -1,6 +1,6 @@
 """GcsCheckpointStore: find a job's latest complete checkpoint in Cloud Storage.
 
-The pure :func:`shared.domain.checkpoints.latest_checkpoint` decides; this store only lists,
+The pure :func:`shared.domain.policy.checkpoints.latest_checkpoint` decides; this store only lists,
 always with ``delimiter="/"`` so a request shows one directory's own entries, never the
 (possibly millions of) shards below it:
 
@@ -20,7 +20,7 @@ logs a warning: the prefix's listing arrives in name order, so a cut one misses 
 Errors:
     * transient faults (429, 500, 502, 503, 504, connection resets) are retried by
       ``google.api_core.retry.Retry`` until ``deadline_seconds``; if they persist, the call
-      raises :class:`shared.errors.StoreUnavailable` so the message is redelivered;
+      raises :class:`shared.kernel.errors.StoreUnavailable` so the message is redelivered;
     * a bucket that does not exist returns None: nothing was checkpointed there, so the
       job resubmits from scratch, which is also what happens before its first checkpoint.
       A warning is logged because a typo in ``checkpointUri`` looks exactly like this;
@@ -41,16 +41,10 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry, if_exception_type
 from google.auth.credentials import AnonymousCredentials
 
-from shared.domain.checkpoints import (
-    Checkpoint,
-    Listing,
-    ObjectInfo,
-    confirm,
-    latest_checkpoint,
-    split_gcs_uri,
-)
-from shared.errors import ObjectGone, StoreUnavailable
-from shared.logs import get_logger
+from shared.domain.model.checkpoint import Checkpoint, Listing, ObjectInfo
+from shared.domain.policy.checkpoints import confirm, latest_checkpoint, split_gcs_uri
+from shared.kernel.errors import ObjectGone, StoreUnavailable
+from shared.kernel.logs import get_logger
 
 # Through the flexjobs hierarchy, so warnings are JSON lines carrying the requestId label.
 logger = get_logger("gcs")

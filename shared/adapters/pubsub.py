@@ -9,8 +9,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.config import Settings
-from shared.errors import PublishFailed
+from shared.kernel.config import Settings
+from shared.kernel.errors import PublishFailed
 
 
 class PubsubNotifier:

@@ -9,14 +9,13 @@ from cloudevents.conversion import to_structured
 from functions_framework import create_app
 
 from shared import bootstrap
-from shared.config import Settings
-from shared.deployments import Deployments
-from shared.domain.pricing import PriceTable
-from shared.domain.retry import Backoff, RetryPolicy
-from shared.domain.validation import Guards, validators
-from shared.intake import Intake
-from shared.lifecycle import Tracker
-from shared.repository import DeploymentRecords, JobRecords
+from shared.app.context import Deployments, Intake, Tracker
+from shared.app.repository.deployments import DeploymentRecords
+from shared.app.repository.jobs import JobRecords
+from shared.domain.policy.pricing import PriceTable
+from shared.domain.policy.retry import Backoff, RetryPolicy
+from shared.domain.request.validation import Guards, validators
+from shared.kernel.config import Settings
 from tests.fakes import (
     FakeClock,
     InMemoryCheckpointStore,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from shared.adapters.pubsub import PubsubNotifier
-from shared.config import Settings
-from shared.domain.checkpoints import Checkpoint
-from shared.errors import OutcomeUnknown
+from shared.domain.model.checkpoint import Checkpoint
+from shared.kernel.config import Settings
+from shared.kernel.errors import OutcomeUnknown
 from tests.events import load, published_at, pubsub_cloud_event
 from tests.fakes import MAX_DOCUMENT_BYTES, crash_on_next_record, document_size
 from tests.functional.test_lifecycle_handlers import (
@@ -226,7 +226,7 @@ def test_an_unexpected_failure_reading_a_message_is_a_recorded_rejection(
     def exhausted(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError
 
-    monkeypatch.setattr("shared.intake.parse_request", exhausted)
+    monkeypatch.setattr("shared.app.intake.parse_request", exhausted)
     assert deliver(post_event, load("seed_request")) == 200  # acknowledged, never redelivered
     (rejection,) = intake.rejections.documents.values()
     assert rejection["errors"] == [

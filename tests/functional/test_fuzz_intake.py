@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.request import ENVELOPE_FIELDS, KINDS
+from shared.domain.request.message import ENVELOPE_FIELDS, KINDS
 from tests.events import load, pubsub_cloud_event
 
 BASES = {

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from shared import intake as intake_service
-from shared.commands import SubmitJob
-from shared.envelopes import PubsubMessage
+from shared.app import intake as intake_service
+from shared.app.commands import SubmitJob
+from shared.ingress.envelopes import PubsubMessage
 from tests.events import load, pubsub_cloud_event
 from tests.fakes import crash_on_next_record
 
@@ -79,7 +79,7 @@ def test_bad_input_is_acknowledged_and_creates_nothing(intake, post_event):
 
 
 def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
-    from shared.errors import BackendUnavailable
+    from shared.kernel.errors import BackendUnavailable
 
     intake.backend.fail_with = BackendUnavailable("Vertex AI CreateCustomJob failed: 503")
     response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from shared.deployments import refresh_deployments
-from shared.errors import QuotaExhausted
+from shared.app.deploy import refresh_deployments
+from shared.kernel.errors import QuotaExhausted
 from tests.events import load, pubsub_cloud_event
 from tests.functional.conftest import ENDPOINT
 
@@ -117,7 +117,7 @@ def test_unknown_endpoint_fails_the_deployment_for_good(intake, post_event):
 
 
 def test_transient_deploy_fault_is_redelivered_and_releases_the_claim(intake, post_event):
-    from shared.errors import BackendUnavailable
+    from shared.kernel.errors import BackendUnavailable
 
     deployments = intake.deployments
     deployments.backend.fail_with = BackendUnavailable("Vertex AI DeployModel failed: 503")

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from shared import lifecycle
-from shared.commands import Reconcile
-from shared.domain.jobs import JobState, from_vertex
-from shared.domain.recovery import cancel_requested
-from shared.errors import BackendRejected, BackendUnavailable, PublishFailed
+from shared.app import lifecycle
+from shared.app.commands import Reconcile
+from shared.domain.decisions.recovery import cancel_requested
+from shared.domain.model.states import JobState, from_vertex
+from shared.kernel.errors import BackendRejected, BackendUnavailable, PublishFailed
 from tests.events import load, published_at, pubsub_cloud_event
 
 SEED = "seed-1"
@@ -740,7 +740,7 @@ def test_a_give_up_after_a_user_cancel_changes_nothing(intake, tracker, clock, p
 def test_a_give_up_decided_on_a_queued_listing_spares_a_job_a_hint_saw_start(
     intake, tracker, clock, post_event
 ):
-    from shared.submission import yield_attempt
+    from shared.app.steps.switches import yield_attempt
 
     first = submit_auto(intake, tracker, post_event)
     clock.advance(wait_until(tracker) + 1)

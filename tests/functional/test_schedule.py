@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from shared import intake as intake_service
-from shared.commands import SubmitJob
-from shared.envelopes import PubsubMessage
-from shared.errors import SubmissionInProgress
+from shared.app import intake as intake_service
+from shared.app.commands import SubmitJob
+from shared.ingress.envelopes import PubsubMessage
+from shared.kernel.errors import SubmissionInProgress
 from tests.events import load, published_at, pubsub_cloud_event
 from tests.functional.conftest import START
 

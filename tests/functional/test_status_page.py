@@ -18,9 +18,10 @@ import pytest
 from functions_framework import create_app
 
 from shared import bootstrap
-from shared.domain.pricing import PriceTable
-from shared.errors import StoreUnavailable
-from shared.status_page import CSP, StatusSite
+from shared.domain.policy.pricing import PriceTable
+from shared.kernel.errors import StoreUnavailable
+from shared.status.page import CSP
+from shared.status.site import StatusSite
 from tests.events import load, published_at, pubsub_cloud_event
 from tests.fakes import InMemoryJobViews
 from tests.functional.conftest import PRICES, SOURCE

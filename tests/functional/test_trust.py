@@ -14,17 +14,12 @@ from datetime import timedelta
 
 import pytest
 
-from shared.domain.ids import labels_for
-from shared.domain.jobs import JobState, from_vertex
-from shared.domain.records import TOMBSTONE_REASON, Submission
-from shared.domain.recovery import cancel_requested
-from shared.errors import (
-    BackendRejected,
-    BackendUnavailable,
-    OutcomeUnknown,
-    QuotaExhausted,
-)
-from shared.intake import MAX_REJECTION_ERRORS, excerpt
+from shared.app.intake import MAX_REJECTION_ERRORS, excerpt
+from shared.domain.decisions.recovery import cancel_requested
+from shared.domain.decisions.submissions import TOMBSTONE_REASON, Submission
+from shared.domain.model.ids import labels_for
+from shared.domain.model.states import JobState, from_vertex
+from shared.kernel.errors import BackendRejected, BackendUnavailable, OutcomeUnknown, QuotaExhausted
 from tests.events import load, pubsub_cloud_event
 from tests.fakes import crash_on_next_record
 from tests.functional.test_lifecycle_handlers import (
@@ -494,7 +489,7 @@ def test_a_cancel_finds_a_crashed_retry_in_its_fallback_location(tracker, clock,
 
 
 def _request_of_seed():
-    from shared.domain.request import parse_request
+    from shared.domain.request.message import parse_request
 
     return parse_request(load("seed_request"), {}, "m")
 

@@ -18,9 +18,9 @@ from cloudevents.http import CloudEvent
 from functions_framework import create_app
 
 from shared import bootstrap
-from shared.domain.uploads import StoredObject
-from shared.errors import StoreUnavailable
-from shared.uploads import Uploads
+from shared.app.uploads import Uploads
+from shared.domain.request.files import StoredObject
+from shared.kernel.errors import StoreUnavailable
 from tests.events import (
     bad_seed_line,
     gcs_notification,
@@ -308,9 +308,9 @@ CKPT = f"gs://{CKPT_BUCKET}/runs/r1/checkpoints/"
 
 def running_job(intake, tracker, request_id="ck-1", **extra):
     """Submit a request writing checkpoints under CKPT and move its job to RUNNING."""
-    from shared import intake as intake_service
-    from shared.commands import SubmitJob
-    from shared.envelopes import PubsubMessage
+    from shared.app import intake as intake_service
+    from shared.app.commands import SubmitJob
+    from shared.ingress.envelopes import PubsubMessage
 
     body = {**load("seed_request"), "requestId": request_id, "checkpointUri": CKPT, **extra}
     message = PubsubMessage(json.dumps(body).encode(), message_id=request_id)
@@ -404,9 +404,9 @@ def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, upload
     body_extra["customJob"]["jobSpec"]["baseOutputDirectory"] = {
         "outputUriPrefix": f"gs://{CKPT_BUCKET}/runs/r1"
     }
-    from shared import intake as intake_service
-    from shared.commands import SubmitJob
-    from shared.envelopes import PubsubMessage
+    from shared.app import intake as intake_service
+    from shared.app.commands import SubmitJob
+    from shared.ingress.envelopes import PubsubMessage
 
     body = {"requestId": "out-1", **body_extra}
     message = PubsubMessage(json.dumps(body).encode(), message_id="out-1")
@@ -562,8 +562,8 @@ def on_demand_auto_job(intake, tracker, final: bool = False, total_steps: int | 
 def test_an_on_demand_attempt_ahead_at_a_checkpoint_is_left_for_cheaper_capacity(
     intake, tracker, uploads, client
 ):
-    from shared import lifecycle
-    from shared.commands import Reconcile
+    from shared.app import lifecycle
+    from shared.app.commands import Reconcile
 
     name = on_demand_auto_job(intake, tracker)
     tracker.checkpoints.commit(CKPT, 900, tracker.clock())
@@ -656,8 +656,8 @@ def test_a_checkpoint_the_attempt_resumed_from_never_makes_it_leave(
 
 
 def test_the_failure_raised_for_a_sweep_is_one_a_redelivery_may_fix():
-    from shared.errors import InvalidRequest
-    from shared.uploads import _to_raise
+    from shared.app.uploads import _to_raise
+    from shared.kernel.errors import InvalidRequest
 
     permanent, transient = InvalidRequest([]), StoreUnavailable("down")
     assert _to_raise([permanent, transient]) is transient
@@ -674,7 +674,7 @@ def test_an_unexpected_failure_reading_a_file_is_one_recorded_rejection(
     def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr("shared.uploads.messages", broken)
+    monkeypatch.setattr("shared.app.uploads.messages", broken)
     resource = put(uploads, "requests/deep.yaml", "workerPoolSpecs: {}\n")
     assert eventarc(client, resource).status_code == 200
     (rejection,) = intake.rejections.documents.values()

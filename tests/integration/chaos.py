@@ -44,7 +44,7 @@ from typing import Any
 
 from flexjobs_local.simulator.client import SimulatorControlError
 from flexjobs_local.stack import NOTIFICATIONS_TAP, LocalStack, StackConfig
-from shared.domain.ids import label_value
+from shared.domain.model.ids import label_value
 from tests.integration.helpers import running_stack
 from tests.integration.test_lifecycle import spot_request
 

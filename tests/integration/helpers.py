@@ -17,7 +17,7 @@ from flexjobs_local.stack import LocalStack, StackConfig
 def upload_id(stack: LocalStack, name: str, data: bytes | str, line: int | None = None) -> str:
     """The requestId an upload gives a message that names none: from its bytes (its line's
     in a ``.jsonl``)."""
-    from shared.domain.uploads import StoredObject
+    from shared.domain.request.files import StoredObject
 
     raw = data.encode() if isinstance(data, str) else data
     return StoredObject(stack.config.bucket, name, "").request_id(raw, line)

@@ -28,7 +28,7 @@ import pytest
 from flexjobs_local import procs
 from flexjobs_local.package import ZIP_NAME, package, runtime_requirements
 from flexjobs_local.stack import HTTP_FUNCTIONS, STATUS_PAGE, UPLOAD_FUNCTION
-from shared.domain.ids import doc_id
+from shared.domain.model.ids import doc_id
 from tests.events import load, object_resource, seed_line
 from tests.integration.helpers import upload_id, wait_for
 from tests.unit.test_package import check_generated_from_the_lock, locked_versions, pins

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from flexjobs_local.stack import LocalStack
-from shared.domain.ids import doc_id
+from shared.domain.model.ids import doc_id
 from tests.integration.helpers import wait_for
 
 FLEXJOBS = str(Path(sys.executable).with_name("flexjobs"))

@@ -26,8 +26,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from shared.adapters.gcs import GcsCheckpointStore
-from shared.domain.checkpoints import Checkpoint
-from shared.errors import StoreUnavailable
+from shared.domain.model.checkpoint import Checkpoint
+from shared.kernel.errors import StoreUnavailable
 
 pytestmark = pytest.mark.integration
 

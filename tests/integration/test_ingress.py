@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from shared.domain.ids import doc_id
+from shared.domain.model.ids import doc_id
 from tests.events import bad_seed_line, load, seed_line
 from tests.integration.helpers import upload_id, wait_for
 

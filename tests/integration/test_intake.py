@@ -10,10 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from shared import bootstrap
-from shared import intake as intake_service
-from shared.commands import SubmitJob
-from shared.config import Settings
-from shared.envelopes import PubsubMessage
+from shared.app import intake as intake_service
+from shared.app.commands import SubmitJob
+from shared.ingress.envelopes import PubsubMessage
+from shared.kernel.config import Settings
 from tests.events import load
 from tests.integration.helpers import wait_for
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.vertex import ENDPOINT_SERVICE, build_gapic_client
-from shared.config import Settings
+from shared.adapters.vertex.jobs import ENDPOINT_SERVICE, build_gapic_client
+from shared.kernel.config import Settings
 from tests.events import load
 from tests.integration.helpers import wait_for
 

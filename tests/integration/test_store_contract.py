@@ -1,6 +1,6 @@
 """The store contract: the same cases run on the in-memory fakes and on the Firestore emulator.
 
-The cases drive the stores through :class:`shared.repository.JobRecords` and
+The cases drive the stores through :class:`shared.app.repository.jobs.JobRecords` and
 ``DeploymentRecords``, the one place that gives the stores' few primitives (get, create,
 transact, the queries) their meaning, so what is compared is what the services see.
 
@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 
-from shared.domain.deployments import OperationStatus, new_deployment
-from shared.domain.hints import HintAction
-from shared.domain.ids import doc_id
-from shared.domain.jobs import Change, JobState, VertexJob
-from shared.domain.record import TICK_FIELDS, JobRecord
-from shared.domain.records import (
+from shared.app.ports import RejectionLog
+from shared.app.repository.deployments import DeploymentRecords
+from shared.app.repository.jobs import JobRecords
+from shared.domain.decisions.deploy_model import OperationStatus, new_deployment
+from shared.domain.decisions.hints import HintAction
+from shared.domain.decisions.recovery import cancels_confirmed, cancels_pending, finish
+from shared.domain.decisions.submissions import (
     MAX_NOTIFIED,
     QUOTA_REASON,
     Submission,
@@ -40,11 +41,13 @@ from shared.domain.records import (
     submission_claimable,
     tombstone,
 )
-from shared.domain.recovery import cancels_confirmed, cancels_pending, finish
-from shared.domain.request import JobRequest, parse_request
-from shared.errors import SubmissionInProgress
-from shared.ports import RejectionLog
-from shared.repository import DeploymentRecords, JobRecords
+from shared.domain.model.changes import Change
+from shared.domain.model.ids import doc_id
+from shared.domain.model.records import TICK_FIELDS, JobRecord
+from shared.domain.model.states import JobState
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.request.message import JobRequest, parse_request
+from shared.kernel.errors import SubmissionInProgress
 from tests.events import load
 from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryRejectionLog
 
@@ -93,9 +96,13 @@ def stores(backend: str, request: pytest.FixtureRequest) -> Stores:
         log = InMemoryRejectionLog()
         deployments = DeploymentRecords(InMemoryDeploymentStore())
         return Stores(backend, jobs, deployments, log, log.documents.get)
-    from shared.adapters.firestore import REJECTIONS, FirestoreJobStore, FirestoreRejectionLog
-    from shared.adapters.firestore_deployments import FirestoreDeploymentStore
-    from shared.config import Settings
+    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+    from shared.adapters.firestore.job_store import (
+        REJECTIONS,
+        FirestoreJobStore,
+        FirestoreRejectionLog,
+    )
+    from shared.kernel.config import Settings
 
     # Only the Firestore side needs the emulator stack: `-k memory` runs without it.
     client = request.getfixturevalue("firestore_client")
@@ -131,7 +138,7 @@ def delete_record(stores: Stores, request: pytest.FixtureRequest) -> Callable[[s
     store = stores.jobs.store
     if isinstance(store, InMemoryJobStore):
         return lambda rid: (store.jobs.pop(rid), None)[1]
-    from shared.adapters.firestore import JOBS
+    from shared.adapters.firestore.job_store import JOBS
 
     client = request.getfixturevalue("firestore_client")
     return lambda rid: (client.collection(JOBS).document(doc_id(rid)).delete(), None)[1]
@@ -749,7 +756,7 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
 
 
 def test_active_reads_in_pages(jobs, unique, monkeypatch):
-    from shared.adapters import firestore as adapter
+    from shared.adapters.firestore import job_store as adapter
 
     monkeypatch.setattr(adapter, "PAGE_SIZE", 2)  # five records: three pages of the query
     made = [unique(f"paged-{n}") for n in range(5)]
@@ -794,7 +801,7 @@ def test_watching_finds_the_active_records_of_one_prefix(jobs, unique):
 
 
 def test_record_checkpoint_moves_forward_only(jobs, unique):
-    from shared.domain.checkpoints import Checkpoint
+    from shared.domain.model.checkpoint import Checkpoint
 
     rid, prefix = unique("ck"), "gs://bkt/ck/"
     jobs.claim(watched_request(rid, prefix, totalSteps=400), NOW, TTL)

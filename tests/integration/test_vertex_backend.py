@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from flexjobs_local.simulator import serve
-from shared.adapters.vertex import VertexJobBackend
-from shared.config import Settings
-from shared.domain.request import parse_request
+from shared.adapters.vertex.jobs import VertexJobBackend
+from shared.domain.request.message import parse_request
+from shared.kernel.config import Settings
 from tests.events import load
 
 pytestmark = pytest.mark.integration

@@ -1,8 +1,8 @@
 """The JobViews contract: the same cases on the in-memory fake and on the Firestore emulator.
 
 Records are written through the stores' own ``create`` (and attempts through
-:class:`shared.repository.JobRecords`), then read through the views, so the fake's queries are
-held to what Firestore answers: the order (``createdAt`` then document id, both descending),
+:class:`shared.app.repository.jobs.JobRecords`), then read through the views, so the fake's queries
+are held to what Firestore answers: the order (``createdAt`` then document id, both descending),
 the cursor, the filters, the bounds and the fields selected.
 
 The Firestore side shares the session's emulator with other tests and never resets it. Each
@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.listing import (
+from shared.app.ports import DeploymentStore, JobStore
+from shared.app.repository.jobs import JobRecords
+from shared.status.listing import (
     ATTEMPT_FIELDS,
     DEPLOYMENT_LIST_FIELDS,
     JOB_FIELDS,
@@ -30,8 +32,7 @@ from shared.domain.listing import (
     Cursor,
     Listing,
 )
-from shared.ports import DeploymentStore, JobStore, JobViews
-from shared.repository import JobRecords
+from shared.status.ports import JobViews
 from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryJobViews
 
 pytestmark = pytest.mark.integration
@@ -53,10 +54,10 @@ def views(request: pytest.FixtureRequest) -> Views:
     if request.param == "memory":
         jobs, deployments = InMemoryJobStore(), InMemoryDeploymentStore()
         return Views("memory", jobs, deployments, InMemoryJobViews(jobs, deployments))
-    from shared.adapters.firestore import FirestoreJobStore
-    from shared.adapters.firestore_deployments import FirestoreDeploymentStore
-    from shared.adapters.firestore_views import FirestoreJobViews
-    from shared.config import Settings
+    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.kernel.config import Settings
 
     # Only the Firestore side needs the emulator stack: `-k memory` runs without it.
     client = request.getfixturevalue("firestore_client")

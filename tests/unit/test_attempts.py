@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.attempts import attempt_spec, gpu_shape, seconds_between, usage
+from shared.domain.request.attempts import attempt_spec, gpu_shape, seconds_between, usage
 from tests.events import load
 
 OURS = ("FLEXJOBS_RUN_ID", "FLEXJOBS_ATTEMPT", "FLEXJOBS_RESUME_FROM")

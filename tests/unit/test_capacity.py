@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.capacity import (
+from shared.domain.capacity.model import (
     FLEX_REVISIT_SECONDS,
     MAX_FLEX_WAIT_SECONDS,
     MAX_SWITCHES,
@@ -17,15 +17,17 @@ from shared.domain.capacity import (
     Prices,
     Situation,
     Tuning,
-    decide,
+)
+from shared.domain.capacity.rule import decide
+from shared.domain.capacity.situations import (
     situation_for_first_attempt,
     situation_from_record,
     switch_from_on_demand,
     waited_in_vain,
 )
-from shared.domain.pricing import PriceTable
-from shared.domain.record import JobRecord
-from shared.domain.retry import Budgets
+from shared.domain.model.records import JobRecord
+from shared.domain.policy.pricing import PriceTable
+from shared.domain.policy.retry import Budgets
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 HOUR = 3600.0

@@ -19,7 +19,7 @@ from benchmarks.capacity import (
     View,
     simulate,
 )
-from shared.domain.capacity import Prices
+from shared.domain.capacity.model import Prices
 
 GAP = 600.0  # one value every 10 minutes
 PRICES = Prices(standard=4.0, spot=1.0, flex_start=2.0)

@@ -8,10 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.checkpoints import (
-    Checkpoint,
-    Listing,
-    ObjectInfo,
+from shared.domain.model.checkpoint import Checkpoint, Listing, ObjectInfo
+from shared.domain.policy.checkpoints import (
     check_checkpoint_uri,
     checkpoint_prefix,
     confirm,

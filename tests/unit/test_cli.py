@@ -269,7 +269,7 @@ def test_the_size_limit_is_measured_as_published():
     from datetime import UTC, datetime
 
     from flexjobs_local.messages import Message, check
-    from shared.config import Settings
+    from shared.kernel.config import Settings
 
     body = {"cancel": "r1", "pad": ["x"] * 40}
     compact = len(json.dumps(body, separators=(",", ":")))

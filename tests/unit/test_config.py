@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from shared.config import ENV_VARS, Settings
+from shared.kernel.config import ENV_VARS, Settings
 
 
 class Spy(Mapping[str, str]):

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from shared.domain.attempts import attempt_spec
-from shared.domain.deadlines import DeadlineOptions
-from shared.domain.request import parse_request
-from shared.domain.validation import Guards, validators
-from shared.errors import InvalidRequest
+from shared.domain.request.attempts import attempt_spec
+from shared.domain.request.deadlines import DeadlineOptions
+from shared.domain.request.message import parse_request
+from shared.domain.request.validation import Guards, validators
+from shared.kernel.errors import InvalidRequest
 from tests.events import load
 
 PUBLISHED = "2026-12-01T00:00:00Z"

@@ -6,15 +6,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.domain.deployments import (
+from shared.domain.decisions.deploy_model import (
     OperationStatus,
     carries_tag,
     deployment_tag,
     observe_operation,
     tagged_display_name,
 )
-from shared.domain.record import DeploymentRecord
-from shared.domain.request import MAX_DISPLAY_NAME
+from shared.domain.model.records import DeploymentRecord
+from shared.domain.request.message import MAX_DISPLAY_NAME
 
 # The decisions read records decoded; these tests write them as stored documents.
 _observe = observe_operation

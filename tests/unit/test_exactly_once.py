@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from shared.errors import (
+from shared.app.steps.exactly_once import Creation, Outcome, Ticket, create_once
+from shared.kernel.errors import (
     BackendRejected,
     BackendUnavailable,
     OutcomeUnknown,
     QuotaExhausted,
     StoreUnavailable,
 )
-from shared.exactly_once import Creation, Outcome, Ticket, create_once
 
 
 class Steps:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.failures import (
+from shared.domain.policy.failures import (
     DEFAULT_RULES,
     FailureClass,
     FailureRule,

@@ -7,10 +7,10 @@ import json
 import pytest
 import yaml
 
-from shared.domain.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
-from shared.domain.request import parse_request
-from shared.domain.validation import Guards, check_options, check_request
-from shared.errors import InvalidRequest
+from shared.domain.request.gcloud_yaml import DEFAULT_DISPLAY_NAME, parse_gcloud_config
+from shared.domain.request.message import parse_request
+from shared.domain.request.validation import Guards, check_options, check_request
+from shared.kernel.errors import InvalidRequest
 
 # The gcloud example of seed 000, verbatim.
 SEED_YAML = """\

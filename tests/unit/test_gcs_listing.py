@@ -22,7 +22,7 @@ from google.cloud import storage
 
 from shared.adapters import gcs
 from shared.adapters.gcs import GcsCheckpointStore
-from shared.domain.checkpoints import Checkpoint
+from shared.domain.model.checkpoint import Checkpoint
 
 ENDPOINT = "http://fake-gcs.invalid"
 BUCKET = "ckpt-bucket"

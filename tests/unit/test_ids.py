@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.ids import doc_id, label_value
+from shared.domain.model.ids import doc_id, label_value
 
 
 def test_a_readable_request_id_cannot_take_the_label_of_a_hashed_one():

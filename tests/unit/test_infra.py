@@ -35,11 +35,11 @@ import pytest
 from hcl2.utils import SerializationOptions
 
 # Imported for what they declare: their queries (DECLARED).
-import shared.adapters.firestore_deployments
-import shared.adapters.firestore_views  # noqa: F401
-from shared.adapters.firestore import DECLARED, Query
-from shared.config import ENV_VARS, Settings
-from shared.domain.jobs import JobState
+import shared.adapters.firestore.deployment_store
+import shared.adapters.firestore.views  # noqa: F401
+from shared.adapters.firestore.job_store import DECLARED, Query
+from shared.domain.model.states import JobState
+from shared.kernel.config import ENV_VARS, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
@@ -704,7 +704,7 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
 
 
 def test_the_checkpoint_watch_query_covers_every_active_state():
-    from shared.adapters.firestore import ACTIVE_STATES
+    from shared.adapters.firestore.job_store import ACTIVE_STATES
 
     assert set(ACTIVE_STATES) == {s.value for s in JobState if not s.terminal}
 

@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from cloudevents.http import CloudEvent
 
-from shared.domain.checkpoints import Checkpoint, completed_by
-from shared.domain.jobs import JobState
-from shared.domain.record import JobRecord
-from shared.domain.records import checkpoint_progress
-from shared.domain.schedule import (
+from shared.domain.decisions.submissions import checkpoint_progress
+from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.records import JobRecord
+from shared.domain.model.states import JobState
+from shared.domain.policy.checkpoints import completed_by
+from shared.domain.request.files import Format, StoredObject, messages, request_format
+from shared.domain.request.schedule import (
     Concurrency,
     Move,
     Slot,
@@ -25,9 +27,8 @@ from shared.domain.schedule import (
     slot_start,
     turn,
 )
-from shared.domain.uploads import Format, StoredObject, messages, request_format
-from shared.envelopes import StorageObjectEvent
-from shared.errors import InvalidRequest
+from shared.ingress.envelopes import StorageObjectEvent
+from shared.kernel.errors import InvalidRequest
 from tests.events import gcs_notification, object_resource, pubsub_cloud_event, storage_cloud_event
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -218,7 +219,7 @@ def test_jsonl_lines_end_at_newlines_only():
 
 
 def test_a_file_of_too_many_requests_fails_as_a_whole():
-    from shared.domain.uploads import MAX_FILE_REQUESTS
+    from shared.domain.request.files import MAX_FILE_REQUESTS
 
     assert (
         len(messages(Format.JSONL, b"{}\n" * MAX_FILE_REQUESTS, "r", max_bytes=LIMIT))

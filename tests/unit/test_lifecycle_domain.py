@@ -6,14 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.hints import (
+from shared.domain.decisions.hints import (
     CLOCK_SKEW_SECONDS,
     HintAction,
     hint_action,
     parse_hint,
     read_start,
 )
-from shared.domain.jobs import VertexJob, observe
+from shared.domain.decisions.jobs import observe
+from shared.domain.model.vertex_jobs import VertexJob
 from tests.events import load
 from tests.records_support import decoded
 

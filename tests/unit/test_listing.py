@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.listing import (
+from shared.kernel.errors import InvalidRequest
+from shared.status.listing import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     Cursor,
@@ -14,7 +15,6 @@ from shared.domain.listing import (
     parse_age,
     read_filters,
 )
-from shared.errors import InvalidRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

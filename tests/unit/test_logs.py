@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from shared.logs import CloudLoggingFormatter, request_context
+from shared.kernel.logs import CloudLoggingFormatter, request_context
 
 
 def test_cloud_logging_shape():

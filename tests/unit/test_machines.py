@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import machines
-from shared.domain.machines import (
+from shared.domain.request import machines
+from shared.domain.request.machines import (
     DWS_ACCELERATORS,
     DWS_MACHINES,
     describe,

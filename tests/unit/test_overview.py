@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.overview import (
+from shared.domain.model.records import JobRecord
+from shared.domain.policy.pricing import PriceTable
+from shared.status.overview import (
     ACTIVE_STATES,
     Money,
     attempt_rows,
@@ -16,8 +18,6 @@ from shared.domain.overview import (
     notifications,
     totals,
 )
-from shared.domain.pricing import PriceTable
-from shared.domain.record import JobRecord
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 PRICES = PriceTable.load("accelerators: {NVIDIA_L4: {STANDARD: 1.0, SPOT: 0.4, FLEX_START: 0.5}}")

@@ -143,8 +143,8 @@ def test_the_locked_vertex_client_knows_every_name_the_code_sends() -> None:
     these; the lock must not fall below it."""
     from google.cloud.aiplatform_v1 import types
 
-    from shared.domain.machines import ALL_ACCELERATORS
-    from shared.domain.scheduling import DEPRECATED_STRATEGIES, STRATEGIES
+    from shared.domain.model.strategies import DEPRECATED_STRATEGIES, STRATEGIES
+    from shared.domain.request.machines import ALL_ACCELERATORS
 
     assert set(ALL_ACCELERATORS) <= set(types.AcceleratorType.__members__)
     strategies = set(types.Scheduling.Strategy.__members__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.pricing import CostEstimate, PriceTable
+from shared.domain.policy.pricing import CostEstimate, PriceTable
 
 ACCELERATORS = (
     "NVIDIA_L4",

@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.jobs import VertexJob
-from shared.domain.record import Lease
-from shared.domain.records import (
+from shared.domain.decisions.submissions import (
     ClaimSeen,
     Submission,
     existing_claim,
@@ -18,7 +16,9 @@ from shared.domain.records import (
     new_record,
     submission_write,
 )
-from shared.domain.request import parse_request
+from shared.domain.model.records import Lease
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.request.message import parse_request
 from tests.events import load
 from tests.records_support import decoded
 

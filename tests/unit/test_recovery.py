@@ -8,10 +8,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.checkpoints import Checkpoint
-from shared.domain.jobs import JobState, VertexJob
-from shared.domain.pricing import PriceTable
-from shared.domain.recovery import (
+from shared.domain.decisions.recovery import (
     cancel_requested,
     cancelled,
     failed,
@@ -19,7 +16,11 @@ from shared.domain.recovery import (
     work_lost_seconds,
     yield_requested,
 )
-from shared.domain.retry import Backoff, RetryPolicy
+from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.states import JobState
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.policy.pricing import PriceTable
+from shared.domain.policy.retry import Backoff, RetryPolicy
 from tests.records_support import decoded
 
 # The decisions read records decoded; these tests write them as stored documents.

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from shared.domain.ids import doc_id, label_value
-from shared.domain.jobs import JobState, from_vertex
-from shared.domain.request import decode_message, parse_duration, parse_request
-from shared.errors import InvalidRequest
+from shared.domain.model.ids import doc_id, label_value
+from shared.domain.model.states import JobState, from_vertex
+from shared.domain.request.message import decode_message, parse_duration, parse_request
+from shared.kernel.errors import InvalidRequest
 from tests.events import load
 
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.failures import FailureClass
-from shared.domain.retry import (
+from shared.domain.policy.failures import FailureClass
+from shared.domain.policy.retry import (
     GROUP_OF,
     Budgets,
     FallbackRung,
@@ -19,7 +19,7 @@ from shared.domain.retry import (
     parse_fallback,
     placement_for,
 )
-from shared.errors import InvalidRequest
+from shared.kernel.errors import InvalidRequest
 
 
 def test_default_budgets() -> None:

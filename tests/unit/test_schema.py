@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from shared.domain import schema as schema_module
-from shared.domain.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
-from shared.domain.request import ENVELOPE_FIELDS, KINDS
-from shared.domain.scheduling import STRATEGIES
-from shared.domain.schema import build_schema
-from shared.domain.validation import CUSTOM_TASK_DEFINITION
+from flexjobs_local import schema as schema_module
+from flexjobs_local.schema import build_schema
+from shared.domain.model.strategies import STRATEGIES
+from shared.domain.request.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
+from shared.domain.request.message import ENVELOPE_FIELDS, KINDS
+from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
 from tests.events import load
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schema" / "job-request.schema.json"
@@ -27,7 +27,7 @@ def test_shipped_schema_is_current():
     shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
     assert shipped == build_schema(), (
         "schema/job-request.schema.json is stale; regenerate it with "
-        "`python -m shared.domain.schema > schema/job-request.schema.json`"
+        "`python -m flexjobs_local.schema > schema/job-request.schema.json`"
     )
 
 

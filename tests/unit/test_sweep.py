@@ -6,8 +6,8 @@ import io
 import json
 import logging
 
-from shared.logs import CloudLoggingFormatter
-from shared.sweep import Sweep
+from shared.app.steps.sweep import Sweep
+from shared.kernel.logs import CloudLoggingFormatter
 
 
 def test_one_failing_item_is_counted_and_the_rest_run():

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.checkpoints import Checkpoint
-from shared.domain.timeline import (
+from shared.domain.model.checkpoint import Checkpoint
+from shared.status.timeline import (
     AXIS_HEIGHT,
     BAR_HEIGHT,
     BAR_TOP,

@@ -7,9 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.jobs import JobState, VertexJob
-from shared.domain.record import DeploymentRecord, JobRecord
-from shared.domain.records import (
+from shared.domain.decisions.recovery import (
+    MAX_PENDING_CANCELS,
+    cancelled,
+    cancels_confirmed,
+    cancels_pending,
+    failed,
+    finish,
+    parked,
+)
+from shared.domain.decisions.submissions import (
     TOMBSTONE_REASON,
     TOMBSTONE_TTL,
     is_stray,
@@ -19,16 +26,10 @@ from shared.domain.records import (
     tombstone,
     tombstone_claimed,
 )
-from shared.domain.recovery import (
-    MAX_PENDING_CANCELS,
-    cancelled,
-    cancels_confirmed,
-    cancels_pending,
-    failed,
-    finish,
-    parked,
-)
-from shared.domain.request import parse_request
+from shared.domain.model.records import DeploymentRecord, JobRecord
+from shared.domain.model.states import JobState
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.request.message import parse_request
 from tests.events import load
 from tests.records_support import decoded
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from shared.config import Settings
-from shared.domain.request import JobRequest, parse_request
-from shared.domain.validation import CUSTOM_TASK_DEFINITION, Guards, check_request
-from shared.errors import InvalidRequest
+from shared.domain.request.message import JobRequest, parse_request
+from shared.domain.request.validation import CUSTOM_TASK_DEFINITION, Guards, check_request
+from shared.kernel.config import Settings
+from shared.kernel.errors import InvalidRequest
 from tests.events import load
 
 # The seed example of seed 000, shared by every tier (tests/events/seed_request.json).

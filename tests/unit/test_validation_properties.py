@@ -13,9 +13,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.domain.request import KINDS, JobRequest, decode_message, parse_request
-from shared.domain.validation import Guards, check_request
-from shared.errors import FieldError, InvalidRequest
+from shared.domain.request.message import KINDS, JobRequest, decode_message, parse_request
+from shared.domain.request.validation import Guards, check_request
+from shared.kernel.errors import FieldError, InvalidRequest
 from tests.events import load
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.vertex import GapicClients, build_gapic_client
-from shared.config import Settings
-from shared.domain.field_policy import POLICY_FIELDS, check_field_policy, parse_field_policy
-from shared.domain.request import parse_request
-from shared.domain.validation import Guards, check_options, check_request
-from shared.domain.vertex_json import canonical_body
-from shared.errors import BackendRejected, FieldError, InvalidRequest
+from shared.adapters.vertex.jobs import GapicClients, build_gapic_client
+from shared.domain.request.canonical import canonical_body
+from shared.domain.request.field_policy import POLICY_FIELDS, check_field_policy, parse_field_policy
+from shared.domain.request.message import parse_request
+from shared.domain.request.validation import Guards, check_options, check_request
+from shared.kernel.config import Settings
+from shared.kernel.errors import BackendRejected, FieldError, InvalidRequest
 from tests.events import load
 
 SPEC_OF = {

@@ -8,7 +8,7 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.cloud import aiplatform_v1
 
-from shared.adapters.vertex import (
+from shared.adapters.vertex.jobs import (
     JOB_SERVICE,
     PIPELINE_SERVICE,
     TRAINING_KINDS,
@@ -16,10 +16,10 @@ from shared.adapters.vertex import (
     call_vertex,
     kind_of_name,
 )
-from shared.config import Settings
-from shared.domain.hints import parse_hint
-from shared.domain.request import parse_request
-from shared.errors import (
+from shared.domain.decisions.hints import parse_hint
+from shared.domain.request.message import parse_request
+from shared.kernel.config import Settings
+from shared.kernel.errors import (
     BackendRejected,
     BackendUnavailable,
     InvalidRequest,

@@ -1,0 +1,456 @@
+"""The JSON Schema of the job-request message, generated from pydantic models.
+
+These models exist only to describe the wire format (``build_schema``); requests are checked by
+:mod:`shared.domain.request.message` and :mod:`shared.domain.request.validation`, never by these
+models. Every enum and limit is taken from the modules that enforce it, so the schema cannot drift
+from the code. Vertex bodies allow additional properties (they are the Vertex REST API's, and
+flexjobs passes them through); the envelope does not. flexjobs reads a Vertex body the way Vertex
+does (:mod:`shared.domain.request.canonical`), so the schema accepts every proto3 JSON spelling the
+models' fields have: the proto field name beside the camelCase one (``replica_count``), integers as
+strings (``"2"``), and enum numbers beside the names. The models are written in the canonical
+form; :func:`_proto3_spellings` adds the other spellings, so the schema never refuses a body
+flexjobs accepts.
+
+Regenerate the shipped file with::
+
+    python -m flexjobs_local.schema > schema/job-request.schema.json
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import SkipJsonSchema
+
+from shared.domain.model.strategies import (
+    AUTO,
+    DEFAULT_MAX_WAIT,
+    DEFAULT_STRATEGY,
+    DEFAULT_TIMEOUT,
+    DEPRECATED_STRATEGIES,
+    MAX_DWS_TIMEOUT_SECONDS,
+    STRATEGIES,
+)
+from shared.domain.model.values import snake_case
+from shared.domain.policy.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
+from shared.domain.request.deadlines import (
+    DEFAULT_RESTART_OVERHEAD_SECONDS,
+    MAX_RESTART_OVERHEAD_SECONDS,
+    MAX_WORK_SECONDS,
+)
+from shared.domain.request.machines import (
+    ALL_ACCELERATORS,
+    DWS_ACCELERATORS,
+    UNSPECIFIED_ACCELERATOR,
+)
+from shared.domain.request.message import KINDS, MAX_DISPLAY_NAME, MAX_TOTAL_STEPS
+from shared.domain.request.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
+from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
+from shared.kernel.regions import REGION_PATTERN
+
+SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID: Final = "https://flexjobs.dev/schema/job-request.schema.json"
+
+_DURATION_PATTERN: Final = r"^[0-9]+(\.[0-9]{1,9})?s$"
+_GCS_PATTERN: Final = r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$"
+_SEGMENT: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_REGION_PATTERN: Final = rf"^{REGION_PATTERN}$"
+_INTEGER_TEXT: Final = r"^-?[0-9]+$"
+
+Duration = Annotated[str, StringConstraints(pattern=_DURATION_PATTERN)]
+GcsUri = Annotated[str, StringConstraints(pattern=_GCS_PATTERN)]
+Region = Annotated[str, StringConstraints(pattern=_REGION_PATTERN)]
+
+# Optional fields are typed ``X | SkipJsonSchema[None]`` so the schema says "a string" rather
+# than "a string or null": flexjobs leaves a field out instead of sending null.
+
+
+class _VertexBody(BaseModel):
+    """A Vertex REST object: the fields flexjobs checks; any other Vertex field passes through."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class MachineSpec(_VertexBody):
+    """Vertex ``MachineSpec``: the machine type and the accelerators attached to it."""
+
+    machineType: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Compute Engine machine type, e.g. a2-highgpu-1g. Accelerator-optimized "
+        "types need the exact acceleratorType and acceleratorCount they come with.",
+    )
+    acceleratorType: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Vertex AcceleratorType. Under FLEX_START only the DWS GPUs are accepted: "
+        + ", ".join(DWS_ACCELERATORS)
+        + ".",
+        json_schema_extra={"enum": [*ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR]},
+    )
+    acceleratorCount: int | SkipJsonSchema[None] = Field(
+        default=None, ge=0, le=2**31 - 1, description="Accelerators per machine."
+    )
+    tpuTopology: str | SkipJsonSchema[None] = Field(default=None, description="TPU topology.")
+
+
+class ContainerSpec(_VertexBody):
+    """Vertex ``ContainerSpec``: the training image and its command."""
+
+    imageUri: str = Field(min_length=1, description="The training container image.")
+    command: list[str] | SkipJsonSchema[None] = None
+    args: list[str] | SkipJsonSchema[None] = None
+
+
+class PythonPackageSpec(_VertexBody):
+    """Vertex ``PythonPackageSpec``: a Python package run in a prebuilt image."""
+
+    executorImageUri: str = Field(min_length=1, description="The image that runs the package.")
+    packageUris: list[str] = Field(min_length=1, description="gs:// URIs of the packages.")
+    pythonModule: str = Field(min_length=1, description="The module to run.")
+    args: list[str] | SkipJsonSchema[None] = None
+
+
+class WorkerPoolSpec(_VertexBody):
+    """Vertex ``WorkerPoolSpec``. ``{}`` is allowed after the first pool as a placeholder."""
+
+    machineSpec: MachineSpec | SkipJsonSchema[None] = None
+    replicaCount: int | SkipJsonSchema[None] = Field(
+        default=None, ge=1, description="Machines in this pool (required in a non-empty pool)."
+    )
+    containerSpec: ContainerSpec | SkipJsonSchema[None] = None
+    pythonPackageSpec: PythonPackageSpec | SkipJsonSchema[None] = None
+    diskSpec: dict[str, Any] | SkipJsonSchema[None] = None
+
+
+class Scheduling(_VertexBody):
+    """Vertex ``Scheduling``: how the job is provisioned and how long it may wait and run."""
+
+    strategy: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description=f"Provisioning strategy; defaults to {DEFAULT_STRATEGY} (DWS). The "
+        f"deprecated {', '.join(DEPRECATED_STRATEGIES)} are refused. {AUTO} (flexjobs' own, "
+        "never sent to Vertex) chooses each attempt's strategy to meet the request's deadline.",
+        # STRATEGY_UNSPECIFIED is the default value: absent, so FLEX_START.
+        json_schema_extra={"enum": [*STRATEGIES, AUTO, "STRATEGY_UNSPECIFIED"]},
+    )
+    maxWaitDuration: Duration | SkipJsonSchema[None] = Field(
+        default=None,
+        description=f"FLEX_START only: how long to wait for capacity; '0s' waits "
+        f"indefinitely. Defaults to {DEFAULT_MAX_WAIT}.",
+    )
+    timeout: Duration | SkipJsonSchema[None] = Field(
+        default=None,
+        description=f"Maximum running time; at most {MAX_DWS_TIMEOUT_SECONDS}s under "
+        f"FLEX_START. Defaults to {DEFAULT_TIMEOUT}.",
+    )
+    restartJobOnWorkerRestart: bool | SkipJsonSchema[None] = None
+    disableRetries: bool | SkipJsonSchema[None] = None
+
+
+class CustomJobSpec(_VertexBody):
+    """Vertex ``CustomJobSpec``: worker pools, scheduling and the run-as account."""
+
+    workerPoolSpecs: list[WorkerPoolSpec] = Field(
+        min_length=1,
+        description="Worker pools; under FLEX_START every non-empty pool has the same machineSpec.",
+    )
+    scheduling: Scheduling | SkipJsonSchema[None] = None
+    serviceAccount: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Run-as account; only accounts the operator allows (none by default).",
+    )
+    baseOutputDirectory: dict[str, Any] | SkipJsonSchema[None] = None
+
+
+class CustomJob(_VertexBody):
+    """Vertex ``CustomJob`` body."""
+
+    displayName: str = Field(min_length=1, max_length=MAX_DISPLAY_NAME)
+    jobSpec: CustomJobSpec
+
+
+class HyperparameterTuningJob(_VertexBody):
+    """Vertex ``HyperparameterTuningJob`` body."""
+
+    displayName: str = Field(min_length=1, max_length=MAX_DISPLAY_NAME)
+    studySpec: dict[str, Any] = Field(description="Metrics and parameters to tune.")
+    maxTrialCount: int = Field(ge=1)
+    parallelTrialCount: int = Field(
+        ge=1, description="Trials at once; the GPU cap counts per-trial GPUs times this."
+    )
+    maxFailedTrialCount: int | SkipJsonSchema[None] = Field(default=None, ge=0)
+    trialJobSpec: CustomJobSpec
+
+
+class TrainingPipeline(_VertexBody):
+    """Vertex ``TrainingPipeline`` body running a custom training task."""
+
+    displayName: str = Field(min_length=1, max_length=MAX_DISPLAY_NAME)
+    trainingTaskDefinition: str = Field(
+        description="Must be the custom training task.",
+        json_schema_extra={"const": CUSTOM_TASK_DEFINITION},
+    )
+    trainingTaskInputs: CustomJobSpec = Field(
+        description="The CustomJobSpec of the custom task, scheduling included."
+    )
+
+
+class DedicatedResources(_VertexBody):
+    """Vertex ``DedicatedResources`` of a Spot deployment."""
+
+    machineSpec: MachineSpec
+    spot: bool = Field(
+        description="Must be true: this kind deploys on Spot VMs.",
+        json_schema_extra={"const": True},
+    )
+    minReplicaCount: int = Field(ge=1, le=2**31 - 1)
+    maxReplicaCount: int | SkipJsonSchema[None] = Field(
+        default=None, ge=1, le=2**31 - 1, description="At least minReplicaCount."
+    )
+
+
+class DeployedModel(_VertexBody):
+    """Vertex ``DeployedModel`` to create on the endpoint."""
+
+    model: str = Field(
+        pattern=rf"^projects/{_SEGMENT}/locations/{REGION_PATTERN}/models/{_SEGMENT}"
+        r"(@[A-Za-z0-9_-]+)?$",
+        description="projects/PROJECT/locations/LOCATION/models/MODEL_ID[@VERSION]",
+    )
+    displayName: str | SkipJsonSchema[None] = None
+    serviceAccount: str | SkipJsonSchema[None] = None
+    dedicatedResources: DedicatedResources
+
+
+class DeployModel(_VertexBody):
+    """A Vertex ``DeployModelRequest``: deploy a model to an endpoint on Spot VMs."""
+
+    endpoint: str = Field(
+        pattern=rf"^projects/{_SEGMENT}/locations/{REGION_PATTERN}/endpoints/{_SEGMENT}$",
+        description="projects/PROJECT/locations/LOCATION/endpoints/ENDPOINT_ID",
+    )
+    deployedModel: DeployedModel
+    trafficSplit: dict[str, int] | SkipJsonSchema[None] = Field(
+        default=None,
+        description='Percent of traffic per deployed model id; "0" is this deployment. '
+        "Integers from 0 to 100 adding up to 100.",
+        json_schema_extra={
+            "propertyNames": {"pattern": "^[0-9]{1,10}$"},
+            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},
+            "required": ["0"],
+        },
+    )
+
+
+class RetryPolicy(BaseModel):
+    """Retry budgets per failure group; groups left out keep their defaults."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "propertyNames": {"enum": list(GROUPS)},
+            "additionalProperties": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_RETRIES_PER_GROUP,
+            },
+        },
+    )
+
+
+class FallbackRung(BaseModel):
+    """One rung of the capacity fallback ladder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    afterCapacityFailures: int = Field(ge=1, le=MAX_RETRIES_PER_GROUP)
+    strategy: str | SkipJsonSchema[None] = Field(
+        default=None, json_schema_extra={"enum": list(STRATEGIES)}
+    )
+    location: Region | SkipJsonSchema[None] = None
+
+
+class Schedule(BaseModel):
+    """A scheduled request: one run per slot; the requestId must hold ``{slot}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slotSeconds: int = Field(
+        default=DEFAULT_SLOT_SECONDS,
+        ge=1,
+        le=MAX_SLOT_SECONDS,
+        description="Slot length: publishes inside one slot make one job.",
+    )
+    concurrency: str = Field(
+        default=Concurrency.ALLOW.value,
+        description="While the series' last run is active: run anyway, skip, or cancel it.",
+        json_schema_extra={"enum": [c.value for c in Concurrency]},
+    )
+
+
+class JobRequestMessage(BaseModel):
+    """A flexjobs job request: an envelope around exactly one Vertex REST body."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        title="flexjobs job request",
+        json_schema_extra={"oneOf": [{"required": [kind]} for kind in KINDS]},
+    )
+
+    requestId: str | SkipJsonSchema[None] = Field(
+        default=None,
+        min_length=1,
+        description="Idempotency key; defaults to the Pub/Sub message id.",
+    )
+    location: Region | SkipJsonSchema[None] = Field(
+        default=None, description="Vertex AI region, e.g. us-central1."
+    )
+    retryPolicy: RetryPolicy | SkipJsonSchema[None] = None
+    fallback: list[FallbackRung] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Capacity fallback ladder, applied in order.",
+        json_schema_extra={"maxItems": MAX_FALLBACK_RUNGS},
+    )
+    checkpointUri: GcsUri | SkipJsonSchema[None] = Field(
+        default=None, description="gs:// prefix of the job's checkpoints."
+    )
+    totalSteps: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=1,
+        le=MAX_TOTAL_STEPS,
+        description="The step training ends at: progress is the checkpoint step over it.",
+    )
+    schedule: Schedule | SkipJsonSchema[None] = Field(
+        default=None, description="Cloud Scheduler runs: {slot} in requestId becomes the slot."
+    )
+    deadline: str | SkipJsonSchema[None] = Field(
+        default=None,
+        description=f"With scheduling.strategy {AUTO} (and only then): RFC 3339 time, with an "
+        "offset, by which the job must be done.",
+        json_schema_extra={"format": "date-time"},
+    )
+    estimatedRunSeconds: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORK_SECONDS,
+        description=f"With {AUTO}: the work in seconds, if it ran uninterrupted.",
+    )
+    checkpointIntervalSeconds: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=1,
+        le=MAX_WORK_SECONDS,
+        description=f"With {AUTO}: running seconds between complete checkpoints (what a "
+        "preemption can lose).",
+    )
+    restartOverheadSeconds: int | SkipJsonSchema[None] = Field(
+        default=None,
+        ge=0,
+        le=MAX_RESTART_OVERHEAD_SECONDS,
+        description=f"With {AUTO}: seconds each start costs before progress resumes; default "
+        f"{DEFAULT_RESTART_OVERHEAD_SECONDS}.",
+    )
+    customJob: CustomJob | SkipJsonSchema[None] = None
+    hyperparameterTuningJob: HyperparameterTuningJob | SkipJsonSchema[None] = None
+    trainingPipeline: TrainingPipeline | SkipJsonSchema[None] = None
+    deployModel: DeployModel | SkipJsonSchema[None] = None
+
+
+def build_schema() -> dict[str, Any]:
+    """Return the JSON Schema (draft 2020-12) of the job-request message.
+
+    Examples:
+        >>> schema = build_schema()
+        >>> schema["$schema"]
+        'https://json-schema.org/draft/2020-12/schema'
+        >>> schema["additionalProperties"]
+        False
+    """
+    generated = _proto3_spellings(_tidy(JobRequestMessage.model_json_schema(mode="validation")))
+    return {
+        "$schema": SCHEMA_DIALECT,
+        "$id": SCHEMA_ID,
+        **generated,
+        "description": (
+            "A flexjobs job request, published as UTF-8 JSON on Pub/Sub. It carries exactly "
+            f"one of {', '.join(KINDS)}: the Vertex AI v1 REST body of that kind, in any proto3 "
+            "JSON spelling (camelCase is canonical). "
+            "Training kinds default to scheduling.strategy FLEX_START (Dynamic Workload "
+            "Scheduler); deployModel deploys on Spot VMs."
+        ),
+    }
+
+
+def _tidy(node: Any, in_properties: bool = False) -> Any:
+    """Drop pydantic's ``"default": null`` and per-field titles ("Imageuri"): they add nothing.
+
+    Model titles stay. Recursion is bounded by the models' own nesting.
+    """
+    if isinstance(node, list):
+        return [_tidy(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "default" and value is None:
+            continue
+        if key == "title" and in_properties:
+            continue
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {name: _tidy(field, in_properties=True) for name, field in value.items()}
+        else:
+            out[key] = _tidy(value)
+    return out
+
+
+def _proto3_spellings(schema: dict[str, Any]) -> dict[str, Any]:
+    """Let every Vertex body take the other proto3 JSON spellings of its fields.
+
+    A Vertex body's definition (``additionalProperties: true``) gets, for each property, its
+    proto field name as an alias with the same schema (a required field may be given under
+    either name), integers also as strings of digits, and enums also as numbers.
+    """
+    for definition in schema.get("$defs", {}).values():
+        if definition.get("additionalProperties") is not True:
+            continue  # flexjobs' own objects (retryPolicy, fallback) have one spelling
+        properties = definition.get("properties", {})
+        for name in list(properties):
+            properties[name] = _other_encodings(properties[name])
+            snake = snake_case(name)
+            if snake != name:
+                properties[snake] = copy.deepcopy(properties[name])
+        required = definition.pop("required", [])
+        plain = [name for name in required if snake_case(name) == name]
+        if plain:
+            definition["required"] = plain
+        either = [
+            {"anyOf": [{"required": [name]}, {"required": [snake_case(name)]}]}
+            for name in required
+            if snake_case(name) != name
+        ]
+        if either:
+            definition["allOf"] = either
+    return schema
+
+
+def _other_encodings(prop: dict[str, Any]) -> dict[str, Any]:
+    if prop.get("type") == "integer":
+        other: dict[str, Any] = {"type": "string", "pattern": _INTEGER_TEXT}
+    elif "enum" in prop:
+        other = {"type": "integer", "minimum": 0}
+    else:
+        return prop
+    described = {k: prop[k] for k in ("description",) if k in prop}
+    own = {k: v for k, v in prop.items() if k != "description"}
+    return {**described, "anyOf": [own, other]}
+
+
+def main() -> None:
+    """Write the schema to standard output (``python -m flexjobs_local.schema``)."""
+    sys.stdout.write(json.dumps(build_schema(), indent=2, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()

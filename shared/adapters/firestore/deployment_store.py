@@ -1,0 +1,69 @@
+"""FirestoreDeploymentStore: the DeploymentStore port on Cloud Firestore (``deployments``),
+storage only: a conditional create, one-transaction writes and two queries (what the writes
+mean lives in :class:`shared.app.repository.deployments.DeploymentRecords`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from shared.adapters.firestore.job_store import (
+    Query,
+    call_firestore,
+    create_document,
+    transact_document,
+)
+from shared.domain.model.changes import Write
+from shared.domain.model.ids import doc_id
+from shared.domain.model.states import DeploymentState
+
+if TYPE_CHECKING:
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+
+DEPLOYMENTS = "deployments"
+DEPLOYING = Query(DEPLOYMENTS, (("state", "=="),))
+PARKED_DUE = Query(DEPLOYMENTS, (("nextAttemptAt", "<="),))
+
+
+class FirestoreDeploymentStore:
+    """Deployment records in Firestore, on the job store's (lazily built) client."""
+
+    def __init__(self, jobs: FirestoreJobStore) -> None:
+        self._jobs = jobs
+
+    def _ref(self, request_id: str) -> Any:
+        return self._jobs.db.collection(DEPLOYMENTS).document(doc_id(request_id))
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        snap = call_firestore("get", lambda: self._ref(request_id).get())
+        return snap.to_dict() if snap.exists else None
+
+    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        return create_document(self._ref(request_id), record) is not None
+
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
+    ) -> Write | None:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        def write(batch: Any, current: dict[str, Any], change: Write, unchanged: Any) -> bool:
+            deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
+            if change.fields or deletes:
+                batch.update(ref, {**change.fields, **deletes}, option=unchanged)
+            return bool(change.fields or deletes)
+
+        done = transact_document(self._jobs.db, ref, decide, write)
+        return None if done is None else done.change
+
+    def deploying(self) -> list[dict[str, Any]]:
+        query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYING.value)
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+        """Every parked record whose next deployment is due (one single-field range query)."""
+        query = PARKED_DUE.on(self._jobs.db, now)
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])

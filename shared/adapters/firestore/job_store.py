@@ -1,0 +1,373 @@
+"""FirestoreJobStore: the JobStore port on Cloud Firestore (collection ``jobs``), storage only.
+
+``create()`` is Firestore's conditional put (it fails when the document exists); every other
+write reads the record, lets a pure decision compute the change and writes it if the record
+is unchanged since the read (:func:`transact_document`). What the writes mean lives in
+:mod:`shared.app.repository.jobs` and the domain.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from shared.app.ports import MAX_WATCHERS, Decided
+from shared.domain.model.changes import Change
+from shared.domain.model.ids import doc_id
+from shared.domain.model.records import TICK_FIELDS, Stored
+from shared.domain.model.states import JobState
+from shared.kernel.config import Settings
+from shared.kernel.errors import StoreUnavailable
+
+T = TypeVar("T")
+
+JOBS = "jobs"
+ATTEMPTS = "attempts"
+SERIES = "series"
+
+_TRANSIENT = (
+    gexc.ServiceUnavailable,
+    gexc.DeadlineExceeded,
+    gexc.Aborted,
+    gexc.InternalServerError,
+    gexc.ResourceExhausted,
+    gexc.Unknown,
+    gexc.RetryError,
+)
+
+
+ACTIVE_STATES = [s.value for s in JobState if not s.terminal]
+
+
+#: Every query the Firestore adapters run, in the order declared (see :class:`Query`).
+DECLARED: list[Query] = []
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query an adapter runs, declared once: its collection, the field and operator of
+    each filter, and the field and direction (``ASCENDING``, ``DESCENDING``) of each order.
+    The adapters build every query from a declaration, so the declarations are the queries;
+    the infra drift test checks that each composite one has its index.
+    """
+
+    collection: str
+    filters: tuple[tuple[str, str], ...]
+    order: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        DECLARED.append(self)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field the query filters or orders on, each once, filters first."""
+        return tuple(dict.fromkeys(name for name, _ in (*self.filters, *self.order)))
+
+    @property
+    def composite(self) -> bool:
+        """Filters or orders on more than one field need a composite index (Firestore builds
+        the single-field ones itself)."""
+        return len(self.fields) > 1
+
+    def on(self, db: Any, *values: Any) -> Any:
+        """The query on ``db``, with one value per filter, in order, then its orders."""
+        query = db.collection(self.collection)
+        for (field, op), value in zip(self.filters, values, strict=True):
+            query = query.where(filter=FieldFilter(field, op, value))
+        for field, direction in self.order:
+            query = query.order_by(field, direction=direction)
+        return query
+
+
+BY_JOB_ID = Query(JOBS, (("vertexJobIds", "array_contains"),))
+ACTIVE = Query(JOBS, (("state", "in"),))
+WATCHING = Query(JOBS, (("checkpointPrefix", "=="), ("state", "in")))
+ENDED_SINCE = Query(JOBS, (("endedAt", ">="),))
+DUE = Query(JOBS, (("nextAttemptAt", "<="),))
+WITH_OUTBOX = Query(JOBS, (("outboxPending", "=="),))
+WITH_PENDING_CANCELS = Query(JOBS, (("cancelPending", "=="),))
+
+
+def call_firestore(what: str, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except _TRANSIENT as exc:
+        # RetryError included: a conditional write that kept losing to other writers.
+        raise StoreUnavailable(f"Firestore {what} failed: {exc}") from exc
+
+
+def create_document(ref: Any, record: Mapping[str, Any]) -> Any | None:
+    """Firestore's conditional put: create ``ref`` from ``record``; its version (update time),
+    or None when it exists."""
+    try:
+        result = call_firestore("create", lambda: ref.create(dict(record)))
+    except gexc.Conflict:
+        return None  # AlreadyExists is a Conflict
+    return result.update_time
+
+
+#: How long a write may keep losing to concurrent writers of its document before it gives up
+#: (StoreUnavailable: the message is redelivered).
+CONTENTION_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class Committed(Generic[T]):
+    """One read-decide-write: the change (None: nothing written), the document it was decided
+    on, and the document's version after it."""
+
+    change: T | None
+    before: dict[str, Any]
+    version: Any
+
+
+def transact_document(
+    db: Any,
+    ref: Any,
+    decide: Callable[[dict[str, Any]], T | None],
+    write: Callable[[Any, dict[str, Any], T, Any], bool],
+    known: tuple[Mapping[str, Any], Any] | None = None,
+) -> Committed[T] | None:
+    """Read ``ref``, let ``decide`` compute a change, ``write`` it only if the document is
+    still as read: one atomic read-decide-write.
+
+    Optimistic, not a lock: ``write`` adds its writes to a batch (True when it updates the
+    document itself), and the document's update carries the precondition
+    ``last_update_time`` of the read (the ``option`` it is given). A concurrent writer makes
+    the commit fail with FAILED_PRECONDITION, and the whole step runs again on a fresh read
+    (api_core's retry, with backoff). Unlike a read-write transaction this holds no lock
+    between the read and the commit, so two writers of one record never wait on each other:
+    the Firestore emulator resolves such waits only by a lock timeout. A missing document is
+    never decided on; ``decide`` must be pure, as it may run again.
+
+    ``known`` (the document and its version, as the caller last read or wrote it) stands in
+    for the first read: the precondition is the same, so only the read is saved.
+    """
+    pending = [known] if known is not None else []
+
+    def attempt() -> Committed[T] | None:
+        if pending:
+            raw, version = pending.pop()
+            current = dict(raw)
+        else:
+            snap = ref.get()
+            if not snap.exists:
+                return None
+            current, version = snap.to_dict() or {}, snap.update_time
+        change = decide(current)
+        if change is None:
+            return Committed(None, current, version)
+        batch = db.batch()
+        updated = write(batch, current, change, db.write_option(last_update_time=version))
+        results = batch.commit()
+        # The document's own update is the batch's first write; without one it is unchanged.
+        return Committed(change, current, results[0].update_time if updated else version)
+
+    result: Committed[T] | None = call_firestore("conditional write", _until_unchanged(attempt))
+    return result
+
+
+def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
+    """``step`` run again, with backoff, while its conditional write finds the document
+    changed since its read (FAILED_PRECONDITION), created meanwhile (ALREADY_EXISTS) or
+    deleted since (NOT_FOUND)."""
+    from google.api_core.retry import Retry, if_exception_type
+
+    # NotFound: a known version of a document deleted since; the fresh read finds it gone.
+    retry = Retry(
+        predicate=if_exception_type(gexc.FailedPrecondition, gexc.Conflict, gexc.NotFound),
+        initial=0.01,
+        maximum=0.5,
+        multiplier=2.0,
+        timeout=CONTENTION_SECONDS,
+    )
+    wrapped: Callable[[], T] = retry(step)
+    return wrapped
+
+
+#: Documents per page of the tick's reads: each page is one query, and holds no more than
+#: this many partial records in flight.
+PAGE_SIZE = 500
+
+
+def _pages(query: Any, fields: tuple[str, ...]) -> list[Any]:
+    """Every document ``query`` finds, of ``fields`` only, read :data:`PAGE_SIZE` at a time
+    (each page a query of its own, resumed after the last document of the one before)."""
+    query = query.select(list(fields)).limit(PAGE_SIZE)
+    found: list[Any] = []
+    while True:
+        page = query.start_after(found[-1]) if found else query
+        docs: list[Any] = call_firestore("query", functools.partial(_all, page))
+        found.extend(docs)
+        if len(docs) < PAGE_SIZE:
+            return found
+
+
+def _all(query: Any) -> list[Any]:
+    return list(query.stream())
+
+
+def _stored(snap: Any) -> Stored:
+    return Stored(snap.to_dict() or {}, snap.update_time)
+
+
+def _after(before: dict[str, Any], change: Change | None) -> Mapping[str, Any]:
+    return before if change is None else change.applied_to(before)
+
+
+class FirestoreJobStore:
+    """Job records in Firestore; the client is built on first use."""
+
+    def __init__(self, settings: Settings, client: Any | None = None) -> None:
+        self._settings = settings
+        self._db = client
+        self._lock = threading.Lock()
+
+    @property
+    def db(self) -> Any:
+        with self._lock:
+            if self._db is None:
+                from google.cloud import firestore
+
+                self._db = firestore.Client(project=self._settings.project)
+            return self._db
+
+    def _ref(self, request_id: str) -> Any:
+        return self.db.collection(JOBS).document(doc_id(request_id))
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        stored = self.read(request_id)
+        return None if stored is None else dict(stored.raw)
+
+    def read(self, request_id: str) -> Stored | None:
+        snap = call_firestore("get", lambda: self._ref(request_id).get())
+        return _stored(snap) if snap.exists else None
+
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
+        snap = call_firestore("get attempt", ref.get)
+        return snap.to_dict() if snap.exists else None
+
+    def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
+        version = create_document(self._ref(request_id), record)
+        return None if version is None else Stored(dict(record), version)
+
+    def transact(
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], Change | None],
+        known: Stored | None = None,
+    ) -> Decided | None:
+        from google.cloud import firestore
+
+        ref = self._ref(request_id)
+
+        def write(batch: Any, current: dict[str, Any], change: Change, unchanged: Any) -> bool:
+            deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
+            updated = bool(change.record or deletes)
+            if updated:  # Firestore refuses an update with no fields
+                batch.update(ref, {**change.record, **deletes}, option=unchanged)
+            # Attempt fields alone (update_attempt) are a merge that no read decided.
+            if change.attempt:
+                number = change.attempt_no or current.get("attempt", 1)
+                attempt_ref = ref.collection(ATTEMPTS).document(str(number))
+                batch.set(attempt_ref, change.attempt, merge=True)
+            return updated
+
+        seen = None if known is None else (known.raw, known.version)
+        done = transact_document(self.db, ref, decide, write, seen)
+        if done is None:
+            return None
+        return Decided(done.change, Stored(_after(done.before, done.change), done.version))
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))
+        call_firestore("update attempt", lambda: ref.set(dict(fields), merge=True))
+
+    def find_by_job_id(self, job_id: str) -> Stored | None:
+        query = BY_JOB_ID.on(self.db, job_id).limit(1)
+        docs = call_firestore("query", lambda: list(query.stream()))
+        return _stored(docs[0]) if docs else None
+
+    def active(self) -> list[Stored]:
+        pages = _pages(ACTIVE.on(self.db, ACTIVE_STATES).order_by("__name__"), TICK_FIELDS)
+        return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
+
+    def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        # Equality plus "in": the composite index (checkpointPrefix, state) serves it.
+        query = WATCHING.on(self.db, prefix, ACTIVE_STATES).limit(MAX_WATCHERS)
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def transact_series(
+        self,
+        series: str,
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        ref = self.db.collection(SERIES).document(doc_id(series))
+
+        def attempt() -> None:
+            # Optimistic, like transact_document: the series document is written only if it
+            # is still as read (created only if still absent), so two slots never both take
+            # the series; the holder's record is read as of the decision.
+            snap = ref.get()
+            document = snap.to_dict() if snap.exists else None
+            current = None
+            holder = (document or {}).get("current")
+            if isinstance(holder, str) and holder:
+                held = self._ref(holder).get()
+                current = held.to_dict() if held.exists else None
+            write = decide(document, current)
+            if write is None:
+                return
+            if snap.exists:
+                ref.update(write, option=self.db.write_option(last_update_time=snap.update_time))
+            else:
+                ref.create(write)
+
+        call_firestore("series write", _until_unchanged(attempt))
+
+    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+        # A range filter's field orders first; the cursor then takes endedAt from each page.
+        query = ENDED_SINCE.on(self.db, since).order_by("endedAt").order_by("__name__")
+        return [d.to_dict() or {} for d in _pages(query, TICK_FIELDS)]
+
+    def due_submissions(self, now: datetime) -> list[str]:
+        # One single-field range: Firestore indexes it on its own, no composite index needed.
+        query = DUE.on(self.db, now)
+        return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+
+    def with_outbox(self) -> list[str]:
+        query = WITH_OUTBOX.on(self.db, True)
+        return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+
+    def with_pending_cancels(self) -> list[str]:
+        query = WITH_PENDING_CANCELS.on(self.db, True)
+        return call_firestore("query", lambda: [str(d.get("requestId")) for d in query.stream()])
+
+
+REJECTIONS = "rejections"
+
+
+class FirestoreRejectionLog:
+    """Refused requests in Firestore ``rejections/{id}``, shared with the job store's client."""
+
+    def __init__(self, store: FirestoreJobStore) -> None:
+        self._store = store
+
+    def _ref(self, rejection_id: str) -> Any:
+        return self._store.db.collection(REJECTIONS).document(doc_id(rejection_id))
+
+    def get(self, rejection_id: str) -> dict[str, Any] | None:
+        snap = call_firestore("get rejection", self._ref(rejection_id).get)
+        return snap.to_dict() if snap.exists else None
+
+    def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
+        ref = self._ref(rejection_id)
+        call_firestore("set rejection", lambda: ref.set(dict(document)))

@@ -1,0 +1,140 @@
+"""Cancelling a request so that the cancel wins every race, and cancelling strays until
+Vertex confirms."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shared.app.commands import CancelJob
+from shared.app.context import CapacityPorts
+from shared.app.steps.cancels import drive_cancels
+from shared.app.steps.exactly_once import Outcome
+from shared.app.steps.outbox import flush_outbox, settle_record
+from shared.domain.decisions.recovery import cancel_now, cancel_requested
+from shared.domain.decisions.submissions import next_placement, tombstone
+from shared.domain.model.changes import Change
+from shared.domain.model.ids import LABEL_REQUEST, labels_for
+from shared.domain.model.records import JobRecord
+from shared.domain.model.states import JobState, from_vertex
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.kernel.errors import (
+    BackendUnavailable,
+    FieldError,
+    InvalidRequest,
+    SubmissionInProgress,
+)
+from shared.kernel.logs import get_logger, request_context
+
+if TYPE_CHECKING:
+    from shared.app.context import Intake
+
+log = get_logger("cancel")
+
+
+def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
+    """Cancel a request: every Vertex job of it, and every attempt that would follow.
+
+    The cancel wins every race:
+
+    - it marks ``cancelRequested`` and reads the record in one transaction, so it decides on
+      what is stored now, and no submission recorded after it can start (the creator cancels
+      its own job instead);
+    - while another delivery holds a live submission claim, it raises, so Pub/Sub redelivers
+      it once that submission is recorded or its claim expires;
+    - it looks the attempt's jobs up by their labels, so a job created by a delivery that died
+      before recording it is cancelled too;
+    - every job to cancel is kept on the record until Vertex confirms (``pendingCancels``):
+      a failed cancel raises for redelivery, and the tick retries it too;
+    - a cancel for a requestId not seen yet leaves a tombstone, so the request, if it comes,
+      creates nothing.
+
+    Raises:
+        InvalidRequest: the cancel names no requestId.
+        TransientError: Vertex did not confirm every cancel yet, or a submission is in flight.
+    """
+    if not cmd.request_id:
+        raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId")])
+    request_id = cmd.request_id
+    store, clock = intake.store, intake.clock
+    with request_context(request_id):
+        seen: list[JobRecord] = []
+
+        def mark(rec: JobRecord) -> Change | None:
+            seen[:] = [rec]
+            return cancel_requested(rec, clock())
+
+        store.transact(request_id, mark)
+        if not seen:
+            if intake.deployments is not None and intake.deployments.store.get(request_id):
+                raise InvalidRequest(
+                    [
+                        FieldError(
+                            "cancel",
+                            f"{request_id!r} is a deployModel request; cancel applies to "
+                            "training jobs (undeploy a model with UndeployModel)",
+                        )
+                    ]
+                )
+            if store.create_tombstone(request_id, tombstone(request_id, clock())):
+                flush_outbox(request_id, store, intake.notifier)
+                log.info("cancel for a request not seen yet: tombstone left")
+                return Outcome.CANCELLED
+            # The request arrived between the read and the tombstone: decide on its record.
+            raise SubmissionInProgress("the request arrived while its cancel was handled")
+        record = seen[0]
+        if record.state.terminal:
+            left = drive_cancels(intake, request_id, list(record.pending_cancels))
+            if left:
+                raise BackendUnavailable(f"Vertex has not confirmed the cancel of {left}")
+            log.info(f"cancel ignored: the request is already {record.state.value}")
+            return Outcome.DUPLICATE
+        if record.claim is not None and record.claim.live(clock()):
+            # A submission is in flight: it will see cancelRequested and cancel its own job;
+            # if it died, its job is found by label once its claim expires (by this cancel's
+            # redelivery, or by the tick: see finish_cancel).
+            raise SubmissionInProgress("a submission is in flight; the cancel follows it")
+        left = finish_cancel(intake, record)
+        if left:
+            raise BackendUnavailable(f"Vertex has not confirmed the cancel of {left}")
+        return Outcome.CANCELLED
+
+
+def finish_cancel(ports: CapacityPorts, record: JobRecord) -> list[str]:
+    """End a request whose cancel was asked for (``cancelRequested``), with no live claim on
+    it: every live job of its current and next attempt, recorded or not, kept pending until
+    Vertex confirms, and the record CANCELLED with its notification. Returns the jobs whose
+    cancel Vertex has not confirmed yet (they stay pending, for the tick).
+
+    The cancel message runs this; so does the tick, for a record whose cancel was marked
+    while a dead delivery's claim held it and whose message never came again.
+    """
+    request_id = record.request_id
+    names = _live_jobs(ports, record)
+    settle_record(ports, request_id, lambda rec: cancel_now(rec, names, ports.clock()))
+    left = drive_cancels(ports, request_id, names)
+    log.info("request cancelled", extra={"fields": {"vertexJobs": names, "pending": left}})
+    return left
+
+
+def _live_jobs(intake: CapacityPorts, record: JobRecord) -> list[str]:
+    """Every live Vertex job of the record's current and next attempt, recorded or not.
+
+    The current attempt is looked for where it runs, the next one where its retry would
+    create it (a fallback rung may move it to another location).
+    """
+    names: list[str] = []
+    if record.vertex_job and record.state is not JobState.RETRYING:
+        names.append(record.vertex_job)
+    attempt = record.attempt or 1
+    here = record.location or intake.settings.location
+    later = next_placement(record, intake.settings.location).location if record.kind else here
+    for number, location in ((attempt, here), (attempt + 1, later)):
+        labels = labels_for(record.request_id, number)
+        found = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=record.kind)
+        names += [job.name for job in found if not _ended(job)]
+    return list(dict.fromkeys(names))
+
+
+def _ended(job: VertexJob) -> bool:
+    state = from_vertex(job.state)
+    return state is not None and state.terminal

@@ -1,0 +1,298 @@
+"""Intake: one delivered request message becomes exactly one command, handled once.
+
+A message is decoded and validated, then dispatched by command type, as a message bus maps
+commands to handlers: ``{"cancel": id}`` is a :class:`~shared.app.commands.CancelJob`, a
+``deployModel`` request a :class:`~shared.app.commands.DeployModel`, any training kind a
+:class:`~shared.app.commands.CreateJob`. Bad input is acknowledged and recorded as a rejection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from shared.app.cancel import cancel_job
+from shared.app.commands import CancelJob, CreateJob, DeployModel, SubmitJob
+from shared.app.context import Deployments, Intake
+from shared.app.deploy import submit_deployment
+from shared.app.ports import Claim
+from shared.app.series import take_slot
+from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
+from shared.app.steps.exactly_once import Outcome
+from shared.domain.capacity.model import Situation, Tuning
+from shared.domain.capacity.situations import situation_for_first_attempt
+from shared.domain.decisions.submissions import tombstone_claimed
+from shared.domain.model.ids import check_request_id
+from shared.domain.model.records import JobRecord
+from shared.domain.model.states import KIND as DEPLOY_KIND
+from shared.domain.model.strategies import AUTO
+from shared.domain.model.values import clip
+from shared.domain.request.attempts import gpu_shape
+from shared.domain.request.message import (
+    KINDS,
+    JobRequest,
+    decode_message,
+    parse_request,
+    read_request_id,
+)
+from shared.domain.request.schedule import check_not_ahead
+from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput, reading_untrusted
+from shared.kernel.logs import get_logger, request_context
+
+__all__ = ["Intake", "Outcome", "submit_job"]
+
+log = get_logger("intake")
+
+EXCERPT_BYTES = 2048
+#: A rejection keeps at most this many errors (plus their total), so it always fits.
+MAX_REJECTION_ERRORS = 100
+
+
+def read_body(cmd: SubmitJob, intake: Intake) -> dict[str, Any]:
+    """Decode a delivered message into a JSON object, within the size limit.
+
+    Raises:
+        InvalidRequest: the message is too large, not UTF-8, not JSON or not an object.
+    """
+    data = cmd.message.data
+    limit = intake.settings.max_message_bytes
+    if len(data) > limit:
+        raise InvalidRequest(
+            [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]
+        )
+    return decode_message(data)
+
+
+def read_job_request(cmd: SubmitJob, intake: Intake, body: dict[str, Any]) -> JobRequest:
+    """Parse and validate a decoded request, collecting every problem.
+
+    Raises:
+        InvalidRequest: with all the problems found; the message can never succeed.
+    """
+    message = cmd.message
+    request = parse_request(body, message.attributes, message.message_id, message.publish_time)
+    errors = [error for validate in intake.validators for error in validate(request)]
+    if errors:
+        raise InvalidRequest(errors)
+    return dataclasses.replace(request, origin={"source": cmd.source, **cmd.origin})
+
+
+Command = CancelJob | CreateJob | DeployModel
+
+
+def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
+    """Handle one delivered request message: decode, validate, dispatch by command type.
+
+    A bad request is acknowledged and recorded as a rejection; transient faults raise so that
+    Pub/Sub redelivers.
+    """
+    try:
+        command = read_command(cmd, intake)
+        return HANDLERS[type(command)](command, intake)
+    except InvalidRequest as err:
+        reject(cmd, err, intake)
+        return Outcome.REJECTED
+
+
+def read_command(cmd: SubmitJob, intake: Intake) -> Command:
+    """The command a delivered message carries.
+
+    Reading is pure, so whatever it raises refuses the message (a recorded rejection, never
+    an endless redelivery; see :func:`~shared.kernel.errors.reading_untrusted`).
+
+    Raises:
+        InvalidRequest: with every problem found; the message can never succeed.
+    """
+    with reading_untrusted("the message"):
+        return _read_command(cmd, intake)
+
+
+def _read_command(cmd: SubmitJob, intake: Intake) -> Command:
+    body = read_body(cmd, intake)
+    if is_cancel(body):
+        return CancelJob(request_id=_cancel_target(body))
+    request = read_job_request(cmd, intake, body)
+    if request.slot is not None and (ahead := check_not_ahead(request.slot, intake.clock())):
+        raise InvalidRequest(ahead)
+    return DeployModel(request) if request.kind == DEPLOY_KIND else CreateJob(request)
+
+
+def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
+    """Submit attempt 1 of a training request exactly once, however often it is delivered."""
+    request = cmd.request
+    with request_context(request.request_id):
+        skipped = take_slot(request, intake)
+        if skipped is not None:
+            return skipped
+        existing: list[Claim] = []
+
+        def claim() -> Claim | None:
+            taken = intake.store.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
+            if taken.token is None:
+                existing.append(taken)
+                return None
+            return taken
+
+        location = request.location or intake.settings.location
+        plan = AttemptPlan(attempt=1, strategy=request.strategy, location=location)
+        if request.strategy == AUTO:
+            plan = decided_plan(1, location, _first_situation(request, intake))
+        outcome = submit_attempt(request, plan, claim, intake)
+        if existing:
+            return _already_claimed(request, existing[0], intake)
+        return outcome
+
+
+def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:
+    """What the capacity policy knows of an AUTO request's attempt 1: nothing done yet."""
+    accelerator, _gpus = gpu_shape(request.kind, request.spec)
+    now = intake.clock()
+    return situation_for_first_attempt(
+        request.options,
+        accelerator,
+        origin=request.published_at or now,
+        now=now,
+        prices=intake.prices,
+        budgets=intake.retry.for_request(request.options.get("retryPolicy")).budgets,
+        tuning=Tuning().scaled(intake.settings.auto_time_scale),
+    )
+
+
+def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
+    """Deploy a ``deployModel`` request on Spot VMs exactly once."""
+    return submit_deployment(cmd.request, _deployments_of(intake))
+
+
+#: The message bus: each command type and its handler.
+HANDLERS: Mapping[type, Callable[[Any, Intake], Outcome]] = {
+    CancelJob: cancel_job,
+    CreateJob: create_job,
+    DeployModel: deploy_model,
+}
+
+
+def _already_claimed(request: JobRequest, claim: Claim, intake: Intake) -> Outcome:
+    """A delivery that found its request's record: a duplicate, or a cancel came first."""
+    record = JobRecord.decode(claim.record or {})
+    location, now = intake.settings.location, intake.clock()
+    if tombstone_claimed(record, request, location, now) is not None:
+        # The cancel arrived first (Pub/Sub keeps no order): record what was cancelled.
+        intake.store.transact(
+            request.request_id, lambda rec: tombstone_claimed(rec, request, location, now)
+        )
+        log.info("request arrived after its cancel: nothing created")
+        return Outcome.CANCELLED
+    brief = {"vertexJob": record.vertex_job, "state": record.state.value}
+    log.info("duplicate delivery: already submitted", extra={"fields": brief})
+    return Outcome.DUPLICATE
+
+
+def is_cancel(body: dict[str, Any]) -> bool:
+    """``{"cancel": "<requestId>"}`` on the requests topic cancels that request."""
+    return "cancel" in body and not any(kind in body for kind in KINDS)
+
+
+def _cancel_target(body: dict[str, Any]) -> str:
+    target = body.get("cancel")
+    if not isinstance(target, str) or not target.strip():
+        raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId string")])
+    if too_long := check_request_id(target, "cancel"):
+        raise InvalidRequest(too_long)
+    return target
+
+
+def bounded_errors(errors: Sequence[FieldError]) -> list[dict[str, str]]:
+    """At most :data:`MAX_REJECTION_ERRORS` errors, each path and message clipped."""
+    return [
+        {"path": clip(e.path) or "", "message": clip(e.message) or ""}
+        for e in errors[:MAX_REJECTION_ERRORS]
+    ]
+
+
+def excerpt(data: bytes, limit: int = EXCERPT_BYTES) -> str:
+    """The first ``limit`` bytes of a payload as text, at most ``limit`` bytes once encoded.
+
+    Undecodable bytes become U+FFFD, which takes three bytes: the text is cut again after
+    decoding, on a character boundary.
+    """
+    text = data[:limit].decode("utf-8", errors="replace")
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+
+
+def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
+    """Record a refused request and tell upstream, so nothing is lost.
+
+    A redelivery of the same refused message (an upload redelivered for another line's
+    transient fault) finds its rejection recorded already and notifies nothing again. The
+    notification goes first: a recorded rejection always had its notification published.
+    """
+    message = cmd.message
+    request_id = _readable_request_id(message.data, message.attributes, message.message_id)
+    errors = bounded_errors(err.errors)
+    document = {
+        "requestId": request_id,
+        "messageId": message.message_id,
+        "errors": errors,
+        "errorCount": len(err.errors),
+        "source": cmd.source,
+        **cmd.origin,
+        "receivedAt": intake.clock(),
+        "payloadExcerpt": excerpt(message.data),
+        "payloadBytes": len(message.data),
+    }
+    with request_context(request_id):
+        if _same_rejection(intake.rejections.get(request_id), document):
+            log.info("rejection already recorded: nothing more to tell")
+            return
+        intake.notifier.notify(
+            {
+                "requestId": request_id,
+                "state": "REJECTED",
+                "attempt": 0,
+                "reason": clip(str(err)),
+                "errors": errors,
+                "errorCount": len(err.errors),
+            }
+        )
+        intake.rejections.record(request_id, document)
+        # A refusal no check foresaw (reading_untrusted) logs its cause's traceback: bad input
+        # it may be, or a bug that input reached.
+        cause = err.__cause__ if isinstance(err, UnreadableInput) else None
+        log.warning(
+            "request rejected",
+            extra={"fields": {"errors": errors[:10], "count": len(errors)}},
+            exc_info=cause,
+        )
+
+
+def _same_rejection(stored: Mapping[str, Any] | None, document: Mapping[str, Any]) -> bool:
+    """The same message refused for the same reasons (only the time differs)."""
+    if stored is None:
+        return False
+    keys = (set(stored) | set(document)) - {"receivedAt"}
+    return all(stored.get(key) == document.get(key) for key in keys)
+
+
+def _readable_request_id(data: bytes, attributes: dict[str, str], message_id: str) -> str:
+    """The requestId when one can be read from the message at all and is within bounds
+    (a rejection and its notification carry it), else the message id."""
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        # Undecodable: fall back to what the transport says about the message.
+        body = None
+    found = (
+        read_request_id(body, attributes, message_id)
+        if isinstance(body, dict)
+        else attributes.get("requestId") or message_id
+    )
+    return found if not check_request_id(found) else message_id
+
+
+def _deployments_of(intake: Intake) -> Deployments:
+    if intake.deployments is None:
+        # A wiring mistake, not bad input: raise so the message is redelivered once fixed.
+        raise RuntimeError("this instance takes no deployModel requests: Intake.deployments")
+    return intake.deployments

@@ -1,0 +1,401 @@
+"""Lifecycle services: follow every job's authoritative state, and recover from lost capacity.
+
+Every hint is only a hint: the state written is always the one read from Vertex. A failed or
+timed-out Vertex read raises before anything is written, so a control-plane error never
+changes a job's state and never starts a retry.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.app.cancel import finish_cancel
+from shared.app.commands import Reconcile, TrackJob
+from shared.app.context import Tracker
+from shared.app.deploy import refresh_deployments
+from shared.app.ports import Claim
+from shared.app.steps.attempts import (
+    AttemptPlan,
+    Prepared,
+    auto_situation,
+    decided_plan,
+    submit_attempt,
+)
+from shared.app.steps.cancels import cancel_until_confirmed, drive_cancels
+from shared.app.steps.exactly_once import Outcome
+from shared.app.steps.outbox import flush_outbox
+from shared.app.steps.sweep import Sweep
+from shared.app.steps.switches import yield_attempt
+from shared.domain.capacity.situations import waited_in_vain
+from shared.domain.decisions.hints import HintAction, parse_hint, read_start
+from shared.domain.decisions.jobs import observe
+from shared.domain.decisions.recovery import GAVE_UP, settle, work_lost_seconds
+from shared.domain.decisions.submissions import (
+    advances,
+    checkpoints_under,
+    is_overdue,
+    is_stray,
+    next_placement,
+    overdue_change,
+    pending_attempt,
+    progress_fields,
+)
+from shared.domain.model.changes import Change
+from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.ids import LABEL_REQUEST
+from shared.domain.model.records import JobRecord
+from shared.domain.model.states import JobState
+from shared.domain.model.strategies import AUTO
+from shared.domain.model.values import parse_rfc3339
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.request.message import JobRequest
+from shared.kernel.errors import HintDeferred
+from shared.kernel.logs import get_logger, request_context
+
+log = get_logger("lifecycle")
+
+LIST_MARGIN = timedelta(hours=1)
+# How long a record that ended is still watched for stray jobs under its labels.
+STRAY_WATCH = timedelta(hours=2)
+
+
+def track_job(cmd: TrackJob, tracker: Tracker) -> str | None:
+    """Handle one state hint; returns the record's new state when it changed.
+
+    Raises:
+        HintDeferred: the hint names a job no record knows yet, and is recent: Vertex can
+            log a job before its attempt is recorded, so redelivery tries again.
+    """
+    try:
+        body = json.loads(cmd.message.data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        log.warning(f"unreadable hint acknowledged: {exc}")
+        return None
+    hint = parse_hint(body)
+    if hint is None:
+        log.info(
+            "foreign hint acknowledged", extra={"fields": {"messageId": cmd.message.message_id}}
+        )
+        return None
+    now = tracker.clock()
+    published = _published(cmd.message.publish_time, now)
+    # One query finds the record and reads it: the lease, the settle and the outbox below
+    # decide on what it returned and on what each of them wrote, with no read in between.
+    record = tracker.store.by_job_id(hint.job_id)
+    if record is None:
+        # Vertex can log a new job before its attempt is recorded: a recent hint is kept for
+        # redelivery; an old one is about a job that is not flexjobs'.
+        if (now - published).total_seconds() < tracker.settings.hint_recent_seconds:
+            raise HintDeferred(f"job {hint.job_id} is not a recorded attempt yet")
+        log.info(
+            "hint about a job flexjobs does not own acknowledged",
+            extra={"fields": {"jobId": hint.job_id}},
+        )
+        return None
+    request_id = record.request_id
+    with request_context(request_id):
+        if record.vertex_job_id != hint.job_id:
+            log.info(
+                "hint about an earlier attempt acknowledged",
+                extra={"fields": {"jobId": hint.job_id}},
+            )
+            return None
+        interval = tracker.settings.hint_coalesce_seconds
+        action, lease_start, leased = tracker.store.begin_read(
+            request_id, now, interval, published, record.stored, message_id=cmd.message.message_id
+        )
+        if action is HintAction.TRAIL and lease_start is not None:
+            # The first hint inside the window reads for all of them once the window closes.
+            wait = (lease_start - now).total_seconds() + interval
+            tracker.sleep(max(0.0, wait))
+            tracker.store.renew_read(request_id, tracker.clock())
+            # A trailing read must see the record as it is now.
+            leased = None
+        elif action is not HintAction.READ:
+            log.debug(f"hint {action.value}", extra={"fields": {"jobId": hint.job_id}})
+            return None  # covered by a read, or a trailing read is promised
+        else:
+            # The lease dates the read from read_start: begin it then, not before.
+            wait = (read_start(published, now) - now).total_seconds()
+            if wait > 0:
+                tracker.sleep(wait)
+        try:
+            return _read_current(tracker, request_id, leased)
+        except Exception:
+            # The read failed (a control-plane fault): drop the lease, so the redelivery of
+            # this hint reads Vertex instead of finding itself covered or pending.
+            tracker.store.release_reader(request_id)
+            raise
+
+
+def _read_current(tracker: Tracker, request_id: str, record: JobRecord | None = None) -> str | None:
+    record = record if record is not None else tracker.store.get(request_id)
+    if record is None or not record.vertex_job or record.state.terminal:
+        return None
+    job = tracker.backend.get(record.vertex_job)
+    return settle_then_retry(tracker, request_id, job, record)
+
+
+def _published(raw: str | None, fallback: datetime) -> datetime:
+    # An unreadable publish time is treated as "now": the hint is then never "covered".
+    return parse_rfc3339(raw) or fallback
+
+
+def settle_job(
+    tracker: Tracker,
+    request_id: str,
+    job: VertexJob,
+    now: datetime,
+    known: JobRecord | None = None,
+) -> tuple[Change | None, JobRecord | None]:
+    """Settle the record against one authoritative read of its job, and publish what the
+    change queued. Returns the change (None when nothing changed) and the record after it.
+    ``known``: the record as this delivery last read or wrote it (no read then)."""
+    written = tracker.store.write(
+        request_id,
+        lambda record: settle(record, job, now, tracker.retry, tracker.prices),
+        known.stored if known is not None else None,
+    )
+    if written is None or written.change is None:
+        # Nothing new to send; a notification a failed publish left behind is sent by the
+        # tick, which flushes every pending outbox, so unchanged reads cost no extra read.
+        return None, None if written is None else written.record
+    change = written.change
+    after = flush_outbox(request_id, tracker.store, tracker.notifier, written.record)
+    fields = {
+        "vertexJob": job.name,
+        "vertexState": job.state,
+        "reason": change.record.get("reason"),
+    }
+    log.info(f"job is {change.state.value}", extra={"fields": fields})
+    return change, after
+
+
+def settle_then_retry(
+    tracker: Tracker, request_id: str, job: VertexJob, known: JobRecord | None = None
+) -> str | None:
+    """:func:`settle_job`, then run at once a retry the settlement made due now (backoff 0),
+    rather than leave it to the next tick. Returns the record's new state when it changed."""
+    now = tracker.clock()
+    change, after = settle_job(tracker, request_id, job, now, known)
+    if change is None:
+        return None
+    due = change.record.get("nextAttemptAt")
+    if change.state is JobState.RETRYING and due is not None and due <= now:
+        run_retry(tracker, request_id, after)
+    return change.state.value
+
+
+def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None) -> Outcome | None:
+    """Submit the next attempt of a request, from its latest complete checkpoint.
+
+    That is attempt n+1 of a RETRYING request, or attempt n that Vertex refused for quota
+    (parked). Exactly once, through :func:`shared.app.steps.exactly_once.create_once`. ``known``:
+    the record as the settlement that made the retry due left it (no read then).
+    """
+    with request_context(request_id):
+        record = known if known is not None else tracker.store.get(request_id)
+        if record is not None and _cancel_left_behind(record, tracker.clock()):
+            # Its cancel was marked while a dead delivery's claim held the record, and the
+            # cancel message never came again: finish it here, or the job runs unfollowed.
+            finish_cancel(tracker, record)
+            return Outcome.CANCELLED
+        attempt = pending_attempt(record) if record is not None else None
+        if record is None or attempt is None:
+            return None
+        settings = tracker.settings
+
+        def claim() -> Claim | None:
+            # None: not due, or another delivery is submitting it.
+            now = tracker.clock()
+            return tracker.store.claim_retry(
+                request_id, attempt, now, settings.claim_ttl_seconds, record.stored
+            )
+
+        placement = next_placement(record, settings.location)
+        request = JobRequest(
+            request_id, str(record.kind), record.request, location=placement.location
+        )
+        prepare = functools.partial(_prepare, tracker, request_id, record, attempt)
+        if request.strategy == AUTO:
+            situation = auto_situation(tracker, record, before=attempt)
+            plan = decided_plan(attempt, placement.location, situation, prepare)
+        else:
+            plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
+        return submit_attempt(request, plan, claim, tracker)
+
+
+def _cancel_left_behind(record: JobRecord, now: datetime) -> bool:
+    """A cancel asked for of a record still waiting for a submission, which nothing holds."""
+    waiting = pending_attempt(record) is not None
+    held = record.claim is not None and record.claim.live(now)
+    return record.cancel_requested and waiting and not record.state.terminal and not held
+
+
+def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int) -> Prepared:
+    """The checkpoint attempt ``attempt`` resumes from, and the work the previous one lost."""
+    if attempt <= 1:
+        return Prepared()  # a parked first attempt starts as intake would have started it
+    latest = _latest_checkpoint(tracker, record)
+    previous = tracker.store.get_attempt(request_id, attempt - 1) or {}
+    lost = work_lost_seconds(previous, latest, previous.get("resumedFrom"))
+    tracker.store.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
+    extra: dict[str, Any] = {"workLostSeconds": record.work_lost_seconds + lost}
+    if latest is not None and advances(record.latest_checkpoint, latest):
+        # An upload may have recorded a later one already (a listing stops at its bounds).
+        extra.update(progress_fields(record.options, latest))
+    return Prepared(resume_from=latest.uri if latest else None, record_extra=extra)
+
+
+def _latest_checkpoint(tracker: Tracker, record: JobRecord) -> Checkpoint | None:
+    """The latest complete checkpoint to resume from: the listing's, or the record's own
+    ``latestCheckpoint`` when that is newer and its listing still confirms it.
+
+    The listing is bounded (a prefix crowded with half-written or foreign step directories
+    cuts it short), and a listing cut short must never resume from scratch, or from an older
+    checkpoint, while the record names a newer complete one that still exists.
+    """
+    prefix = checkpoints_under(str(record.kind), record.request, record.options)
+    if not prefix:
+        return None
+    # A reused output directory may hold another run's checkpoints: only this request's count,
+    # unless the request named checkpointUri itself (resuming another run is then deliberate).
+    not_before = None if record.options.get("checkpointUri") else record.created_at
+    listed = tracker.checkpoints.latest(prefix, not_before=not_before)
+    recorded = record.latest_checkpoint
+    if recorded is None or (listed is not None and not advances(listed, recorded)):
+        return listed
+    confirmed = tracker.checkpoints.confirm(recorded)
+    if confirmed is None:
+        log.warning(
+            "the record's latest checkpoint is gone: resuming from the listing's",
+            extra={"fields": {"recorded": recorded.uri, "listed": listed.uri if listed else None}},
+        )
+        return listed
+    return confirmed
+
+
+def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
+    """The scheduler tick: due submissions, one paged list per location, strays, overdue
+    flags, outboxes, pending cancels and deployments. Returns how many records changed state.
+
+    Every record, every listing and every query is isolated
+    (:class:`~shared.app.steps.sweep.Sweep`): a failure is logged with its requestId, counted, and
+    left for the next tick, and the tick still acknowledges. Only when Firestore answered none of
+    its queries does it raise (then nothing could run, and Pub/Sub redelivers the tick).
+
+    Raises:
+        StoreUnavailable: every query of the tick failed.
+    """
+    now = tracker.clock()
+    store = tracker.store
+    sweep = Sweep("tick")
+    for request_id in sweep.query("due submissions", store.due_submissions, now):
+        sweep.each(request_id, "submit", run_retry, tracker, request_id)
+    active = sweep.query("active records", store.active)
+    # Records that ended lately are still watched for strays: a create that lands after its
+    # request ended (a timed-out create, a cancel that came first) has no other sweeper.
+    ended = sweep.query("ended records", store.ended_since, now - STRAY_WATCH)
+    by_name = {r.vertex_job: r for r in active if r.vertex_job}
+    by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
+    changed = 0
+    for location, since in _listing_windows(active, ended, tracker.settings.location):
+        jobs = sweep.each(None, f"list {location}", _listed, tracker, location, since)
+        for job in jobs or []:
+            # A listed job belongs to the record that follows it, else to the request its
+            # label names (then it may be a stray).
+            record = by_name.get(job.name) or by_label.get(job.labels.get(LABEL_REQUEST, ""))
+            if record is None:
+                continue
+            state = sweep.each(record.request_id, "reconcile", _settle_listed, tracker, record, job)
+            changed += state is not None
+    for record in active:
+        if is_overdue(record, now):
+            sweep.each(record.request_id, "overdue", _flag_overdue, tracker, record, now)
+    for request_id in sweep.query("outboxes", store.with_outbox):
+        sweep.each(request_id, "outbox", flush_outbox, request_id, store, tracker.notifier)
+    for request_id in sweep.query("pending cancels", store.with_pending_cancels):
+        sweep.each(request_id, "cancel", _retry_cancels, tracker, request_id)
+    if tracker.deployments is not None:
+        changed += (
+            sweep.each(None, "deployments", refresh_deployments, tracker.deployments, sweep) or 0
+        )
+    log.info(
+        "tick done",
+        extra={"fields": {"changed": changed, "failed": sweep.failed, **sweep.failures}},
+    )
+    sweep.raise_if_nothing_ran()
+    return changed
+
+
+def _listed(tracker: Tracker, location: str, since: datetime | None) -> list[VertexJob]:
+    return list(tracker.backend.list_labelled(location, created_since=since))
+
+
+def _listing_windows(
+    active: list[JobRecord], ended: list[JobRecord], default_location: str
+) -> list[tuple[str, datetime | None]]:
+    """One listing per location of a watched record, from the oldest time a job of it may
+    have been created.
+
+    An active record is anchored on its current job's create time as Vertex reports it
+    (``vertexCreateTime``), not on when the record was written: a job adopted hours after
+    Vertex made it must stay in reach. An ended record is watched only for strays created
+    after it ended (while it was active, its strays were found with it).
+    """
+    anchors: dict[str, datetime] = {}
+    watched = [(r, r.vertex_create_time or r.attempt_submitted_at) for r in active]
+    watched += [(r, r.ended_at) for r in ended]
+    for record, since in watched:
+        location = record.location or default_location
+        anchor = since or record.created_at
+        if anchor is not None:
+            anchors[location] = min(anchor, anchors.get(location, anchor))
+    return [(loc, anchors[loc] - LIST_MARGIN) for loc in sorted(anchors)]
+
+
+def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str | None:
+    """Settle one listed job against the tick's (partial) read of its record: a job whose
+    state moves the record on is settled on the record read whole; one that does not costs
+    no read at all."""
+    request_id = record.request_id
+    if record.vertex_job == job.name:
+        moves = observe(record, job, tracker.clock()) is not None
+        state = settle_then_retry(tracker, request_id, job, record) if moves else None
+        reason = waited_in_vain(record, job.name, job.state, tracker.clock())
+        if state is None and reason is not None:
+            # An AUTO attempt queued past its waitUntil: the policy chooses again, with no
+            # retry budget charged (the wait cost nothing but time).
+            given_up = yield_attempt(
+                tracker, request_id, job.name, why=GAVE_UP, reason=reason, known=record
+            )
+            if not given_up:
+                # The record moved on meanwhile (the next tick sees it as it is now), or it
+                # cannot keep one more pending cancel: say so, the wait goes on.
+                log.warning(f"not given up: {reason}", extra=_fields(job))
+        return state
+    if is_stray(record, job):
+        # Created under one of this request's attempts but not the job its record follows (a
+        # create that landed after its claim expired, a crash after a cancel): nothing will
+        # ever follow it, so it is cancelled rather than left holding GPUs.
+        log.warning("stray job found under the request's labels", extra=_fields(job))
+        cancel_until_confirmed(tracker, request_id, [job.name])
+    return None
+
+
+def _retry_cancels(tracker: Tracker, request_id: str) -> list[str]:
+    record = tracker.store.get(request_id)
+    return drive_cancels(tracker, request_id, list(record.pending_cancels if record else ()))
+
+
+def _fields(job: VertexJob) -> dict[str, Any]:
+    return {"fields": {"vertexJob": job.name, "labels": job.labels, "vertexState": job.state}}
+
+
+def _flag_overdue(tracker: Tracker, record: JobRecord, now: datetime) -> None:
+    fields = {"vertexJob": record.vertex_job, "maxWaitSeconds": record.max_wait_seconds}
+    log.warning("job queued past its max wait", extra={"fields": fields})
+    tracker.store.transact(record.request_id, lambda current: overdue_change(current, now))

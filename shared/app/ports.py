@@ -1,0 +1,271 @@
+"""Ports: what the services need from the outside world, as bare nouns.
+
+Adapters are named after their backend (``FirestoreJobStore``, ``VertexJobBackend``); the fakes
+used by unit and functional tests are ``InMemory…``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, NamedTuple, Protocol
+
+from shared.domain.decisions.deploy_model import OperationStatus
+from shared.domain.decisions.submissions import Claim, Submission
+from shared.domain.model.changes import Change, Write
+from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.records import Stored
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.request.message import JobRequest
+
+# Claim and Submission are part of the JobStore contract, so they are exported from here too.
+__all__ = [
+    "CheckpointStore",
+    "Claim",
+    "Decided",
+    "JobBackend",
+    "JobStore",
+    "Notifier",
+    "RejectionLog",
+    "Stored",
+    "StoredObjects",
+    "Submission",
+]
+
+
+class Decided(NamedTuple):
+    """What :meth:`JobStore.transact` did: the change written (None: nothing to write), and
+    the record as it now stands, with its version, for the next write to decide on."""
+
+    change: Change | None
+    stored: Stored
+
+
+class JobStore(Protocol):
+    """The job records (Firestore ``jobs`` and their ``attempts``): storage only.
+
+    What a write means is decided by the domain's pure functions, applied through
+    :meth:`transact` by :class:`shared.app.repository.jobs.JobRecords`.
+    """
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        """The record as stored, or None."""
+        ...
+
+    def read(self, request_id: str) -> Stored | None:
+        """The record as stored, with its version, or None."""
+        ...
+
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        """One attempt document, or None."""
+        ...
+
+    def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
+        """Create the record only if none exists (a conditional put): the record as created,
+        with its version; None when one exists.
+
+        Raises:
+            StoreUnavailable: Firestore could not be reached.
+        """
+        ...
+
+    def transact(
+        self,
+        request_id: str,
+        decide: Callable[[dict[str, Any]], Change | None],
+        known: Stored | None = None,
+    ) -> Decided | None:
+        """Atomically: read the record, let ``decide`` compute a change, write it (only if
+        the record is still as read; ``decide`` runs again on a fresh read when it is not).
+
+        With ``known`` (the record as this caller last read or wrote it) the first decision
+        is made on it without a read: its write carries ``known``'s version as precondition,
+        so a record changed since is decided again on a fresh read. A decision to write
+        nothing on ``known`` stands, as it would on a read made when ``known`` was seen.
+
+        The change's ``record`` fields are set and its ``deletes`` removed; its ``attempt``
+        fields are merged into attempt ``attempt_no`` (the record's current attempt when
+        None). A missing record is never passed to ``decide``: the result is None. Whatever
+        ``decide`` raises propagates, and nothing is written.
+        """
+        ...
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        """Merge ``fields`` into one attempt document (one write, no read: attempt documents
+        are history that no decision reads back before writing)."""
+        ...
+
+    def find_by_job_id(self, job_id: str) -> Stored | None:
+        """The record one of whose attempts is Vertex job ``job_id`` (one query: the record
+        itself, with its version), or None."""
+        ...
+
+    def active(self) -> list[Stored]:
+        """Every record not yet in a terminal state, with its version: only the fields of
+        :data:`~shared.domain.model.records.TICK_FIELDS` (``partial``), read in pages."""
+        ...
+
+    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+        """Every record that reached a terminal state at or after ``since`` (``endedAt``),
+        of ``TICK_FIELDS`` only, read in pages."""
+        ...
+
+    def due_submissions(self, now: datetime) -> list[str]:
+        """requestIds whose next submission (a retry, or a parked attempt) is due."""
+        ...
+
+    def with_outbox(self) -> list[str]:
+        """requestIds with notifications not yet published."""
+        ...
+
+    def with_pending_cancels(self) -> list[str]:
+        """requestIds with Vertex jobs whose cancel Vertex has not confirmed yet."""
+        ...
+
+    def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
+        """Active records whose ``checkpointPrefix`` is ``prefix`` (an indexed equality, at
+        most :data:`MAX_WATCHERS` of them)."""
+        ...
+
+    def transact_series(
+        self,
+        series: str,
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        """Read the document of ``series`` (``series/{id}``) and the record its ``current``
+        field names, each None when missing; let ``decide`` return the series document to
+        write (None: write nothing), and write it whole, only if the series document is still
+        as read (decided again on a fresh read when it is not)."""
+        ...
+
+
+#: More active jobs than this writing checkpoints under one prefix is a misconfiguration; a
+#: checkpoint upload updates the first ones found.
+MAX_WATCHERS = 20
+
+
+class StoredObjects(Protocol):
+    """Cloud Storage, for reading uploaded request files."""
+
+    def read(self, bucket: str, name: str, generation: str, limit: int) -> bytes:
+        """Read one generation of an object, at most ``limit`` + 1 bytes (so a caller sees
+        that a larger object is too large without reading it all).
+
+        Raises:
+            ObjectGone: that generation no longer exists (replaced or deleted).
+            StoreUnavailable: Cloud Storage could not be reached.
+        """
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Where training writes checkpoints (GCS)."""
+
+    def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
+        """The latest complete checkpoint under ``prefix_uri``, or None; checkpoints older
+        than ``not_before`` (another run's, in a reused directory) are ignored."""
+        ...
+
+    def confirm(self, checkpoint: Checkpoint) -> Checkpoint | None:
+        """``checkpoint`` as its own listing shows it (its time is the listing's), or None
+        when the listing shows no complete checkpoint there
+        (:func:`shared.domain.policy.checkpoints.confirm`)."""
+        ...
+
+
+class JobBackend(Protocol):
+    """Vertex AI: where jobs run."""
+
+    def find(
+        self, request_label: str, attempt: int, location: str, kind: str | None = None
+    ) -> list[VertexJob]:
+        """Every job of this request and attempt already created in ``location``, looked up
+        by its labels (usually none or one; more only after a create raced).
+
+        ``kind`` (the request kind) narrows the lookup; None searches every training kind.
+        """
+        ...
+
+    def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
+        """Create the job of one attempt."""
+        ...
+
+    def get(self, name: str) -> VertexJob:
+        """Read one job's authoritative state."""
+        ...
+
+    def list_labelled(
+        self, location: str, created_since: datetime | None = None
+    ) -> Iterable[VertexJob]:
+        """Every flexjobs-labelled job in ``location``, paging through the list call."""
+        ...
+
+    def cancel(self, name: str) -> None:
+        """Ask Vertex to cancel a job."""
+        ...
+
+
+class Notifier(Protocol):
+    """The notifications topic."""
+
+    def notify(self, message: Mapping[str, Any]) -> None:
+        """Publish one notification and wait until Pub/Sub has it."""
+        ...
+
+
+class RejectionLog(Protocol):
+    """Where refused requests are kept (Firestore ``rejections``)."""
+
+    def get(self, rejection_id: str) -> dict[str, Any] | None:
+        """The rejection document as stored, or None."""
+        ...
+
+    def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
+        """Write (or overwrite) the rejection document."""
+        ...
+
+
+class DeploymentStore(Protocol):
+    """The deployment records (Firestore ``deployments``): storage only, like
+    :class:`JobStore` (the writes are
+    :class:`shared.app.repository.deployments.DeploymentRecords`')."""
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        """The record as stored, or None."""
+        ...
+
+    def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        """Create the record only if none exists; False when one does."""
+        ...
+
+    def transact(
+        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
+    ) -> Write | None:
+        """Atomically, like :meth:`JobStore.transact`: read the record, let ``decide`` compute
+        a write (fields to set and to delete; None: nothing), apply it; returns it. A missing
+        record is never decided on."""
+        ...
+
+    def deploying(self) -> list[dict[str, Any]]:
+        """Every record in DEPLOYING (its operation not yet seen done)."""
+        ...
+
+    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+        """Every parked record whose next deployment is due."""
+        ...
+
+
+class DeploymentBackend(Protocol):
+    """Vertex AI EndpointService: where models are deployed for prediction."""
+
+    def find(self, endpoint: str, request_id: str) -> str | None:
+        """The id of this request's model already deployed on ``endpoint``, or None."""
+        ...
+
+    def deploy(self, request: JobRequest) -> str:
+        """Start DeployModel for the request; returns the operation's name."""
+        ...
+
+    def operation(self, name: str) -> OperationStatus:
+        """Read one DeployModel operation."""
+        ...

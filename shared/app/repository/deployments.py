@@ -1,0 +1,124 @@
+"""The deployment repository: ``deployments/{id}`` records read and written through the store,
+decoded into :class:`~shared.domain.model.records.DeploymentRecord` for every decision."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from shared.app.ports import DeploymentStore
+from shared.app.repository.jobs import _claim
+from shared.domain.decisions.deploy_model import (
+    OperationStatus,
+    claim_released,
+    deploy_failed,
+    deploy_parked,
+    deploy_recorded,
+    deployment_settled,
+    new_deployment,
+    observe_operation,
+)
+from shared.domain.decisions.submissions import (
+    Claim,
+)
+from shared.domain.model.changes import Write
+from shared.domain.model.records import DeploymentRecord, Stored
+from shared.domain.model.states import DeploymentState
+from shared.domain.request.message import JobRequest
+
+
+class DeploymentRecords:
+    """The deployment records: every write, over a :class:`~shared.app.ports.DeploymentStore`."""
+
+    def __init__(self, store: DeploymentStore) -> None:
+        self.store = store
+
+    def get(self, request_id: str) -> DeploymentRecord | None:
+        raw = self.store.get(request_id)
+        return None if raw is None else DeploymentRecord.decode(raw)
+
+    def deploying(self) -> list[DeploymentRecord]:
+        return [DeploymentRecord.decode(raw) for raw in self.store.deploying()]
+
+    def parked_due(self, now: datetime) -> list[DeploymentRecord]:
+        return [DeploymentRecord.decode(raw) for raw in self.store.parked_due(now)]
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        """Create ``deployments/{id}`` in ACCEPTED with a claim, or report the existing one.
+
+        Raises:
+            SubmissionInProgress: another live claim holds the request.
+        """
+        rid = request.request_id
+
+        def transact(
+            fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
+        ) -> tuple[bool, Stored | None]:
+            # Deployments are few: their writes read the record and carry no version.
+            return self.store.transact(rid, lambda raw: _as_write(fields_of(raw))) is not None, None
+
+        return _claim(
+            new_deployment(request, now),
+            read=lambda: _unversioned(self.store.get(rid)),
+            create=lambda record: Stored(record, None) if self.store.create(rid, record) else None,
+            transact=transact,
+            settled=lambda raw: deployment_settled(DeploymentRecord.decode(raw)),
+            now=now,
+            ttl_seconds=ttl_seconds,
+        )
+
+    def transact(
+        self, request_id: str, decide: Callable[[DeploymentRecord], Write | None]
+    ) -> Write | None:
+        """Apply ``decide`` to the record, decoded, in one transaction."""
+        return self.store.transact(request_id, lambda raw: decide(DeploymentRecord.decode(raw)))
+
+    def _finish_claim(self, request_id: str, fields: dict[str, Any]) -> None:
+        self.transact(request_id, lambda current: deploy_recorded(current, fields))
+
+    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
+        """The DeployModel operation started: DEPLOYING, with its name."""
+        fields = {"state": DeploymentState.DEPLOYING.value, "operation": operation}
+        self._finish_claim(request_id, {**fields, "updatedAt": now})
+
+    def record_adopted(
+        self, token: str, request_id: str, deployed_model_id: str, now: datetime
+    ) -> None:
+        """The request's model is on the endpoint already: DEPLOYED, with its id."""
+        fields = {
+            "state": DeploymentState.DEPLOYED.value,
+            "deployedModelId": deployed_model_id,
+            "deployedAt": now,
+        }
+        self._finish_claim(request_id, {**fields, "updatedAt": now})
+
+    def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
+        """Vertex refused the deployment for good: FAILED with the reason (never over an end)."""
+        self.transact(request_id, lambda current: deploy_failed(current, reason, now))
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        """Drop this delivery's claim, if it still holds it."""
+        self.transact(request_id, lambda current: claim_released(current, token, now))
+
+    def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
+        """Park a deployment refused for quota (see
+        :func:`~shared.domain.decisions.deploy_model.deploy_parked`)."""
+        self.transact(
+            request_id, lambda current: deploy_parked(current, now, delay_seconds, detail)
+        )
+
+    def apply_operation(
+        self, request_id: str, status: OperationStatus, now: datetime
+    ) -> str | None:
+        """Move the record to what its operation says; the new state, or None."""
+        change = self.transact(request_id, lambda current: observe_operation(current, status, now))
+        return None if change is None else str(change.fields["state"])
+
+
+def _unversioned(raw: dict[str, Any] | None) -> Stored | None:
+    return None if raw is None else Stored(raw, None)
+
+
+def _as_write(fields: dict[str, Any] | None) -> Write | None:
+    return None if fields is None else Write(fields)

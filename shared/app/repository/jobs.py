@@ -1,0 +1,399 @@
+"""The records' repositories: every write the services make, as a pure decision applied in
+one transaction of a small store.
+
+The stores (:class:`~shared.app.ports.JobStore`, :class:`~shared.app.ports.DeploymentStore`) know
+storage only: get, a conditional create, a transaction that applies one decision, and a few
+queries. What each write means (a claim seen, a submission recorded, a read lease taken) is
+decided here by the domain's pure functions, once for Firestore and the in-memory fake alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.app.ports import JobStore
+from shared.domain.decisions.hints import HintAction, take_hint
+from shared.domain.decisions.submissions import (
+    MAX_NOTIFIED,
+    Claim,
+    ClaimSeen,
+    Submission,
+    checkpoint_progress,
+    existing_claim,
+    first_claim_of,
+    job_settled,
+    new_record,
+    skipped_record,
+    submission_claimable,
+    submission_write,
+)
+from shared.domain.model.changes import Change
+from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.records import JobRecord, Lease, Stored
+from shared.domain.model.states import JobState
+from shared.domain.request.message import JobRequest
+from shared.domain.request.schedule import Slot, Turn, turn
+from shared.kernel.errors import SubmissionInProgress
+
+Decide = Callable[[JobRecord], Change | None]
+
+
+def _lease(
+    now: datetime, ttl_seconds: float, attempt: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    token = uuid.uuid4().hex
+    lease: dict[str, Any] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
+    if attempt is not None:
+        lease["attempt"] = attempt
+    return token, lease
+
+
+def _holder(current: JobRecord) -> tuple[str, ...]:
+    """The promise of a trailing read to forget, when the record holds one."""
+    return ("hintHolder",) if current.hint_holder else ()
+
+
+def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
+    """A change that keeps the record's state."""
+    return Change(state=current.state, record=fields, deletes=deletes)
+
+
+#: A claim's write: ``transact(decide, known)`` -> (whether it wrote, the record after it).
+ClaimWrite = Callable[
+    [Callable[[dict[str, Any]], dict[str, Any] | None], Stored | None],
+    tuple[bool, Stored | None],
+]
+
+
+def _claim(
+    record: dict[str, Any],
+    *,
+    read: Callable[[], Stored | None],
+    create: Callable[[dict[str, Any]], Stored | None],
+    transact: ClaimWrite,
+    settled: Callable[[dict[str, Any]], bool],
+    now: datetime,
+    ttl_seconds: float,
+    attempt: int | None = None,
+) -> Claim:
+    """The one claim of every collection: a read, then a conditional create when there is no
+    record, else a decision on the record found (a duplicate, a live claim held elsewhere, or
+    a dead claim to take over).
+
+    Read first, so that a duplicate delivery costs one read and nothing else; a create that
+    loses a race to another delivery decides on a fresh read like any record found.
+    """
+    token, lease = _lease(now, ttl_seconds, attempt)
+    # Due on the tick once the claim expires: a delivery that dies after its create (or whose
+    # message runs out of deliveries while the claim holds) leaves nothing untracked, since
+    # the tick then takes the claim over and looks the job up by its key.
+    due = {"claim": lease, "nextAttemptAt": lease["expiresAt"]}
+    found = read()
+    if found is None:
+        made = create({**record, **due})
+        if made is not None:
+            return Claim(token=token, fresh=True, stored=made)
+    seen: dict[str, Any] = {}
+
+    def decide(current: dict[str, Any]) -> dict[str, Any] | None:
+        seen.clear()
+        seen.update(copy.deepcopy(current))
+        verdict = existing_claim(Lease.of(current.get("claim")), now, settled(current))
+        if verdict is ClaimSeen.SUBMITTED:
+            return None
+        if verdict is ClaimSeen.HELD:
+            raise SubmissionInProgress(
+                f"request {current.get('requestId')!r} is being submitted by another "
+                f"delivery until {current['claim']['expiresAt'].isoformat()}"
+            )
+        return {**due, "updatedAt": now}
+
+    wrote, after = transact(decide, found)
+    if not wrote:
+        return Claim(record=seen)
+    return Claim(token=token, stored=after)
+
+
+class JobRecords:
+    """The job records: every write the services make, over a
+    :class:`~shared.app.ports.JobStore`."""
+
+    def __init__(self, store: JobStore, default_location: str) -> None:
+        self.store = store
+        self._default_location = default_location
+
+    # -- reads and queries: the store's own ---------------------------------------------------
+
+    def get(self, request_id: str) -> JobRecord | None:
+        """The record, with its version (so that the next write may skip its read)."""
+        stored = self.store.read(request_id)
+        return None if stored is None else _decoded(stored)
+
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        return self.store.get_attempt(request_id, attempt)
+
+    def by_job_id(self, job_id: str) -> JobRecord | None:
+        """The record one of whose attempts is Vertex job ``job_id`` (one query)."""
+        stored = self.store.find_by_job_id(job_id)
+        return None if stored is None else _decoded(stored)
+
+    def active(self) -> list[JobRecord]:
+        """Every active record, of :data:`~shared.domain.model.records.TICK_FIELDS` only
+        (partial)."""
+        return [_decoded(stored) for stored in self.store.active()]
+
+    def ended_since(self, since: datetime) -> list[JobRecord]:
+        """The records ended at or after ``since``, of ``TICK_FIELDS`` only."""
+        return [JobRecord.decode(raw) for raw in self.store.ended_since(since)]
+
+    def due_submissions(self, now: datetime) -> list[str]:
+        return self.store.due_submissions(now)
+
+    def with_outbox(self) -> list[str]:
+        return self.store.with_outbox()
+
+    def with_pending_cancels(self) -> list[str]:
+        return self.store.with_pending_cancels()
+
+    def write(self, request_id: str, decide: Decide, known: Stored | None = None) -> Written | None:
+        """Apply ``decide`` to the record, decoded, in one conditional write; the change and
+        the record after it (None: no record). ``known``: the record as last read or written,
+        decided on without a read (see :meth:`~shared.app.ports.JobStore.transact`); a partial one
+        (a tick's page) is read whole first: no decision is made on some of a record."""
+        if known is not None and known.partial:
+            known = None
+        done = self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
+        return None if done is None else Written(done.change, _decoded(done.stored))
+
+    def transact(
+        self, request_id: str, decide: Decide, known: Stored | None = None
+    ) -> Change | None:
+        """:meth:`write`, for the change alone (None: nothing to write, or no record)."""
+        written = self.write(request_id, decide, known)
+        return None if written is None else written.change
+
+    # -- writes: a pure decision each ----------------------------------------------------------
+
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+        """Create the record in ACCEPTED with a claim, or report the existing one.
+
+        Raises:
+            SubmissionInProgress: another live claim holds the request.
+        """
+        rid = request.request_id
+
+        def transact(
+            fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
+        ) -> tuple[bool, Stored | None]:
+            done = self.store.transact(
+                rid, lambda raw: _keeping_state(JobRecord.decode(raw), fields_of(raw)), known
+            )
+            return (False, None) if done is None else (done.change is not None, done.stored)
+
+        return _claim(
+            new_record(request, self._default_location, now),
+            read=lambda: self.store.read(rid),
+            create=lambda record: self.store.create(rid, record),
+            transact=transact,
+            settled=lambda raw: job_settled(JobRecord.decode(raw)),
+            now=now,
+            ttl_seconds=ttl_seconds,
+            attempt=1,
+        )
+
+    def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
+        """Create ``record`` only if no record exists; False when one does."""
+        return self.store.create(request_id, dict(record)) is not None
+
+    def record_submission(
+        self, token: str, submission: Submission, now: datetime, known: Stored | None = None
+    ) -> bool:
+        """Record the Vertex job of an attempt; False when the record will not take it (see
+        :func:`~shared.domain.decisions.submissions.submission_write`): the caller must cancel it.
+        ``known``: the record as claimed (its one write then needs no read)."""
+        recorded: list[bool] = []
+
+        def decide(current: JobRecord) -> Change | None:
+            plan = submission_write(current, submission, now)
+            recorded[:] = [plan.recorded]
+            if not plan.record:
+                return None
+            state = JobState(plan.record["state"])
+            return Change(
+                state,
+                plan.record,
+                plan.attempt,
+                deletes=plan.deletes,
+                attempt_no=submission.attempt,
+            )
+
+        self.transact(submission.request_id, decide, known)
+        # No record at all (deleted by hand after the claim): no record will ever follow the
+        # job either, so the caller cancels it, as for any job a record will not take.
+        return bool(recorded and recorded[0])
+
+    def release(self, request_id: str, token: str, now: datetime) -> None:
+        """Give up a claim this delivery holds, so a redelivery need not wait for its TTL.
+
+        The claim is expired, not deleted: the next claim of the same attempt must know that
+        one was held before, and look up what it may have created."""
+
+        def decide(current: JobRecord) -> Change | None:
+            held = current.claim
+            if held is None or held.token != token or not held.live(now):
+                return None  # not ours, or expired already: nothing to give up
+            lease: dict[str, Any] = {"token": token, "expiresAt": now}
+            if held.attempt is not None:
+                lease["attempt"] = held.attempt
+            return _same(current, {"claim": lease, "updatedAt": now})
+
+        self.transact(request_id, decide)
+
+    def claim_retry(
+        self,
+        request_id: str,
+        attempt: int,
+        now: datetime,
+        ttl_seconds: float,
+        known: Stored | None = None,
+    ) -> Claim | None:
+        """Claim the submission of ``attempt``; None when it may not be (see
+        :func:`~shared.domain.decisions.submissions.submission_claimable`). The claim is ``fresh``
+        when no delivery claimed this attempt before
+        (:func:`~shared.domain.decisions.submissions.first_claim_of`)."""
+        token, lease = _lease(now, ttl_seconds, attempt)
+        first: list[bool] = []
+
+        def decide(current: JobRecord) -> Change | None:
+            if not submission_claimable(current, attempt, now):
+                return None
+            first[:] = [first_claim_of(current, attempt)]
+            return _same(current, {"claim": lease, "updatedAt": now})
+
+        written = self.write(request_id, decide, known)
+        if written is None or written.change is None:
+            return None
+        return Claim(token=token, fresh=first[0], stored=written.record.stored)
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        """Merge ``fields`` into attempt document ``attempt`` (one write, no read)."""
+        self.store.update_attempt(request_id, attempt, dict(fields))
+
+    def begin_read(
+        self,
+        request_id: str,
+        now: datetime,
+        interval_seconds: float,
+        published: datetime,
+        known: Stored | None = None,
+        *,
+        message_id: str | None = None,
+    ) -> tuple[HintAction, datetime | None, JobRecord | None]:
+        """Apply :func:`~shared.domain.decisions.hints.take_hint`; returns the action, the read
+        lease's start before this hint (for a trailing read) and the record after it."""
+        taken: list[tuple[HintAction, datetime | None]] = []
+
+        def decide(current: JobRecord) -> Change | None:
+            action, fields = take_hint(current, published, now, interval_seconds, message_id)
+            taken[:] = [(action, current.last_read_at)]
+            # A read begun ends any promise of one: its holder is forgotten with it.
+            gone = ("hintHolder",) if action is HintAction.READ and current.hint_holder else ()
+            return _same(current, fields, gone) if fields else None
+
+        written = self.write(request_id, decide, known)
+        if written is None or not taken:  # no record: no lease, so the hint reads at once
+            return HintAction.READ, None, None
+        return taken[0][0], taken[0][1], written.record
+
+    def renew_read(self, request_id: str, now: datetime) -> None:
+        """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
+        self.transact(
+            request_id,
+            lambda cur: _same(
+                cur,
+                {"lastReadAt": now, "previousReadAt": cur.last_read_at, "hintPending": False},
+                _holder(cur),
+            ),
+        )
+
+    def release_reader(self, request_id: str) -> None:
+        """Drop the read lease (after a failed read), so the next hint reads at once."""
+        self.transact(
+            request_id,
+            lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False}, _holder(cur)),
+        )
+
+    def take_turn(
+        self, request: JobRequest, slot: Slot, now: datetime, claim_seconds: float
+    ) -> Turn:
+        """Decide, in one transaction over the series document and its current request's
+        record, what a scheduled slot does (see :func:`~shared.domain.request.schedule.turn`)."""
+        decided: list[Turn] = []
+
+        def decide(series: dict[str, Any] | None, current: dict[str, Any] | None) -> Any:
+            state = JobRecord.decode(current).state if current is not None else None
+            made = turn(
+                series, state, slot, request.request_id, now=now, claim_seconds=claim_seconds
+            )
+            decided[:] = [made]
+            return made.write
+
+        self.store.transact_series(slot.series, decide)
+        return decided[0]
+
+    def record_skipped(self, request: JobRequest, holder: str, now: datetime) -> bool:
+        """Record a slot that does not run (SKIPPED); False when its record exists already."""
+        record = skipped_record(request, holder, self._default_location, now)
+        return self.store.create(request.request_id, record) is not None
+
+    def watching(self, prefix: str) -> list[JobRecord]:
+        """The active records whose checkpoints go under ``prefix``."""
+        return [JobRecord.decode(r) for r in self.store.with_checkpoint_prefix(prefix)]
+
+    def record_checkpoint(
+        self, request_id: str, checkpoint: Checkpoint, now: datetime
+    ) -> JobRecord | None:
+        """Record a checkpoint an upload completed, when it is news (see
+        :func:`~shared.domain.decisions.submissions.checkpoint_progress`); the record after it, or
+        None when nothing was written."""
+        written = self.write(
+            request_id, lambda current: checkpoint_progress(current, checkpoint, now)
+        )
+        return None if written is None or written.change is None else written.record
+
+    def drop_from_outbox(
+        self, request_id: str, sent: list[dict[str, Any]], known: Stored | None = None
+    ) -> Written | None:
+        """Move notifications once published from the outbox to ``notified`` (the latest
+        :data:`MAX_NOTIFIED`: what the status page shows a job produced); the record after."""
+
+        def decide(current: JobRecord) -> Change:
+            left = [m for m in current.outbox if m not in sent]
+            done = [m for m in current.outbox if m in sent]
+            notified = [*current.notified, *done][-MAX_NOTIFIED:]
+            fields = {"outbox": left, "outboxPending": bool(left), "notified": notified}
+            return _same(current, fields)
+
+        return self.write(request_id, decide, known)
+
+
+@dataclass(frozen=True)
+class Written:
+    """One conditional write of a job record: the change (None: nothing was written) and the
+    record after it, with its version."""
+
+    change: Change | None
+    record: JobRecord
+
+
+def _decoded(stored: Stored) -> JobRecord:
+    return JobRecord.decode(stored.raw, stored)
+
+
+def _keeping_state(current: JobRecord, fields: dict[str, Any] | None) -> Change | None:
+    return None if fields is None else _same(current, fields)

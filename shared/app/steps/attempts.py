@@ -1,0 +1,253 @@
+"""Submitting one attempt of a training request exactly once, settling its record, and
+cancelling (until Vertex confirms) any job no record will follow.
+
+Intake's attempt 1 and every retry (the lifecycle) call :func:`submit_attempt`; the order of
+its steps and what each failure does to the claim are
+:func:`shared.app.steps.exactly_once.create_once`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from shared.app.context import AttemptPorts, CapacityPorts
+from shared.app.ports import Claim, Submission
+from shared.app.steps.cancels import cancel_until_confirmed
+from shared.app.steps.exactly_once import Creation, Outcome, Ticket, create_once
+from shared.app.steps.outbox import settle_record
+from shared.domain.capacity.model import Situation, Tuning
+from shared.domain.capacity.rule import FALLBACK_DECISION, decide
+from shared.domain.capacity.situations import situation_from_record
+from shared.domain.decisions.jobs import adoptable
+from shared.domain.decisions.recovery import (
+    failed,
+    parked,
+)
+from shared.domain.model.changes import Change
+from shared.domain.model.ids import LABEL_REQUEST, label_value, labels_for
+from shared.domain.model.records import JobRecord
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.request.attempts import attempt_spec
+from shared.domain.request.message import JobRequest
+from shared.kernel.errors import BackendRejected, QuotaExhausted
+from shared.kernel.logs import get_logger
+
+log = get_logger("submission")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What an attempt resumes from, and extra record fields; computed once it is claimed."""
+
+    resume_from: str | None = None
+    record_extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """Where and how one attempt runs; ``prepare`` runs after the claim (it may do I/O)."""
+
+    attempt: int
+    strategy: str
+    location: str
+    prepare: Callable[[], Prepared] = Prepared
+    # FLEX_START's maxWaitDuration when the capacity policy chose it (AUTO); None: the body's.
+    max_wait_seconds: int | None = None
+
+
+def decided_plan(
+    attempt: int,
+    location: str,
+    situation: Situation | None,
+    prepare: Callable[[], Prepared] = Prepared,
+) -> AttemptPlan:
+    """The plan of an AUTO request's attempt: the capacity policy's strategy and max wait,
+    with the decision recorded on the record (``capacity``) when the attempt is.
+
+    A record whose deadline fields cannot be read any more (hand-edited) runs on STANDARD:
+    the one choice that cannot lose the job to capacity. That decision is recorded as final,
+    like any other: nothing may give the attempt up or leave it (a decision left from before
+    would, at its ``waitUntil``, for ever).
+    """
+    decision = decide(situation) if situation is not None else FALLBACK_DECISION
+    if situation is None:
+        log.warning("AUTO request without a usable deadline: attempt runs on STANDARD")
+    fields = {"maxWaitSeconds": decision.max_wait_seconds, "capacity": decision.to_dict()}
+    log.info(
+        f"capacity for attempt {attempt}: {decision.strategy}",
+        extra={"fields": {"reason": decision.reason, "maxWait": decision.max_wait_seconds}},
+    )
+
+    def prepared() -> Prepared:
+        made = prepare()
+        return replace(made, record_extra={**made.record_extra, **fields})
+
+    return AttemptPlan(attempt, decision.strategy, location, prepared, decision.max_wait_seconds)
+
+
+def auto_situation(
+    ports: CapacityPorts, record: JobRecord, before: int, running: str | None = None
+) -> Situation | None:
+    """What the capacity policy knows of an AUTO record: its progress, and attempts 1 to
+    ``before - 1``, which ended (their documents read here: AUTO records only; at most
+    ``MAX_SWITCHES`` plus the retry budgets of them). ``running``: the strategy of the attempt
+    running now, asked at one of its checkpoints; its running time up to the record's latest
+    checkpoint counts as saved work then (what a request without ``totalSteps`` has to go
+    by)."""
+    ended = [ports.store.get_attempt(record.request_id, n) or {} for n in range(1, before)]
+    now = ports.clock()
+    started, saved = record.attempt_started_at, record.latest_checkpoint
+    if running is not None and started is not None and saved is not None:
+        # Saved up to the checkpoint, not up to now: what ran since is lost if it is left.
+        ran = max(0.0, (min(now, saved.at) - started).total_seconds())
+        ended.append({"strategy": running, "runningSeconds": ran, "workLostSeconds": 0.0})
+    return situation_from_record(
+        record,
+        ended,
+        now,
+        ports.prices,
+        budgets=ports.retry.for_request(record.options.get("retryPolicy")).budgets,
+        running=running,
+        tuning=Tuning().scaled(ports.settings.auto_time_scale),
+    )
+
+
+def submit_attempt(
+    request: JobRequest, plan: AttemptPlan, claim: Callable[[], Claim | None], ports: AttemptPorts
+) -> Outcome:
+    """Create (or adopt) the Vertex job of one attempt and record it, exactly once.
+
+    The attempt's labels are its idempotency key: a job found under them was created by a
+    delivery that died before recording it, and is adopted rather than created again. A fresh
+    claim (the first any delivery took of this attempt) skips that lookup, and the record as
+    claimed is what recording the job decides on: one Vertex call and one write, no read.
+
+    Raises:
+        TransientError: any fault that redelivery may cure.
+    """
+    request_id = request.request_id
+    labels = labels_for(request_id, plan.attempt)
+    store, backend, clock = ports.store, ports.backend, ports.clock
+    prepared = functools.cache(plan.prepare)
+    claimed: list[Claim] = []
+
+    def take() -> Ticket | None:
+        taken = claim()
+        if taken is None or taken.token is None:
+            return None
+        claimed[:] = [taken]
+        return Ticket(taken.token, fresh=taken.fresh)
+
+    def find() -> VertexJob | None:
+        found = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, request.kind)
+        return adoptable(found)
+
+    def create() -> VertexJob:
+        body = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=label_value(request_id),
+            attempt=plan.attempt,
+            resume_from=prepared().resume_from,
+            strategy=plan.strategy,
+            max_wait_seconds=plan.max_wait_seconds,
+        )
+        return backend.create(replace(request, spec=body), labels, plan.location)
+
+    def record(token: str, job: VertexJob, adopted: bool) -> Outcome:
+        strategy, extra = plan.strategy, prepared().record_extra
+        if adopted:
+            # An earlier delivery made it, perhaps on another decision (AUTO decides from
+            # the time): the record says what Vertex runs, read from the job itself.
+            strategy, extra = adopted_fields(job, strategy, extra, clock())
+        submission = Submission(
+            request_id=request_id,
+            attempt=plan.attempt,
+            vertex_job=job,
+            strategy=strategy,
+            location=plan.location,
+            resumed_from=prepared().resume_from,
+            record_extra=extra,
+        )
+        known = claimed[0].stored if claimed else None
+        if not store.record_submission(token, submission, clock(), known):
+            # Cancelled meanwhile, or another job holds this attempt: no record will ever
+            # follow this job, so it must not keep running.
+            cancel_until_confirmed(ports, request_id, [job.name])
+            store.release(request_id, token, clock())
+            log.info("job cancelled: the record will not take it", extra=_job_fields(job))
+            return Outcome.CANCELLED
+        outcome = Outcome.ADOPTED if adopted else Outcome.SUBMITTED
+        log.info(f"attempt {plan.attempt} {outcome.value}", extra=_job_fields(job, plan))
+        return outcome
+
+    def release(token: str) -> None:
+        store.release(request_id, token, clock())
+
+    def refused(token: str, exc: BackendRejected) -> Outcome:
+        reason = f"attempt {plan.attempt} refused by Vertex AI: {exc}"
+        settle_record(ports, request_id, lambda rec: failed(rec, clock(), reason))
+        release(token)
+        return Outcome.FAILED
+
+    def park(token: str, exc: QuotaExhausted) -> Outcome:
+        def decide(rec: JobRecord) -> Change | None:
+            delay = ports.backoff(rec.quota_retries + 1)
+            return parked(rec, clock(), plan.attempt, delay, str(exc))
+
+        store.transact(request_id, decide)
+        release(token)
+        return Outcome.PARKED
+
+    return create_once(Creation(take, find, create, record, release, refused, park))
+
+
+def adopted_fields(
+    job: VertexJob, planned: str, extra: dict[str, Any], now: datetime
+) -> tuple[str, dict[str, Any]]:
+    """The strategy and record fields of an adopted job: its own strategy and max wait when
+    Vertex reports them (the plan's otherwise), and for AUTO the decision amended to say so.
+
+    A decision taken for another strategy says nothing of the adopted job: it is no longer
+    ``final``, and its ``waitUntil`` is now, so a job still queued is given up at the next
+    look and the policy chooses again from what it knows then (a running one is kept).
+
+    Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> job = VertexJob("p/customJobs/1", "JOB_STATE_QUEUED", {}, strategy="SPOT")
+        >>> decision = {"strategy": "STANDARD", "reason": "behind", "final": True}
+        >>> strategy, fields = adopted_fields(job, "STANDARD", {"capacity": decision}, now)
+        >>> strategy, fields["capacity"]["final"], fields["capacity"]["waitUntil"] == now
+        ('SPOT', False, True)
+    """
+    if job.strategy is None:
+        return planned, extra  # Vertex did not say: the plan stands
+    strategy = job.strategy
+    wait = job.max_wait_seconds if strategy == "FLEX_START" else None
+    wait = None if not wait else int(wait)  # 0s: indefinitely, which the record says as null
+    if "capacity" not in extra:
+        return strategy, extra
+    decision = dict(extra["capacity"])
+    if decision.get("strategy") != strategy or decision.get("maxWaitSeconds") != wait:
+        before = decision.get("strategy")
+        decision.update(
+            strategy=strategy,
+            maxWaitSeconds=wait,
+            final=False,
+            waitUntil=now,
+            reason=f"adopted the job an earlier delivery created on {strategy} "
+            f"(this delivery's choice was {before}: {decision.get('reason')})",
+        )
+    return strategy, {**extra, "capacity": decision, "maxWaitSeconds": wait}
+
+
+def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, Any]:
+    fields: dict[str, Any] = {"vertexJob": job.name}
+    if plan is not None:
+        fields.update(strategy=plan.strategy, location=plan.location)
+    return {"fields": fields}

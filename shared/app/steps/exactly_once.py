@@ -1,0 +1,123 @@
+"""The one routine that creates anything in Vertex AI exactly once.
+
+Intake's attempt 1, every retry and every Spot deployment go through :func:`create_once`. Each
+caller describes its own steps (:class:`Creation`); the order, and what happens when a step
+fails, is decided here and nowhere else:
+
+1. **claim** the record (a conditional put, or a transaction for a retry). No claim: nothing
+   to do (a duplicate delivery, a retry not due).
+2. **find** what an earlier delivery may have created, by its idempotency key (labels, or the
+   deployed model's tag). Found: it is adopted. A *fresh* claim skips it: no delivery ever
+   held this key before (the record was just created, or the attempt was never claimed), so
+   nothing can exist under it, and the lookup would only spend a call of the project's quota.
+3. **create**, never retried in-process.
+4. **record** it, in one transaction. A record that will not take it (the request was
+   cancelled meanwhile, or another job already holds the attempt) makes the caller cancel it.
+
+When a step fails:
+
+- Vertex refused for good (:class:`~shared.kernel.errors.BackendRejected`): nothing was created; the
+  record ends FAILED, with its notification.
+- Quota (:class:`~shared.kernel.errors.QuotaExhausted`): nothing was created; the submission is
+  parked and the scheduler tick retries it with backoff.
+- The create's outcome is unknown (:class:`~shared.kernel.errors.OutcomeUnknown`): the claim is
+*kept*
+  until it expires, so the redelivery looks the key up only once the job, if Vertex made it,
+  exists. (A create that lands later still is a stray under the attempt's labels, which the
+  tick cancels.)
+- Anything else: the claim is released, so the redelivery runs at once; and it is raised.
+
+Examples:
+    >>> create_once(Creation(claim=lambda: None, find=..., create=..., record=...,
+    ...                      release=..., refused=..., parked=...))
+    <Outcome.DUPLICATE: 'duplicate'>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from shared.kernel.errors import BackendRejected, OutcomeUnknown, QuotaExhausted
+from shared.kernel.logs import get_logger
+
+log = get_logger("exactly_once")
+
+T = TypeVar("T")
+
+
+class Outcome(StrEnum):
+    """What became of one delivery that wanted to create something."""
+
+    SUBMITTED = "submitted"
+    ADOPTED = "adopted"  # it existed already (created before a crash), now recorded
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    PARKED = "parked"  # Vertex refused it for quota; the tick submits it again
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # a scheduled slot that did not run (concurrency forbid, or stale)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A claim this delivery holds: its ``token``, and whether it is ``fresh`` (no delivery
+    held the key before, so the lookup of what an earlier one made is skipped)."""
+
+    token: str
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
+class Creation(Generic[T]):
+    """The steps of one creation; see the module docstring for their order and failures.
+
+    ``record(token, made, adopted)`` returns the outcome (it handles a record that will not
+    take ``made``); ``refused`` and ``parked`` settle the record for those two failures.
+    """
+
+    claim: Callable[[], Ticket | None]
+    find: Callable[[], T | None]
+    create: Callable[[], T]
+    record: Callable[[str, T, bool], Outcome]
+    release: Callable[[str], None]
+    refused: Callable[[str, BackendRejected], Outcome]
+    parked: Callable[[str, QuotaExhausted], Outcome]
+
+
+def create_once(steps: Creation[T]) -> Outcome:
+    """Run ``steps`` so that exactly one thing exists per key, and the record names it.
+
+    Raises:
+        TransientError: a fault that redelivery may cure (the claim is released, unless the
+            create's outcome is unknown).
+    """
+    ticket = steps.claim()
+    if ticket is None:
+        return Outcome.DUPLICATE
+    token = ticket.token
+    try:
+        found = None if ticket.fresh else steps.find()
+        made = found if found is not None else steps.create()
+    except BackendRejected as exc:
+        log.error("Vertex AI refused it for good", extra={"fields": {"reason": str(exc)}})
+        return steps.refused(token, exc)
+    except QuotaExhausted as exc:
+        log.warning("Vertex AI quota exhausted: parked", extra={"fields": {"reason": str(exc)}})
+        return steps.parked(token, exc)
+    except OutcomeUnknown:
+        # Keep the claim: released now, the redelivery's lookup could run before Vertex
+        # finishes the create it did receive, and create a second job.
+        log.warning("create outcome unknown; the claim is kept until it expires")
+        raise
+    except Exception:
+        steps.release(token)
+        raise
+    try:
+        return steps.record(token, made, found is not None)
+    except Exception:
+        # The job exists and carries its key: the redelivery finds and adopts it.
+        steps.release(token)
+        raise

@@ -1,0 +1,206 @@
+"""Spot deployments (``deployModel`` requests): record states, the idempotency key, and how an
+observed DeployModel operation moves a record.
+
+A record moves ACCEPTED → DEPLOYING → DEPLOYED or FAILED and never back, so a replayed or stale
+observation cannot undo a newer one.
+
+**The idempotency key.** Vertex AI has no idempotency key for ``EndpointService.DeployModel``,
+and a ``DeployedModel`` carries no labels. Its ``displayName`` is the one free-form field that
+Vertex keeps as given and returns on ``GetEndpoint``, so flexjobs appends a tag derived from
+the requestId to it (see :func:`tagged_display_name`) and, before deploying, looks for a
+deployed model on the endpoint whose display name carries the tag. ``DeployedModel.id`` (1 to
+10 digits, chosen by the caller) was the alternative; it was not taken because a request may
+set it itself, ten digits leave room for collisions, and what Vertex answers to a second
+deployment with the same id is not documented. The operations of an endpoint cannot serve
+either: ``DeployModelOperationMetadata`` holds only generic metadata and the deployment stage,
+nothing that names the request.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from shared.domain.model.ids import label_value
+from shared.domain.model.values import clip
+from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
+
+if TYPE_CHECKING:
+    from shared.domain.model.records import DeploymentRecord
+from shared.domain.model.changes import Write
+from shared.domain.model.states import KIND, DeploymentState
+
+DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
+
+
+def deployment_tag(request_id: str) -> str:
+    """The tag that marks a deployed model as this request's (its idempotency key).
+
+    Examples:
+        >>> deployment_tag("seed-4")
+        '[flexjobs seed-4]'
+    """
+    return f"[flexjobs {label_value(request_id)}]"
+
+
+def tagged_display_name(display_name: str | None, request_id: str) -> str:
+    """The deployed model's display name: the requested one, then the request's tag.
+
+    The requested name is shortened when needed so the whole fits Vertex's 128 characters; the
+    tag is never cut, because the lookup before deploying matches it at the end of the name.
+
+    Examples:
+        >>> tagged_display_name("served", "seed-4")
+        'served [flexjobs seed-4]'
+        >>> tagged_display_name(None, "seed-4")
+        'flexjobs-deployment [flexjobs seed-4]'
+    """
+    tag = deployment_tag(request_id)
+    room = MAX_DISPLAY_NAME - len(tag) - 1
+    base = (display_name or DEFAULT_DISPLAY_NAME)[:room].rstrip()
+    return f"{base} {tag}" if base else tag
+
+
+def carries_tag(display_name: str, request_id: str) -> bool:
+    """True when a deployed model's display name marks it as ``request_id``'s deployment."""
+    return display_name.endswith(deployment_tag(request_id))
+
+
+@dataclass(frozen=True)
+class OperationStatus:
+    """What flexjobs reads back about one DeployModel operation.
+
+    ``deployed_model_id`` is set once the operation succeeded; ``error_code`` and
+    ``error_message`` once it failed.
+    """
+
+    name: str
+    done: bool
+    deployed_model_id: str | None = None
+    error_code: int | None = None
+    error_message: str | None = None
+
+
+def observe_operation(
+    record: DeploymentRecord, status: OperationStatus, now: datetime
+) -> Write | None:
+    """The fields to write on a deployment record after reading its operation, or None.
+
+    None when nothing changes: the operation is still running, it is not the record's
+    operation, or the record already reached a final state.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2025, 1, 1, tzinfo=UTC)
+        >>> from shared.domain.model.records import DeploymentRecord
+        >>> record = DeploymentRecord.decode({"state": "DEPLOYING", "operation": "op/1"})
+        >>> observe_operation(record, OperationStatus("op/1", True, "42"), now).fields["state"]
+        'DEPLOYED'
+        >>> observe_operation(record, OperationStatus("op/1", False), now) is None
+        True
+    """
+    if not status.done or record.operation != status.name or record.state.terminal:
+        return None
+    if status.error_code:
+        reason = clip(status.error_message) or f"DeployModel failed with code {status.error_code}"
+        return Write(
+            {
+                "state": DeploymentState.FAILED.value,
+                "reason": reason,
+                "errorCode": status.error_code,
+                "updatedAt": now,
+                "endedAt": now,
+            }
+        )
+    return Write(
+        {
+            "state": DeploymentState.DEPLOYED.value,
+            "deployedModelId": status.deployed_model_id,
+            "updatedAt": now,
+            "deployedAt": now,
+        }
+    )
+
+
+def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Write | None:
+    """The fields that make a deployment FAILED for good, or None when it already ended.
+
+    A deployment that reached DEPLOYED or FAILED keeps it: a late refusal (a redelivery whose
+    lookup failed) never overwrites the outcome.
+    """
+    if record.state.terminal:
+        return None
+    fields = {
+        "state": DeploymentState.FAILED.value,
+        "reason": clip(reason),
+        "updatedAt": now,
+        "endedAt": now,
+    }
+    return Write(fields, deletes=("claim", "nextAttemptAt"))
+
+
+def deployment_settled(record: DeploymentRecord) -> bool:
+    """A deployment record is past its claim once it has an operation or a deployed model."""
+    return record.state is not DeploymentState.ACCEPTED or bool(
+        record.operation or record.deployed_model_id
+    )
+
+
+def deploy_parked(
+    record: DeploymentRecord, now: datetime, delay_seconds: float, detail: str
+) -> Write | None:
+    """The fields that park a deployment Vertex refused for quota, or None when settled.
+
+    The record stays ACCEPTED with ``reason`` ``quota``; the tick deploys it again once
+    ``nextAttemptAt`` is due (its claim is dropped, so that delivery takes it over).
+    """
+    if deployment_settled(record):
+        return None
+    fields = {
+        "reason": "quota",
+        "quotaDetail": clip(detail),
+        "quotaRetries": record.quota_retries + 1,
+        "nextAttemptAt": now + timedelta(seconds=delay_seconds),
+        "updatedAt": now,
+    }
+    return Write(fields, deletes=("claim",))
+
+
+def deploy_recorded(record: DeploymentRecord, fields: dict[str, Any]) -> Write | None:
+    """Record what the claim's delivery started (an operation) or found (a deployed model):
+    the claim is done, and a parked deployment no longer waits. None when a redelivery that
+    found the same deployment recorded it first."""
+    if deployment_settled(record):
+        return None
+    return Write({**fields, "nextAttemptAt": None, "reason": None}, deletes=("claim",))
+
+
+def claim_released(record: DeploymentRecord, token: str, now: datetime) -> Write | None:
+    """Drop the claim ``token`` holds, if it still holds it."""
+    if record.claim is None or record.claim.token != token:
+        return None
+    return Write({"updatedAt": now}, deletes=("claim",))
+
+
+def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:
+    """The record of a ``deployModel`` request just claimed (state ACCEPTED)."""
+    spec = request.spec
+    deployed = spec.get("deployedModel") or {}
+    resources = deployed.get("dedicatedResources") or {}
+    return {
+        "requestId": request.request_id,
+        "kind": KIND,
+        "state": DeploymentState.ACCEPTED.value,
+        "endpoint": spec.get("endpoint"),
+        "model": deployed.get("model"),
+        "displayName": request.display_name,
+        "spot": resources.get("spot") is True,
+        "operation": None,
+        "deployedModelId": None,
+        # JSON text, like the jobs' request: Firestore cannot hold arrays of arrays.
+        "request": json.dumps(spec, sort_keys=True),
+        "createdAt": now,
+        "updatedAt": now,
+    }

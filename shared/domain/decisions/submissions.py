@@ -1,0 +1,433 @@
+"""What a job record holds, and the pure decisions behind each store write.
+
+The Firestore adapter and the in-memory fake both apply these, so the rules of the record
+(what a claim sees, when a submission is recorded) live in one place.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from shared.domain.model.changes import Change
+from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.ids import LABEL_ATTEMPT, label_value
+from shared.domain.model.records import JobRecord, Lease, Stored
+from shared.domain.model.states import JobState, from_vertex
+from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.policy.checkpoints import checkpoint_prefix
+from shared.domain.policy.retry import Placement, placement_for
+from shared.domain.request.attempts import gpu_shape
+from shared.domain.request.message import TRAINING_KINDS, JobRequest, job_spec_of
+
+#: The ``reason`` of a record whose attempt Vertex refused for quota, parked for the tick.
+QUOTA_REASON = "quota"
+
+
+#: Published notifications a record keeps (``notified``), the latest ones: each is at most
+#: about 1 KiB (its reason is clipped), so the record stays far from Firestore's 1 MiB.
+MAX_NOTIFIED = 20
+
+
+def notification(request_id: str, state: str, attempt: int, reason: str | None) -> dict[str, Any]:
+    """The notification message of the contract."""
+    return {"requestId": request_id, "state": state, "attempt": attempt, "reason": reason}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of claiming a request for submission.
+
+    Either ``record`` is the already-submitted record (a duplicate delivery), or ``token`` is a
+    claim this delivery now holds.
+    """
+
+    token: str | None = None
+    record: dict[str, Any] | None = None
+    # The claim created the record: no delivery held it before, so nothing exists under its
+    # key yet (see shared.app.steps.exactly_once).
+    fresh: bool = False
+    # The record as claimed, with its version: recording the submission decides on it.
+    stored: Stored | None = None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What to write once the Vertex job of an attempt exists."""
+
+    request_id: str
+    attempt: int
+    vertex_job: VertexJob
+    strategy: str
+    location: str
+    resumed_from: str | None = None
+    record_extra: dict[str, Any] = field(default_factory=dict)
+
+
+def new_record(request: JobRequest, default_location: str, now: datetime) -> dict[str, Any]:
+    """The record of a request just claimed for its first attempt (state ACCEPTED)."""
+    accelerator, gpus = gpu_shape(request.kind, request.spec)
+    location = request.location or default_location
+    slot, watched = request.slot, request_checkpoint_prefix(request)
+    return {
+        **request.origin,
+        **({"series": slot.series, "slot": slot.start} if slot else {}),
+        # Indexed: a checkpoint upload finds the active jobs writing under it by this field.
+        **({"checkpointPrefix": watched} if watched else {}),
+        "requestId": request.request_id,
+        "kind": request.kind,
+        "state": JobState.ACCEPTED.value,
+        "attempt": 1,
+        "vertexJob": None,
+        "strategy": request.strategy,
+        "location": location,
+        "baseLocation": location,
+        "displayName": request.display_name,
+        "maxWaitSeconds": request.max_wait_seconds,
+        "acceleratorType": accelerator,
+        "gpus": gpus,
+        "runId": label_value(request.request_id),
+        # Kept as JSON text: Firestore cannot store arrays of arrays, which REST bodies may
+        # hold, and later attempts must resubmit exactly this body.
+        "request": json.dumps(request.spec, sort_keys=True),
+        "options": json.dumps(request.options, sort_keys=True),
+        "createdAt": now,
+        "updatedAt": now,
+    }
+
+
+def request_checkpoint_prefix(request: JobRequest) -> str | None:
+    """Where a request's checkpoints go; see :func:`checkpoints_under`."""
+    return checkpoints_under(request.kind, request.spec, request.options)
+
+
+def checkpoints_under(kind: str, spec: dict[str, Any], options: dict[str, Any]) -> str | None:
+    """Where a training job's checkpoints go (``checkpointUri``, else ``checkpoints/`` under
+    the job's output directory), or None when unknown or not in Cloud Storage."""
+    if kind not in TRAINING_KINDS:
+        return None
+    output = (job_spec_of(kind, spec) or {}).get("baseOutputDirectory")
+    uri = output.get("outputUriPrefix") if isinstance(output, dict) else None
+    try:
+        return checkpoint_prefix(options, uri if isinstance(uri, str) else None)
+    except ValueError:
+        # An output directory outside Cloud Storage: nothing to watch.
+        return None
+
+
+#: A SKIPPED record is kept this long, then deleted by the TTL policy.
+SKIPPED_TTL = timedelta(days=7)
+
+
+def skipped_record(
+    request: JobRequest, holder: str, default_location: str, now: datetime
+) -> dict[str, Any]:
+    """The record of a scheduled slot that does not run (SKIPPED): ``holder`` is the series'
+    request that kept it from running. Nothing is created; the notification is in the outbox.
+    """
+    reason = holder
+    message = notification(request.request_id, JobState.SKIPPED.value, 0, reason)
+    return {
+        **new_record(request, default_location, now),
+        "state": JobState.SKIPPED.value,
+        "attempt": 0,
+        "reason": reason,
+        "endedAt": now,
+        # A short slot skipped during a long run leaves many of these: they expire, like
+        # tombstones (the Firestore TTL policy on jobs.expireAt).
+        "expireAt": now + SKIPPED_TTL,
+        "outbox": [message],
+        "outboxPending": True,
+    }
+
+
+def checkpoint_progress(current: JobRecord, checkpoint: Checkpoint, now: datetime) -> Change | None:
+    """Record a checkpoint a live upload just completed, if it is news.
+
+    Only an active job takes it, only a checkpoint of this run (no older than the record,
+    unless the request named ``checkpointUri`` itself), and only forward: a higher step, or
+    with no step, a later time. The state never changes.
+    """
+    if current.state.terminal or not current.state_known:
+        return None
+    created = current.created_at
+    if not current.options.get("checkpointUri") and created and checkpoint.at < created:
+        return None
+    if not advances(current.latest_checkpoint, checkpoint):
+        return None
+    fields = {**progress_fields(current.options, checkpoint), "updatedAt": now}
+    # A checkpoint without a step says nothing of progress: an older figure would mislead.
+    stale = () if "progress" in fields else ("progress",)
+    return Change(current.state, fields, deletes=stale)
+
+
+def progress_fields(options: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
+    """``latestCheckpoint``, and ``progress`` (step / ``totalSteps``, at most 1) when the
+    request declared ``totalSteps`` and the checkpoint has a step.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> cp = Checkpoint("gs://b/ck/step-250/", 250, datetime(2026, 1, 1, tzinfo=UTC))
+        >>> progress_fields({"totalSteps": 1000}, cp)["progress"]
+        0.25
+    """
+    fields: dict[str, Any] = {"latestCheckpoint": checkpoint.to_dict()}
+    total = options.get("totalSteps")
+    if isinstance(total, int) and total > 0 and checkpoint.step is not None:
+        fields["progress"] = min(checkpoint.step / total, 1.0)
+    return fields
+
+
+def advances(old: Checkpoint | None, new: Checkpoint) -> bool:
+    """Is ``new`` later than ``old``: a higher step, or without steps a later time?"""
+    if old is None:
+        return True
+    if old.step is not None and new.step is not None:
+        return new.step > old.step
+    return new.at > old.at and new.uri != old.uri
+
+
+class ClaimSeen(StrEnum):
+    """What a delivery finds when the record of its request already exists."""
+
+    SUBMITTED = "submitted"  # a duplicate: acknowledge
+    HELD = "held"  # another live delivery is submitting: redeliver later
+    EXPIRED = "expired"  # the holder died or released it: take the claim over
+
+
+def job_settled(current: JobRecord) -> bool:
+    """A job record is past its first claim once it has a Vertex job or left ACCEPTED."""
+    return bool(current.vertex_job) or current.state is not JobState.ACCEPTED
+
+
+def existing_claim(claim: Lease | None, now: datetime, settled: bool) -> ClaimSeen:
+    """Classify an existing record, holding ``claim``, for a delivery that wants to claim it.
+
+    ``settled`` says whether the record is past its claim (submitted, deploying, finished).
+    """
+    if settled:
+        return ClaimSeen.SUBMITTED
+    return ClaimSeen.HELD if claim is not None and claim.live(now) else ClaimSeen.EXPIRED
+
+
+@dataclass(frozen=True)
+class SubmissionWrite:
+    """The writes that record one submission; ``recorded`` False means the record is over."""
+
+    recorded: bool
+    record: dict[str, Any] = field(default_factory=dict)
+    attempt: dict[str, Any] = field(default_factory=dict)
+    # Fields to delete from the record (the finished claim and retry schedule).
+    deletes: tuple[str, ...] = ()
+
+
+def submission_write(current: JobRecord, sub: Submission, now: datetime) -> SubmissionWrite:
+    """Decide how to record ``sub`` on the record ``current``.
+
+    ``recorded`` is True only when the record names ``sub``'s job afterwards. Otherwise the
+    caller holds a job no record will ever follow, and must cancel it: the request was
+    cancelled meanwhile, or another delivery recorded a different job for this attempt (two
+    creates raced, one of them after a timeout), or the request has moved past this attempt.
+    """
+    job = sub.vertex_job
+    if current.vertex_job == job.name or job.job_id in current.vertex_job_ids:
+        return SubmissionWrite(recorded=True)  # a redelivery recorded this very job already
+    if current.state.terminal or current.cancel_requested:
+        return SubmissionWrite(recorded=False)  # cancelled meanwhile: no attempt may start
+    if current.attempt > sub.attempt or (current.attempt == sub.attempt and current.vertex_job):
+        return SubmissionWrite(recorded=False)  # superseded: another job holds this attempt
+    state = from_vertex(job.state) or JobState.QUEUED
+    if state.terminal:
+        # An adopted job that already ended: recording its end here would skip finish() (no
+        # notification, no retry, no accounting). Record it as started or queued; the next
+        # read (the tick's listing, a hint) settles the end through the one terminal path.
+        state = JobState.RUNNING if job.start_time else JobState.QUEUED
+    record = {
+        "state": state.value,
+        "attempt": sub.attempt,
+        "vertexJob": job.name,
+        "vertexJobId": job.job_id,
+        "vertexState": job.state,
+        # Every attempt's job id, so a late hint about an older attempt is known as stale.
+        "vertexJobIds": [*current.vertex_job_ids, job.job_id],
+        "strategy": sub.strategy,
+        "location": sub.location,
+        "updatedAt": now,
+        "attemptSubmittedAt": now,
+        # The new attempt's: None until it starts (an adopted job may have started already).
+        "attemptStartedAt": job.start_time,
+        # When Vertex made the job: an adopted job may be hours older than its record, and the
+        # tick's bounded listing must still reach it.
+        "vertexCreateTime": job.create_time or now,
+        **({"reason": None} if current.reason == QUOTA_REASON else {}),
+        **sub.record_extra,
+    }
+    attempt = {
+        "attempt": sub.attempt,
+        "vertexJob": job.name,
+        "state": state.value,
+        "strategy": sub.strategy,
+        "location": sub.location,
+        "submittedAt": now,
+        "resumedFrom": sub.resumed_from,
+    }
+    if "capacity" in sub.record_extra:
+        # AUTO: the capacity policy's decision and reason, on the attempt it chose for.
+        attempt["capacity"] = sub.record_extra["capacity"]
+    # A new job has not been read yet: the read leases were the previous job's, and the new
+    # one's first hint (QUEUED, or RUNNING at once) must not wait out their window.
+    reads = (
+        "lastReadAt",
+        "previousReadAt",
+        "hintPending",
+        *(("hintHolder",) if current.hint_holder else ()),
+    )
+    return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt", *reads))
+
+
+def pending_attempt(current: JobRecord) -> int | None:
+    """The attempt a due submission would create, or None when none is waiting.
+
+    RETRYING: attempt n ended, n+1 follows. QUEUED without a Vertex job: attempt n was parked
+    (Vertex refused it for quota) and is submitted again. ACCEPTED: attempt 1 was claimed and
+    never recorded (the delivery died, perhaps after its create): once the claim expires, it
+    is taken over, and the job looked up by its labels, adopted or created.
+    """
+    attempt = current.attempt or 1
+    if current.state is JobState.RETRYING:
+        return attempt + 1
+    if current.state in (JobState.QUEUED, JobState.ACCEPTED) and not current.vertex_job:
+        return attempt
+    return None
+
+
+def submission_claimable(current: JobRecord, attempt: int, now: datetime) -> bool:
+    """May a delivery claim the submission of ``attempt`` (a retry or a parked attempt) now?
+
+    Only when that attempt is the one waiting, it is due, no cancel was asked for, and no live
+    claim holds it (a create whose outcome is unknown keeps its claim until it expires).
+    """
+    due = current.next_attempt_at
+    return (
+        pending_attempt(current) == attempt
+        and not current.cancel_requested
+        and (due is None or due <= now)
+        and not (current.claim is not None and current.claim.live(now))
+    )
+
+
+def first_claim_of(current: JobRecord, attempt: int) -> bool:
+    """Is a claim of ``attempt`` on ``current`` the first any delivery takes of it?
+
+    Only then may its label lookup be skipped: an earlier claim of the same attempt (taken
+    over, released after a failure, or kept after a create whose outcome is unknown) may have
+    created a job. A claim that names no attempt may be of any, so it counts as earlier.
+    """
+    held = current.claim
+    return held is None or (held.attempt is not None and held.attempt != attempt)
+
+
+#: A cancel for a request not seen yet leaves its record as a tombstone for at least this long.
+TOMBSTONE_TTL = timedelta(days=2)
+TOMBSTONE_REASON = "cancelled before the request arrived"
+
+
+def tombstone(request_id: str, now: datetime) -> dict[str, Any]:
+    """The record a cancel leaves for a requestId flexjobs has not seen (state CANCELLED).
+
+    A request arriving later finds it, so it creates nothing. ``expireAt`` is the Firestore
+    TTL field: a tombstone no request ever claimed is deleted after :data:`TOMBSTONE_TTL`.
+    """
+    record: dict[str, Any] = {
+        "requestId": request_id,
+        "state": JobState.CANCELLED.value,
+        "attempt": 0,
+        "vertexJob": None,
+        "cancelRequested": True,
+        "reason": TOMBSTONE_REASON,
+        "createdAt": now,
+        "updatedAt": now,
+        "endedAt": now,
+        "expireAt": now + TOMBSTONE_TTL,
+    }
+    message = notification(request_id, JobState.CANCELLED.value, 0, TOMBSTONE_REASON)
+    return {**record, "outbox": [message], "outboxPending": True}
+
+
+def tombstone_claimed(
+    current: JobRecord, request: JobRequest, default_location: str, now: datetime
+) -> Change | None:
+    """Fields that fill a tombstone in with the request that arrived after its cancel.
+
+    The record stays CANCELLED and keeps no TTL any more; None when ``current`` is not an
+    unclaimed tombstone.
+    """
+    if current.reason != TOMBSTONE_REASON or current.kind:
+        return None
+    fresh = new_record(request, default_location, now)
+    kept = ("requestId", "state", "attempt", "vertexJob", "createdAt", "reason")
+    fields = {k: v for k, v in fresh.items() if k not in kept}
+    return Change(current.state, {**fields, "expireAt": None, "updatedAt": now})
+
+
+def is_stray(record: JobRecord, job: VertexJob) -> bool:
+    """Is ``job``, listed under ``record``'s request label, a job nothing will ever follow?
+
+    A live job is a stray when its attempt label names an attempt the record has settled with
+    another job, or an attempt the request has moved past. A job of a later attempt than the
+    record's is a submission in flight, and never a stray.
+
+    Examples:
+        >>> raw = {"attempt": 1, "vertexJob": "p/customJobs/1", "state": "QUEUED"}
+        >>> record = JobRecord.decode(raw)
+        >>> job = VertexJob("p/customJobs/2", "JOB_STATE_QUEUED", {"flexjobs-attempt": "1"})
+        >>> is_stray(record, job)
+        True
+    """
+    state = from_vertex(job.state)
+    if job.name == record.vertex_job or (state is not None and state.terminal):
+        return False
+    try:
+        job_attempt = int(job.labels.get(LABEL_ATTEMPT, ""))
+    except ValueError:
+        return False
+    if record.state.terminal:
+        return True
+    attempt = record.attempt
+    return job_attempt < attempt or (job_attempt == attempt and bool(record.vertex_job))
+
+
+def next_placement(record: JobRecord, default_location: str) -> Placement:
+    """Where and how the request's next attempt runs: its fallback ladder after the capacity
+    failures so far, from its own strategy and base location. The retry creates it there, and
+    a cancel looks for it there."""
+    request = JobRequest(record.request_id, str(record.kind), record.request)
+    return placement_for(
+        record.options.get("fallback"),
+        record.capacity_failures,
+        request.strategy,
+        record.home or default_location,
+    )
+
+
+#: A QUEUED job still waiting this long past its max wait is flagged: Vertex should have
+#: expired it by then, so the record and Vertex disagree about something.
+OVERDUE_GRACE = timedelta(minutes=10)
+
+
+def is_overdue(record: JobRecord, now: datetime) -> bool:
+    """A QUEUED job waiting past its max wait (plus a grace), not flagged yet."""
+    wait, submitted = record.max_wait_seconds, record.attempt_submitted_at
+    if record.state is not JobState.QUEUED or not wait or submitted is None:
+        return False
+    return not record.overdue_since and now >= submitted + timedelta(seconds=wait) + OVERDUE_GRACE
+
+
+def overdue_change(record: JobRecord, now: datetime) -> Change | None:
+    """Flag an overdue job (``overdueSince``); the state stays QUEUED."""
+    if not is_overdue(record, now):
+        return None
+    return Change(state=JobState.QUEUED, record={"overdueSince": now, "updatedAt": now})

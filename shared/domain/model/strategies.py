@@ -1,0 +1,31 @@
+"""Scheduling: the strategies flexjobs submits, and FLEX_START's defaults and limits.
+
+A training request's ``scheduling`` object (in its CustomJobSpec) names the strategy;
+flexjobs fills in the defaults below (:func:`shared.domain.request.message.apply_defaults`), the
+validation package checks the limits, and a ``fallback`` rung may name another strategy.
+
+A request may also name :data:`AUTO`, which is flexjobs' own and never reaches Vertex: the
+capacity policy (:mod:`shared.domain.capacity.rule`) picks one of :data:`STRATEGIES` for every
+attempt, and that choice is what each attempt's body carries.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Strategies flexjobs submits. FLEX_START (DWS) is the default.
+STRATEGIES: Final = ("FLEX_START", "SPOT", "STANDARD")
+DEFAULT_STRATEGY: Final = "FLEX_START"
+#: Deadline-aware capacity: flexjobs chooses each attempt's strategy (never sent to Vertex).
+AUTO: Final = "AUTO"
+
+#: Deprecated Vertex strategies and what to write instead (Scheduling.Strategy in Vertex v1).
+DEPRECATED_STRATEGIES: Final = {"ON_DEMAND": "STANDARD", "LOW_COST": "SPOT"}
+
+#: How long a FLEX_START job waits for capacity by default (``0s`` would mean indefinitely).
+DEFAULT_MAX_WAIT: Final = "86400s"
+#: The default ``timeout``: seven days, the most DWS allows.
+DEFAULT_TIMEOUT: Final = "604800s"
+
+#: DWS runs a job for at most 7 days (seed 000).
+MAX_DWS_TIMEOUT_SECONDS: Final = 7 * 24 * 3600

@@ -1,0 +1,225 @@
+"""Check a whole request: its body by kind, then each ``fallback`` rung as the attempt it would
+produce; and :func:`validators`, the list intake runs on every request."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from shared.domain.model.strategies import AUTO, STRATEGIES
+from shared.domain.model.values import kind_of, show
+from shared.domain.policy.checkpoints import split_gcs_uri
+from shared.domain.policy.retry import check_fallback, placement_for
+from shared.domain.request.attempts import attempt_spec
+from shared.domain.request.message import (
+    KINDS,
+    TRAINING_KINDS,
+    JobRequest,
+    check_options,
+    job_spec_of,
+    job_spec_path,
+    strategy_path,
+)
+from shared.domain.request.validation.deploy_model import check_deploy_model
+from shared.domain.request.validation.guards import Guards
+from shared.domain.request.validation.readers import Context
+from shared.domain.request.validation.training import (
+    check_custom_job,
+    check_training_pipeline,
+    check_tuning_job,
+)
+from shared.kernel.errors import FieldError
+
+#: A check of a parsed request: every problem found, empty when there is none.
+Validator = Callable[[JobRequest], list[FieldError]]
+
+_BODY_CHECKS: dict[str, Callable[[Context, dict[str, Any]], None]] = {
+    "customJob": check_custom_job,
+    "hyperparameterTuningJob": check_tuning_job,
+    "trainingPipeline": check_training_pipeline,
+    "deployModel": check_deploy_model,
+}
+
+
+def validators(guards: Guards) -> tuple[Validator, ...]:
+    """Every check intake runs on a parsed request, in order, under the operator's ``guards``.
+
+    The body was already read with the v1 protos by
+    :func:`~shared.domain.request.message.parse_request`, so these run on its canonical form.
+
+    Examples:
+        >>> from shared.domain.request.message import JobRequest
+        >>> request = JobRequest("r1", "deployModel", {}, options={"fallback": []})
+        >>> [e.path for check in validators(Guards()) for e in check(request)]
+        ['deployModel.endpoint', 'deployModel.deployedModel', 'fallback']
+    """
+    return (
+        functools.partial(check_request, guards=guards),
+        check_options,
+        functools.partial(check_checkpoints_apart, guards=guards),
+    )
+
+
+def check_checkpoints_apart(request: JobRequest, guards: Guards) -> list[FieldError]:
+    """A training job may not checkpoint into the request bucket: whoever may upload a
+    request there could forge its checkpoints (and its progress, and its resume point).
+
+    Examples:
+        >>> spec = {"jobSpec": {"baseOutputDirectory": {"outputUriPrefix": "gs://uploads/out"}}}
+        >>> request = JobRequest("r1", "customJob", spec)
+        >>> [e.path for e in check_checkpoints_apart(request, Guards(request_bucket="uploads"))]
+        ['customJob.jobSpec.baseOutputDirectory.outputUriPrefix']
+    """
+    if guards.request_bucket is None or request.kind not in TRAINING_KINDS:
+        return []
+    output = (job_spec_of(request.kind, request.spec) or {}).get("baseOutputDirectory")
+    output_path = ".".join((request.kind, *job_spec_path(request.kind), "baseOutputDirectory"))
+    places = {
+        "checkpointUri": request.options.get("checkpointUri"),
+        f"{output_path}.outputUriPrefix": (
+            output.get("outputUriPrefix") if isinstance(output, dict) else None
+        ),
+    }
+    problem = (
+        f"is in gs://{guards.request_bucket}, the request bucket (FLEXJOBS_REQUEST_BUCKET): "
+        "outputs and checkpoints go to a bucket of their own, where uploaders cannot write"
+    )
+    return [
+        FieldError(path, problem)
+        for path, uri in places.items()
+        if isinstance(uri, str) and _bucket_of(uri) == guards.request_bucket
+    ]
+
+
+def _bucket_of(uri: str) -> str | None:
+    try:
+        return split_gcs_uri(uri)[0]
+    except ValueError:
+        return None  # not a Cloud Storage URI: reported where it is checked
+
+
+def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
+    """Return every problem with ``request`` (a :class:`JobRequest`); empty means valid.
+
+    Never raises, whatever JSON the request's body holds. The options (``retryPolicy``,
+    ``fallback``, ``checkpointUri``) are :func:`~shared.domain.request.message.check_options`'s.
+
+    Examples:
+        >>> from shared.domain.request.message import parse_request
+        >>> body = {"customJob": {"displayName": "x", "jobSpec": {"workerPoolSpecs": [{
+        ...     "machineSpec": {"machineType": "g2-standard-4", "acceleratorType": "NVIDIA_L4",
+        ...                     "acceleratorCount": 1},
+        ...     "replicaCount": 1, "containerSpec": {"imageUri": "python:3.10"}}]}}}
+        >>> check_request(parse_request(body, {}, "m1"), Guards())
+        []
+        >>> body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "LOW_COST"}
+        >>> [e.path for e in check_request(parse_request(body, {}, "m1"), Guards())]
+        ['customJob.jobSpec.scheduling.strategy']
+    """
+    errors = _check_body(request, guards)
+    return [
+        *errors,
+        *_check_rungs(request, guards, errors),
+        *_check_auto_choices(request, guards, errors),
+    ]
+
+
+def _check_body(request: JobRequest, guards: Guards) -> list[FieldError]:
+    kind = getattr(request, "kind", None)
+    spec = getattr(request, "spec", None)
+    location = getattr(request, "location", None)
+    ctx = Context(guards, [], location if isinstance(location, str) else None)
+    if kind not in KINDS:
+        ctx.add("$", f"unknown request kind {show(kind)}; use one of {', '.join(KINDS)}")
+        return ctx.errors
+    if not isinstance(spec, dict):
+        ctx.add(str(kind), f"must be a JSON object (the Vertex REST body), not {kind_of(spec)}")
+        return ctx.errors
+    _BODY_CHECKS[str(kind)](ctx, spec)
+    return ctx.errors
+
+
+def _check_auto_choices(
+    request: JobRequest, guards: Guards, known: list[FieldError]
+) -> list[FieldError]:
+    """Check an AUTO request as each attempt its policy may produce.
+
+    AUTO may run any attempt as FLEX_START, SPOT or STANDARD, so the body must be valid under
+    each: a T4 (not a DWS GPU) or a 30-day ``timeout`` would make a FLEX_START attempt invalid
+    days later. Reported at ``scheduling.strategy``, once per problem, as for fallback rungs.
+    """
+    if getattr(request, "kind", None) not in TRAINING_KINDS or request.strategy != AUTO:
+        return []
+    seen = {(e.path, e.message) for e in known}
+    errors: list[FieldError] = []
+    for strategy in STRATEGIES:
+        spec = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=request.request_id,
+            attempt=1,
+            resume_from=None,
+            strategy=strategy,
+        )
+        for error in _check_body(replace(request, spec=spec), guards):
+            if (error.path, error.message) in seen:
+                continue
+            seen.add((error.path, error.message))
+            errors.append(
+                FieldError(
+                    strategy_path(request.kind),
+                    f"AUTO may run an attempt as {strategy}, and that attempt is invalid: "
+                    f"{error.path}: {error.message}",
+                )
+            )
+    return errors
+
+
+def _check_rungs(request: JobRequest, guards: Guards, known: list[FieldError]) -> list[FieldError]:
+    """Check each ``fallback`` rung as the attempt it would produce.
+
+    A rung changes the strategy or the location of later attempts, so a request valid as
+    submitted can turn invalid on a rung (FLEX_START on a T4, or with a 30-day timeout); that
+    is found now, not when the rung is reached days later. Each problem is reported once: at
+    the first rung that produces it, and not at all when the request itself has it.
+    """
+    options = getattr(request, "options", None)
+    fallback = options.get("fallback") if isinstance(options, dict) else None
+    if (
+        getattr(request, "kind", None) not in TRAINING_KINDS
+        or not fallback
+        or check_fallback(fallback)
+        or request.strategy == AUTO
+    ):
+        return []  # no ladder, or check_options reports what is wrong with it (AUTO takes none)
+    seen = {(e.path, e.message) for e in known}
+    base_strategy = request.strategy
+    base_location = request.location or ""
+    errors: list[FieldError] = []
+    for i, rung in enumerate(fallback):
+        placement = placement_for(
+            fallback, rung["afterCapacityFailures"], base_strategy, base_location
+        )
+        spec = attempt_spec(
+            request.kind,
+            request.spec,
+            run_id=request.request_id,
+            attempt=i + 2,
+            resume_from=None,
+            strategy=placement.strategy,
+        )
+        attempt = replace(request, spec=spec, location=placement.location or None)
+        changed = "strategy" if rung.get("strategy") is not None else "location"
+        for error in _check_body(attempt, guards):
+            if (error.path, error.message) in seen:
+                continue
+            seen.add((error.path, error.message))
+            errors.append(
+                FieldError(
+                    f"fallback[{i}].{changed}",
+                    f"the attempt this rung produces is invalid: {error.path}: {error.message}",
+                )
+            )
+    return errors

@@ -1,0 +1,134 @@
+"""The one error hierarchy of flexjobs.
+
+Every error carries a ``retryable`` class attribute. Entry points rely on it: a retryable error
+is raised out of the function so Pub/Sub redelivers the message; a non-retryable one is
+acknowledged and recorded, because delivering it again can never succeed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with a request, at an exact field path such as ``customJob.jobSpec``."""
+
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+class FlexjobsError(Exception):
+    """Base of every flexjobs error."""
+
+    retryable: bool = False
+
+
+class InvalidRequest(FlexjobsError, ValueError):
+    """A request that can never succeed; it carries every problem found, not just the first.
+
+    Examples:
+        >>> err = InvalidRequest([FieldError("customJob", "is required")])
+        >>> err.errors[0].path
+        'customJob'
+    """
+
+    retryable = False
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = list(errors)
+        summary = "; ".join(f"{e.path}: {e.message}" for e in self.errors[:5])
+        more = f" (+{len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
+        super().__init__(f"invalid request: {summary}{more}")
+
+
+@contextmanager
+def reading_untrusted(what: str) -> Iterator[None]:
+    """Read untrusted input (a message, a request file) so that it can only be refused:
+    any exception but a flexjobs error becomes :class:`InvalidRequest`, with its cause.
+
+    Reading is pure (decoding, parsing, validating), so a failure there is the input's, or a
+    bug it reaches: redelivering it would fail again, for ever (an Eventarc event is retried
+    for 24 hours, killing an instance each time on a MemoryError). Refused, it is recorded
+    and acknowledged, and the cause is logged with the rejection.
+
+    Examples:
+        >>> try:
+        ...     with reading_untrusted("the message"):
+        ...         {}["missing"]
+        ... except UnreadableInput as err:
+        ...     print(type(err).__name__, err.retryable, err)
+        UnreadableInput False invalid request: $: the message could not be read (KeyError)
+    """
+    try:
+        yield
+    except FlexjobsError:
+        raise
+    except Exception as exc:
+        problem = f"{what} could not be read ({type(exc).__name__})"
+        raise UnreadableInput([FieldError("$", problem)]) from exc
+
+
+class UnreadableInput(InvalidRequest):
+    """Reading a request raised what no check foresaw (:func:`reading_untrusted`): refused like
+    any invalid request, and its cause is logged with the rejection."""
+
+
+class BackendRejected(FlexjobsError):
+    """Vertex AI refused the job for good (for example INVALID_ARGUMENT)."""
+
+    retryable = False
+
+
+class ObjectGone(FlexjobsError):
+    """The uploaded object's generation no longer exists (replaced or deleted): it can never
+    be read again."""
+
+    retryable = False
+
+
+class TransientError(FlexjobsError):
+    """A fault that may pass: the message must be redelivered."""
+
+    retryable = True
+
+
+class BackendUnavailable(TransientError):
+    """Vertex AI could not be reached or answered UNAVAILABLE / RESOURCE_EXHAUSTED / timeout."""
+
+
+class QuotaExhausted(BackendUnavailable):
+    """Vertex AI answered RESOURCE_EXHAUSTED: a project quota is used up for now.
+
+    A create refused for quota is parked and retried with backoff from the scheduler tick,
+    rather than by redelivery (which would hammer the quota every few seconds).
+    """
+
+
+class OutcomeUnknown(BackendUnavailable):
+    """A create timed out or broke off after it was sent: it may have happened.
+
+    The submission claim is kept until it expires, so the redelivery's label lookup runs only
+    once the job, if Vertex made it, is there to be found.
+    """
+
+
+class StoreUnavailable(TransientError):
+    """Firestore could not be reached or the transaction could not commit."""
+
+
+class PublishFailed(TransientError):
+    """A Pub/Sub publish did not complete."""
+
+
+class SubmissionInProgress(TransientError):
+    """Another delivery of the same request holds the submission claim right now."""
+
+
+class HintDeferred(TransientError):
+    """A hint arrived inside its job's coalescing window; redelivery reads the job later."""

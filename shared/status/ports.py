@@ -1,0 +1,49 @@
+"""The read side's port: paged, filtered listings of job and deployment records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from shared.status.listing import Listing, Page
+
+
+class JobViews(Protocol):
+    """What the status page reads (Firestore ``jobs``, their ``attempts`` and
+    ``deployments``): read-only, every read bounded (a page, a limit or a count) and of the
+    fields the page shows (:mod:`shared.status.listing` names them).
+
+    Every method raises StoreUnavailable when Firestore fails, whatever the fault.
+    """
+
+    def jobs(self, listing: Listing) -> Page:
+        """A page of job records (``LIST_FIELDS``), newest first by ``createdAt`` then
+        document id, in ``listing.states`` (any when empty), created at or after
+        ``listing.since``, after ``listing.after``; at most ``listing.size`` rows."""
+        ...
+
+    def job(self, request_id: str) -> dict[str, Any] | None:
+        """One job record (``JOB_FIELDS``), or None."""
+        ...
+
+    def attempts(self, request_id: str) -> list[dict[str, Any]]:
+        """A job's attempt documents (``ATTEMPT_FIELDS``), at most ``MAX_ATTEMPTS``."""
+        ...
+
+    def count(self, state: str) -> int:
+        """How many job records are in ``state`` (an aggregation: no document is read)."""
+        ...
+
+    def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        """Job records (``TOTAL_FIELDS``) that ended at or after ``since``, newest end first,
+        at most ``limit``."""
+        ...
+
+    def deployments(self, listing: Listing) -> Page:
+        """A page of deployment records (``DEPLOYMENT_LIST_FIELDS``), newest first like
+        :meth:`jobs` (``listing.states`` and ``since`` are not used)."""
+        ...
+
+    def deployment(self, request_id: str) -> dict[str, Any] | None:
+        """One deployment record (``DEPLOYMENT_FIELDS``), or None."""
+        ...
