@@ -19,7 +19,7 @@ from shared.domain.model.changes import Change, Write
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
-from shared.domain.model.states import DeploymentState, JobState
+from shared.domain.model.states import DeploymentState, JobState, from_vertex
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.checkpoints import (
     COMMIT_SUCCESS,
@@ -353,7 +353,8 @@ class InMemoryJobBackend:
         if self.fail_cancel_with is not None:
             raise self.fail_cancel_with
         job = self.jobs[name]
-        if job.state.endswith(("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED")):
+        ended = from_vertex(job.state)
+        if ended is not None and ended.terminal:
             return  # ended already: as cancelled as it gets (the Vertex adapter's contract)
         state = (
             "PIPELINE_STATE_CANCELLED" if "/trainingPipelines/" in name else "JOB_STATE_CANCELLED"

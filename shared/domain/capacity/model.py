@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from shared.domain.model.strategies import MAX_DWS_TIMEOUT_SECONDS
+from shared.domain.model.strategies import MAX_DWS_TIMEOUT_SECONDS, Strategy
 from shared.domain.policy.pricing import PriceTable
 
-SPOT: Final = "SPOT"
-FLEX_START: Final = "FLEX_START"
-STANDARD: Final = "STANDARD"
+# The strategies' one home is the model; the rule reads them under their short names.
+SPOT: Final = Strategy.SPOT
+FLEX_START: Final = Strategy.FLEX_START
+STANDARD: Final = Strategy.STANDARD
 
 #: Room an on-demand attempt keeps against the deadline: the scheduler tick (60 s), hint
 #: delivery, the create call and provisioning jitter, with a wide allowance.

@@ -128,14 +128,14 @@ def decide(s: Situation) -> CapacityDecision:
         ...     work_seconds=86400, remaining_seconds=86400, restart_overhead_seconds=300,
         ...     checkpoint_interval_seconds=1800, prices=Prices(4.22, 1.60, 2.20))
         >>> decide(plenty).strategy
-        'SPOT'
+        <Strategy.SPOT: 'SPOT'>
         >>> tight = Situation(now=now, deadline=now + timedelta(hours=24, minutes=10),
         ...     origin=now, work_seconds=86400, remaining_seconds=86400,
         ...     restart_overhead_seconds=300, checkpoint_interval_seconds=1800,
         ...     prices=Prices(4.22, 1.60, 2.20))
         >>> decision = decide(tight)
         >>> decision.strategy, decision.final
-        ('STANDARD', True)
+        (<Strategy.STANDARD: 'STANDARD'>, True)
     """
     f = _figures(s)
     if s.running in (SPOT, FLEX_START):

@@ -11,11 +11,22 @@ attempt, and that choice is what each attempt's body carries.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
+
+class Strategy(StrEnum):
+    """The strategies flexjobs submits (Vertex v1 ``Scheduling.Strategy`` names). A member is
+    its name as a string, so it is written to Vertex bodies and records as it always was."""
+
+    FLEX_START = "FLEX_START"
+    SPOT = "SPOT"
+    STANDARD = "STANDARD"
+
+
 #: Strategies flexjobs submits. FLEX_START (DWS) is the default.
-STRATEGIES: Final = ("FLEX_START", "SPOT", "STANDARD")
-DEFAULT_STRATEGY: Final = "FLEX_START"
+STRATEGIES: Final = tuple(Strategy)
+DEFAULT_STRATEGY: Final = Strategy.FLEX_START
 #: Deadline-aware capacity: flexjobs chooses each attempt's strategy (never sent to Vertex).
 AUTO: Final = "AUTO"
 
