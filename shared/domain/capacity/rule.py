@@ -185,7 +185,7 @@ def _figures(s: Situation) -> _Figures:
     overhead = max(0.0, s.restart_overhead_seconds)
     share = _spot_share(s.history, overhead, at_risk, s.tuning.prior_spot_lifetime_seconds)
     p = s.prices
-    units = {
+    units: dict[str, float] = {
         STANDARD: p.standard,
         FLEX_START: p.flex_start,
         SPOT: p.spot / share if share > 0 else math.inf,
