@@ -272,7 +272,13 @@ def simulate(job: Job, policy: Policy) -> Result:
 
 def _price(prices: Prices, strategy: str) -> float:
     """USD per GPU-hour (one GPU per node here) of ``strategy``."""
-    return {STANDARD: prices.standard, SPOT: prices.spot, FLEX_START: prices.flex_start}[strategy]
+    # Keyed as strings: the strategy names may be Strategy members (a StrEnum) or plain str.
+    per_gpu_hour: dict[str, float] = {
+        STANDARD: prices.standard,
+        SPOT: prices.spot,
+        FLEX_START: prices.flex_start,
+    }
+    return per_gpu_hour[strategy]
 
 
 def _queue_limit(plan: Plan, t: float) -> float:

@@ -42,8 +42,10 @@ from flexjobs_local.stack import LocalStack, StackConfig
 from shared.app import intake as intake_service
 from shared.app import lifecycle
 from shared.app.commands import Reconcile, SubmitJob, TrackJob
+from shared.app.ports import CheckpointStore
 from shared.app.repository.jobs import JobRecords
 from shared.bootstrap import build_intake, build_tracker
+from shared.domain.model.checkpoint import Checkpoint
 from shared.ingress.envelopes import PubsubMessage
 from shared.kernel.config import Settings
 
@@ -69,11 +71,13 @@ TARGETS = {
 }
 
 
+# grpcio ships no type information (no py.typed, no stubs here), so to mypy its classes are
+# Any, which strict mode will not subclass; intercept_channel needs these real bases at run time.
 class CallCounter(
-    grpc.UnaryUnaryClientInterceptor,
-    grpc.UnaryStreamClientInterceptor,
-    grpc.StreamUnaryClientInterceptor,
-    grpc.StreamStreamClientInterceptor,
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
 ):
     """Counts every RPC a channel makes, by ``/package.Service/Method``, on the client side.
 
@@ -113,15 +117,22 @@ class CallCounter(
 
 
 class CountedCheckpoints:
-    """The tracker's checkpoint store, counting its listings (GCS is JSON over HTTP)."""
+    """The tracker's checkpoint store, counting its listings (GCS is JSON over HTTP).
 
-    def __init__(self, inner: Any) -> None:
+    Each method of :class:`CheckpointStore` lists the prefix once, so each counts one.
+    """
+
+    def __init__(self, inner: CheckpointStore) -> None:
         self.inner = inner
         self.listings = 0
 
-    def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Any:
+    def latest(self, prefix_uri: str, *, not_before: datetime | None = None) -> Checkpoint | None:
         self.listings += 1
         return self.inner.latest(prefix_uri, not_before=not_before)
+
+    def confirm(self, checkpoint: Checkpoint) -> Checkpoint | None:
+        self.listings += 1
+        return self.inner.confirm(checkpoint)
 
 
 def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter, CallCounter]:
@@ -133,9 +144,11 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
 
     firestore_calls, vertex_calls = CallCounter(), CallCounter()
 
-    class CountedFirestore(firestore.Client):  # type: ignore[misc]
+    class CountedFirestore(firestore.Client):
         def _emulator_channel(self, transport: Any) -> Any:
-            return grpc.intercept_channel(super()._emulator_channel(transport), firestore_calls)
+            # google-cloud-firestore leaves BaseClient._emulator_channel unannotated.
+            channel = super()._emulator_channel(transport)  # type: ignore[no-untyped-call]
+            return grpc.intercept_channel(channel, firestore_calls)
 
     settings = dataclasses.replace(Settings.from_env(), backoff_base_seconds=0.0)
     store = JobRecords(

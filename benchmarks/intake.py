@@ -19,10 +19,15 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from flexjobs_local.procs import exit_on_sigterm
 from flexjobs_local.stack import LocalStack, StackConfig
 from shared.domain.model.ids import doc_id
+
+if TYPE_CHECKING:
+    from google.cloud.firestore_v1.aggregation import AggregationQuery
+    from google.cloud.firestore_v1.query import Query
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,7 +71,7 @@ def measure_imports(repeats: int) -> dict[str, dict[str, float]]:
     return results
 
 
-def request(request_id: str) -> dict:
+def request(request_id: str) -> dict[str, Any]:
     return {
         "requestId": request_id,
         "customJob": {
@@ -93,6 +98,18 @@ def request(request_id: str) -> dict:
     }
 
 
+def count_of(query: Query) -> int:
+    """How many documents ``query`` matches, by one ``RunAggregationQuery``.
+
+    google-cloud-firestore annotates ``Query.count()`` as returning the AggregationQuery class
+    (it returns an instance) and ``AggregationQuery.get()`` as a list of results (each item is
+    the list of one row's aggregations); ``stream()`` is annotated as what it yields.
+    """
+    aggregation = cast("AggregationQuery", query.count())
+    rows = list(aggregation.stream())
+    return int(rows[0][0].value)
+
+
 def intake_throughput(stack: LocalStack, count: int) -> float:
     """Requests per second from the first publish to the last record QUEUED.
 
@@ -106,19 +123,19 @@ def intake_throughput(stack: LocalStack, count: int) -> float:
     run = uuid.uuid4().hex[:6]
     ids = [f"bench-{run}-{i:04d}" for i in range(count)]
     queued = db.collection("jobs").where(filter=firestore.FieldFilter("state", "==", "QUEUED"))
-    before = queued.count().get()[0][0].value  # earlier runs' records, in a warm stack
+    before = count_of(queued)  # earlier runs' records, in a warm stack
     started = datetime.now(UTC)
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(lambda rid: stack.publish_request(request(rid)), ids))
     while True:
-        done = queued.count().get()[0][0].value - before
+        done = count_of(queued) - before
         if done >= count:
             break
         if (datetime.now(UTC) - started).total_seconds() > 600:
             raise TimeoutError(f"only {done} of {count} records QUEUED after 600 s")
         time.sleep(1.0)
     mine = {doc_id(rid) for rid in ids}
-    ends = [
+    ends: list[datetime] = [  # Firestore timestamps read back as datetimes
         snap.get("updatedAt") for snap in queued.select(["updatedAt"]).stream() if snap.id in mine
     ]
     if len(ends) != count:
@@ -136,7 +153,7 @@ def firestore_txn_rate(stack: LocalStack, count: int, workers: int) -> float:
         ref = col.document(f"doc-{i}")
 
         @firestore.transactional
-        def txn(t):
+        def txn(t: firestore.Transaction) -> None:
             ref.get(transaction=t)
             t.set(ref, {"i": i, "at": firestore.SERVER_TIMESTAMP})
 

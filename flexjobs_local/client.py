@@ -133,10 +133,10 @@ class Config:
         if self._publisher is None:
             self._need_project()
             _check_emulator("PUBSUB_EMULATOR_HOST", "Pub/Sub")
-            from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+            from google.cloud.pubsub_v1 import PublisherClient
 
             with google_errors("Pub/Sub"):
-                self._publisher = pubsub_v1.PublisherClient()
+                self._publisher = PublisherClient()
         return self._publisher
 
     def db(self) -> Any:

@@ -199,7 +199,9 @@ class Preempter:
             print(f"          >>> simulator: Spot capacity reclaimed, {SPOT_ID} preempted")
 
 
-def run_demo(time_factor: float = 60.0, tick_seconds: float | None = None, limit: float = 180):
+def run_demo(
+    time_factor: float = 60.0, tick_seconds: float | None = None, limit: float = 180
+) -> int:
     """Run the demo; returns 0 when every record reached the state it should."""
     # A short backoff so the demo's retries happen while you watch.
     config = StackConfig(

@@ -221,20 +221,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dead-letters", default=None, help="JSON lines of messages given up")
     args = parser.parse_args(argv)
 
-    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1 import SubscriberClient
     from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
+    from google.cloud.pubsub_v1.types import FlowControl
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    subscriber = pubsub_v1.SubscriberClient()  # PUBSUB_EMULATOR_HOST, from the stack
+    subscriber = SubscriberClient()  # PUBSUB_EMULATOR_HOST, from the stack
     backoff = Backoff()
     dead_letters = DeadLetters(args.dead_letters)
     streams = []
     for route in args.route:
         # Leased while the POST runs and through its backoff; past that, the emulator
         # redelivers it anyway (at least once).
-        flow = pubsub_v1.types.FlowControl(
+        flow = FlowControl(
             max_messages=args.concurrency,
             max_lease_duration=args.ack_deadline + MAX_BACKOFF_SECONDS,
         )

@@ -20,11 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", default="scheduler-ticks")
     args = parser.parse_args(argv)
 
-    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1 import PublisherClient
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    publisher = pubsub_v1.PublisherClient()
+    publisher = PublisherClient()
     topic = publisher.topic_path(os.environ["GOOGLE_CLOUD_PROJECT"], args.topic)
     print("SCHEDULER READY", flush=True)
     while not stop.wait(args.every):

@@ -314,17 +314,17 @@ class LocalStack:
         says (the emulator variables are set for the functions, not necessarily here).
         """
         import grpc
-        from google.cloud import pubsub_v1
+        from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
         from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
         host = self.env["PUBSUB_EMULATOR_HOST"]
         if self._pubsub is None:
             self._pubsub = (
-                pubsub_v1.PublisherClient(
+                PublisherClient(
                     transport=PublisherGrpcTransport(channel=grpc.insecure_channel(host))
                 ),
-                pubsub_v1.SubscriberClient(
+                SubscriberClient(
                     transport=SubscriberGrpcTransport(channel=grpc.insecure_channel(host))
                 ),
             )

@@ -19,8 +19,9 @@ from rich.live import Live
 from rich.table import Table
 
 from flexjobs_local.client import DEPLOYMENTS, JOBS, REJECTIONS, Config
-from flexjobs_local.views import checkpoint_text, duration, gpu_hours, mapping, state_text, usd
+from flexjobs_local.views import checkpoint_text, mapping, state_text
 from shared.domain.model.ids import doc_id
+from shared.status.display import duration, gpu_hours, usd
 
 SUCCESS = frozenset({"SUCCEEDED", "DEPLOYED"})
 TERMINAL = {

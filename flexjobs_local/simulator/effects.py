@@ -305,16 +305,14 @@ class SideEffects:
 
     def _get_publisher(self) -> Any:
         if self._publisher is None:
-            from google.cloud import pubsub_v1
+            from google.cloud.pubsub_v1 import PublisherClient
             from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 
             if self._pubsub_host:
                 channel = grpc.insecure_channel(self._pubsub_host)
-                self._publisher = pubsub_v1.PublisherClient(
-                    transport=PublisherGrpcTransport(channel=channel)
-                )
+                self._publisher = PublisherClient(transport=PublisherGrpcTransport(channel=channel))
             else:
-                self._publisher = pubsub_v1.PublisherClient()
+                self._publisher = PublisherClient()
         return self._publisher
 
     def _publish(self, event: StateChanged, topic: str, copies: int) -> None:
@@ -376,8 +374,10 @@ class SideEffects:
             from google.cloud import storage
 
             options = {"api_endpoint": self._storage_host} if self._storage_host else None
+            # google-auth leaves Credentials.__init__ unannotated, so mypy calls this untyped.
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
             self._storage_client = storage.Client(
-                project=self._project, credentials=AnonymousCredentials(), client_options=options
+                project=self._project, credentials=credentials, client_options=options
             )
         return self._storage_client
 

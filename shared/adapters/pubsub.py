@@ -25,9 +25,9 @@ class PubsubNotifier:
     def _publisher(self) -> Any:
         with self._lock:
             if self._client is None:
-                from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+                from google.cloud.pubsub_v1 import PublisherClient
 
-                self._client = pubsub_v1.PublisherClient()
+                self._client = PublisherClient()
             return self._client
 
     def notify(self, message: Mapping[str, Any]) -> None:

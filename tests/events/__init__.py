@@ -7,7 +7,10 @@ import copy
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cloudevents.http import CloudEvent
 
 HERE = Path(__file__).parent
 
@@ -17,17 +20,21 @@ def load(name: str) -> Any:
     return json.loads((HERE / f"{name}.json").read_text())
 
 
-def pubsub_envelope(data: bytes | dict[str, Any], message_id: str = "1234567890", **attrs: str):
+def pubsub_envelope(
+    data: bytes | dict[str, Any], message_id: str = "1234567890", **attrs: str
+) -> dict[str, Any]:
     """A Pub/Sub push body (the CloudEvent's data) carrying ``data``."""
     raw = data if isinstance(data, bytes) else json.dumps(data).encode()
-    envelope = copy.deepcopy(load("pubsub_push_envelope"))
+    envelope: dict[str, Any] = copy.deepcopy(load("pubsub_push_envelope"))
     envelope["message"]["data"] = base64.b64encode(raw).decode()
     envelope["message"]["messageId"] = message_id
     envelope["message"]["attributes"] = dict(attrs)
     return envelope
 
 
-def pubsub_cloud_event(data: bytes | dict[str, Any], message_id: str = "1234567890", **attrs):
+def pubsub_cloud_event(
+    data: bytes | dict[str, Any], message_id: str = "1234567890", **attrs: str
+) -> CloudEvent:
     """A structured-mode CloudEvent of type google.cloud.pubsub.topic.v1.messagePublished."""
     from cloudevents.http import CloudEvent
 
@@ -49,7 +56,7 @@ def published_at(event: Any, when: datetime) -> Any:
 
 def object_resource(name: str, generation: str, size: int, **fields: Any) -> dict[str, Any]:
     """The JSON API v1 object resource of tests/events/storage_object_finalized.json, renamed."""
-    resource = copy.deepcopy(load("storage_object_finalized")["data"])
+    resource: dict[str, Any] = copy.deepcopy(load("storage_object_finalized")["data"])
     bucket = resource["bucket"]
     resource.update(
         name=name,
@@ -61,7 +68,7 @@ def object_resource(name: str, generation: str, size: int, **fields: Any) -> dic
     return resource
 
 
-def storage_cloud_event(resource: dict[str, Any], event_type: str = "finalized"):
+def storage_cloud_event(resource: dict[str, Any], event_type: str = "finalized") -> CloudEvent:
     """An Eventarc Cloud Storage CloudEvent (post it in binary mode, as Eventarc does)."""
     from cloudevents.http import CloudEvent
 
@@ -81,7 +88,7 @@ def gcs_notification(
     resource: dict[str, Any], event_type: str = "OBJECT_FINALIZE", payload: bool = True
 ) -> dict[str, Any]:
     """A Pub/Sub push body of a bucket notification (tests/events/gcs_notification_push.json)."""
-    body = copy.deepcopy(load("gcs_notification_push"))
+    body: dict[str, Any] = copy.deepcopy(load("gcs_notification_push"))
     message = body["message"]
     message["attributes"].update(
         bucketId=resource["bucket"],
