@@ -58,6 +58,9 @@ class StackConfig:
     time_factor: float = 60.0
     default_capacity: int = 16
     default_run_seconds: float = 300.0
+    # Simulated seconds a new job stays QUEUED before it is PENDING, and starts at once when
+    # its GPUs are free: how long Vertex takes to place a job that fits.
+    queue_seconds: float = 5.0
     requests_topic: str = "job-requests"
     events_topic: str = "job-events"
     notifications_topic: str = "job-notifications"
@@ -193,6 +196,7 @@ class LocalStack:
                 f"--project={cfg.project}",
                 f"--default-capacity={cfg.default_capacity}",
                 f"--default-run-seconds={cfg.default_run_seconds}",
+                f"--queue-seconds={cfg.queue_seconds}",
                 f"--seed={cfg.seed}",
                 *([f"--events-topic={cfg.events_topic}"] if cfg.hints else []),
                 *(["--storage"] if cfg.checkpoints else []),

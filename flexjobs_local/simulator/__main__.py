@@ -24,6 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--project", default="flexjobs-local", help="project for hints and storage")
     parser.add_argument("--default-capacity", type=int, default=16, help="GPUs per location+type")
     parser.add_argument("--default-run-seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--queue-seconds", type=float, default=5.0, help="sim seconds a new job is QUEUED"
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--events-topic", default=None, help="Pub/Sub topic for state hints")
     parser.add_argument("--hint-copies", type=int, default=3)
@@ -55,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         project=args.project,
         default_capacity=args.default_capacity,
         default_run_seconds=args.default_run_seconds,
+        queue_seconds=args.queue_seconds,
         seed=args.seed,
         events_topic=args.events_topic,
         hint_copies=args.hint_copies,

@@ -5,7 +5,8 @@ The stack runs in real time (the simulator's clock is the wall clock, factor 1),
 deadline, the simulator's jobs and flexjobs' decisions share one clock. The job is a minute of
 work due in a few minutes, and the policy's time constants are scaled alike
 (``FLEXJOBS_AUTO_TIME_SCALE=60``: a 10 s safety margin, a 5 s Spot probe, FLEX_START looked at
-again after 60 s). The scheduler ticks every second.
+again after 60 s), and so is the time Vertex takes to place a job that fits (the simulator's
+QUEUED delay: 1 s). The scheduler ticks every second.
 
 The story, driven through the simulator's control API and watched in Firestore:
 1. attempt 1 runs on Spot (plenty of slack) and is preempted after a checkpoint;
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 
 from flexjobs_local.stack import LocalStack, StackConfig
+from shared.domain.capacity.model import Tuning
 from tests.integration.helpers import running_stack, wait_for
 from tests.integration.test_lifecycle import attempts, record, spot_request
 
@@ -34,15 +36,29 @@ pytestmark = pytest.mark.integration
 WORK_SECONDS = 60
 DEADLINE_SECONDS = 170
 ACCELERATOR = "NVIDIA_TESLA_A100"  # the seed request's
+TIME_SCALE = 60
+# A queued Spot attempt is given up by the first tick that lists it still queued at its
+# decision's waitUntil: a probe's length after the decision, which comes before the create
+# (the claim, the checkpoint lookup, the create call: 0.1 to 0.3 s, more on a loaded machine).
+# The simulator places a job that fits this long after its create (QUEUED, then PENDING and
+# RUNNING at once). Vertex starts a Spot job that fits well inside the 5-minute probe; a minute,
+# scaled by 60, is a second. At the simulator's default 5 s, placement came after the probe's
+# end every time, by the decision-to-create latency: a tick in that gap gave attempt 1 or 2 up
+# (cancelled it, queued) just before it would have started.
+PLACEMENT_SECONDS = 1.0
+# The probe must outlast the placement by that latency and a tick, with room for a loaded
+# machine's stalls.
+assert Tuning().scaled(TIME_SCALE).spot_probe_seconds >= PLACEMENT_SECONDS + 3
 
 
 @pytest.fixture(scope="module")
 def auto_stack() -> Iterator[LocalStack]:
     config = StackConfig(
         time_factor=1.0,
+        queue_seconds=PLACEMENT_SECONDS,
         tick_seconds=1.0,
         function_env={
-            "FLEXJOBS_AUTO_TIME_SCALE": "60",
+            "FLEXJOBS_AUTO_TIME_SCALE": str(TIME_SCALE),
             "FLEXJOBS_BACKOFF_BASE_SECONDS": "0",
             "FLEXJOBS_HINT_COALESCE_SECONDS": "1",
         },
