@@ -50,15 +50,15 @@ FILLS = {"queued": "url(#pattern-queued)", "running": "#2b6cb0", "lost": "url(#p
 _KNOWN_STATES = {*JOB_STATES, *(s.value for s in DeploymentState)}
 
 
-def _line(value: Any) -> str | None:
+def line_text(value: Any) -> str | None:
     return f"line {value}" if value is not None else None
 
 
-def _when(value: Any) -> str | None:
+def when_text(value: Any) -> str | None:
     return when(value) if isinstance(value, datetime) else None
 
 
-def _money(money: Money, live: bool) -> str:
+def money_text(money: Money, live: bool) -> str:
     words = (
         f"{usd(money.cost_usd)} (on demand {usd(money.on_demand_usd)}, "
         f"saved {usd(money.savings_usd)})"
@@ -73,7 +73,7 @@ def _money(money: Money, live: bool) -> str:
 # --- JSON -------------------------------------------------------------------------------------
 
 
-def _money_json(money: Money) -> dict[str, Any]:
+def money_json(money: Money) -> dict[str, Any]:
     return {
         "costUsd": money.cost_usd,
         "onDemandUsd": money.on_demand_usd,
@@ -82,7 +82,7 @@ def _money_json(money: Money) -> dict[str, Any]:
     }
 
 
-def _json(body: Any, status: int = 200) -> Response:
+def json_response(body: Any, status: int = 200) -> Response:
     text = json.dumps(body, indent=1, sort_keys=True)
     response = Response(text, status=status, content_type="application/json; charset=utf-8")
     response.headers["Cache-Control"] = "no-store"
@@ -131,15 +131,15 @@ def _css() -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()[:12]
 
 
-def _stylesheet() -> Response:
+def stylesheet_response() -> Response:
     data, _version = _css()
     response = Response(data, content_type="text/css; charset=utf-8")
-    # Its URL carries the content's hash (see _html), so a new stylesheet is a new URL.
+    # Its URL carries the content's hash (see html_page), so a new stylesheet is a new URL.
     response.headers["Cache-Control"] = "private, max-age=86400"
     return response
 
 
-def _html(template: str, context: Mapping[str, Any], status: int = 200) -> Response:
+def html_page(template: str, context: Mapping[str, Any], status: int = 200) -> Response:
     css = f"{CSS_PATH}?v={_css()[1]}"
     page = environment().get_template(template).render(css=css, **context)
     response = Response(page, status=status, content_type="text/html; charset=utf-8")
@@ -147,7 +147,7 @@ def _html(template: str, context: Mapping[str, Any], status: int = 200) -> Respo
     return response
 
 
-def _error(
+def error_page(
     status: int,
     title: str,
     message: str,
@@ -159,6 +159,6 @@ def _error(
         body: dict[str, Any] = {"error": title, "message": message}
         if listed:
             body["errors"] = [p.to_dict() for p in listed]
-        return _json(body, status)
+        return json_response(body, status)
     context = dict(now=None, status=status, title=title, message=message, problems=listed)
-    return _html("error.html", context, status)
+    return html_page("error.html", context, status)

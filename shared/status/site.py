@@ -65,14 +65,14 @@ from shared.status.page import (
     CSS_PATH,
     FILLS,
     SECURITY_HEADERS,
-    _error,
-    _html,
-    _json,
-    _line,
-    _money,
-    _money_json,
-    _stylesheet,
-    _when,
+    error_page,
+    html_page,
+    json_response,
+    line_text,
+    money_json,
+    money_text,
+    stylesheet_response,
+    when_text,
 )
 from shared.status.ports import JobViews
 from shared.status.timeline import attempt_times, layout
@@ -120,22 +120,22 @@ def serve(request: Request, site: StatusSite) -> Response:
 def _answer(request: Request, site: StatusSite) -> Response:
     api = request.path.startswith("/api/")
     if request.method not in ALLOWED_METHODS:
-        response = _error(405, "Method not allowed", "This page only reads: GET or HEAD.", api)
+        response = error_page(405, "Method not allowed", "This page only reads: GET or HEAD.", api)
         response.headers["Allow"] = ", ".join(ALLOWED_METHODS)
         return response
     params = {name: request.args.getlist(name) for name in request.args}
     try:
         return _route(request.path, params, site)
     except InvalidRequest as refused:
-        return _error(400, "Bad request", "The query string has problems:", api, refused.errors)
+        return error_page(400, "Bad request", "The query string has problems:", api, refused.errors)
     except NotFound:
-        return _error(404, "Not found", f"Nothing is recorded at {request.path}.", api)
+        return error_page(404, "Not found", f"Nothing is recorded at {request.path}.", api)
     except StoreUnavailable:
         log.error(f"status page: Firestore failed for {request.path}", exc_info=True)
-        return _error(503, "Unavailable", "Firestore could not be read; try again.", api)
+        return error_page(503, "Unavailable", "Firestore could not be read; try again.", api)
     except Exception:
         log.exception(f"status page: failed for {request.path}")
-        return _error(500, "Internal error", "The page failed; it is logged.", api)
+        return error_page(500, "Internal error", "The page failed; it is logged.", api)
 
 
 def _route(path: str, params: dict[str, list[str]], site: StatusSite) -> Response:
@@ -144,7 +144,7 @@ def _route(path: str, params: dict[str, list[str]], site: StatusSite) -> Respons
         "/api/jobs": _jobs_json,
         "/deployments": _deployments_page,
         "/deployments/": _deployments_page,
-        CSS_PATH: lambda _params, _site: _stylesheet(),
+        CSS_PATH: lambda _params, _site: stylesheet_response(),
     }
     if path in pages:
         return pages[path](params, site)
@@ -208,7 +208,7 @@ def _totals(site: StatusSite, now: datetime) -> Totals:
 
 def _jobs_page(params: dict[str, list[str]], site: StatusSite) -> Response:
     view = _jobs(params, site)
-    return _html(
+    return html_page(
         "jobs.html",
         dict(
             now=view.now,
@@ -225,7 +225,7 @@ def _jobs_page(params: dict[str, list[str]], site: StatusSite) -> Response:
 
 def _jobs_json(params: dict[str, list[str]], site: StatusSite) -> Response:
     view = _jobs(params, site)
-    return _json(
+    return json_response(
         {
             "jobs": [_row_json(row) for row in view.rows],
             "next": view.page.next.token() if view.page.next else None,
@@ -259,7 +259,7 @@ def _job_page(request_id: str, site: StatusSite) -> Response:
     row = job_row(raw, now, site.prices)
     times = attempt_times(docs, record.latest_checkpoint, now, record.vertex_create_time)
     timeline = layout(times, now)
-    return _html(
+    return html_page(
         "job.html",
         dict(
             now=now,
@@ -280,7 +280,7 @@ def _job_json(request_id: str, site: StatusSite) -> Response:
     raw, docs = _job_and_attempts(request_id, site)
     record = JobRecord.decode(raw)
     ordered = sorted(docs, key=lambda a: a.get("attempt") or 0)
-    return _json(
+    return json_response(
         {
             "job": jsonable(raw),
             "figures": _row_json(job_row(raw, now, site.prices)),
@@ -314,7 +314,9 @@ def _job_facts(raw: Mapping[str, Any], record: JobRecord, row: JobRow) -> list[t
         checkpoint = f"{step}{share} at {when(latest.at)}: {latest.uri}"
     retries = ", ".join(f"{group} {used}" for group, used in sorted(record.retries.items()))
     origin = " ".join(
-        str(part) for part in (raw.get("source"), raw.get("object"), _line(raw.get("line"))) if part
+        str(part)
+        for part in (raw.get("source"), raw.get("object"), line_text(raw.get("line")))
+        if part
     )
     series = raw.get("series")
     facts: list[tuple[str, Any]] = [
@@ -326,21 +328,21 @@ def _job_facts(raw: Mapping[str, Any], record: JobRecord, row: JobRow) -> list[t
         ("accelerator", f"{record.accelerator_type or '-'} \N{MULTIPLICATION SIGN} {record.gpus}"),
         ("Vertex job", record.vertex_job),
         ("Vertex state", raw.get("vertexState")),
-        ("created", _when(record.created_at)),
-        ("updated", _when(raw.get("updatedAt"))),
-        ("ended", _when(record.ended_at)),
-        ("next attempt", _when(record.next_attempt_at)),
+        ("created", when_text(record.created_at)),
+        ("updated", when_text(raw.get("updatedAt"))),
+        ("ended", when_text(record.ended_at)),
+        ("next attempt", when_text(record.next_attempt_at)),
         ("queued", duration(row.queued_seconds) + (" so far" if row.live else "")),
         ("running", duration(row.running_seconds) + (" so far" if row.live else "")),
         ("GPU-hours", gpu_hours(row.gpu_seconds)),
         ("work lost", duration(record.work_lost_seconds) if record.work_lost_seconds else None),
-        ("cost", _money(row.money, row.live)),
+        ("cost", money_text(row.money, row.live)),
         ("latest checkpoint", checkpoint),
         ("retries used", retries or None),
         ("last failure class", raw.get("lastFailureClass")),
         ("cancel requested", "yes" if record.cancel_requested else None),
         ("from", origin or None),
-        ("series", f"{series} (slot {_when(raw.get('slot'))})" if series else None),
+        ("series", f"{series} (slot {when_text(raw.get('slot'))})" if series else None),
     ]
     return [(label, str(value)) for label, value in facts if value not in (None, "", "-")]
 
@@ -352,7 +354,7 @@ def _deployments_page(params: dict[str, list[str]], site: StatusSite) -> Respons
     now = site.clock()
     asked = read_filters(params, now=now, filters=False, default_size=site.page_size)
     page = site.views.deployments(asked.listing)
-    return _html(
+    return html_page(
         "deployments.html",
         dict(
             now=now,
@@ -376,13 +378,13 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
         ("deployed model id", raw.get("deployedModelId")),
         ("reason", row.reason),
         ("error code", raw.get("errorCode")),
-        ("created", _when(row.created_at)),
-        ("updated", _when(raw.get("updatedAt"))),
-        ("deployed", _when(row.deployed_at)),
-        ("ended", _when(row.ended_at)),
-        ("next deployment", _when(raw.get("nextAttemptAt"))),
+        ("created", when_text(row.created_at)),
+        ("updated", when_text(raw.get("updatedAt"))),
+        ("deployed", when_text(row.deployed_at)),
+        ("ended", when_text(row.ended_at)),
+        ("next deployment", when_text(raw.get("nextAttemptAt"))),
     ]
-    return _html(
+    return html_page(
         "deployment.html",
         dict(
             now=site.clock(),
@@ -407,7 +409,7 @@ def _row_json(row: JobRow) -> dict[str, Any]:
         "queuedSeconds": row.queued_seconds,
         "runningSeconds": row.running_seconds,
         "gpuSeconds": row.gpu_seconds,
-        "cost": _money_json(row.money),
+        "cost": money_json(row.money),
         # True: the figures include the attempt still queued or running, so far.
         "live": row.live,
     }
@@ -423,7 +425,7 @@ def _totals_json(figures: Totals) -> dict[str, Any]:
                 "since": jsonable(w.since),
                 "jobs": w.jobs,
                 "gpuSeconds": w.gpu_seconds,
-                "cost": _money_json(w.money),
+                "cost": money_json(w.money),
                 "truncated": w.truncated,
             }
             for w in figures.windows

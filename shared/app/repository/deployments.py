@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.app.ports import DeploymentStore
-from shared.app.repository.jobs import _claim
+from shared.app.repository.claims import claim_record
 from shared.domain.decisions.deploy_model import (
     OperationStatus,
     claim_released,
@@ -58,7 +58,7 @@ class DeploymentRecords:
             # Deployments are few: their writes read the record and carry no version.
             return self.store.transact(rid, lambda raw: _as_write(fields_of(raw))) is not None, None
 
-        return _claim(
+        return claim_record(
             new_deployment(request, now),
             read=lambda: _unversioned(self.store.get(rid)),
             create=lambda record: Stored(record, None) if self.store.create(rid, record) else None,
@@ -74,13 +74,13 @@ class DeploymentRecords:
         """Apply ``decide`` to the record, decoded, in one transaction."""
         return self.store.transact(request_id, lambda raw: decide(DeploymentRecord.decode(raw)))
 
-    def _finish_claim(self, request_id: str, fields: dict[str, Any]) -> None:
+    def _finishclaim_record(self, request_id: str, fields: dict[str, Any]) -> None:
         self.transact(request_id, lambda current: deploy_recorded(current, fields))
 
     def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
         """The DeployModel operation started: DEPLOYING, with its name."""
         fields = {"state": DeploymentState.DEPLOYING.value, "operation": operation}
-        self._finish_claim(request_id, {**fields, "updatedAt": now})
+        self._finishclaim_record(request_id, {**fields, "updatedAt": now})
 
     def record_adopted(
         self, token: str, request_id: str, deployed_model_id: str, now: datetime
@@ -91,7 +91,7 @@ class DeploymentRecords:
             "deployedModelId": deployed_model_id,
             "deployedAt": now,
         }
-        self._finish_claim(request_id, {**fields, "updatedAt": now})
+        self._finishclaim_record(request_id, {**fields, "updatedAt": now})
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         """Vertex refused the deployment for good: FAILED with the reason (never over an end)."""

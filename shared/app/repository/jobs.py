@@ -9,22 +9,19 @@ decided here by the domain's pure functions, once for Firestore and the in-memor
 
 from __future__ import annotations
 
-import copy
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from shared.app.ports import JobStore
+from shared.app.repository.claims import claim_record, new_lease
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
     MAX_NOTIFIED,
     Claim,
-    ClaimSeen,
     Submission,
     checkpoint_progress,
-    existing_claim,
     first_claim_of,
     job_settled,
     new_record,
@@ -34,23 +31,12 @@ from shared.domain.decisions.submissions import (
 )
 from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
-from shared.domain.model.records import JobRecord, Lease, Stored
+from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.states import JobState
 from shared.domain.request.message import JobRequest
 from shared.domain.request.schedule import Slot, Turn, turn
-from shared.kernel.errors import SubmissionInProgress
 
 Decide = Callable[[JobRecord], Change | None]
-
-
-def _lease(
-    now: datetime, ttl_seconds: float, attempt: int | None = None
-) -> tuple[str, dict[str, Any]]:
-    token = uuid.uuid4().hex
-    lease: dict[str, Any] = {"token": token, "expiresAt": now + timedelta(seconds=ttl_seconds)}
-    if attempt is not None:
-        lease["attempt"] = attempt
-    return token, lease
 
 
 def _holder(current: JobRecord) -> tuple[str, ...]:
@@ -61,62 +47,6 @@ def _holder(current: JobRecord) -> tuple[str, ...]:
 def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] = ()) -> Change:
     """A change that keeps the record's state."""
     return Change(state=current.state, record=fields, deletes=deletes)
-
-
-#: A claim's write: ``transact(decide, known)`` -> (whether it wrote, the record after it).
-ClaimWrite = Callable[
-    [Callable[[dict[str, Any]], dict[str, Any] | None], Stored | None],
-    tuple[bool, Stored | None],
-]
-
-
-def _claim(
-    record: dict[str, Any],
-    *,
-    read: Callable[[], Stored | None],
-    create: Callable[[dict[str, Any]], Stored | None],
-    transact: ClaimWrite,
-    settled: Callable[[dict[str, Any]], bool],
-    now: datetime,
-    ttl_seconds: float,
-    attempt: int | None = None,
-) -> Claim:
-    """The one claim of every collection: a read, then a conditional create when there is no
-    record, else a decision on the record found (a duplicate, a live claim held elsewhere, or
-    a dead claim to take over).
-
-    Read first, so that a duplicate delivery costs one read and nothing else; a create that
-    loses a race to another delivery decides on a fresh read like any record found.
-    """
-    token, lease = _lease(now, ttl_seconds, attempt)
-    # Due on the tick once the claim expires: a delivery that dies after its create (or whose
-    # message runs out of deliveries while the claim holds) leaves nothing untracked, since
-    # the tick then takes the claim over and looks the job up by its key.
-    due = {"claim": lease, "nextAttemptAt": lease["expiresAt"]}
-    found = read()
-    if found is None:
-        made = create({**record, **due})
-        if made is not None:
-            return Claim(token=token, fresh=True, stored=made)
-    seen: dict[str, Any] = {}
-
-    def decide(current: dict[str, Any]) -> dict[str, Any] | None:
-        seen.clear()
-        seen.update(copy.deepcopy(current))
-        verdict = existing_claim(Lease.of(current.get("claim")), now, settled(current))
-        if verdict is ClaimSeen.SUBMITTED:
-            return None
-        if verdict is ClaimSeen.HELD:
-            raise SubmissionInProgress(
-                f"request {current.get('requestId')!r} is being submitted by another "
-                f"delivery until {current['claim']['expiresAt'].isoformat()}"
-            )
-        return {**due, "updatedAt": now}
-
-    wrote, after = transact(decide, found)
-    if not wrote:
-        return Claim(record=seen)
-    return Claim(token=token, stored=after)
 
 
 class JobRecords:
@@ -195,7 +125,7 @@ class JobRecords:
             )
             return (False, None) if done is None else (done.change is not None, done.stored)
 
-        return _claim(
+        return claim_record(
             new_record(request, self._default_location, now),
             read=lambda: self.store.read(rid),
             create=lambda record: self.store.create(rid, record),
@@ -266,7 +196,7 @@ class JobRecords:
         :func:`~shared.domain.decisions.submissions.submission_claimable`). The claim is ``fresh``
         when no delivery claimed this attempt before
         (:func:`~shared.domain.decisions.submissions.first_claim_of`)."""
-        token, lease = _lease(now, ttl_seconds, attempt)
+        token, lease = new_lease(now, ttl_seconds, attempt)
         first: list[bool] = []
 
         def decide(current: JobRecord) -> Change | None:

@@ -348,7 +348,3 @@ def _h(seconds: float) -> str:
     if abs(seconds) < 5400:
         return f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
-
-
-def _float(value: int | None) -> float | None:
-    return None if value is None else float(value)

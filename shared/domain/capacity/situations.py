@@ -17,7 +17,7 @@ from shared.domain.capacity.model import (
     Situation,
     Tuning,
 )
-from shared.domain.capacity.rule import _float, decide
+from shared.domain.capacity.rule import decide
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.policy.pricing import PriceTable
@@ -176,3 +176,7 @@ def situation_for_first_attempt(
         capacity_failures_left=_left(budgets, {}, CAPACITY),
         tuning=tuning,
     )
+
+
+def _float(value: int | None) -> float | None:
+    return None if value is None else float(value)
