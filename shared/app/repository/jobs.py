@@ -1,5 +1,5 @@
-"""The records' repositories: every write the services make, as a pure decision applied in
-one transaction of a small store.
+"""The job repository: every write the services make to a job record, as a pure decision
+applied in one transaction of a small store.
 
 The stores (:class:`~shared.app.ports.JobStore`, :class:`~shared.app.ports.DeploymentStore`) know
 storage only: get, a conditional create, a transaction that applies one decision, and a few

@@ -1,5 +1,5 @@
-"""Spot deployments (``deployModel`` requests): record states, the idempotency key, and how an
-observed DeployModel operation moves a record.
+"""Spot deployments (``deployModel`` requests): the idempotency key, and how an observed
+DeployModel operation moves a record (its states are in :mod:`shared.domain.model.states`).
 
 A record moves ACCEPTED → DEPLOYING → DEPLOYED or FAILED and never back, so a replayed or stale
 observation cannot undo a newer one.

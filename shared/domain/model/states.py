@@ -1,4 +1,5 @@
-"""The job state machine: record states, how Vertex states map onto them, and ordering.
+"""Record states: a job's (how Vertex states map onto them, and their order) and a
+deployment's.
 
 A record's state only moves forward within an attempt (ACCEPTED → QUEUED → RUNNING → a
 terminal state), so a stale or replayed observation can never move it back. A new attempt
