@@ -13,9 +13,9 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.app.ports import MAX_WATCHERS, Decided
+from shared.app.ports import MAX_WATCHERS
 from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
-from shared.domain.model.changes import Change, Write
+from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
@@ -163,7 +163,7 @@ class InMemoryJobStore:
         request_id: str,
         decide: Callable[[dict[str, Any]], Change | None],
         known: Stored | None = None,
-    ) -> Decided | None:
+    ) -> Written[Change, Stored] | None:
         with self._lock:
             self.calls["transact"] += 1
             current = self.jobs.get(request_id)
@@ -178,7 +178,7 @@ class InMemoryJobStore:
                 seen = copy.deepcopy(current)
             change = decide(seen)
             if change is None:
-                return Decided(None, Stored(seen, self.versions[request_id]))
+                return Written(None, Stored(seen, self.versions[request_id]))
             self.ops["write"] += 1
             number = change.attempt_no or int(current.get("attempt", 1))
             # The batch commits whole or not at all: check every document before any write.
@@ -194,7 +194,7 @@ class InMemoryJobStore:
                 self.versions[request_id] = next(self._version)
             if change.attempt:
                 _merge(self.attempts.setdefault((request_id, number), {}), change.attempt)
-            return Decided(change, self._snapshot(request_id))
+            return Written(change, self._snapshot(request_id))
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         with self._lock:
@@ -462,8 +462,8 @@ class InMemoryDeploymentStore:
             return True
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
-    ) -> Write | None:
+        self, request_id: str, decide: Callable[[dict[str, Any]], DeploymentChange | None]
+    ) -> DeploymentChange | None:
         with self._lock:
             current = self.records.get(request_id)
             if current is None:

@@ -9,7 +9,7 @@ from shared.app.commands import CancelJob
 from shared.app.context import CapacityPorts
 from shared.app.steps.cancels import drive_cancels
 from shared.app.steps.exactly_once import Outcome
-from shared.app.steps.outbox import flush_outbox, settle_record
+from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.domain.decisions.recovery import cancel_now, cancel_requested
 from shared.domain.decisions.submissions import next_placement, tombstone
 from shared.domain.model.changes import Change
@@ -63,7 +63,7 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
             seen[:] = [rec]
             return cancel_requested(rec, clock())
 
-        store.transact(request_id, mark)
+        store.apply(request_id, mark)
         if not seen:
             if intake.deployments is not None and intake.deployments.store.get(request_id):
                 raise InvalidRequest(
@@ -110,7 +110,7 @@ def finish_cancel(ports: CapacityPorts, record: JobRecord) -> list[str]:
     """
     request_id = record.request_id
     names = _live_jobs(ports, record)
-    settle_record(ports, request_id, lambda rec: cancel_now(rec, names, ports.clock()))
+    apply_and_notify(ports, request_id, lambda rec: cancel_now(rec, names, ports.clock()))
     left = drive_cancels(ports, request_id, names)
     log.info("request cancelled", extra={"fields": {"vertexJobs": names, "pending": left}})
     return left

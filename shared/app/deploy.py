@@ -17,7 +17,8 @@ DEPLOYING record and moves the record to DEPLOYED or FAILED, and deploys parked 
 from __future__ import annotations
 
 from shared.app.context import Deployments
-from shared.app.steps.exactly_once import Creation, Outcome, Ticket, create_once
+from shared.app.ports import Claimed
+from shared.app.steps.exactly_once import Creation, Outcome, create_once
 from shared.app.steps.sweep import Sweep
 from shared.domain.model.records import DeploymentRecord
 from shared.domain.request.message import JobRequest
@@ -40,16 +41,16 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
     endpoint = str(request.spec["endpoint"])
     store, backend, clock = ports.store, ports.backend, ports.clock
 
-    def claim() -> Ticket | None:
+    def claim() -> Claimed | None:
         taken = store.claim(request, clock(), ports.settings.claim_ttl_seconds)
         if taken.token is None:
             record = DeploymentRecord.decode(taken.record or {})
             fields = {"state": record.state.value, "operation": record.operation}
             log.info("duplicate delivery: already deploying", extra={"fields": fields})
             return None
-        # Always looked up: a model may sit on the endpoint under its tag with no record
-        # (deployed by hand, or its record deleted), and deployments are few.
-        return Ticket(taken.token)
+        # Never fresh, so always looked up: a model may sit on the endpoint under its tag with
+        # no record (deployed by hand, or its record deleted), and deployments are few.
+        return Claimed(token=taken.token)
 
     def find() -> tuple[bool, str] | None:
         existing = backend.find(endpoint, request_id)
@@ -61,10 +62,10 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
     def record(token: str, made: tuple[bool, str], adopted: bool) -> Outcome:
         _, value = made
         if adopted:
-            store.record_adopted(token, request_id, value, clock())
+            store.record_adopted(request_id, value, clock())
             log.info("deployment adopted", extra={"fields": {"deployedModelId": value}})
             return Outcome.ADOPTED
-        store.record_operation(token, request_id, value, clock())
+        store.record_operation(request_id, value, clock())
         log.info("deployment started", extra={"fields": {"operation": value, "spot": True}})
         return Outcome.SUBMITTED
 

@@ -17,7 +17,7 @@ from shared.app.cancel import cancel_job
 from shared.app.commands import CancelJob, CreateJob, DeployModel, SubmitJob
 from shared.app.context import Deployments, Intake
 from shared.app.deploy import submit_deployment
-from shared.app.ports import Claim
+from shared.app.ports import Claimed
 from shared.app.series import take_slot
 from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
 from shared.app.steps.exactly_once import Outcome
@@ -126,9 +126,9 @@ def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
         skipped = take_slot(request, intake)
         if skipped is not None:
             return skipped
-        existing: list[Claim] = []
+        existing: list[Claimed] = []
 
-        def claim() -> Claim | None:
+        def claim() -> Claimed | None:
             taken = intake.store.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
             if taken.token is None:
                 existing.append(taken)
@@ -173,13 +173,13 @@ HANDLERS: Mapping[type, Callable[[Any, Intake], Outcome]] = {
 }
 
 
-def _already_claimed(request: JobRequest, claim: Claim, intake: Intake) -> Outcome:
+def _already_claimed(request: JobRequest, claim: Claimed, intake: Intake) -> Outcome:
     """A delivery that found its request's record: a duplicate, or a cancel came first."""
     record = JobRecord.decode(claim.record or {})
     location, now = intake.settings.location, intake.clock()
     if tombstone_claimed(record, request, location, now) is not None:
         # The cancel arrived first (Pub/Sub keeps no order): record what was cancelled.
-        intake.store.transact(
+        intake.store.apply(
             request.request_id, lambda rec: tombstone_claimed(rec, request, location, now)
         )
         log.info("request arrived after its cancel: nothing created")

@@ -16,7 +16,7 @@ from shared.app.cancel import finish_cancel
 from shared.app.commands import Reconcile, TrackJob
 from shared.app.context import Tracker
 from shared.app.deploy import refresh_deployments
-from shared.app.ports import Claim
+from shared.app.ports import Claimed
 from shared.app.steps.attempts import (
     AttemptPlan,
     Prepared,
@@ -136,7 +136,7 @@ def _read_current(tracker: Tracker, request_id: str, record: JobRecord | None = 
     if record is None or not record.vertex_job or record.state.terminal:
         return None
     job = tracker.backend.get(record.vertex_job)
-    return settle_then_retry(tracker, request_id, job, record)
+    return settle_job(tracker, request_id, job, record)
 
 
 def _published(raw: str | None, fallback: datetime) -> datetime:
@@ -144,16 +144,15 @@ def _published(raw: str | None, fallback: datetime) -> datetime:
     return parse_rfc3339(raw) or fallback
 
 
-def settle_job(
+def _settled(
     tracker: Tracker,
     request_id: str,
     job: VertexJob,
     now: datetime,
     known: JobRecord | None = None,
 ) -> tuple[Change | None, JobRecord | None]:
-    """Settle the record against one authoritative read of its job, and publish what the
-    change queued. Returns the change (None when nothing changed) and the record after it.
-    ``known``: the record as this delivery last read or wrote it (no read then)."""
+    """The record settled against one authoritative read of its job, and what the change
+    queued published: the change (None when nothing changed) and the record after it."""
     written = tracker.store.write(
         request_id,
         lambda record: settle(record, job, now, tracker.retry, tracker.prices),
@@ -174,13 +173,15 @@ def settle_job(
     return change, after
 
 
-def settle_then_retry(
+def settle_job(
     tracker: Tracker, request_id: str, job: VertexJob, known: JobRecord | None = None
 ) -> str | None:
-    """:func:`settle_job`, then run at once a retry the settlement made due now (backoff 0),
-    rather than leave it to the next tick. Returns the record's new state when it changed."""
+    """Settle the record against one authoritative read of its job, publish what the change
+    queued, then run at once a retry the settlement made due now (backoff 0), rather than
+    leave it to the next tick. Returns the record's new state when it changed. ``known``: the
+    record as this delivery last read or wrote it (no read then)."""
     now = tracker.clock()
-    change, after = settle_job(tracker, request_id, job, now, known)
+    change, after = _settled(tracker, request_id, job, now, known)
     if change is None:
         return None
     due = change.record.get("nextAttemptAt")
@@ -208,7 +209,7 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
             return None
         settings = tracker.settings
 
-        def claim() -> Claim | None:
+        def claim() -> Claimed | None:
             # None: not due, or another delivery is submitting it.
             now = tracker.clock()
             return tracker.store.claim_retry(
@@ -364,7 +365,7 @@ def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str |
     request_id = record.request_id
     if record.vertex_job == job.name:
         moves = observe(record, job, tracker.clock()) is not None
-        state = settle_then_retry(tracker, request_id, job, record) if moves else None
+        state = settle_job(tracker, request_id, job, record) if moves else None
         reason = waited_in_vain(record, job.name, job.state, tracker.clock())
         if state is None and reason is not None:
             # An AUTO attempt queued past its waitUntil: the policy chooses again, with no
@@ -398,4 +399,4 @@ def _fields(job: VertexJob) -> dict[str, Any]:
 def _flag_overdue(tracker: Tracker, record: JobRecord, now: datetime) -> None:
     fields = {"vertexJob": record.vertex_job, "maxWaitSeconds": record.max_wait_seconds}
     log.warning("job queued past its max wait", extra={"fields": fields})
-    tracker.store.transact(record.request_id, lambda current: overdue_change(current, now))
+    tracker.store.apply(record.request_id, lambda current: overdue_change(current, now))

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from shared.domain.decisions.deploy_model import OperationStatus
-from shared.domain.decisions.submissions import Claim, Submission
-from shared.domain.model.changes import Change, Write
+from shared.domain.decisions.submissions import Claimed, Submission
+from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import Stored
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest
 
-# Claim and Submission are part of the JobStore contract, so they are exported from here too.
+# Claimed and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
     "CheckpointStore",
-    "Claim",
-    "Decided",
+    "Claimed",
     "JobBackend",
     "JobStore",
     "Notifier",
@@ -30,15 +29,8 @@ __all__ = [
     "Stored",
     "StoredObjects",
     "Submission",
+    "Written",
 ]
-
-
-class Decided(NamedTuple):
-    """What :meth:`JobStore.transact` did: the change written (None: nothing to write), and
-    the record as it now stands, with its version, for the next write to decide on."""
-
-    change: Change | None
-    stored: Stored
 
 
 class JobStore(Protocol):
@@ -74,7 +66,7 @@ class JobStore(Protocol):
         request_id: str,
         decide: Callable[[dict[str, Any]], Change | None],
         known: Stored | None = None,
-    ) -> Decided | None:
+    ) -> Written[Change, Stored] | None:
         """Atomically: read the record, let ``decide`` compute a change, write it (only if
         the record is still as read; ``decide`` runs again on a fresh read when it is not).
 
@@ -239,8 +231,8 @@ class DeploymentStore(Protocol):
         ...
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
-    ) -> Write | None:
+        self, request_id: str, decide: Callable[[dict[str, Any]], DeploymentChange | None]
+    ) -> DeploymentChange | None:
         """Atomically, like :meth:`JobStore.transact`: read the record, let ``decide`` compute
         a write (fields to set and to delete; None: nothing), apply it; returns it. A missing
         record is never decided on."""

@@ -24,8 +24,6 @@ bad content never does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
@@ -35,6 +33,7 @@ from shared.app.context import Intake
 from shared.app.intake import reject, submit_job
 from shared.app.ports import CheckpointStore, StoredObjects
 from shared.app.steps.exactly_once import Outcome
+from shared.app.steps.sweep import Sweep
 from shared.app.steps.switches import leave_on_demand
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import JobRecord
@@ -151,38 +150,12 @@ def submit_file(obj: StoredObject, fmt: Format, uploads: Uploads) -> tuple[Outco
         return submit_job(cmd, intake)
 
     commands = [_submission(obj, part, data) for part in parts]
-    return tuple(_each(submit, commands, uploads.workers, label=lambda c: c.message.message_id))
-
-
-def _each(
-    fn: Callable[[T], R], items: list[T], workers: int = 1, *, label: Callable[[T], str] = str
-) -> list[R]:
-    """``fn`` for every item, each isolated: every one is tried even when another fails (a
-    failure is logged with the item's ``label``), then the first failure is raised (a
-    retryable one first: redelivery finds the others done)."""
-
-    def attempt(item: T) -> R | Exception:
-        try:
-            return fn(item)
-        except Exception as exc:  # noqa: BLE001 - raised below, after the other items
-            log.warning(f"failed, redelivered: {exc}", extra={"fields": {"item": label(item)}})
-            return exc
-
-    if len(items) <= 1 or workers <= 1:
-        results = [attempt(item) for item in items]
-    else:
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="upload") as pool:
-            results = list(pool.map(attempt, items))
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise _to_raise(failures)
-    return [r for r in results if not isinstance(r, Exception)]
-
-
-def _to_raise(failures: list[Exception]) -> Exception:
-    """Of the failures of a file's requests or a checkpoint's jobs, the one to raise: the first
-    that a redelivery may fix (so that none of them is acknowledged away), else the first."""
-    return next((f for f in failures if getattr(f, "retryable", True)), failures[0])
+    sweep = Sweep("upload", then="redelivered")
+    done = sweep.each_of(
+        "submit", submit, commands, key=lambda c: c.message.message_id, workers=uploads.workers
+    )
+    sweep.raise_failure()
+    return tuple(outcome for outcome in done if outcome is not None)
 
 
 def record_progress(prefix: str, checkpoint: Checkpoint, uploads: Uploads) -> tuple[str, ...]:
@@ -221,7 +194,9 @@ def record_progress(prefix: str, checkpoint: Checkpoint, uploads: Uploads) -> tu
         # Just after a checkpoint, leaving an on-demand attempt loses next to nothing.
         leave_on_demand(intake, after or record)
 
-    _each(take, watchers, label=lambda record: record.request_id)
+    sweep = Sweep("checkpoint", then="redelivered")
+    sweep.each_of("record checkpoint", take, watchers, key=lambda record: record.request_id)
+    sweep.raise_failure()
     log.info("checkpoint recorded", extra={"fields": {**fields, "jobs": progressed}})
     return tuple(progressed)
 

@@ -523,7 +523,7 @@ def test_cancel_while_retrying_stops_the_retry(tracker, clock, post_event):
 def test_a_cancel_requested_request_starts_no_retry(tracker, clock, post_event):
     preempted_and_retrying(tracker, clock, post_event)
     # A cancel delivery marked the request, then died before settling it CANCELLED.
-    tracker.store.transact(SEED, lambda record: cancel_requested(record, clock()))
+    tracker.store.apply(SEED, lambda record: cancel_requested(record, clock()))
 
     assert tick(post_event, clock, 3600) == 200
 
@@ -533,15 +533,15 @@ def test_a_cancel_requested_request_starts_no_retry(tracker, clock, post_event):
 def test_a_retry_racing_a_cancel_leaves_no_job_running(tracker, clock, post_event, monkeypatch):
     preempted_and_retrying(tracker, clock, post_event)
     clock.advance(3600)  # the retry is due
-    transact, raced = tracker.store.transact, []
+    apply, raced = tracker.store.apply, []
 
     def tick_right_after_cancel_requested(request_id, decide):
-        change = transact(request_id, decide)
+        change = apply(request_id, decide)
         if change is not None and change.record.get("cancelRequested") and not raced:
             raced.append(lifecycle.reconcile(Reconcile(), tracker))  # the scheduler tick
         return change
 
-    monkeypatch.setattr(tracker.store, "transact", tick_right_after_cancel_requested)
+    monkeypatch.setattr(tracker.store, "apply", tick_right_after_cancel_requested)
 
     cancel(post_event)
 

@@ -90,7 +90,7 @@ def test_a_second_job_for_a_recorded_attempt_is_refused_by_the_record(tracker, c
     loser = tracker.backend.create(_request_of(tracker), labels_for(SEED, 1), "us-central1")
 
     submission = Submission(SEED, 1, loser, "FLEX_START", "us-central1")
-    assert tracker.store.record_submission("late-token", submission, clock()) is False
+    assert tracker.store.record_submission(submission, clock()) is False
     assert current(tracker)["vertexJob"] == winner
 
 
@@ -289,7 +289,7 @@ def test_a_creator_whose_own_cancel_fails_leaves_it_to_the_tick(tracker, clock, 
 
     def create_then_cancel_requested(*args, **kwargs):
         job = create(*args, **kwargs)
-        tracker.store.transact(SEED, lambda rec: cancel_requested(rec, clock()))
+        tracker.store.apply(SEED, lambda rec: cancel_requested(rec, clock()))
         tracker.backend.fail_cancel_with = BackendUnavailable("CancelCustomJob: 503")
         return job
 

@@ -656,7 +656,7 @@ def test_a_checkpoint_the_attempt_resumed_from_never_makes_it_leave(
 
 
 def test_the_failure_raised_for_a_sweep_is_one_a_redelivery_may_fix():
-    from shared.app.uploads import _to_raise
+    from shared.app.steps.sweep import failure_to_raise as _to_raise
     from shared.kernel.errors import InvalidRequest
 
     permanent, transient = InvalidRequest([]), StoreUnavailable("down")

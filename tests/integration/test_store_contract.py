@@ -189,7 +189,7 @@ def lease(token: str | None, now: datetime = NOW, attempt: int | None = 1) -> di
 def put(jobs: JobRecords, request_id: str, **fields: Any) -> None:
     """Write record fields through the port's own transaction."""
     change = Change(state=JobState.ACCEPTED, record=fields)
-    assert jobs.transact(request_id, lambda _current: change) == change
+    assert jobs.apply(request_id, lambda _current: change) == change
 
 
 def claimed(jobs: JobRecords, request_id: str) -> str:
@@ -199,9 +199,9 @@ def claimed(jobs: JobRecords, request_id: str) -> str:
 
 
 def submitted(jobs: JobRecords, request_id: str, **job: Any) -> VertexJob:
-    token = claimed(jobs, request_id)
+    claimed(jobs, request_id)
     made = vertex_job(**job)
-    assert jobs.record_submission(token, submission(request_id, made), at(5))
+    assert jobs.record_submission(submission(request_id, made), at(5))
     return made
 
 
@@ -298,11 +298,11 @@ def test_a_record_that_left_accepted_is_settled_without_a_job(jobs, unique):
 
 def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
     rid = unique("record")
-    token = claimed(jobs, rid)
+    claimed(jobs, rid)
     put(jobs, rid, nextAttemptAt=at(1), reason=QUOTA_REASON)
     job = vertex_job(state="JOB_STATE_PENDING", create_time=at(-30))
 
-    recorded = jobs.record_submission(token, submission(rid, job, resumed_from="gs://b/c/"), at(5))
+    recorded = jobs.record_submission(submission(rid, job, resumed_from="gs://b/c/"), at(5))
 
     assert recorded is True
     record = jobs.store.get(rid)
@@ -337,11 +337,11 @@ def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
 
 def test_record_submission_writes_the_extra_fields(jobs, unique):
     rid = unique("extra")
-    token = claimed(jobs, rid)
+    claimed(jobs, rid)
     job = vertex_job(state="JOB_STATE_RUNNING", create_time=None)
     sub = submission(rid, job, record_extra={"retries": {"capacity": 1}})
 
-    assert jobs.record_submission(token, sub, at(5))
+    assert jobs.record_submission(sub, at(5))
 
     record = jobs.store.get(rid)
     assert record["state"] == "RUNNING"
@@ -352,13 +352,13 @@ def test_record_submission_writes_the_extra_fields(jobs, unique):
 
 def test_record_submission_is_idempotent_for_the_same_job(jobs, unique):
     rid = unique("again")
-    token = claimed(jobs, rid)
+    claimed(jobs, rid)
     job = vertex_job()
-    assert jobs.record_submission(token, submission(rid, job), at(5))
+    assert jobs.record_submission(submission(rid, job), at(5))
     record, attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
 
-    assert jobs.record_submission(token, submission(rid, job), at(9)) is True
-    assert jobs.record_submission("another-token", submission(rid, job), at(9)) is True
+    assert jobs.record_submission(submission(rid, job), at(9)) is True
+    assert jobs.record_submission(submission(rid, job), at(9)) is True
 
     assert jobs.store.get(rid) == record
     assert jobs.get_attempt(rid, 1) == attempt
@@ -366,12 +366,12 @@ def test_record_submission_is_idempotent_for_the_same_job(jobs, unique):
 
 def test_record_submission_refuses_another_job_for_the_same_attempt(jobs, unique):
     rid = unique("race")
-    token = claimed(jobs, rid)
+    claimed(jobs, rid)
     first, second = vertex_job(), vertex_job()
-    assert jobs.record_submission(token, submission(rid, first), at(5))
+    assert jobs.record_submission(submission(rid, first), at(5))
     record, attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
 
-    assert jobs.record_submission(token, submission(rid, second), at(6)) is False
+    assert jobs.record_submission(submission(rid, second), at(6)) is False
 
     assert jobs.store.get(rid) == record
     assert jobs.get_attempt(rid, 1) == attempt
@@ -379,11 +379,11 @@ def test_record_submission_refuses_another_job_for_the_same_attempt(jobs, unique
 
 def test_record_submission_refuses_an_attempt_the_request_moved_past(jobs, unique):
     rid = unique("past")
-    token = claimed(jobs, rid)
+    claimed(jobs, rid)
     put(jobs, rid, attempt=2, state="RETRYING")
     before = jobs.store.get(rid)
 
-    assert jobs.record_submission(token, submission(rid, vertex_job(), attempt=1), at(5)) is False
+    assert jobs.record_submission(submission(rid, vertex_job(), attempt=1), at(5)) is False
 
     assert jobs.store.get(rid) == before
     assert jobs.get_attempt(rid, 1) is None
@@ -396,11 +396,11 @@ def test_record_submission_refuses_an_attempt_the_request_moved_past(jobs, uniqu
 )
 def test_record_submission_refuses_a_cancelled_or_ended_record(jobs, unique, fields):
     rid = unique("over")
-    token = claimed(jobs, rid)
+    claimed(jobs, rid)
     put(jobs, rid, **fields)
     before = jobs.store.get(rid)
 
-    assert jobs.record_submission(token, submission(rid, vertex_job()), at(5)) is False
+    assert jobs.record_submission(submission(rid, vertex_job()), at(5)) is False
 
     assert jobs.store.get(rid) == before
     assert jobs.get_attempt(rid, 1) is None
@@ -414,7 +414,7 @@ def test_record_submission_of_the_next_attempt_keeps_every_job_id(jobs, unique):
     assert token is not None
     second = vertex_job(attempt=2)
 
-    assert jobs.record_submission(token, submission(rid, second, attempt=2), at(61))
+    assert jobs.record_submission(submission(rid, second, attempt=2), at(61))
 
     record = jobs.store.get(rid)
     assert record["attempt"] == 2 and record["vertexJob"] == second.name
@@ -543,7 +543,7 @@ def test_sequences_are_read_back_as_lists(jobs, unique):
     assert jobs.store.get(rid)["pendingCancels"] == ["a", "b"]
 
 
-# --- JobRecords.transact ------------------------------------------------------------------
+# --- JobRecords.apply ---------------------------------------------------------------------
 
 
 def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique):
@@ -561,7 +561,7 @@ def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique)
         seen.append(current)
         return change
 
-    assert jobs.transact(rid, decide) == change
+    assert jobs.apply(rid, decide) == change
 
     assert seen[-1] == JobRecord.decode(before_record)  # the decision reads it decoded
     assert jobs.store.get(rid) == {**before_record, **change.record}
@@ -573,9 +573,7 @@ def test_transact_writes_the_attempt_the_record_is_on(jobs, unique):
     claimed(jobs, rid)
     put(jobs, rid, attempt=3, state="RETRYING")
 
-    jobs.transact(
-        rid, lambda _r: Change(JobState.RETRYING, {"updatedAt": at(1)}, {"errorClass": "x"})
-    )
+    jobs.apply(rid, lambda _r: Change(JobState.RETRYING, {"updatedAt": at(1)}, {"errorClass": "x"}))
 
     assert jobs.get_attempt(rid, 3) == {"errorClass": "x"}
     assert jobs.get_attempt(rid, 1) is None
@@ -587,7 +585,7 @@ def test_transact_stores_a_copy_of_the_attempt_fields(jobs, unique):
     cost = {"costUsd": 1.5, "priced": True}
     change = Change(JobState.QUEUED, {"updatedAt": at(1)}, {"cost": cost})
 
-    jobs.transact(rid, lambda _r: change)
+    jobs.apply(rid, lambda _r: change)
     cost["costUsd"] = 99.0
 
     assert jobs.get_attempt(rid, 1)["cost"] == {"costUsd": 1.5, "priced": True}
@@ -640,7 +638,7 @@ def test_transact_writes_nothing_when_decide_says_none(jobs, unique):
     claimed(jobs, rid)
     before = jobs.store.get(rid)
 
-    assert jobs.transact(rid, lambda _r: None) is None
+    assert jobs.apply(rid, lambda _r: None) is None
 
     assert jobs.store.get(rid) == before
 
@@ -653,7 +651,7 @@ def test_transact_on_a_missing_record_returns_none_without_deciding(jobs, unique
         seen.append(current)
         return Change(JobState.ACCEPTED, {"state": "ACCEPTED"})
 
-    assert jobs.transact(rid, decide) is None
+    assert jobs.apply(rid, decide) is None
     assert seen == []
     assert jobs.store.get(rid) is None
 
@@ -663,7 +661,7 @@ def test_transact_with_attempt_fields_only(jobs, unique):
     submitted(jobs, rid)
 
     change = Change(JobState.QUEUED, record={}, attempt={"note": "only the attempt"})
-    assert jobs.transact(rid, lambda _r: change) == change
+    assert jobs.apply(rid, lambda _r: change) == change
 
     assert jobs.get_attempt(rid, 1)["note"] == "only the attempt"
 
@@ -672,7 +670,7 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     rid = unique("finish")
     submitted(jobs, rid)
 
-    change = jobs.transact(rid, lambda r: finish(r, JobState.FAILED, at(30), "refused"))
+    change = jobs.apply(rid, lambda r: finish(r, JobState.FAILED, at(30), "refused"))
 
     assert change is not None
     record = jobs.store.get(rid)
@@ -684,7 +682,7 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     ]
     assert record["outboxPending"] is True
     assert rid in jobs.with_outbox()
-    assert jobs.transact(rid, lambda r: finish(r, JobState.CANCELLED, at(31), "late")) is None
+    assert jobs.apply(rid, lambda r: finish(r, JobState.CANCELLED, at(31), "late")) is None
 
 
 def test_published_notifications_move_to_notified_and_stay_bounded(jobs, unique):
@@ -711,9 +709,9 @@ def test_find_by_job_id_finds_every_attempt_of_a_request(jobs, unique):
     rid = unique("find")
     first = submitted(jobs, rid)
     put(jobs, rid, state="RETRYING", nextAttemptAt=at(60))
-    token = jobs.claim_retry(rid, 2, at(60), TTL).token
+    jobs.claim_retry(rid, 2, at(60), TTL)
     second = vertex_job(attempt=2)
-    jobs.record_submission(token, submission(rid, second, attempt=2), at(61))
+    jobs.record_submission(submission(rid, second, attempt=2), at(61))
 
     assert jobs.by_job_id(first.job_id).request_id == rid
     assert jobs.by_job_id(second.job_id).request_id == rid
@@ -1069,7 +1067,7 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
     submitted(jobs, rid)
     names = ["projects/p/locations/us-central1/customJobs/1", "projects/p/x/customJobs/2"]
 
-    assert jobs.transact(rid, lambda r: cancels_pending(r, names, at(10))) is not None
+    assert jobs.apply(rid, lambda r: cancels_pending(r, names, at(10))) is not None
 
     assert (
         jobs.store.get(rid)["pendingCancels"] == names
@@ -1077,9 +1075,9 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
     )
     assert rid in jobs.with_pending_cancels() and quiet not in jobs.with_pending_cancels()
 
-    jobs.transact(rid, lambda r: cancels_confirmed(r, names[:1], at(11)))
+    jobs.apply(rid, lambda r: cancels_confirmed(r, names[:1], at(11)))
     assert rid in jobs.with_pending_cancels()
-    jobs.transact(rid, lambda r: cancels_confirmed(r, names[1:], at(12)))
+    jobs.apply(rid, lambda r: cancels_confirmed(r, names[1:], at(12)))
     assert (
         jobs.store.get(rid)["pendingCancels"] == []
         and jobs.store.get(rid)["cancelPending"] is False
@@ -1099,8 +1097,8 @@ def deploy_claimed(deployments: DeploymentRecords, request_id: str) -> str:
 
 
 def deploying_record(deployments: DeploymentRecords, request_id: str) -> str:
-    token = deploy_claimed(deployments, request_id)
-    deployments.record_operation(token, request_id, OPERATION + request_id, at(5))
+    deploy_claimed(deployments, request_id)
+    deployments.record_operation(request_id, OPERATION + request_id, at(5))
     return OPERATION + request_id
 
 
@@ -1171,10 +1169,10 @@ def test_deployment_release_updates_the_record_time(deployments, unique):
 
 def test_record_operation_makes_the_record_deploying(deployments, unique):
     rid = unique("deploy-op")
-    token = deploy_claimed(deployments, rid)
+    deploy_claimed(deployments, rid)
     before = deployments.store.get(rid)
 
-    deployments.record_operation(token, rid, OPERATION, at(5))
+    deployments.record_operation(rid, OPERATION, at(5))
 
     expected = {**before, "state": "DEPLOYING", "operation": OPERATION, "updatedAt": at(5)}
     del expected["claim"]
@@ -1186,9 +1184,9 @@ def test_record_operation_makes_the_record_deploying(deployments, unique):
 
 def test_record_adopted_makes_the_record_deployed(deployments, unique):
     rid = unique("deploy-adopt")
-    token = deploy_claimed(deployments, rid)
+    deploy_claimed(deployments, rid)
 
-    deployments.record_adopted(token, rid, "9001", at(5))
+    deployments.record_adopted(rid, "9001", at(5))
 
     record = deployments.store.get(rid)
     assert record["state"] == "DEPLOYED" and record["deployedModelId"] == "9001"
@@ -1199,21 +1197,21 @@ def test_record_adopted_makes_the_record_deployed(deployments, unique):
 
 def test_record_adopted_records_when_it_was_deployed(deployments, unique):
     rid = unique("deploy-adopt-time")
-    token = deploy_claimed(deployments, rid)
+    deploy_claimed(deployments, rid)
 
-    deployments.record_adopted(token, rid, "9001", at(5))
+    deployments.record_adopted(rid, "9001", at(5))
 
     assert deployments.store.get(rid)["deployedAt"] == at(5)
 
 
 def test_a_settled_deployment_is_not_recorded_again(deployments, unique):
     rid = unique("deploy-settled")
-    token = deploy_claimed(deployments, rid)
-    deployments.record_adopted(token, rid, "9001", at(5))
+    deploy_claimed(deployments, rid)
+    deployments.record_adopted(rid, "9001", at(5))
     before = deployments.store.get(rid)
 
-    deployments.record_operation(token, rid, OPERATION, at(6))
-    deployments.record_adopted(token, rid, "9002", at(7))
+    deployments.record_operation(rid, OPERATION, at(6))
+    deployments.record_adopted(rid, "9002", at(7))
 
     assert deployments.store.get(rid) == before
 
@@ -1221,8 +1219,8 @@ def test_a_settled_deployment_is_not_recorded_again(deployments, unique):
 def test_record_failure_fails_once_and_never_overwrites_deployed(deployments, unique):
     failing, deployed = unique("deploy-fail"), unique("deploy-done")
     deploy_claimed(deployments, failing)
-    token = deploy_claimed(deployments, deployed)
-    deployments.record_adopted(token, deployed, "9001", at(5))
+    deploy_claimed(deployments, deployed)
+    deployments.record_adopted(deployed, "9001", at(5))
     kept = deployments.store.get(deployed)
 
     deployments.record_failure(failing, "endpoint not found", at(6))
@@ -1254,7 +1252,7 @@ def test_park_waits_for_quota_until_due(deployments, unique):
 
     claim = deployments.claim(deploy_request(rid), at(66), TTL)
     assert claim.token
-    deployments.record_operation(claim.token, rid, OPERATION, at(67))
+    deployments.record_operation(rid, OPERATION, at(67))
     record = deployments.store.get(rid)
     assert record["nextAttemptAt"] is None and record["reason"] is None
     assert rid not in {r["requestId"] for r in deployments.store.parked_due(at(1000))}
@@ -1312,8 +1310,8 @@ def test_apply_operation_records_a_failed_operation(deployments, unique):
 
 
 MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentRecords, str], Any]] = {
-    "record_operation": lambda d, rid: d.record_operation("t", rid, OPERATION, NOW),
-    "record_adopted": lambda d, rid: d.record_adopted("t", rid, "9001", NOW),
+    "record_operation": lambda d, rid: d.record_operation(rid, OPERATION, NOW),
+    "record_adopted": lambda d, rid: d.record_adopted(rid, "9001", NOW),
     "release": lambda d, rid: d.release(rid, "t", NOW),
     "park": lambda d, rid: d.park(rid, NOW, 60, "quota"),
     "apply_operation": lambda d, rid: d.apply_operation(
@@ -1431,10 +1429,10 @@ def test_a_write_on_a_known_version_chains_without_reads(jobs, unique):
         return Change(JobState.ACCEPTED, {"n": raw["n"] + 1})
 
     first = jobs.store.transact(rid, bump, made)
-    second = jobs.store.transact(rid, bump, first.stored)
+    second = jobs.store.transact(rid, bump, first.record)
 
     assert [raw["n"] for raw in seen] == [0, 1]  # each decided once, on the known record
-    assert second.stored.raw["n"] == 2 and jobs.store.get(rid)["n"] == 2
+    assert second.record.raw["n"] == 2 and jobs.store.get(rid)["n"] == 2
 
 
 def test_a_write_on_a_stale_version_is_decided_again_on_the_record(jobs, unique):
@@ -1449,14 +1447,14 @@ def test_a_write_on_a_stale_version_is_decided_again_on_the_record(jobs, unique)
     done = jobs.store.transact(rid, mark, made)
 
     assert jobs.store.get(rid)["marks"] == ["other", "mine"]  # no update lost
-    assert done.stored.raw["marks"] == ["other", "mine"]
+    assert done.record.raw["marks"] == ["other", "mine"]
 
 
 def test_a_no_write_decision_on_a_known_version_stands(jobs, unique):
     rid = unique("noop")
     made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
     done = jobs.store.transact(rid, lambda raw: None, made)
-    assert done.change is None and done.stored.raw["requestId"] == rid
+    assert done.change is None and done.record.raw["requestId"] == rid
 
 
 def test_a_known_version_of_a_deleted_record_is_never_written(jobs, unique, delete_record):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.app.steps.exactly_once import Creation, Outcome, Ticket, create_once
+from shared.app.steps.exactly_once import Creation, Outcome, create_once
+from shared.domain.decisions.submissions import Claimed
 from shared.kernel.errors import (
     BackendRejected,
     BackendUnavailable,
@@ -38,7 +39,7 @@ class Steps:
 
     def claim(self):
         self.calls.append("claim")
-        return None if self.token is None else Ticket(self.token, fresh=self.fresh)
+        return None if self.token is None else Claimed(token=self.token, fresh=self.fresh)
 
     def find(self):
         self.calls.append("find")

@@ -14,9 +14,9 @@ from shared.domain.decisions.submissions import (
     existing_claim,
     job_settled,
     new_record,
-    submission_write,
+    submission_change,
 )
-from shared.domain.model.records import Lease
+from shared.domain.model.records import Claim
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import parse_request
 from tests.events import load
@@ -24,7 +24,7 @@ from tests.records_support import decoded
 
 # The decisions read records decoded; these tests write them as stored documents.
 job_settled = decoded(job_settled)
-submission_write = decoded(submission_write)
+submission_change = decoded(submission_change)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 LEASE = {"token": "t-1", "expiresAt": NOW + timedelta(seconds=120)}
@@ -138,14 +138,14 @@ def test_job_settled(current, settled):
 )
 def test_existing_claim_of_an_unsettled_record(claim, seen):
     current = accepted() if claim is None else accepted(claim=claim)
-    assert existing_claim(Lease.of(current.get("claim")), NOW, settled=False) is seen
+    assert existing_claim(Claim.of(current.get("claim")), NOW, settled=False) is seen
 
 
 def test_a_settled_record_is_a_duplicate_whatever_its_claim():
-    assert existing_claim(Lease.of(LEASE), NOW, settled=True) is ClaimSeen.SUBMITTED
+    assert existing_claim(Claim.of(LEASE), NOW, settled=True) is ClaimSeen.SUBMITTED
 
 
-# --- submission_write -------------------------------------------------------------------
+# --- submission_change -------------------------------------------------------------------
 
 
 def submission(attempt: int = 1, name: str = JOB_1, state: str = "JOB_STATE_QUEUED", **kw: Any):
@@ -156,7 +156,7 @@ def submission(attempt: int = 1, name: str = JOB_1, state: str = "JOB_STATE_QUEU
 
 @pytest.mark.parametrize("state", ["SUCCEEDED", "FAILED", "CANCELLED"])
 def test_an_ended_record_is_not_recorded(state):
-    write = submission_write(accepted(state=state), submission(), NOW)
+    write = submission_change(accepted(state=state), submission(), NOW)
     assert write.recorded is False
     assert (write.record, write.attempt, write.deletes) == ({}, {}, ())
 
@@ -170,7 +170,7 @@ def test_an_ended_record_is_not_recorded(state):
     ],
 )
 def test_an_attempt_already_recorded_writes_nothing(current):
-    write = submission_write(current, submission(attempt=1), NOW)
+    write = submission_change(current, submission(attempt=1), NOW)
     assert write.recorded is True
     assert (write.record, write.attempt, write.deletes) == ({}, {}, ())
 
@@ -187,13 +187,13 @@ def test_an_attempt_already_recorded_writes_nothing(current):
     ],
 )
 def test_a_job_the_record_will_not_take_is_refused_so_its_creator_cancels_it(current):
-    write = submission_write(current, submission(attempt=1), NOW)
+    write = submission_change(current, submission(attempt=1), NOW)
     assert write.recorded is False
     assert (write.record, write.attempt, write.deletes) == ({}, {}, ())
 
 
 def test_first_attempt_is_recorded_and_the_claim_dropped():
-    write = submission_write(accepted(claim=LEASE), submission(), NOW)
+    write = submission_change(accepted(claim=LEASE), submission(), NOW)
     assert write.recorded is True
     assert write.record == {
         "state": "QUEUED",
@@ -245,7 +245,7 @@ def test_next_attempt_accumulates_job_ids_and_carries_its_extras():
         resumed_from="gs://b/ck/step-2/",
         record_extra={"workLostSeconds": 12.5},
     )
-    write = submission_write(retrying, sub, NOW)
+    write = submission_change(retrying, sub, NOW)
     assert write.recorded is True
     assert write.record["state"] == "QUEUED"
     assert write.record["attempt"] == 2
@@ -278,5 +278,5 @@ def test_next_attempt_accumulates_job_ids_and_carries_its_extras():
     ],
 )
 def test_recorded_state_is_the_jobs_own(vertex_state, state):
-    write = submission_write(accepted(), submission(state=vertex_state), NOW)
+    write = submission_change(accepted(), submission(state=vertex_state), NOW)
     assert write.record["state"] == write.attempt["state"] == state

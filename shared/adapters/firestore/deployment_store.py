@@ -15,7 +15,7 @@ from shared.adapters.firestore.job_store import (
     create_document,
     transact_document,
 )
-from shared.domain.model.changes import Write
+from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.ids import doc_id
 from shared.domain.model.states import DeploymentState
 
@@ -44,13 +44,15 @@ class FirestoreDeploymentStore:
         return create_document(self._ref(request_id), record) is not None
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], Write | None]
-    ) -> Write | None:
+        self, request_id: str, decide: Callable[[dict[str, Any]], DeploymentChange | None]
+    ) -> DeploymentChange | None:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
 
-        def write(batch: Any, current: dict[str, Any], change: Write, unchanged: Any) -> bool:
+        def write(
+            batch: Any, current: dict[str, Any], change: DeploymentChange, unchanged: Any
+        ) -> bool:
             deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
             if change.fields or deletes:
                 batch.update(ref, {**change.fields, **deletes}, option=unchanged)

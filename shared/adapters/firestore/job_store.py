@@ -13,13 +13,13 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.app.ports import MAX_WATCHERS, Decided
-from shared.domain.model.changes import Change
+from shared.app.ports import MAX_WATCHERS
+from shared.domain.model.changes import AnyChange, Change, Written
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import JobState
@@ -118,23 +118,13 @@ def create_document(ref: Any, record: Mapping[str, Any]) -> Any | None:
 CONTENTION_SECONDS = 20.0
 
 
-@dataclass(frozen=True)
-class Committed(Generic[T]):
-    """One read-decide-write: the change (None: nothing written), the document it was decided
-    on, and the document's version after it."""
-
-    change: T | None
-    before: dict[str, Any]
-    version: Any
-
-
 def transact_document(
     db: Any,
     ref: Any,
-    decide: Callable[[dict[str, Any]], T | None],
-    write: Callable[[Any, dict[str, Any], T, Any], bool],
+    decide: Callable[[dict[str, Any]], AnyChange | None],
+    write: Callable[[Any, dict[str, Any], AnyChange, Any], bool],
     known: tuple[Mapping[str, Any], Any] | None = None,
-) -> Committed[T] | None:
+) -> Written[AnyChange, Stored] | None:
     """Read ``ref``, let ``decide`` compute a change, ``write`` it only if the document is
     still as read: one atomic read-decide-write.
 
@@ -152,7 +142,7 @@ def transact_document(
     """
     pending = [known] if known is not None else []
 
-    def attempt() -> Committed[T] | None:
+    def attempt() -> Written[AnyChange, Stored] | None:
         if pending:
             raw, version = pending.pop()
             current = dict(raw)
@@ -163,14 +153,17 @@ def transact_document(
             current, version = snap.to_dict() or {}, snap.update_time
         change = decide(current)
         if change is None:
-            return Committed(None, current, version)
+            return Written(None, Stored(current, version))
         batch = db.batch()
         updated = write(batch, current, change, db.write_option(last_update_time=version))
         results = batch.commit()
         # The document's own update is the batch's first write; without one it is unchanged.
-        return Committed(change, current, results[0].update_time if updated else version)
+        after = Stored(change.applied_to(current), results[0].update_time if updated else version)
+        return Written(change, after)
 
-    result: Committed[T] | None = call_firestore("conditional write", _until_unchanged(attempt))
+    result: Written[AnyChange, Stored] | None = call_firestore(
+        "conditional write", _until_unchanged(attempt)
+    )
     return result
 
 
@@ -218,10 +211,6 @@ def _stored(snap: Any) -> Stored:
     return Stored(snap.to_dict() or {}, snap.update_time)
 
 
-def _after(before: dict[str, Any], change: Change | None) -> Mapping[str, Any]:
-    return before if change is None else change.applied_to(before)
-
-
 class FirestoreJobStore:
     """Job records in Firestore; the client is built on first use."""
 
@@ -264,7 +253,7 @@ class FirestoreJobStore:
         request_id: str,
         decide: Callable[[dict[str, Any]], Change | None],
         known: Stored | None = None,
-    ) -> Decided | None:
+    ) -> Written[Change, Stored] | None:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
@@ -282,10 +271,7 @@ class FirestoreJobStore:
             return updated
 
         seen = None if known is None else (known.raw, known.version)
-        done = transact_document(self.db, ref, decide, write, seen)
-        if done is None:
-            return None
-        return Decided(done.change, Stored(_after(done.before, done.change), done.version))
+        return transact_document(self.db, ref, decide, write, seen)
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         ref = self._ref(request_id).collection(ATTEMPTS).document(str(attempt))

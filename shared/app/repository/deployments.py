@@ -20,9 +20,9 @@ from shared.domain.decisions.deploy_model import (
     observe_operation,
 )
 from shared.domain.decisions.submissions import (
-    Claim,
+    Claimed,
 )
-from shared.domain.model.changes import Write
+from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.records import DeploymentRecord, Stored
 from shared.domain.model.states import DeploymentState
 from shared.domain.request.message import JobRequest
@@ -44,7 +44,7 @@ class DeploymentRecords:
     def parked_due(self, now: datetime) -> list[DeploymentRecord]:
         return [DeploymentRecord.decode(raw) for raw in self.store.parked_due(now)]
 
-    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claimed:
         """Create ``deployments/{id}`` in ACCEPTED with a claim, or report the existing one.
 
         Raises:
@@ -52,7 +52,7 @@ class DeploymentRecords:
         """
         rid = request.request_id
 
-        def transact(
+        def write(
             fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
         ) -> tuple[bool, Stored | None]:
             # Deployments are few: their writes read the record and carry no version.
@@ -62,57 +62,53 @@ class DeploymentRecords:
             new_deployment(request, now),
             read=lambda: _unversioned(self.store.get(rid)),
             create=lambda record: Stored(record, None) if self.store.create(rid, record) else None,
-            transact=transact,
+            write=write,
             settled=lambda raw: deployment_settled(DeploymentRecord.decode(raw)),
             now=now,
             ttl_seconds=ttl_seconds,
         )
 
-    def transact(
-        self, request_id: str, decide: Callable[[DeploymentRecord], Write | None]
-    ) -> Write | None:
+    def apply(
+        self, request_id: str, decide: Callable[[DeploymentRecord], DeploymentChange | None]
+    ) -> DeploymentChange | None:
         """Apply ``decide`` to the record, decoded, in one transaction."""
         return self.store.transact(request_id, lambda raw: decide(DeploymentRecord.decode(raw)))
 
-    def _finishclaim_record(self, request_id: str, fields: dict[str, Any]) -> None:
-        self.transact(request_id, lambda current: deploy_recorded(current, fields))
+    def _finish(self, request_id: str, fields: dict[str, Any]) -> None:
+        self.apply(request_id, lambda current: deploy_recorded(current, fields))
 
-    def record_operation(self, token: str, request_id: str, operation: str, now: datetime) -> None:
+    def record_operation(self, request_id: str, operation: str, now: datetime) -> None:
         """The DeployModel operation started: DEPLOYING, with its name."""
         fields = {"state": DeploymentState.DEPLOYING.value, "operation": operation}
-        self._finishclaim_record(request_id, {**fields, "updatedAt": now})
+        self._finish(request_id, {**fields, "updatedAt": now})
 
-    def record_adopted(
-        self, token: str, request_id: str, deployed_model_id: str, now: datetime
-    ) -> None:
+    def record_adopted(self, request_id: str, deployed_model_id: str, now: datetime) -> None:
         """The request's model is on the endpoint already: DEPLOYED, with its id."""
         fields = {
             "state": DeploymentState.DEPLOYED.value,
             "deployedModelId": deployed_model_id,
             "deployedAt": now,
         }
-        self._finishclaim_record(request_id, {**fields, "updatedAt": now})
+        self._finish(request_id, {**fields, "updatedAt": now})
 
     def record_failure(self, request_id: str, reason: str, now: datetime) -> None:
         """Vertex refused the deployment for good: FAILED with the reason (never over an end)."""
-        self.transact(request_id, lambda current: deploy_failed(current, reason, now))
+        self.apply(request_id, lambda current: deploy_failed(current, reason, now))
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Drop this delivery's claim, if it still holds it."""
-        self.transact(request_id, lambda current: claim_released(current, token, now))
+        self.apply(request_id, lambda current: claim_released(current, token, now))
 
     def park(self, request_id: str, now: datetime, delay_seconds: float, detail: str) -> None:
         """Park a deployment refused for quota (see
         :func:`~shared.domain.decisions.deploy_model.deploy_parked`)."""
-        self.transact(
-            request_id, lambda current: deploy_parked(current, now, delay_seconds, detail)
-        )
+        self.apply(request_id, lambda current: deploy_parked(current, now, delay_seconds, detail))
 
     def apply_operation(
         self, request_id: str, status: OperationStatus, now: datetime
     ) -> str | None:
         """Move the record to what its operation says; the new state, or None."""
-        change = self.transact(request_id, lambda current: observe_operation(current, status, now))
+        change = self.apply(request_id, lambda current: observe_operation(current, status, now))
         return None if change is None else str(change.fields["state"])
 
 
@@ -120,5 +116,5 @@ def _unversioned(raw: dict[str, Any] | None) -> Stored | None:
     return None if raw is None else Stored(raw, None)
 
 
-def _as_write(fields: dict[str, Any] | None) -> Write | None:
-    return None if fields is None else Write(fields)
+def _as_write(fields: dict[str, Any] | None) -> DeploymentChange | None:
+    return None if fields is None else DeploymentChange(fields)

@@ -10,26 +10,25 @@ decided here by the domain's pure functions, once for Firestore and the in-memor
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from shared.app.ports import JobStore
-from shared.app.repository.claims import claim_record, new_lease
+from shared.app.repository.claims import claim_record, new_claim
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
     MAX_NOTIFIED,
-    Claim,
+    Claimed,
     Submission,
     checkpoint_progress,
     first_claim_of,
     job_settled,
     new_record,
     skipped_record,
+    submission_change,
     submission_claimable,
-    submission_write,
 )
-from shared.domain.model.changes import Change
+from shared.domain.model.changes import Change, Written
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.states import JobState
@@ -90,7 +89,9 @@ class JobRecords:
     def with_pending_cancels(self) -> list[str]:
         return self.store.with_pending_cancels()
 
-    def write(self, request_id: str, decide: Decide, known: Stored | None = None) -> Written | None:
+    def write(
+        self, request_id: str, decide: Decide, known: Stored | None = None
+    ) -> Written[Change, JobRecord] | None:
         """Apply ``decide`` to the record, decoded, in one conditional write; the change and
         the record after it (None: no record). ``known``: the record as last read or written,
         decided on without a read (see :meth:`~shared.app.ports.JobStore.transact`); a partial one
@@ -98,18 +99,16 @@ class JobRecords:
         if known is not None and known.partial:
             known = None
         done = self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
-        return None if done is None else Written(done.change, _decoded(done.stored))
+        return None if done is None else Written(done.change, _decoded(done.record))
 
-    def transact(
-        self, request_id: str, decide: Decide, known: Stored | None = None
-    ) -> Change | None:
+    def apply(self, request_id: str, decide: Decide, known: Stored | None = None) -> Change | None:
         """:meth:`write`, for the change alone (None: nothing to write, or no record)."""
         written = self.write(request_id, decide, known)
         return None if written is None else written.change
 
     # -- writes: a pure decision each ----------------------------------------------------------
 
-    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claim:
+    def claim(self, request: JobRequest, now: datetime, ttl_seconds: float) -> Claimed:
         """Create the record in ACCEPTED with a claim, or report the existing one.
 
         Raises:
@@ -117,19 +116,19 @@ class JobRecords:
         """
         rid = request.request_id
 
-        def transact(
+        def write(
             fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
         ) -> tuple[bool, Stored | None]:
             done = self.store.transact(
                 rid, lambda raw: _keeping_state(JobRecord.decode(raw), fields_of(raw)), known
             )
-            return (False, None) if done is None else (done.change is not None, done.stored)
+            return (False, None) if done is None else (done.change is not None, done.record)
 
         return claim_record(
             new_record(request, self._default_location, now),
             read=lambda: self.store.read(rid),
             create=lambda record: self.store.create(rid, record),
-            transact=transact,
+            write=write,
             settled=lambda raw: job_settled(JobRecord.decode(raw)),
             now=now,
             ttl_seconds=ttl_seconds,
@@ -141,15 +140,15 @@ class JobRecords:
         return self.store.create(request_id, dict(record)) is not None
 
     def record_submission(
-        self, token: str, submission: Submission, now: datetime, known: Stored | None = None
+        self, submission: Submission, now: datetime, known: Stored | None = None
     ) -> bool:
         """Record the Vertex job of an attempt; False when the record will not take it (see
-        :func:`~shared.domain.decisions.submissions.submission_write`): the caller must cancel it.
+        :func:`~shared.domain.decisions.submissions.submission_change`): the caller must cancel it.
         ``known``: the record as claimed (its one write then needs no read)."""
         recorded: list[bool] = []
 
         def decide(current: JobRecord) -> Change | None:
-            plan = submission_write(current, submission, now)
+            plan = submission_change(current, submission, now)
             recorded[:] = [plan.recorded]
             if not plan.record:
                 return None
@@ -162,7 +161,7 @@ class JobRecords:
                 attempt_no=submission.attempt,
             )
 
-        self.transact(submission.request_id, decide, known)
+        self.apply(submission.request_id, decide, known)
         # No record at all (deleted by hand after the claim): no record will ever follow the
         # job either, so the caller cancels it, as for any job a record will not take.
         return bool(recorded and recorded[0])
@@ -177,12 +176,12 @@ class JobRecords:
             held = current.claim
             if held is None or held.token != token or not held.live(now):
                 return None  # not ours, or expired already: nothing to give up
-            lease: dict[str, Any] = {"token": token, "expiresAt": now}
+            claim: dict[str, Any] = {"token": token, "expiresAt": now}
             if held.attempt is not None:
-                lease["attempt"] = held.attempt
-            return _same(current, {"claim": lease, "updatedAt": now})
+                claim["attempt"] = held.attempt
+            return _same(current, {"claim": claim, "updatedAt": now})
 
-        self.transact(request_id, decide)
+        self.apply(request_id, decide)
 
     def claim_retry(
         self,
@@ -191,24 +190,24 @@ class JobRecords:
         now: datetime,
         ttl_seconds: float,
         known: Stored | None = None,
-    ) -> Claim | None:
+    ) -> Claimed | None:
         """Claim the submission of ``attempt``; None when it may not be (see
         :func:`~shared.domain.decisions.submissions.submission_claimable`). The claim is ``fresh``
         when no delivery claimed this attempt before
         (:func:`~shared.domain.decisions.submissions.first_claim_of`)."""
-        token, lease = new_lease(now, ttl_seconds, attempt)
+        token, claim = new_claim(now, ttl_seconds, attempt)
         first: list[bool] = []
 
         def decide(current: JobRecord) -> Change | None:
             if not submission_claimable(current, attempt, now):
                 return None
             first[:] = [first_claim_of(current, attempt)]
-            return _same(current, {"claim": lease, "updatedAt": now})
+            return _same(current, {"claim": claim, "updatedAt": now})
 
         written = self.write(request_id, decide, known)
         if written is None or written.change is None:
             return None
-        return Claim(token=token, fresh=first[0], stored=written.record.stored)
+        return Claimed(token=token, fresh=first[0], stored=written.record.stored)
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         """Merge ``fields`` into attempt document ``attempt`` (one write, no read)."""
@@ -242,7 +241,7 @@ class JobRecords:
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
-        self.transact(
+        self.apply(
             request_id,
             lambda cur: _same(
                 cur,
@@ -253,7 +252,7 @@ class JobRecords:
 
     def release_reader(self, request_id: str) -> None:
         """Drop the read lease (after a failed read), so the next hint reads at once."""
-        self.transact(
+        self.apply(
             request_id,
             lambda cur: _same(cur, {"lastReadAt": None, "hintPending": False}, _holder(cur)),
         )
@@ -298,7 +297,7 @@ class JobRecords:
 
     def drop_from_outbox(
         self, request_id: str, sent: list[dict[str, Any]], known: Stored | None = None
-    ) -> Written | None:
+    ) -> Written[Change, JobRecord] | None:
         """Move notifications once published from the outbox to ``notified`` (the latest
         :data:`MAX_NOTIFIED`: what the status page shows a job produced); the record after."""
 
@@ -310,15 +309,6 @@ class JobRecords:
             return _same(current, fields)
 
         return self.write(request_id, decide, known)
-
-
-@dataclass(frozen=True)
-class Written:
-    """One conditional write of a job record: the change (None: nothing was written) and the
-    record after it, with its version."""
-
-    change: Change | None
-    record: JobRecord
 
 
 def _decoded(stored: Stored) -> JobRecord:

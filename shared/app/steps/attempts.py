@@ -15,10 +15,10 @@ from datetime import datetime
 from typing import Any
 
 from shared.app.context import AttemptPorts, CapacityPorts
-from shared.app.ports import Claim, Submission
+from shared.app.ports import Claimed, Submission
 from shared.app.steps.cancels import cancel_until_confirmed
-from shared.app.steps.exactly_once import Creation, Outcome, Ticket, create_once
-from shared.app.steps.outbox import settle_record
+from shared.app.steps.exactly_once import Creation, Outcome, create_once
+from shared.app.steps.outbox import apply_and_notify
 from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.rule import FALLBACK_DECISION, decide
 from shared.domain.capacity.situations import situation_from_record
@@ -117,7 +117,7 @@ def auto_situation(
 
 
 def submit_attempt(
-    request: JobRequest, plan: AttemptPlan, claim: Callable[[], Claim | None], ports: AttemptPorts
+    request: JobRequest, plan: AttemptPlan, claim: Callable[[], Claimed | None], ports: AttemptPorts
 ) -> Outcome:
     """Create (or adopt) the Vertex job of one attempt and record it, exactly once.
 
@@ -133,14 +133,13 @@ def submit_attempt(
     labels = labels_for(request_id, plan.attempt)
     store, backend, clock = ports.store, ports.backend, ports.clock
     prepared = functools.cache(plan.prepare)
-    claimed: list[Claim] = []
+    claimed: list[Claimed] = []
 
-    def take() -> Ticket | None:
+    def take() -> Claimed | None:
         taken = claim()
-        if taken is None or taken.token is None:
-            return None
-        claimed[:] = [taken]
-        return Ticket(taken.token, fresh=taken.fresh)
+        if taken is not None and taken.token is not None:
+            claimed[:] = [taken]
+        return taken
 
     def find() -> VertexJob | None:
         found = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, request.kind)
@@ -174,7 +173,7 @@ def submit_attempt(
             record_extra=extra,
         )
         known = claimed[0].stored if claimed else None
-        if not store.record_submission(token, submission, clock(), known):
+        if not store.record_submission(submission, clock(), known):
             # Cancelled meanwhile, or another job holds this attempt: no record will ever
             # follow this job, so it must not keep running.
             cancel_until_confirmed(ports, request_id, [job.name])
@@ -190,7 +189,7 @@ def submit_attempt(
 
     def refused(token: str, exc: BackendRejected) -> Outcome:
         reason = f"attempt {plan.attempt} refused by Vertex AI: {exc}"
-        settle_record(ports, request_id, lambda rec: failed(rec, clock(), reason))
+        apply_and_notify(ports, request_id, lambda rec: failed(rec, clock(), reason))
         release(token)
         return Outcome.FAILED
 
@@ -199,7 +198,7 @@ def submit_attempt(
             delay = ports.backoff(rec.quota_retries + 1)
             return parked(rec, clock(), plan.attempt, delay, str(exc))
 
-        store.transact(request_id, decide)
+        store.apply(request_id, decide)
         release(token)
         return Outcome.PARKED
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Generic, TypeVar
 
+from shared.domain.decisions.submissions import Claimed
 from shared.kernel.errors import BackendRejected, OutcomeUnknown, QuotaExhausted
 from shared.kernel.logs import get_logger
 
@@ -62,15 +63,6 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class Ticket:
-    """A claim this delivery holds: its ``token``, and whether it is ``fresh`` (no delivery
-    held the key before, so the lookup of what an earlier one made is skipped)."""
-
-    token: str
-    fresh: bool = False
-
-
-@dataclass(frozen=True)
 class Creation(Generic[T]):
     """The steps of one creation; see the module docstring for their order and failures.
 
@@ -78,7 +70,7 @@ class Creation(Generic[T]):
     take ``made``); ``refused`` and ``parked`` settle the record for those two failures.
     """
 
-    claim: Callable[[], Ticket | None]
+    claim: Callable[[], Claimed | None]
     find: Callable[[], T | None]
     create: Callable[[], T]
     record: Callable[[str, T, bool], Outcome]
@@ -94,12 +86,14 @@ def create_once(steps: Creation[T]) -> Outcome:
         TransientError: a fault that redelivery may cure (the claim is released, unless the
             create's outcome is unknown).
     """
-    ticket = steps.claim()
-    if ticket is None:
-        return Outcome.DUPLICATE
-    token = ticket.token
+    claimed = steps.claim()
+    if claimed is None or claimed.token is None:
+        return Outcome.DUPLICATE  # another delivery's record: nothing held, nothing to do
+    token = claimed.token
     try:
-        found = None if ticket.fresh else steps.find()
+        # A fresh claim (no delivery held the key before) skips the lookup of what an earlier
+        # one made: nothing can exist under its key yet.
+        found = None if claimed.fresh else steps.find()
         made = found if found is not None else steps.create()
     except BackendRejected as exc:
         log.error("Vertex AI refused it for good", extra={"fields": {"reason": str(exc)}})

@@ -12,7 +12,7 @@ from shared.domain.model.changes import Change
 from shared.domain.model.records import JobRecord
 
 
-def settle_record(
+def apply_and_notify(
     ports: AttemptPorts, request_id: str, decide: Callable[[JobRecord], Change | None]
 ) -> Change | None:
     """Apply one change to a record, then publish the notifications it queued."""

@@ -29,7 +29,7 @@ from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
 
 if TYPE_CHECKING:
     from shared.domain.model.records import DeploymentRecord
-from shared.domain.model.changes import Write
+from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.states import KIND, DeploymentState
 
 DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
@@ -85,7 +85,7 @@ class OperationStatus:
 
 def observe_operation(
     record: DeploymentRecord, status: OperationStatus, now: datetime
-) -> Write | None:
+) -> DeploymentChange | None:
     """The fields to write on a deployment record after reading its operation, or None.
 
     None when nothing changes: the operation is still running, it is not the record's
@@ -105,7 +105,7 @@ def observe_operation(
         return None
     if status.error_code:
         reason = clip(status.error_message) or f"DeployModel failed with code {status.error_code}"
-        return Write(
+        return DeploymentChange(
             {
                 "state": DeploymentState.FAILED.value,
                 "reason": reason,
@@ -114,7 +114,7 @@ def observe_operation(
                 "endedAt": now,
             }
         )
-    return Write(
+    return DeploymentChange(
         {
             "state": DeploymentState.DEPLOYED.value,
             "deployedModelId": status.deployed_model_id,
@@ -124,7 +124,7 @@ def observe_operation(
     )
 
 
-def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Write | None:
+def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> DeploymentChange | None:
     """The fields that make a deployment FAILED for good, or None when it already ended.
 
     A deployment that reached DEPLOYED or FAILED keeps it: a late refusal (a redelivery whose
@@ -138,7 +138,7 @@ def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Write
         "updatedAt": now,
         "endedAt": now,
     }
-    return Write(fields, deletes=("claim", "nextAttemptAt"))
+    return DeploymentChange(fields, deletes=("claim", "nextAttemptAt"))
 
 
 def deployment_settled(record: DeploymentRecord) -> bool:
@@ -150,7 +150,7 @@ def deployment_settled(record: DeploymentRecord) -> bool:
 
 def deploy_parked(
     record: DeploymentRecord, now: datetime, delay_seconds: float, detail: str
-) -> Write | None:
+) -> DeploymentChange | None:
     """The fields that park a deployment Vertex refused for quota, or None when settled.
 
     The record stays ACCEPTED with ``reason`` ``quota``; the tick deploys it again once
@@ -165,23 +165,23 @@ def deploy_parked(
         "nextAttemptAt": now + timedelta(seconds=delay_seconds),
         "updatedAt": now,
     }
-    return Write(fields, deletes=("claim",))
+    return DeploymentChange(fields, deletes=("claim",))
 
 
-def deploy_recorded(record: DeploymentRecord, fields: dict[str, Any]) -> Write | None:
+def deploy_recorded(record: DeploymentRecord, fields: dict[str, Any]) -> DeploymentChange | None:
     """Record what the claim's delivery started (an operation) or found (a deployed model):
     the claim is done, and a parked deployment no longer waits. None when a redelivery that
     found the same deployment recorded it first."""
     if deployment_settled(record):
         return None
-    return Write({**fields, "nextAttemptAt": None, "reason": None}, deletes=("claim",))
+    return DeploymentChange({**fields, "nextAttemptAt": None, "reason": None}, deletes=("claim",))
 
 
-def claim_released(record: DeploymentRecord, token: str, now: datetime) -> Write | None:
+def claim_released(record: DeploymentRecord, token: str, now: datetime) -> DeploymentChange | None:
     """Drop the claim ``token`` holds, if it still holds it."""
     if record.claim is None or record.claim.token != token:
         return None
-    return Write({"updatedAt": now}, deletes=("claim",))
+    return DeploymentChange({"updatedAt": now}, deletes=("claim",))
 
 
 def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_ATTEMPT, label_value
-from shared.domain.model.records import JobRecord, Lease, Stored
+from shared.domain.model.records import Claim, JobRecord, Stored
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.checkpoints import checkpoint_prefix
@@ -38,7 +38,7 @@ def notification(request_id: str, state: str, attempt: int, reason: str | None) 
 
 
 @dataclass(frozen=True)
-class Claim:
+class Claimed:
     """The outcome of claiming a request for submission.
 
     Either ``record`` is the already-submitted record (a duplicate delivery), or ``token`` is a
@@ -203,7 +203,7 @@ def job_settled(current: JobRecord) -> bool:
     return bool(current.vertex_job) or current.state is not JobState.ACCEPTED
 
 
-def existing_claim(claim: Lease | None, now: datetime, settled: bool) -> ClaimSeen:
+def existing_claim(claim: Claim | None, now: datetime, settled: bool) -> ClaimSeen:
     """Classify an existing record, holding ``claim``, for a delivery that wants to claim it.
 
     ``settled`` says whether the record is past its claim (submitted, deploying, finished).
@@ -214,7 +214,7 @@ def existing_claim(claim: Lease | None, now: datetime, settled: bool) -> ClaimSe
 
 
 @dataclass(frozen=True)
-class SubmissionWrite:
+class SubmissionChange:
     """The writes that record one submission; ``recorded`` False means the record is over."""
 
     recorded: bool
@@ -224,7 +224,7 @@ class SubmissionWrite:
     deletes: tuple[str, ...] = ()
 
 
-def submission_write(current: JobRecord, sub: Submission, now: datetime) -> SubmissionWrite:
+def submission_change(current: JobRecord, sub: Submission, now: datetime) -> SubmissionChange:
     """Decide how to record ``sub`` on the record ``current``.
 
     ``recorded`` is True only when the record names ``sub``'s job afterwards. Otherwise the
@@ -234,11 +234,11 @@ def submission_write(current: JobRecord, sub: Submission, now: datetime) -> Subm
     """
     job = sub.vertex_job
     if current.vertex_job == job.name or job.job_id in current.vertex_job_ids:
-        return SubmissionWrite(recorded=True)  # a redelivery recorded this very job already
+        return SubmissionChange(recorded=True)  # a redelivery recorded this very job already
     if current.state.terminal or current.cancel_requested:
-        return SubmissionWrite(recorded=False)  # cancelled meanwhile: no attempt may start
+        return SubmissionChange(recorded=False)  # cancelled meanwhile: no attempt may start
     if current.attempt > sub.attempt or (current.attempt == sub.attempt and current.vertex_job):
-        return SubmissionWrite(recorded=False)  # superseded: another job holds this attempt
+        return SubmissionChange(recorded=False)  # superseded: another job holds this attempt
     state = from_vertex(job.state) or JobState.QUEUED
     if state.terminal:
         # An adopted job that already ended: recording its end here would skip finish() (no
@@ -285,7 +285,7 @@ def submission_write(current: JobRecord, sub: Submission, now: datetime) -> Subm
         "hintPending",
         *(("hintHolder",) if current.hint_holder else ()),
     )
-    return SubmissionWrite(True, record, attempt, deletes=("claim", "nextAttemptAt", *reads))
+    return SubmissionChange(True, record, attempt, deletes=("claim", "nextAttemptAt", *reads))
 
 
 def pending_attempt(current: JobRecord) -> int | None:

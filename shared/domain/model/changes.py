@@ -1,18 +1,16 @@
-"""Pending writes: what a decision asks the store to write back to a record.
+"""Changes, and what writing one did.
 
-:class:`Change` is a job record's, :class:`Write` a deployment record's; both are plain
-fields and deletes, applied in the store's transaction on a fresh read."""
+A *change* is a pending write: what a decision asks the store to write back to a record.
+:class:`Change` is a job record's, :class:`DeploymentChange` a deployment record's; both are
+plain fields and deletes, applied in the store's transaction on a fresh read. :class:`Written`
+is what one such write did, at every level (the store's document, the repository's record)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    pass
-if TYPE_CHECKING:
-    pass
 from shared.domain.model.states import JobState
 
 
@@ -40,8 +38,32 @@ class Change:
 
 
 @dataclass(frozen=True)
-class Write:
+class DeploymentChange:
     """One write to a deployment record: fields to set, fields to delete."""
 
     fields: dict[str, Any]
     deletes: tuple[str, ...] = ()
+
+    def applied_to(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The record document as this change leaves it (see :meth:`Change.applied_to`)."""
+        after = dict(document)
+        after.update(self.fields)
+        for name in self.deletes:
+            after.pop(name, None)
+        return after
+
+
+#: Either kind of change (what the Firestore adapters' one conditional write takes).
+AnyChange = TypeVar("AnyChange", Change, DeploymentChange)
+#: The record after a write: the store's document (with its version), or the repository's
+#: typed record.
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Written(Generic[AnyChange, R]):
+    """What one conditional write did: the change written (None: nothing was written) and the
+    record as it now stands, for the next write to decide on without a read."""
+
+    change: AnyChange | None
+    record: R

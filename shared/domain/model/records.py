@@ -87,7 +87,7 @@ class Stored:
 
 
 @dataclass(frozen=True)
-class Lease:
+class Claim:
     """A claim on a record: who holds it (``token``), until when, and for which attempt.
 
     ``attempt`` tells a later claim of the same attempt that a delivery held it before (and
@@ -103,7 +103,7 @@ class Lease:
         return self.expires_at is not None and self.expires_at > now
 
     @classmethod
-    def of(cls, raw: Any) -> Lease | None:
+    def of(cls, raw: Any) -> Claim | None:
         """The ``claim`` field of any record (job or deployment), or None."""
         if not isinstance(raw, Mapping):
             return None
@@ -172,7 +172,7 @@ class JobRecord:
     request_text: str | None = field(default=None, repr=False)
     options_text: str | None = field(default=None, repr=False)
     reason: str | None = None
-    claim: Lease | None = None
+    claim: Claim | None = None
     cancel_requested: bool = False
     retries: dict[str, int] = field(default_factory=dict)
     capacity_failures: int = 0
@@ -239,7 +239,7 @@ class JobRecord:
             request_text=_text(raw.get("request")),
             options_text=_text(raw.get("options")),
             reason=_text(raw.get("reason")),
-            claim=Lease.of(raw.get("claim")),
+            claim=Claim.of(raw.get("claim")),
             cancel_requested=bool(raw.get("cancelRequested")),
             retries={str(k): _count(v) for k, v in _mapping(raw.get("retries")).items()},
             capacity_failures=_count(raw.get("capacityFailures")),
@@ -309,7 +309,7 @@ class DeploymentRecord:
     operation: str | None = None
     deployed_model_id: str | None = None
     request_text: str | None = field(default=None, repr=False)
-    claim: Lease | None = None
+    claim: Claim | None = None
     quota_retries: int = 0
 
     @classmethod
@@ -328,7 +328,7 @@ class DeploymentRecord:
             operation=_text(raw.get("operation")),
             deployed_model_id=_text(raw.get("deployedModelId")),
             request_text=_text(raw.get("request")),
-            claim=Lease.of(raw.get("claim")),
+            claim=Claim.of(raw.get("claim")),
             quota_retries=_count(raw.get("quotaRetries")),
         )
 
