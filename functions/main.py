@@ -14,7 +14,7 @@ import functions_framework
 from shared import bootstrap
 from shared.app import intake, lifecycle, uploads
 from shared.app.commands import ReceiveUpload, Reconcile, SubmitJob, TrackJob
-from shared.ingress.acknowledgement import pubsub_handler
+from shared.ingress.acknowledgement import http_handler, pubsub_handler
 from shared.ingress.envelopes import PubsubMessage, StorageObjectEvent
 from shared.status import site as pages
 
@@ -52,6 +52,7 @@ def handle_upload(event: Any) -> None:
 
 
 @functions_framework.http
+@http_handler
 def status_page(request: Any) -> Any:
     """HTTP, for authenticated callers only (infra/): the read-only status page."""
     return pages.serve(request, bootstrap.status_site())

@@ -65,6 +65,8 @@ locals {
     FLEXJOBS_MAX_UPLOAD_BYTES         = tostring(var.max_upload_bytes)
     # The one bucket request files come from; no object of it is ever a checkpoint.
     FLEXJOBS_REQUEST_BUCKET = google_storage_bucket.uploads.name
+    # The source zip's content hash: the version Error Reporting groups errors under.
+    FLEXJOBS_BUILD = trimsuffix(basename(var.function_source), ".zip")
   }
 
   # The deployed functions, by entry point, for the resources that treat them alike.

@@ -40,6 +40,7 @@ import shared.adapters.firestore.views  # noqa: F401
 from shared.adapters.firestore.job_store import DECLARED, Query
 from shared.domain.model.states import JobState
 from shared.kernel.config import ENV_VARS, Settings
+from shared.kernel.logs import BUILD_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "infra"
@@ -283,7 +284,7 @@ def reader_problems(infra: Infra) -> list[str]:
     return [] if roles == wanted else [f"the status page's account holds {roles}"]
 
 
-def env_problems(infra: Infra, read: tuple[str, ...] = ENV_VARS) -> list[str]:
+def env_problems(infra: Infra, read: tuple[str, ...] = (*ENV_VARS, BUILD_ENV)) -> list[str]:
     env = infra.locals.get("function_env", {})
     problems = []
     for name, function in deployed(infra).items():
@@ -638,7 +639,7 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
         "FLEXJOBS_UPLOAD_PREFIX: read by the code, neither set by infra nor left at its "
         "default on purpose"
     ]
-    assert env_problems(infra, (*ENV_VARS, "FLEXJOBS_NEW")) == [
+    assert env_problems(infra, (*ENV_VARS, BUILD_ENV, "FLEXJOBS_NEW")) == [
         "FLEXJOBS_NEW: read by the code, neither set by infra nor left at its default on purpose"
     ]
 
