@@ -31,6 +31,7 @@ from flexjobs_local.messages import (
     stamp_schedule_time,
 )
 from flexjobs_local.views import list_view, status_view
+from shared.domain.model.kinds import KINDS
 from shared.domain.model.states import JobState
 from shared.kernel.config import Settings
 from shared.status.display import jsonable
@@ -51,11 +52,9 @@ local_app = typer.Typer(help="The embedded stack: emulators, Vertex simulator, f
 app.add_typer(local_app, name="local")
 
 
-class Kind(StrEnum):
-    customJob = "customJob"
-    hyperparameterTuningJob = "hyperparameterTuningJob"
-    trainingPipeline = "trainingPipeline"
-    deployModel = "deployModel"
+# --kind's choices, one per declared kind. mypy cannot list members it does not see written
+# out, so it checks the members' uses only; Typer reads the members at run time.
+Kind = StrEnum("Kind", {name: name for name in KINDS})  # type: ignore[misc]
 
 
 class Format(StrEnum):

@@ -21,9 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.app.intake import is_cancel
+from shared.domain.model.kinds import KINDS
 from shared.domain.request.files import Format, messages
 from shared.domain.request.gcloud_yaml import DEFAULT_MAX_BYTES as DEFAULT_MAX_MESSAGE_BYTES
-from shared.domain.request.message import KINDS, decode_message, parse_request
+from shared.domain.request.message import decode_message, parse_request
 from shared.domain.request.schedule import SCHEDULE_TIME_ATTRIBUTE, check_not_ahead
 from shared.domain.request.validation import Guards, validators
 from shared.kernel.config import Settings

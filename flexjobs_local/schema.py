@@ -21,11 +21,20 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 from pydantic.json_schema import SkipJsonSchema
 
+from shared.domain.model.kinds import (
+    ALL_KINDS,
+    CUSTOM_JOB,
+    DEPLOY_MODEL,
+    HYPERPARAMETER_TUNING_JOB,
+    KINDS,
+    TRAINING_PIPELINE,
+    JobKind,
+)
 from shared.domain.model.strategies import (
     AUTO,
     DEFAULT_MAX_WAIT,
@@ -47,7 +56,7 @@ from shared.domain.request.machines import (
     DWS_ACCELERATORS,
     UNSPECIFIED_ACCELERATOR,
 )
-from shared.domain.request.message import KINDS, MAX_DISPLAY_NAME, MAX_TOTAL_STEPS
+from shared.domain.request.message import MAX_DISPLAY_NAME, MAX_TOTAL_STEPS
 from shared.domain.request.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
 from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
 from shared.kernel.regions import REGION_PATTERN
@@ -291,8 +300,17 @@ class Schedule(BaseModel):
     )
 
 
-class JobRequestMessage(BaseModel):
-    """A flexjobs job request: an envelope around exactly one Vertex REST body."""
+#: Each declared kind's body model: the message has one optional field per kind, in order.
+BODY_MODELS: Final[dict[JobKind, type[_VertexBody]]] = {
+    CUSTOM_JOB: CustomJob,
+    HYPERPARAMETER_TUNING_JOB: HyperparameterTuningJob,
+    TRAINING_PIPELINE: TrainingPipeline,
+    DEPLOY_MODEL: DeployModel,
+}
+
+
+class _Envelope(BaseModel):
+    """The message's own fields; :data:`JobRequestMessage` adds one field per kind."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -352,10 +370,24 @@ class JobRequestMessage(BaseModel):
         description=f"With {AUTO}: seconds each start costs before progress resumes; default "
         f"{DEFAULT_RESTART_OVERHEAD_SECONDS}.",
     )
-    customJob: CustomJob | SkipJsonSchema[None] = None
-    hyperparameterTuningJob: HyperparameterTuningJob | SkipJsonSchema[None] = None
-    trainingPipeline: TrainingPipeline | SkipJsonSchema[None] = None
-    deployModel: DeployModel | SkipJsonSchema[None] = None
+
+
+#: What an absent body is: left out of the schema (never null), as for the envelope's fields.
+Absent: TypeAlias = SkipJsonSchema[None]
+
+
+def _body_field(kind: JobKind) -> Any:
+    """The message's optional field of one kind: its body model (a KeyError: none declared)."""
+    return (BODY_MODELS[kind] | Absent, None)
+
+
+#: The whole message: the envelope and, after its fields, one optional body per kind.
+JobRequestMessage = create_model(
+    "JobRequestMessage",
+    __base__=_Envelope,
+    __doc__="A flexjobs job request: an envelope around exactly one Vertex REST body.",
+    **{kind.name: _body_field(kind) for kind in ALL_KINDS},
+)
 
 
 def build_schema() -> dict[str, Any]:
@@ -378,7 +410,7 @@ def build_schema() -> dict[str, Any]:
             f"one of {', '.join(KINDS)}: the Vertex AI v1 REST body of that kind, in any proto3 "
             "JSON spelling (camelCase is canonical). "
             "Training kinds default to scheduling.strategy FLEX_START (Dynamic Workload "
-            "Scheduler); deployModel deploys on Spot VMs."
+            f"Scheduler); {DEPLOY_MODEL.name} deploys on Spot VMs."
         ),
     }
 

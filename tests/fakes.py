@@ -18,6 +18,7 @@ from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, t
 from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
+from shared.domain.model.kinds import TRAINING, kind_named, training_kind_of
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import DeploymentState, JobState, from_vertex
 from shared.domain.model.vertex_jobs import VertexJob
@@ -44,11 +45,7 @@ from shared.status.listing import (
 )
 
 # Request kind -> the Vertex collection its resources are named in.
-COLLECTIONS = {
-    "customJob": "customJobs",
-    "hyperparameterTuningJob": "hyperparameterTuningJobs",
-    "trainingPipeline": "trainingPipelines",
-}
+COLLECTIONS = {kind.name: kind.collection for kind in TRAINING}
 
 
 def _stored(value: Any) -> Any:
@@ -306,9 +303,7 @@ class InMemoryJobBackend:
             raise self.fail_with
         collection = COLLECTIONS[request.kind]  # KeyError: a deployModel must never get here
         name = f"projects/{self.project}/locations/{location}/{collection}/{next(self._ids)}"
-        state = (
-            "PIPELINE_STATE_QUEUED" if request.kind == "trainingPipeline" else "JOB_STATE_QUEUED"
-        )
+        state = f"{kind_named(request.kind).state_prefix}_QUEUED"
         scheduling = request.scheduling
         wait = scheduling.get("maxWaitDuration")
         job = VertexJob(
@@ -356,9 +351,8 @@ class InMemoryJobBackend:
         ended = from_vertex(job.state)
         if ended is not None and ended.terminal:
             return  # ended already: as cancelled as it gets (the Vertex adapter's contract)
-        state = (
-            "PIPELINE_STATE_CANCELLED" if "/trainingPipelines/" in name else "JOB_STATE_CANCELLED"
-        )
+        kind = training_kind_of(name)  # a name a test made up reads as a job's
+        state = f"{kind.state_prefix if kind else 'JOB_STATE'}_CANCELLED"
         self.jobs[name] = dataclasses.replace(job, state=state)
 
 

@@ -25,13 +25,12 @@ from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.situations import situation_for_first_attempt
 from shared.domain.decisions.submissions import tombstone_claimed
 from shared.domain.model.ids import check_request_id
+from shared.domain.model.kinds import DEPLOY_MODEL, KINDS
 from shared.domain.model.records import JobRecord
-from shared.domain.model.states import KIND as DEPLOY_KIND
 from shared.domain.model.strategies import AUTO
 from shared.domain.model.values import clip
 from shared.domain.request.attempts import gpu_shape
 from shared.domain.request.message import (
-    KINDS,
     JobRequest,
     decode_message,
     parse_request,
@@ -116,7 +115,7 @@ def _read_command(cmd: SubmitJob, intake: Intake) -> Command:
     request = read_job_request(cmd, intake, body)
     if request.slot is not None and (ahead := check_not_ahead(request.slot, intake.clock())):
         raise InvalidRequest(ahead)
-    return DeployModel(request) if request.kind == DEPLOY_KIND else CreateJob(request)
+    return DeployModel(request) if request.kind == DEPLOY_MODEL.name else CreateJob(request)
 
 
 def create_job(cmd: CreateJob, intake: Intake) -> Outcome:

@@ -4,8 +4,9 @@ Only the GAPIC clients are imported (not the ``google.cloud.aiplatform`` SDK, wh
 two seconds of cold start). Clients are built on first use, one per (service, location), and
 reused.
 
-The three training kinds differ only in their proto class, the service that owns them and the
-method names, so one table (:data:`TRAINING_KINDS`) drives every call: ``customJob`` and
+The training kinds differ only in their proto class, the service that owns them and the
+method names, so one table (:data:`TRAINING_KINDS`), read from the kinds' declarations
+(:mod:`shared.domain.model.kinds`), drives every call: ``customJob`` and
 ``hyperparameterTuningJob`` live in JobService, ``trainingPipeline`` in PipelineService.
 Creates and lists dispatch on the request's kind; reads and cancels on the collection in the
 resource name (``/customJobs/``, ``/hyperparameterTuningJobs/``, ``/trainingPipelines/``).
@@ -24,6 +25,8 @@ from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST
+from shared.domain.model.kinds import TRAINING, JobKind, training_kind_of
+from shared.domain.model.values import snake_case
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest, parse_duration
 from shared.kernel.config import Settings
@@ -89,7 +92,7 @@ _SERVICES: dict[str, tuple[str, str, str]] = {
 
 @dataclass(frozen=True)
 class TrainingKind:
-    """How one training request kind maps onto Vertex AI v1.
+    """How one training request kind maps onto Vertex AI v1's GAPIC clients.
 
     ``resource`` is the proto class (``CustomJob``), ``collection`` the resource-name segment
     (``customJobs``), ``field`` the snake_case name used by the client's methods
@@ -101,6 +104,23 @@ class TrainingKind:
     collection: str
     field: str
     service: str
+    #: The proto attributes holding the CustomJobSpec (``job_spec``, ``trial_job_spec``).
+    spec_attributes: tuple[str, ...] = ()
+    #: Whether the proto holds that spec untyped, as a ``google.protobuf.Value``.
+    untyped_spec: bool = False
+
+    @classmethod
+    def of(cls, declared: JobKind) -> TrainingKind:
+        """The client's view of a declared training kind."""
+        return cls(
+            declared.name,
+            declared.message,
+            declared.collection,
+            snake_case(declared.name),
+            declared.service,
+            tuple(snake_case(key) for key in declared.job_spec),
+            declared.untyped_spec is not None,
+        )
 
     @property
     def plural_field(self) -> str:
@@ -111,27 +131,7 @@ class TrainingKind:
         return f"{verb}{self.resource}{'s' if verb == 'List' else ''}"
 
 
-TRAINING_KINDS: dict[str, TrainingKind] = {
-    k.kind: k
-    for k in (
-        TrainingKind("customJob", "CustomJob", "customJobs", "custom_job", JOB_SERVICE),
-        TrainingKind(
-            "hyperparameterTuningJob",
-            "HyperparameterTuningJob",
-            "hyperparameterTuningJobs",
-            "hyperparameter_tuning_job",
-            JOB_SERVICE,
-        ),
-        TrainingKind(
-            "trainingPipeline",
-            "TrainingPipeline",
-            "trainingPipelines",
-            "training_pipeline",
-            PIPELINE_SERVICE,
-        ),
-    )
-}
-_BY_COLLECTION = {k.collection: k for k in TRAINING_KINDS.values()}
+TRAINING_KINDS: dict[str, TrainingKind] = {k.name: TrainingKind.of(k) for k in TRAINING}
 
 
 def call_vertex(what: str, fn: Callable[[], T], *, creates: bool = False) -> T:
@@ -250,10 +250,18 @@ def to_vertex_job(job: Any) -> VertexJob:
 
 def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
     """The strategy and max wait a job runs with, from its own spec (the custom job's
-    ``jobSpec``, the tuning job's ``trialJobSpec``, the pipeline's ``trainingTaskInputs``)."""
-    spec = getattr(job, "job_spec", None) or getattr(job, "trial_job_spec", None)
-    if spec is not None:
-        scheduling = spec.scheduling
+    ``jobSpec``, the tuning job's ``trialJobSpec``, the pipeline's ``trainingTaskInputs``).
+
+    A proto has the spec attribute of its own kind only; the others read as None.
+    """
+    typed: Any = None
+    for kind in TRAINING_KINDS.values():
+        if not kind.untyped_spec:
+            # ``job.job_spec or job.trial_job_spec``: an unset CustomJobSpec is falsy, so a
+            # custom job without one reads as no scheduling (None), a tuning job's as STANDARD.
+            typed = typed or _spec_attribute(job, kind)
+    if typed is not None:
+        scheduling = typed.scheduling
         strategy = scheduling.strategy.name
         wait = (
             scheduling.max_wait_duration.total_seconds()
@@ -262,7 +270,14 @@ def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
         )
         # Unspecified is what Vertex runs as on-demand (STANDARD): flexjobs always names one.
         return ("STANDARD" if strategy == "STRATEGY_UNSPECIFIED" else strategy), wait
-    inputs = getattr(job, "training_task_inputs", None)
+    inputs = next(
+        (
+            spec
+            for kind in TRAINING_KINDS.values()
+            if kind.untyped_spec and (spec := _spec_attribute(job, kind)) is not None
+        ),
+        None,
+    )
     scheduling = inputs.get("scheduling") if inputs is not None else None
     if not scheduling:
         return None, None
@@ -274,15 +289,23 @@ def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
     return (strategy if isinstance(strategy, str) else None), wait
 
 
+def _spec_attribute(job: Any, kind: TrainingKind) -> Any:
+    """The proto's CustomJobSpec where ``kind`` holds it; None when the proto has no such field."""
+    node = job
+    for attribute in kind.spec_attributes:
+        node = getattr(node, attribute, None)
+    return node
+
+
 def kind_of_name(name: str) -> TrainingKind:
     """The training kind a resource name belongs to, by its collection segment.
 
     Raises:
         BackendRejected: the name is not a job or pipeline resource name.
     """
-    parts = name.split("/")
-    if len(parts) >= 2 and parts[-2] in _BY_COLLECTION:
-        return _BY_COLLECTION[parts[-2]]
+    declared = training_kind_of(name)
+    if declared is not None:
+        return TRAINING_KINDS[declared.name]
     raise BackendRejected(f"not a Vertex AI job or training pipeline name: {name!r}")
 
 

@@ -30,7 +30,8 @@ from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
 if TYPE_CHECKING:
     from shared.domain.model.records import DeploymentRecord
 from shared.domain.model.changes import DeploymentChange
-from shared.domain.model.states import KIND, DeploymentState
+from shared.domain.model.kinds import DEPLOY_MODEL
+from shared.domain.model.states import DeploymentState
 
 DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
 
@@ -191,7 +192,7 @@ def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:
     resources = deployed.get("dedicatedResources") or {}
     return {
         "requestId": request.request_id,
-        "kind": KIND,
+        "kind": DEPLOY_MODEL.name,
         "state": DeploymentState.ACCEPTED.value,
         "endpoint": spec.get("endpoint"),
         "model": deployed.get("model"),

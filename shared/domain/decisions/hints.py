@@ -18,13 +18,19 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from shared.domain.model.kinds import TRAINING
 from shared.domain.model.records import JobRecord
 
-# Every resource flexjobs creates: custom jobs, hyperparameter-tuning jobs, training pipelines.
+# Every resource flexjobs creates: one collection per training kind (custom jobs,
+# hyperparameter-tuning jobs, training pipelines).
 _JOB_NAME = re.compile(
-    r"^projects/[^/]+/locations/([^/]+)/(?:customJobs|hyperparameterTuningJobs|trainingPipelines)"
+    r"^projects/[^/]+/locations/([^/]+)/"
+    rf"(?:{'|'.join(re.escape(kind.collection) for kind in TRAINING)})"
     r"/(\d+)$"
 )
+# The log resource types whose entries name a job by its id (``ml_job``). A tuple, not a set:
+# a hint's type is untrusted and may be unhashable (a list), which ``in`` a set would raise on.
+_LOG_RESOURCES = tuple(dict.fromkeys(k.log_resource for k in TRAINING if k.log_resource))
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ def parse_hint(body: Any) -> JobHint | None:
     if isinstance(payload, dict):
         return _from_name(payload.get("resourceName"))
     resource = body.get("resource")
-    if isinstance(resource, dict) and resource.get("type") == "ml_job":
+    if isinstance(resource, dict) and resource.get("type") in _LOG_RESOURCES:
         labels = resource.get("labels")
         job_id = labels.get("job_id") if isinstance(labels, dict) else None
         if isinstance(job_id, str) and job_id.isdigit():

@@ -15,13 +15,14 @@ from typing import Any
 from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_ATTEMPT, label_value
+from shared.domain.model.kinds import TRAINING_KINDS
 from shared.domain.model.records import Claim, JobRecord, Stored
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.checkpoints import checkpoint_prefix
 from shared.domain.policy.retry import Placement, placement_for
 from shared.domain.request.attempts import gpu_shape
-from shared.domain.request.message import TRAINING_KINDS, JobRequest, job_spec_of
+from shared.domain.request.message import JobRequest, job_spec_of
 
 #: The ``reason`` of a record whose attempt Vertex refused for quota, parked for the tick.
 QUOTA_REASON = "quota"

@@ -87,9 +87,6 @@ def from_vertex(vertex_state: str) -> JobState | None:
     return _FROM_VERTEX.get(vertex_state)
 
 
-KIND = "deployModel"
-
-
 class DeploymentState(StrEnum):
     """The record states of ``deployments/{id}``."""
 

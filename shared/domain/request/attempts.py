@@ -16,6 +16,7 @@ import copy
 from datetime import datetime
 from typing import Any
 
+from shared.domain.model.kinds import kind_named
 from shared.domain.model.strategies import AUTO, DEFAULT_MAX_WAIT
 from shared.domain.request.message import job_spec_of
 
@@ -26,7 +27,7 @@ _OURS = {ENV_RUN_ID, ENV_ATTEMPT, ENV_RESUME_FROM}
 
 
 def _pools(kind: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    job_spec = job_spec_of(kind, spec) if kind != "deployModel" else None
+    job_spec = job_spec_of(kind, spec)  # None for a deployment: it has no worker pools
     pools = job_spec.get("workerPoolSpecs") if job_spec else None
     return [p for p in pools if isinstance(p, dict)] if isinstance(pools, list) else []
 
@@ -71,7 +72,7 @@ def attempt_spec(
                     if not (isinstance(e, dict) and e.get("name") in _OURS)
                 ]
                 container["env"] = kept + copy.deepcopy(env)
-    job_spec = job_spec_of(kind, out) if kind != "deployModel" else None
+    job_spec = job_spec_of(kind, out)
     scheduling = job_spec.get("scheduling") if job_spec else None
     if strategy and isinstance(scheduling, dict) and scheduling.get("strategy") != strategy:
         scheduling["strategy"] = strategy
@@ -105,8 +106,10 @@ def gpu_shape(kind: str, spec: dict[str, Any]) -> tuple[str | None, int]:
         if machine.get("acceleratorType") and isinstance(count, int) and isinstance(replicas, int):
             accelerator = accelerator or str(machine["acceleratorType"])
             total += count * replicas
-    if kind == "hyperparameterTuningJob":
-        parallel = spec.get("parallelTrialCount")
+    declared = kind_named(kind)
+    if declared is not None and declared.parallel_field is not None:
+        # Trials run side by side, each on the pools' GPUs (a tuning job's parallelTrialCount).
+        parallel = spec.get(declared.parallel_field)
         total *= parallel if isinstance(parallel, int) and parallel > 0 else 1
     return accelerator, total
 

@@ -28,19 +28,9 @@ import functools
 import re
 from typing import Any, Final
 
+from shared.domain.model.kinds import kind_named
 from shared.domain.model.values import key_path, kind_of, show
 from shared.kernel.errors import FieldError
-
-#: The v1 message each request kind's body is, by its name in ``google.cloud.aiplatform_v1``.
-MESSAGES: Final = {
-    "customJob": "CustomJob",
-    "hyperparameterTuningJob": "HyperparameterTuningJob",
-    "trainingPipeline": "TrainingPipeline",
-    "deployModel": "DeployModelRequest",
-}
-
-#: What a trainingPipeline's ``trainingTaskInputs`` is for the custom task.
-TASK_INPUTS_MESSAGE: Final = "CustomJobSpec"
 
 _PACKAGE: Final = "google.cloud.aiplatform.v1."
 _INT64_TYPES: Final = frozenset({3, 4, 6, 16, 18})  # INT64, UINT64, FIXED64, SFIXED64, SINT64
@@ -78,16 +68,22 @@ def canonical_body(kind: str, body: dict[str, Any]) -> tuple[dict[str, Any], lis
         >>> canonical_body("customJob", {"jobSpec": {"noSuchField": 1}})[1]
         [FieldError(path='customJob.jobSpec.noSuchField', message=...)]
     """
-    out, errors = _canonical(MESSAGES[kind], body, kind)
-    if errors or kind != "trainingPipeline":
+    declared = kind_named(kind)
+    if declared is None:
+        raise KeyError(kind)  # parse_request only passes a declared kind
+    out, errors = _canonical(declared.message, body, kind)
+    if errors or declared.untyped_spec is None:
         return out, errors
-    inputs = out.get("trainingTaskInputs")
+    # The proto holds this CustomJobSpec as a google.protobuf.Value, which takes any JSON:
+    # read it as the message the custom task reads, unknown fields refused.
+    (key,) = declared.job_spec  # an untyped spec is a field of the body itself
+    inputs = out.get(key)
     if not isinstance(inputs, dict):
         return out, []  # the rules say what the custom task needs instead
-    spec, errors = _canonical(TASK_INPUTS_MESSAGE, inputs, f"{kind}.trainingTaskInputs")
+    spec, errors = _canonical(declared.untyped_spec, inputs, f"{kind}.{key}")
     if errors:
         return body, errors
-    out["trainingTaskInputs"] = spec
+    out[key] = spec
     return out, []
 
 

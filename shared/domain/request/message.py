@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.domain.model.ids import check_request_id
+from shared.domain.model.kinds import DEPLOY_MODEL, KINDS, TRAINING_KINDS, kind_named
 from shared.domain.model.strategies import AUTO, DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
 from shared.domain.model.values import parse_rfc3339, snake_case
 from shared.domain.policy.checkpoints import check_checkpoint_uri
@@ -27,8 +28,6 @@ from shared.domain.request.schedule import SLOT, Slot, expand, read_slot
 from shared.kernel.errors import FieldError, InvalidRequest
 from shared.kernel.regions import REGION_HINT, is_region
 
-KINDS = ("customJob", "hyperparameterTuningJob", "trainingPipeline", "deployModel")
-TRAINING_KINDS = KINDS[:3]
 #: The options of a training request: stored with the record, read by every later attempt.
 OPTION_FIELDS = ("retryPolicy", "fallback", "checkpointUri", "totalSteps", *DEADLINE_FIELDS)
 ENVELOPE_FIELDS = {"requestId", "location", "schedule", *OPTION_FIELDS, *KINDS}
@@ -78,7 +77,7 @@ class JobRequest:
 
     @property
     def strategy(self) -> str:
-        if self.kind == "deployModel":
+        if self.kind == DEPLOY_MODEL.name:
             return "SPOT" if _deployed_resources(self.spec).get("spot") else "STANDARD"
         return str(self.scheduling.get("strategy", DEFAULT_STRATEGY))
 
@@ -104,18 +103,24 @@ def _deployed_resources(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_spec_path(kind: str) -> tuple[str, ...]:
-    """Where the CustomJobSpec (worker pools and scheduling) of a training kind lives."""
-    return {
-        "customJob": ("jobSpec",),
-        "hyperparameterTuningJob": ("trialJobSpec",),
-        "trainingPipeline": ("trainingTaskInputs",),
-    }[kind]
+    """Where the CustomJobSpec (worker pools and scheduling) of a kind lives; () for none.
+
+    Examples:
+        >>> job_spec_path("hyperparameterTuningJob"), job_spec_path("deployModel")
+        (('trialJobSpec',), ())
+    """
+    declared = kind_named(kind)
+    return declared.job_spec if declared else ()
 
 
 def job_spec_of(kind: str, spec: dict[str, Any]) -> dict[str, Any] | None:
-    """Return the CustomJobSpec dict of a training request, or None when it is not an object."""
+    """Return the CustomJobSpec dict of a training request, or None when it is not an object
+    (or the kind has none)."""
+    path = job_spec_path(kind)
+    if not path:
+        return None  # a deployment: the body itself is no CustomJobSpec
     node: Any = spec
-    for key in job_spec_path(kind):
+    for key in path:
         node = node.get(key) if isinstance(node, dict) else None
     return node if isinstance(node, dict) else None
 

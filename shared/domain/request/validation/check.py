@@ -8,14 +8,22 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from shared.domain.model.kinds import (
+    CUSTOM_JOB,
+    DEPLOY_MODEL,
+    HYPERPARAMETER_TUNING_JOB,
+    KINDS,
+    TRAINING_KINDS,
+    TRAINING_PIPELINE,
+    JobKind,
+    kind_named,
+)
 from shared.domain.model.strategies import AUTO, STRATEGIES
 from shared.domain.model.values import kind_of, show
 from shared.domain.policy.checkpoints import split_gcs_uri
 from shared.domain.policy.retry import check_fallback, placement_for
 from shared.domain.request.attempts import attempt_spec
 from shared.domain.request.message import (
-    KINDS,
-    TRAINING_KINDS,
     JobRequest,
     check_options,
     job_spec_of,
@@ -35,11 +43,12 @@ from shared.kernel.errors import FieldError
 #: A check of a parsed request: every problem found, empty when there is none.
 Validator = Callable[[JobRequest], list[FieldError]]
 
-_BODY_CHECKS: dict[str, Callable[[Context, dict[str, Any]], None]] = {
-    "customJob": check_custom_job,
-    "hyperparameterTuningJob": check_tuning_job,
-    "trainingPipeline": check_training_pipeline,
-    "deployModel": check_deploy_model,
+#: Each declared kind's body check (tests/unit/test_kind_declarations.py holds every kind to one).
+_BODY_CHECKS: dict[JobKind, Callable[[Context, dict[str, Any]], None]] = {
+    CUSTOM_JOB: check_custom_job,
+    HYPERPARAMETER_TUNING_JOB: check_tuning_job,
+    TRAINING_PIPELINE: check_training_pipeline,
+    DEPLOY_MODEL: check_deploy_model,
 }
 
 
@@ -131,13 +140,14 @@ def _check_body(request: JobRequest, guards: Guards) -> list[FieldError]:
     spec = getattr(request, "spec", None)
     location = getattr(request, "location", None)
     ctx = Context(guards, [], location if isinstance(location, str) else None)
-    if kind not in KINDS:
+    declared = kind_named(kind)
+    if declared is None:
         ctx.add("$", f"unknown request kind {show(kind)}; use one of {', '.join(KINDS)}")
         return ctx.errors
     if not isinstance(spec, dict):
-        ctx.add(str(kind), f"must be a JSON object (the Vertex REST body), not {kind_of(spec)}")
+        ctx.add(declared.name, f"must be a JSON object (the Vertex REST body), not {kind_of(spec)}")
         return ctx.errors
-    _BODY_CHECKS[str(kind)](ctx, spec)
+    _BODY_CHECKS[declared](ctx, spec)
     return ctx.errors
 
 
