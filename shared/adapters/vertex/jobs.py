@@ -26,6 +26,7 @@ from google.api_core import retry as gretry
 
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.model.kinds import TRAINING, JobKind, training_kind_of
+from shared.domain.model.strategies import runs_as
 from shared.domain.model.values import snake_case
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest, parse_duration
@@ -269,7 +270,7 @@ def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
             else None
         )
         # Unspecified is what Vertex runs as on-demand (STANDARD): flexjobs always names one.
-        return ("STANDARD" if strategy == "STRATEGY_UNSPECIFIED" else strategy), wait
+        return runs_as(strategy), wait
     inputs = next(
         (
             spec

@@ -30,6 +30,7 @@ from shared.domain.decisions.recovery import (
 from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
+from shared.domain.model.strategies import Strategy
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
 from shared.domain.request.message import JobRequest
@@ -227,7 +228,7 @@ def adopted_fields(
     if job.strategy is None:
         return planned, extra  # Vertex did not say: the plan stands
     strategy = job.strategy
-    wait = job.max_wait_seconds if strategy == "FLEX_START" else None
+    wait = job.max_wait_seconds if strategy == Strategy.FLEX_START else None
     wait = None if not wait else int(wait)  # 0s: indefinitely, which the record says as null
     if "capacity" not in extra:
         return strategy, extra

@@ -72,12 +72,12 @@ from shared.domain.capacity.model import (
     Situation,
     Tuning,
 )
-from shared.domain.model.strategies import MAX_DWS_TIMEOUT_SECONDS
+from shared.domain.model.strategies import MAX_DWS_TIMEOUT_SECONDS, Strategy
 
 #: What an AUTO attempt runs on when its record's deadline fields cannot be read any more
 #: (hand-edited): on-demand to the end, final, so nothing gives it up or leaves it.
 FALLBACK_DECISION: Final = CapacityDecision(
-    strategy="STANDARD",
+    strategy=Strategy.STANDARD,
     reason="the deadline fields cannot be read: on-demand to the end",
     final=True,
 )

@@ -32,6 +32,21 @@ AUTO: Final = "AUTO"
 
 #: Deprecated Vertex strategies and what to write instead (Scheduling.Strategy in Vertex v1).
 DEPRECATED_STRATEGIES: Final = {"ON_DEMAND": "STANDARD", "LOW_COST": "SPOT"}
+#: The strategy a Vertex job reports when none was named: Vertex runs it on-demand.
+UNSPECIFIED: Final = "STRATEGY_UNSPECIFIED"
+
+
+def runs_as(name: str) -> str:
+    """What a strategy name Vertex reports runs as: unspecified and the deprecated
+    ``ON_DEMAND`` run on-demand (STANDARD); any other name is itself (``LOW_COST`` too: it
+    names no capacity flexjobs prices or submits).
+
+    Examples:
+        >>> runs_as("STRATEGY_UNSPECIFIED"), runs_as("ON_DEMAND"), runs_as("SPOT")
+        ('STANDARD', 'STANDARD', 'SPOT')
+    """
+    return Strategy.STANDARD.value if name in (UNSPECIFIED, "ON_DEMAND") else name
+
 
 #: How long a FLEX_START job waits for capacity by default (``0s`` would mean indefinitely).
 DEFAULT_MAX_WAIT: Final = "86400s"

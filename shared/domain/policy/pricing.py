@@ -15,9 +15,10 @@ from types import MappingProxyType
 
 import yaml
 
-STRATEGY_KEYS = ("STANDARD", "SPOT", "FLEX_START")
-# Vertex's Scheduling.Strategy also spells on-demand capacity these ways.
-_STRATEGY_ALIASES = {"ON_DEMAND": "STANDARD", "STRATEGY_UNSPECIFIED": "STANDARD"}
+from shared.domain.model.strategies import Strategy, runs_as
+
+#: The columns of a price row, in the order prices.yaml lists them.
+STRATEGY_KEYS = (Strategy.STANDARD, Strategy.SPOT, Strategy.FLEX_START)
 _CENT = Decimal("0.01")
 _SECONDS_PER_HOUR = Decimal(3600)
 
@@ -31,9 +32,12 @@ class Rates:
     flex_start: Decimal
 
     def for_strategy(self, strategy: str) -> Decimal:
-        return {"STANDARD": self.standard, "SPOT": self.spot, "FLEX_START": self.flex_start}[
-            strategy
-        ]
+        rates = {
+            Strategy.STANDARD: self.standard,
+            Strategy.SPOT: self.spot,
+            Strategy.FLEX_START: self.flex_start,
+        }
+        return rates[Strategy(strategy)]
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,7 @@ class PriceTable:
         if gpu_seconds < 0:
             raise ValueError(f"gpu_seconds must be non-negative, got {gpu_seconds}")
         rates = self.rates.get(accelerator_type.upper())
-        key = _STRATEGY_ALIASES.get(strategy.upper(), strategy.upper())
+        key = runs_as(strategy.upper())
         if rates is None or key not in STRATEGY_KEYS:
             return UNPRICED
         hours = Decimal(str(gpu_seconds)) / _SECONDS_PER_HOUR

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.domain.model.kinds import kind_named
-from shared.domain.model.strategies import AUTO, DEFAULT_MAX_WAIT
+from shared.domain.model.strategies import AUTO, DEFAULT_MAX_WAIT, Strategy
 from shared.domain.request.message import job_spec_of
 
 ENV_RUN_ID = "FLEXJOBS_RUN_ID"
@@ -76,7 +76,7 @@ def attempt_spec(
     scheduling = job_spec.get("scheduling") if job_spec else None
     if strategy and isinstance(scheduling, dict) and scheduling.get("strategy") != strategy:
         scheduling["strategy"] = strategy
-        if strategy == "FLEX_START":
+        if strategy == Strategy.FLEX_START:
             scheduling.setdefault("maxWaitDuration", DEFAULT_MAX_WAIT)
         else:
             # maxWaitDuration only applies to FLEX_START; Vertex would ignore it elsewhere.
@@ -84,7 +84,7 @@ def attempt_spec(
     if max_wait_seconds is not None and isinstance(scheduling, dict):
         if max_wait_seconds <= 0:
             raise ValueError(f"max_wait_seconds must be positive, got {max_wait_seconds}")
-        if scheduling.get("strategy") == "FLEX_START":
+        if scheduling.get("strategy") == Strategy.FLEX_START:
             scheduling["maxWaitDuration"] = f"{int(max_wait_seconds)}s"
     if isinstance(scheduling, dict) and scheduling.get("strategy") == AUTO:
         # The one place every attempt's body is built: AUTO must never reach Vertex.

@@ -18,7 +18,13 @@ from typing import Any
 
 from shared.domain.model.ids import check_request_id
 from shared.domain.model.kinds import DEPLOY_MODEL, KINDS, TRAINING_KINDS, kind_named
-from shared.domain.model.strategies import AUTO, DEFAULT_MAX_WAIT, DEFAULT_STRATEGY, DEFAULT_TIMEOUT
+from shared.domain.model.strategies import (
+    AUTO,
+    DEFAULT_MAX_WAIT,
+    DEFAULT_STRATEGY,
+    DEFAULT_TIMEOUT,
+    Strategy,
+)
 from shared.domain.model.values import parse_rfc3339, snake_case
 from shared.domain.policy.checkpoints import check_checkpoint_uri
 from shared.domain.policy.retry import check_fallback, check_retry_policy
@@ -78,7 +84,8 @@ class JobRequest:
     @property
     def strategy(self) -> str:
         if self.kind == DEPLOY_MODEL.name:
-            return "SPOT" if _deployed_resources(self.spec).get("spot") else "STANDARD"
+            spot = _deployed_resources(self.spec).get("spot")
+            return Strategy.SPOT if spot else Strategy.STANDARD
         return str(self.scheduling.get("strategy", DEFAULT_STRATEGY))
 
     @property
@@ -197,7 +204,7 @@ def apply_defaults(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         return out
     # In the canonical form STRATEGY_UNSPECIFIED (or 0) is the default value, so it is absent.
     scheduling.setdefault("strategy", DEFAULT_STRATEGY)
-    if scheduling["strategy"] == "FLEX_START":
+    if scheduling["strategy"] == Strategy.FLEX_START:
         scheduling.setdefault("maxWaitDuration", DEFAULT_MAX_WAIT)
     scheduling.setdefault("timeout", DEFAULT_TIMEOUT)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from shared.domain.model.strategies import Strategy
 from shared.domain.model.values import is_int, key_path, kind_of, show
 from shared.domain.request.machines import MAX_INT32
 from shared.domain.request.validation.fields import check_machine_spec, check_service_account
@@ -136,7 +137,7 @@ def _check_dedicated_resources(ctx: Context, resources: dict[str, Any], base: st
         ctx,
         resources.get("machineSpec"),
         f"{base}.machineSpec",
-        strategy="SPOT",
+        strategy=Strategy.SPOT,
         default=DEFAULT_DEPLOY_MACHINE,
     )
     low = read_int(

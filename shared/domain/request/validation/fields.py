@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.domain.model.strategies import Strategy
 from shared.domain.model.values import kind_of, show
 from shared.domain.request.machines import (
     ALL_ACCELERATORS,
@@ -103,9 +104,9 @@ def check_machine_spec(
     if machine is not None and usable and count_ok:
         for field, message in machine_spec_problems(machine, accelerator, count):
             ctx.add(f"{path}.{field}", message)
-    if strategy == "FLEX_START" and usable:
+    if strategy == Strategy.FLEX_START and usable:
         _check_dws_accelerator(ctx, path, machine, accelerator)
-    if strategy == "SPOT" and usable and is_tpu_pod(accelerator, machine or "", topology):
+    if strategy == Strategy.SPOT and usable and is_tpu_pod(accelerator, machine or "", topology):
         field = (
             "acceleratorType"
             if accelerator in TPU_POD_ACCELERATORS

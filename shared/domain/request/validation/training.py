@@ -16,6 +16,7 @@ from shared.domain.model.strategies import (
     DEPRECATED_STRATEGIES,
     MAX_DWS_TIMEOUT_SECONDS,
     STRATEGIES,
+    Strategy,
 )
 from shared.domain.model.values import kind_of, show
 from shared.domain.request.field_policy import check_field_policy
@@ -160,14 +161,18 @@ def _check_scheduling(ctx: Context, node: Any, path: str) -> str | None:
     # Vertex documents maxWaitDuration as applying only when the strategy is FLEX_START; under
     # SPOT or STANDARD it would be silently ignored, so a request carrying it has a wrong
     # expectation about how long it may queue. Refusing it says so now.
-    elif node.get("maxWaitDuration") is not None and strategy not in (None, "FLEX_START"):
+    elif node.get("maxWaitDuration") is not None and strategy not in (None, Strategy.FLEX_START):
         ctx.add(
             f"{path}.maxWaitDuration",
             f"only applies to FLEX_START (DWS), not {strategy}; remove it or set strategy to "
             "FLEX_START",
         )
     timeout = read_duration(ctx, node, "timeout", path, allow_zero=False)
-    if timeout is not None and strategy == "FLEX_START" and timeout > MAX_DWS_TIMEOUT_SECONDS:
+    if (
+        timeout is not None
+        and strategy == Strategy.FLEX_START
+        and timeout > MAX_DWS_TIMEOUT_SECONDS
+    ):
         ctx.add(
             f"{path}.timeout",
             f"must be at most {MAX_DWS_TIMEOUT_SECONDS}s (7 days): DWS (FLEX_START) runs a job "
@@ -230,7 +235,7 @@ def _check_worker_pools(
         gpus += per_replica * count
         replicas += count
         machine = pool.get("machineSpec")
-        if strategy == "FLEX_START" and isinstance(machine, dict):
+        if strategy == Strategy.FLEX_START and isinstance(machine, dict):
             if reference is None:
                 reference = (i, machine)
             elif _differs(machine, reference[1]):
