@@ -226,7 +226,7 @@ def test_an_unexpected_failure_reading_a_message_is_a_recorded_rejection(
     def exhausted(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError
 
-    monkeypatch.setattr("shared.app.intake.parse_request", exhausted)
+    monkeypatch.setattr("shared.domain.request.reading.parse_request", exhausted)
     assert deliver(post_event, load("seed_request")) == 200  # acknowledged, never redelivered
     (rejection,) = intake.rejections.documents.values()
     assert rejection["errors"] == [
