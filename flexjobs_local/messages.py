@@ -1,8 +1,9 @@
 """Read request files and validate them exactly as ``handle_job_request`` does, offline.
 
 A file holds one message (``.json``), one message a line (``.jsonl``), a gcloud
-``config.yaml``, or a bare Vertex body (with ``kind``). Each message is checked by the function's
-own parser and validators (:func:`shared.domain.request.message.parse_request`,
+``config.yaml``, or a bare Vertex body (with ``kind``). Each message is read within the message
+limit as the upload function reads it, and checked by intake's own reader
+(:func:`shared.domain.request.reading.read_message`, with
 :func:`shared.domain.request.validation.validators`), so what passes here is what intake accepts.
 
 Examples:
@@ -20,12 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.app.intake import is_cancel
 from shared.domain.model.kinds import KINDS
 from shared.domain.request.files import Format, messages
 from shared.domain.request.gcloud_yaml import DEFAULT_MAX_BYTES as DEFAULT_MAX_MESSAGE_BYTES
-from shared.domain.request.message import decode_message, parse_request
-from shared.domain.request.schedule import SCHEDULE_TIME_ATTRIBUTE, check_not_ahead
+from shared.domain.request.message import parse_request
+from shared.domain.request.reading import is_cancel, read_body, read_message
+from shared.domain.request.schedule import SCHEDULE_TIME_ATTRIBUTE
 from shared.domain.request.validation import Guards, validators
 from shared.kernel.config import Settings
 from shared.kernel.errors import FieldError, InvalidRequest, reading_untrusted
@@ -76,8 +77,10 @@ def read_messages(
     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> list[Message]:
     """The messages of a file, split and read by the upload function's own reader
-    (:func:`shared.domain.request.files.messages`: the same lines, BOM and limits); unreadable
-    ones carry their errors instead of a body, and so does a file that cannot be read."""
+    (:func:`shared.domain.request.files.messages`: the same lines, BOM and limits), each
+    within ``max_bytes`` as intake reads it (:func:`shared.domain.request.reading.read_body`);
+    unreadable ones carry their errors instead of a body, and so does a file that cannot be
+    read."""
     fmt = fmt or detect_format(name, data.decode("utf-8", errors="replace"))
     try:
         with reading_untrusted("the file"):
@@ -86,13 +89,13 @@ def read_messages(
         return [Message(None, errors=list(err.errors))]
     # A YAML file is a CustomJobSpec, never a bare body of another kind.
     wrap = None if fmt == "yaml" else kind
-    return [_decode(part.data, wrap, part.line) for part in parts]
+    return [_decode(part.data, wrap, part.line, max_bytes) for part in parts]
 
 
-def _decode(data: bytes, kind: str | None, line: int | None) -> Message:
+def _decode(data: bytes, kind: str | None, line: int | None, max_bytes: int) -> Message:
     try:
         with reading_untrusted("the message"):
-            body = decode_message(data)
+            body = read_body(data, max_bytes)
     except InvalidRequest as err:
         return Message(None, line=line, errors=list(err.errors))
     if kind is not None:
@@ -130,29 +133,25 @@ def stamp_schedule_time(message: Message, now: datetime) -> None:
 
 
 def check(message: Message, settings: Settings, now: datetime) -> list[FieldError]:
-    """Every problem intake would find in this message ([] when it would be accepted)."""
+    """Every problem intake would find in this message ([] when it would be accepted): it is
+    read by intake's own reader (:func:`shared.domain.request.reading.read_message`) in the
+    form it is published (client.publish's compact encoding, with its attributes)."""
     if message.body is None:
         return message.errors
-    body = message.body
-    # Measured as it is published (client.publish's compact encoding), as intake measures it.
-    data = json.dumps(body, separators=(",", ":")).encode("utf-8")
-    if len(data) > settings.max_message_bytes:
-        limit = settings.max_message_bytes
-        return [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]
-    if is_cancel(body):
-        target = body.get("cancel")
-        if not isinstance(target, str) or not target.strip():
-            return [FieldError("cancel", "must be a non-empty requestId string")]
-        return []
+    data = json.dumps(message.body, separators=(",", ":")).encode("utf-8")
     try:
-        request = parse_request(body, message.attributes, "cli-validate", rfc3339(now))
+        read_message(
+            data,
+            message.attributes,
+            "cli-validate",
+            rfc3339(now),
+            max_bytes=settings.max_message_bytes,
+            validators=validators(Guards.from_settings(settings)),
+            clock=lambda: now,
+        )
     except InvalidRequest as err:
         return list(err.errors)
-    guards = Guards.from_settings(settings)
-    errors = [error for validate in validators(guards) for error in validate(request)]
-    if request.slot is not None:
-        errors.extend(check_not_ahead(request.slot, now))
-    return errors
+    return []
 
 
 def request_id_of(message: Message, now: datetime) -> str:

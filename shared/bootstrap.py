@@ -1,19 +1,23 @@
 """Wire the services to their adapters once per function instance, lazily.
 
 Nothing here runs at import time: the first invocation builds the settings and adapters, and
-the Google clients themselves are created on their first call. Tests install their own
-wiring (in-memory fakes) with :func:`override` and :func:`override_tracker`, and drop it with
-``override(None)`` so the next call rebuilds.
+the Google clients themselves are created on their first call. Every builder takes
+:class:`Ports`, whose given adapters replace the production ones: tests wire the production
+contexts (retry policy, prices, settings) over in-memory fakes that way. Tests may also
+install a prebuilt context with :func:`override` and :func:`override_tracker`, and drop it
+with ``override(None)`` so the next call rebuilds.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shared.app.context import Deployments, Intake, Tracker
 from shared.app.repository.deployments import DeploymentRecords
@@ -27,6 +31,19 @@ from shared.status.site import StatusSite
 
 if TYPE_CHECKING:
     from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.app.ports import (
+        CheckpointStore,
+        DeploymentBackend,
+        DeploymentStore,
+        JobBackend,
+        JobStore,
+        Notifier,
+        RejectionLog,
+        StoredObjects,
+    )
+    from shared.status.ports import JobViews
+
+T = TypeVar("T")
 
 _lock = threading.Lock()
 _intake: Intake | None = None
@@ -35,60 +52,128 @@ _uploads: Uploads | None = None
 _status_site: StatusSite | None = None
 
 
+@dataclass
+class Ports:
+    """What the builders wire the contexts with, where not the production adapters.
+
+    Each adapter left None is built for production (Firestore, Vertex AI, Pub/Sub, Cloud
+    Storage) by the builder that needs it. The repositories over the stores are built once
+    per Ports, so contexts built from one Ports share them, as the functions of one
+    deployment share Firestore; each production builder takes a Ports of its own.
+    """
+
+    job_store: JobStore | None = None
+    job_backend: JobBackend | None = None
+    rejections: RejectionLog | None = None
+    notifier: Notifier | None = None
+    deployment_store: DeploymentStore | None = None
+    deployment_backend: DeploymentBackend | None = None
+    checkpoints: CheckpointStore | None = None
+    objects: StoredObjects | None = None
+    views: JobViews | None = None
+    # None prices with prices.yaml; tests price in round numbers.
+    prices: PriceTable | None = None
+    # The backoff's full jitter, a float in [0, 1]; tests pass a constant.
+    jitter: Callable[[], float] = random.random
+    sleep: Callable[[float], None] = time.sleep
+    _built: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def once(self, key: str, build: Callable[[], T]) -> T:
+        """What ``build`` returns, built on the first call for ``key`` only."""
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]  # type: ignore[no-any-return]
+
+    def price_table(self) -> PriceTable:
+        return _given(self.prices, PriceTable.default)
+
+
+def _given(port: T | None, build: Callable[[], T]) -> T:
+    """``port`` when one was given, else the production one ``build`` makes."""
+    return build() if port is None else port
+
+
+def _firestore(settings: Settings, ports: Ports) -> FirestoreJobStore:
+    """The one Firestore store of a Ports (its client too), for every Firestore adapter."""
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+
+    return ports.once("firestore", lambda: FirestoreJobStore(settings))
+
+
+def _jobs(settings: Settings, ports: Ports) -> JobRecords:
+    def build() -> JobRecords:
+        store = _given(ports.job_store, lambda: _firestore(settings, ports))
+        return JobRecords(store, settings.location)
+
+    return ports.once("jobs", build)
+
+
+def _deployment_records(settings: Settings, ports: Ports) -> DeploymentRecords:
+    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+
+    def build() -> DeploymentRecords:
+        store = _given(
+            ports.deployment_store, lambda: FirestoreDeploymentStore(_firestore(settings, ports))
+        )
+        return DeploymentRecords(store)
+
+    return ports.once("deployments", build)
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
 def build_intake(
-    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+    settings: Settings | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    ports: Ports | None = None,
 ) -> Intake:
-    """The production wiring of :class:`Intake`: Firestore, Vertex AI and Pub/Sub adapters."""
-    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+    """The production wiring of :class:`Intake`: Firestore, Vertex AI and Pub/Sub adapters,
+    but those ``ports`` gives."""
+    from shared.adapters.firestore.job_store import FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.jobs import VertexJobBackend
     from shared.domain.request.validation import Guards, validators
 
     settings = settings or Settings.from_env()
-    store = FirestoreJobStore(settings)
-    backend = VertexJobBackend(settings)
-    deployments = build_deployments(settings, clock, jobs=store)
+    ports = ports or Ports()
     guards = Guards.from_settings(settings)
     return Intake(
         settings=settings,
-        store=JobRecords(store, settings.location),
-        backend=backend,
-        rejections=FirestoreRejectionLog(store),
-        notifier=PubsubNotifier(settings),
+        store=_jobs(settings, ports),
+        backend=_given(ports.job_backend, lambda: VertexJobBackend(settings)),
+        rejections=_given(
+            ports.rejections, lambda: FirestoreRejectionLog(_firestore(settings, ports))
+        ),
+        notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),
         # The body was parsed with the v1 proto by parse_request (shared.domain.request.canonical),
         # so what the protos refuse is already reported; these run on its canonical form.
         validators=validators(guards),
         clock=clock,
-        deployments=deployments,
-        retry=retry_policy(settings, classify=False),
-        prices=PriceTable.default(),
+        deployments=build_deployments(settings, clock, ports),
+        retry=retry_policy(settings, classify=False, jitter=ports.jitter),
+        prices=ports.price_table(),
     )
 
 
 def build_deployments(
     settings: Settings | None = None,
     clock: Callable[[], datetime] = utc_now,
-    jobs: FirestoreJobStore | None = None,
+    ports: Ports | None = None,
 ) -> Deployments:
-    """The production wiring of :class:`~shared.app.deploy.Deployments` (Firestore, Vertex).
-
-    ``jobs`` shares its Firestore client; without it a store of its own is built (lazily).
-    """
-    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+    """The production wiring of :class:`~shared.app.deploy.Deployments` (Firestore, Vertex),
+    but those ``ports`` gives; its Firestore client is the one of ``ports``' other stores."""
     from shared.adapters.vertex.endpoints import VertexDeploymentBackend
 
     settings = settings or Settings.from_env()
+    ports = ports or Ports()
     return Deployments(
         settings=settings,
-        store=DeploymentRecords(FirestoreDeploymentStore(jobs or FirestoreJobStore(settings))),
-        backend=VertexDeploymentBackend(settings),
+        store=_deployment_records(settings, ports),
+        backend=_given(ports.deployment_backend, lambda: VertexDeploymentBackend(settings)),
         clock=clock,
-        retry=retry_policy(settings, classify=False),
+        retry=retry_policy(settings, classify=False, jitter=ports.jitter),
     )
 
 
@@ -109,7 +194,9 @@ def override(value: Intake | None) -> None:
         _intake = value
 
 
-def retry_policy(settings: Settings, *, classify: bool = True) -> RetryPolicy:
+def retry_policy(
+    settings: Settings, *, classify: bool = True, jitter: Callable[[], float] = random.random
+) -> RetryPolicy:
     """The one retry policy, from the settings: the failure table (``FLEXJOBS_FAILURE_RULES``,
     a path or the text), the budgets, and the backoff with random jitter.
 
@@ -127,32 +214,34 @@ def retry_policy(settings: Settings, *, classify: bool = True) -> RetryPolicy:
     backoff = Backoff(
         base_seconds=settings.backoff_base_seconds,
         cap_seconds=settings.backoff_cap_seconds,
-        jitter=random.random,
+        jitter=jitter,
     )
     return RetryPolicy(rules=rules, backoff=backoff)
 
 
 def build_tracker(
-    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+    settings: Settings | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    ports: Ports | None = None,
 ) -> Tracker:
-    """The production wiring of :class:`Tracker`."""
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+    """The production wiring of :class:`Tracker`, but the adapters ``ports`` gives."""
     from shared.adapters.gcs import GcsCheckpointStore
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.jobs import VertexJobBackend
 
     settings = settings or Settings.from_env()
-    store = FirestoreJobStore(settings)
+    ports = ports or Ports()
     return Tracker(
         settings=settings,
-        store=JobRecords(store, settings.location),
-        backend=VertexJobBackend(settings),
-        checkpoints=GcsCheckpointStore(project=settings.project),
-        notifier=PubsubNotifier(settings),
-        retry=retry_policy(settings),
-        prices=PriceTable.default(),
+        store=_jobs(settings, ports),
+        backend=_given(ports.job_backend, lambda: VertexJobBackend(settings)),
+        checkpoints=_given(ports.checkpoints, lambda: GcsCheckpointStore(project=settings.project)),
+        notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),
+        retry=retry_policy(settings, jitter=ports.jitter),
+        prices=ports.price_table(),
         clock=clock,
-        deployments=build_deployments(settings, clock, jobs=store),
+        deployments=build_deployments(settings, clock, ports),
+        sleep=ports.sleep,
     )
 
 
@@ -174,18 +263,28 @@ def override_tracker(value: Tracker | None) -> None:
 
 
 def build_uploads(
-    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+    settings: Settings | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    ports: Ports | None = None,
 ) -> Uploads:
     """The production wiring of :class:`~shared.app.uploads.Uploads`: an intake of its own (the
-    upload function submits requests exactly as the requests function does) and GCS."""
+    upload function submits requests exactly as the requests function does) and GCS, but the
+    adapters ``ports`` gives."""
     from shared.adapters.gcs import GcsCheckpointStore, GcsStoredObjects
 
     settings = settings or Settings.from_env()
+    ports = ports or Ports()
     timeout = settings.call_timeout_seconds
     return Uploads(
-        intake=build_intake(settings, clock),
-        objects=GcsStoredObjects(project=settings.project, timeout_seconds=timeout),
-        checkpoints=GcsCheckpointStore(project=settings.project, timeout_seconds=timeout),
+        intake=build_intake(settings, clock, ports),
+        objects=_given(
+            ports.objects,
+            lambda: GcsStoredObjects(project=settings.project, timeout_seconds=timeout),
+        ),
+        checkpoints=_given(
+            ports.checkpoints,
+            lambda: GcsCheckpointStore(project=settings.project, timeout_seconds=timeout),
+        ),
     )
 
 
@@ -207,17 +306,22 @@ def override_uploads(value: Uploads | None) -> None:
 
 
 def build_status_site(
-    settings: Settings | None = None, clock: Callable[[], datetime] = utc_now
+    settings: Settings | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    ports: Ports | None = None,
 ) -> StatusSite:
-    """The production wiring of the status page: read-only Firestore views and the prices."""
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+    """The production wiring of the status page: read-only Firestore views and the prices,
+    but the views and prices ``ports`` gives."""
     from shared.adapters.firestore.views import FirestoreJobViews
 
     settings = settings or Settings.from_env()
-    views = FirestoreJobViews(FirestoreJobStore(settings), timeout=settings.call_timeout_seconds)
+    ports = ports or Ports()
+    timeout = settings.call_timeout_seconds
     return StatusSite(
-        views=views,
-        prices=PriceTable.default(),
+        views=_given(
+            ports.views, lambda: FirestoreJobViews(_firestore(settings, ports), timeout=timeout)
+        ),
+        prices=ports.price_table(),
         clock=clock,
         page_size=settings.status_page_size,
     )

@@ -25,19 +25,14 @@ from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.situations import situation_for_first_attempt
 from shared.domain.decisions.submissions import tombstone_claimed
 from shared.domain.model.ids import check_request_id
-from shared.domain.model.kinds import DEPLOY_MODEL, KINDS
+from shared.domain.model.kinds import DEPLOY_MODEL
 from shared.domain.model.records import JobRecord
 from shared.domain.model.strategies import AUTO
 from shared.domain.model.values import clip
 from shared.domain.request.attempts import gpu_shape
-from shared.domain.request.message import (
-    JobRequest,
-    decode_message,
-    parse_request,
-    read_request_id,
-)
-from shared.domain.request.schedule import check_not_ahead
-from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput, reading_untrusted
+from shared.domain.request.message import JobRequest, read_request_id
+from shared.domain.request.reading import Cancel, read_message
+from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput
 from shared.kernel.logs import get_logger, request_context
 
 __all__ = ["Intake", "Outcome", "submit_job"]
@@ -47,35 +42,6 @@ log = get_logger("intake")
 EXCERPT_BYTES = 2048
 #: A rejection keeps at most this many errors (plus their total), so it always fits.
 MAX_REJECTION_ERRORS = 100
-
-
-def read_body(cmd: SubmitJob, intake: Intake) -> dict[str, Any]:
-    """Decode a delivered message into a JSON object, within the size limit.
-
-    Raises:
-        InvalidRequest: the message is too large, not UTF-8, not JSON or not an object.
-    """
-    data = cmd.message.data
-    limit = intake.settings.max_message_bytes
-    if len(data) > limit:
-        raise InvalidRequest(
-            [FieldError("$", f"message is {len(data)} bytes; the limit is {limit} bytes")]
-        )
-    return decode_message(data)
-
-
-def read_job_request(cmd: SubmitJob, intake: Intake, body: dict[str, Any]) -> JobRequest:
-    """Parse and validate a decoded request, collecting every problem.
-
-    Raises:
-        InvalidRequest: with all the problems found; the message can never succeed.
-    """
-    message = cmd.message
-    request = parse_request(body, message.attributes, message.message_id, message.publish_time)
-    errors = [error for validate in intake.validators for error in validate(request)]
-    if errors:
-        raise InvalidRequest(errors)
-    return dataclasses.replace(request, origin={"source": cmd.source, **cmd.origin})
 
 
 Command = CancelJob | CreateJob | DeployModel
@@ -96,25 +62,25 @@ def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
 
 
 def read_command(cmd: SubmitJob, intake: Intake) -> Command:
-    """The command a delivered message carries.
-
-    Reading is pure, so whatever it raises refuses the message (a recorded rejection, never
-    an endless redelivery; see :func:`~shared.kernel.errors.reading_untrusted`).
+    """The command a delivered message carries, read as every reader reads a message
+    (:func:`~shared.domain.request.reading.read_message`).
 
     Raises:
         InvalidRequest: with every problem found; the message can never succeed.
     """
-    with reading_untrusted("the message"):
-        return _read_command(cmd, intake)
-
-
-def _read_command(cmd: SubmitJob, intake: Intake) -> Command:
-    body = read_body(cmd, intake)
-    if is_cancel(body):
-        return CancelJob(request_id=_cancel_target(body))
-    request = read_job_request(cmd, intake, body)
-    if request.slot is not None and (ahead := check_not_ahead(request.slot, intake.clock())):
-        raise InvalidRequest(ahead)
+    message = cmd.message
+    read = read_message(
+        message.data,
+        message.attributes,
+        message.message_id,
+        message.publish_time,
+        max_bytes=intake.settings.max_message_bytes,
+        validators=intake.validators,
+        clock=intake.clock,
+    )
+    if isinstance(read, Cancel):
+        return CancelJob(request_id=read.request_id)
+    request = dataclasses.replace(read, origin={"source": cmd.source, **cmd.origin})
     return DeployModel(request) if request.kind == DEPLOY_MODEL.name else CreateJob(request)
 
 
@@ -186,20 +152,6 @@ def _already_claimed(request: JobRequest, claim: Claimed, intake: Intake) -> Out
     brief = {"vertexJob": record.vertex_job, "state": record.state.value}
     log.info("duplicate delivery: already submitted", extra={"fields": brief})
     return Outcome.DUPLICATE
-
-
-def is_cancel(body: dict[str, Any]) -> bool:
-    """``{"cancel": "<requestId>"}`` on the requests topic cancels that request."""
-    return "cancel" in body and not any(kind in body for kind in KINDS)
-
-
-def _cancel_target(body: dict[str, Any]) -> str:
-    target = body.get("cancel")
-    if not isinstance(target, str) or not target.strip():
-        raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId string")])
-    if too_long := check_request_id(target, "cancel"):
-        raise InvalidRequest(too_long)
-    return target
 
 
 def bounded_errors(errors: Sequence[FieldError]) -> list[dict[str, str]]:

@@ -9,12 +9,9 @@ from cloudevents.conversion import to_structured
 from functions_framework import create_app
 
 from shared import bootstrap
-from shared.app.context import Deployments, Intake, Tracker
-from shared.app.repository.deployments import DeploymentRecords
-from shared.app.repository.jobs import JobRecords
+from shared.app.context import Intake, Tracker
+from shared.bootstrap import Ports
 from shared.domain.policy.pricing import PriceTable
-from shared.domain.policy.retry import Backoff, RetryPolicy
-from shared.domain.request.validation import Guards, validators
 from shared.kernel.config import Settings
 from tests.fakes import (
     FakeClock,
@@ -41,34 +38,46 @@ PRICES = "accelerators: {NVIDIA_TESLA_A100: {STANDARD: 4.00, SPOT: 1.60, FLEX_ST
 REQUEST_BUCKET = "flexjobs-uploads"
 
 
-def wire_fakes(settings: Settings | None = None) -> Intake:
-    """An :class:`Intake` on the in-memory fakes, validated like production."""
-    settings = settings or Settings(project="p", request_bucket=REQUEST_BUCKET)
-    guards = Guards.from_settings(settings)
-    clock = lambda: datetime.now(UTC)  # noqa: E731
-    deployments = Deployments(
-        settings=settings,
-        store=DeploymentRecords(InMemoryDeploymentStore()),
-        backend=InMemoryDeploymentBackend(),
-        clock=clock,
-    )
-    deployments.backend.add_endpoint(ENDPOINT)
-    return Intake(
-        settings=settings,
-        store=JobRecords(InMemoryJobStore(), settings.location),
-        backend=InMemoryJobBackend(),
+#: The environment of the fakes' settings, read as the functions read theirs.
+ENV = {"GOOGLE_CLOUD_PROJECT": "p", "FLEXJOBS_REQUEST_BUCKET": REQUEST_BUCKET}
+
+
+def fake_ports(checkpoints: InMemoryCheckpointStore | None = None) -> Ports:
+    """The in-memory fakes, for the bootstrap's builders to wire as production is wired.
+
+    The jitter is constant, so a backoff is a known time; ``sleep`` returns at once.
+    """
+    deployment_backend = InMemoryDeploymentBackend()
+    deployment_backend.add_endpoint(ENDPOINT)
+    return Ports(
+        job_store=InMemoryJobStore(),
+        job_backend=InMemoryJobBackend(),
         rejections=InMemoryRejectionLog(),
         notifier=InMemoryNotifier(),
-        # The production validators; parse_request already read the body with the v1 protos.
-        validators=validators(guards),
-        clock=clock,
-        deployments=deployments,
+        deployment_store=InMemoryDeploymentStore(),
+        deployment_backend=deployment_backend,
+        checkpoints=checkpoints or InMemoryCheckpointStore(),
+        prices=PriceTable.load(PRICES),
+        jitter=lambda: 0.5,
+        sleep=lambda _seconds: None,
     )
+
+
+def wire_fakes(settings: Settings | None = None, ports: Ports | None = None) -> Intake:
+    """An :class:`Intake` on the in-memory fakes, wired by the production builder."""
+    settings = settings or Settings.from_env(ENV)
+    return bootstrap.build_intake(settings, ports=ports or fake_ports())
 
 
 @pytest.fixture
-def intake() -> Iterator[Intake]:
-    wired = wire_fakes()
+def ports(checkpoints: InMemoryCheckpointStore) -> Ports:
+    """The fakes ``intake`` and ``tracker`` share, as the functions share Firestore."""
+    return fake_ports(checkpoints)
+
+
+@pytest.fixture
+def intake(ports: Ports) -> Iterator[Intake]:
+    wired = wire_fakes(ports=ports)
     bootstrap.override(wired)
     yield wired
     bootstrap.override(None)
@@ -86,26 +95,15 @@ def checkpoints() -> InMemoryCheckpointStore:
 
 
 @pytest.fixture
-def tracker(
-    intake: Intake, clock: FakeClock, checkpoints: InMemoryCheckpointStore
-) -> Iterator[Tracker]:
+def tracker(intake: Intake, ports: Ports, clock: FakeClock) -> Iterator[Tracker]:
     """A :class:`Tracker` on the same fakes as ``intake``, on a clock that moves when told.
 
     Retries are due at once (backoff base 0) and ``sleep`` returns at once; ``intake`` is put
     on the same clock, so a cancel and a hint see the same time.
     """
     intake.clock = clock
-    wired = Tracker(
-        settings=intake.settings,
-        store=intake.store,
-        backend=intake.backend,
-        checkpoints=checkpoints,
-        notifier=intake.notifier,
-        retry=RetryPolicy(backoff=Backoff(base_seconds=0, jitter=lambda: 0.5)),
-        prices=PriceTable.load(PRICES),
-        clock=clock,
-        sleep=lambda _seconds: None,
-    )
+    settings = Settings.from_env({**ENV, "FLEXJOBS_BACKOFF_BASE_SECONDS": "0"})
+    wired = bootstrap.build_tracker(settings, clock, ports)
     bootstrap.override_tracker(wired)
     yield wired
     bootstrap.override_tracker(None)

@@ -105,7 +105,6 @@ def test_a_cancel_of_a_request_the_tick_would_take_over_wins(tracker, clock, pos
 def test_an_adopted_auto_job_is_recorded_with_the_strategy_it_runs_on(
     intake, tracker, clock, post_event
 ):
-    intake.prices = tracker.prices
     tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
     event = pubsub_cloud_event(auto_body())
     assert post_event("handle_job_request", event).status_code == 500
@@ -226,7 +225,7 @@ def test_an_unexpected_failure_reading_a_message_is_a_recorded_rejection(
     def exhausted(*args: Any, **kwargs: Any) -> Any:
         raise MemoryError
 
-    monkeypatch.setattr("shared.app.intake.parse_request", exhausted)
+    monkeypatch.setattr("shared.domain.request.reading.parse_request", exhausted)
     assert deliver(post_event, load("seed_request")) == 200  # acknowledged, never redelivered
     (rejection,) = intake.rejections.documents.values()
     assert rejection["errors"] == [
@@ -405,7 +404,6 @@ def test_a_request_id_with_a_lone_surrogate_is_a_recorded_rejection(intake, post
 def test_an_adopted_spot_job_under_a_final_decision_is_revisited(
     intake, tracker, clock, post_event
 ):
-    intake.prices = tracker.prices
     tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504")
     event = pubsub_cloud_event(auto_body())
     assert post_event("handle_job_request", event).status_code == 500

@@ -586,7 +586,6 @@ def auto_body() -> dict[str, Any]:
 def test_auto_attempts_run_on_what_the_policy_chose_and_record_why(
     intake, tracker, clock, post_event
 ):
-    intake.prices = tracker.prices
     assert post_event("handle_job_request", pubsub_cloud_event(auto_body())).status_code == 200
 
     record = current(tracker)
@@ -616,7 +615,6 @@ def test_auto_attempts_run_on_what_the_policy_chose_and_record_why(
 
 
 def test_auto_with_the_slack_gone_runs_on_demand(intake, tracker, clock, post_event):
-    intake.prices = tracker.prices
     body = load("seed_request")
     body["customJob"]["jobSpec"]["scheduling"] = {"strategy": "AUTO"}
     # 24 h of work due in 24 h 20 min of the publish: only on-demand can still make it.
@@ -637,7 +635,6 @@ def test_auto_with_the_slack_gone_runs_on_demand(intake, tracker, clock, post_ev
 
 def submit_auto(intake, tracker, post_event) -> str:
     """:func:`auto_body` submitted; returns attempt 1's job, which the policy puts on Spot."""
-    intake.prices = tracker.prices
     assert post_event("handle_job_request", pubsub_cloud_event(auto_body())).status_code == 200
     record = current(tracker)
     assert record["strategy"] == "SPOT", record["capacity"]

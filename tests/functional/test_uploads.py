@@ -533,7 +533,6 @@ def test_a_file_of_too_many_requests_is_refused_whole(intake, uploads, client):
 def on_demand_auto_job(intake, tracker, final: bool = False, total_steps: int | None = 1000) -> str:
     """An AUTO request (4 h of work, 1000 steps, due in 3 days) whose attempt 1 the policy put
     on on-demand (as it does to catch up when behind) and which now runs; returns its job."""
-    intake.prices = tracker.prices
     scheduling = {"strategy": "AUTO"}
     body = load("seed_request")
     body["customJob"]["jobSpec"]["scheduling"] = scheduling

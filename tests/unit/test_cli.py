@@ -276,3 +276,27 @@ def test_the_size_limit_is_measured_as_published():
     settings = Settings(project="", max_message_bytes=compact)
     errors = check(Message(body), settings, datetime(2026, 11, 30, tzinfo=UTC))
     assert not any("bytes" in e.message for e in errors)
+
+
+def test_a_jsonl_line_over_the_message_limit_is_refused_as_an_upload_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its compact form fits, but an uploaded file's line is read as it is, spaces and all.
+    compact = json.dumps({"cancel": "seed-1"}, separators=(",", ":"))
+    monkeypatch.setenv("FLEXJOBS_MAX_MESSAGE_BYTES", str(len(compact)))
+    padded = json.dumps({"cancel": "seed-1"}, indent=8).replace("\n", " ")
+    assert main(["validate", write(tmp_path, "batch.jsonl", f"{compact}\n{padded}\n")]) == 2
+    err = capsys.readouterr().err
+    assert f"line 2: $: message is {len(padded)} bytes; the limit is {len(compact)} bytes" in err
+    assert "line 1:" not in err
+
+
+def test_a_cancel_of_a_request_id_over_its_byte_bound_is_refused_as_intake_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = json.dumps({"cancel": "r" * 1501})
+    assert main(["validate", write(tmp_path, "cancel.json", body)]) == 2
+    assert (
+        "cancel: is 1501 bytes in UTF-8; a requestId may have at most 1500"
+        in capsys.readouterr().err
+    )
