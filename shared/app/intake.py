@@ -121,6 +121,7 @@ def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:
         now=now,
         prices=intake.prices,
         budgets=intake.retry.for_request(request.options.get("retryPolicy")).budgets,
+        backoff=intake.retry.backoff,
         tuning=Tuning().scaled(intake.settings.auto_time_scale),
     )
 

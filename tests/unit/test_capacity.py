@@ -433,16 +433,91 @@ def test_on_demand_is_left_at_a_checkpoint_only_once_safely_ahead():
     assert switch_from_on_demand(behind) is None
 
 
-def test_after_the_last_switch_the_job_runs_on_demand_to_the_end():
-    decision = decide(situation(switches_left=0))
-    assert (decision.strategy, decision.final) == ("STANDARD", True)
+def test_a_drought_that_used_up_the_switches_with_slack_left_waits_long_on_flex_start():
+    # 11 h into a 24 h job due in 48 h, nothing saved (a drought ate the switches): 24 h of
+    # slack is left, far more than one FLEX_START wait's worst case.
+    drought = situation(elapsed=11 * HOUR, left=37 * HOUR, switches_left=0)
+    decision = decide(drought)
+    assert decision.strategy == "FLEX_START" and not decision.final
     assert decision.reason.startswith(f"{MAX_SWITCHES} attempts ended by choice")
+    # Its whole wait, with no early revisit: giving it up early would be one more switch.
+    slack = 37 * HOUR - WORK - OVERHEAD
+    assert decision.max_wait_seconds == int(slack - SAFETY_MARGIN_SECONDS)
+    assert decision.wait_until is None
+
+
+def test_past_the_switch_bound_on_demand_only_once_no_long_wait_fits():
+    # Slack of 15 minutes: less than the safety margin and the shortest worthwhile wait.
+    tight = situation(left=WORK + OVERHEAD + 900, switches_left=0)
+    decision = decide(tight)
+    assert (decision.strategy, decision.final) == ("STANDARD", True)
+    # No capacity retry left: a wait that expires would fail the job, so on-demand too.
+    spent = situation(elapsed=11 * HOUR, left=37 * HOUR, switches_left=0, capacity_failures_left=0)
+    assert (decide(spent).strategy, decide(spent).final) == ("STANDARD", True)
+    # A running on-demand attempt is never left past the bound: leaving is a switch.
     assert (
         switch_from_on_demand(
             situation(elapsed=10 * HOUR, left=38 * HOUR, done=20 * HOUR, switches_left=0)
         )
         is None
     )
+
+
+def test_a_preemption_at_the_worst_moment_with_the_longest_backoff_leaves_on_demand_time():
+    # The longest backoff (1,800 s, the cap) is what the retry after a preemption may wait.
+    delay = 1800.0
+    spot_needs = OVERHEAD + INTERVAL + SAFETY_MARGIN_SECONDS + 300.0  # + the probe
+    # Slack that covers a worst-moment preemption only if the retry waits nothing.
+    slack = spot_needs + delay / 2
+    s = situation(left=WORK + OVERHEAD + slack)
+    assert decide(s).strategy == "SPOT"  # the schedule is not allowed for
+    decision = decide(replace(s, retry_delay_seconds=delay))
+    assert decision.strategy != "SPOT"
+    # With the delay allowed for, Spot is taken only when the worst case still leaves room:
+    roomy = replace(s, deadline=s.deadline + timedelta(seconds=delay), retry_delay_seconds=delay)
+    spot = decide(roomy)
+    assert spot.strategy == "SPOT"
+    # Replay the worst moment: queued until its wait_until, preempted just before its first
+    # checkpoint, then the retry waits the whole window before the next decision.
+    assert spot.wait_until is not None
+    failed_at = spot.wait_until + timedelta(seconds=OVERHEAD + INTERVAL)
+    next_at = failed_at + timedelta(seconds=delay)
+    after = replace(
+        roomy,
+        now=next_at,
+        history=(preempted(OVERHEAD + INTERVAL),),
+        preemptions_left=None,
+    )
+    on_demand_ends = next_at + timedelta(seconds=WORK + OVERHEAD)
+    assert on_demand_ends <= roomy.deadline - timedelta(seconds=SAFETY_MARGIN_SECONDS)
+    assert decide(after).slack_seconds >= SAFETY_MARGIN_SECONDS
+
+
+def test_a_flex_start_wait_leaves_the_retry_delay_after_it():
+    s = situation(left=30 * HOUR)
+    plain = decide(replace(s, prices=H100))
+    delayed = decide(replace(s, prices=H100, retry_delay_seconds=1800.0))
+    assert plain.strategy == delayed.strategy == "FLEX_START"
+    assert plain.max_wait_seconds is not None and delayed.max_wait_seconds is not None
+    assert plain.max_wait_seconds - delayed.max_wait_seconds == 1800
+
+
+def test_the_retry_delay_is_the_next_retrys_longest_backoff():
+    from shared.domain.policy.retry import Backoff
+
+    backoff = Backoff(base_seconds=60, cap_seconds=1800)
+    raw = {
+        "options": json.dumps({"deadline": "2026-12-03T00:00:00Z", "estimatedRunSeconds": 3600}),
+        "createdAt": NOW,
+        "retries": {"preemption": 4, "capacity": 1},
+    }
+    s = situation_from_record(JobRecord.decode(raw), [], NOW, None, backoff=backoff)
+    assert s is not None and s.retry_delay_seconds == 960.0  # retry 5: 60 * 2^4
+    first = situation_for_first_attempt(
+        json.loads(raw["options"]), None, NOW, NOW, None, backoff=backoff
+    )
+    assert first is not None and first.retry_delay_seconds == 60.0
+    assert situation_from_record(JobRecord.decode(raw), [], NOW, None).retry_delay_seconds == 0.0
 
 
 def test_a_records_switches_count_against_the_bound():

@@ -112,6 +112,7 @@ def auto_situation(
         now,
         ports.prices,
         budgets=ports.retry.for_request(record.options.get("retryPolicy")).budgets,
+        backoff=ports.retry.backoff,
         running=running,
         tuning=Tuning().scaled(ports.settings.auto_time_scale),
     )

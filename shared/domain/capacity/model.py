@@ -38,9 +38,12 @@ PRIOR_SPOT_LIFETIME_SECONDS: Final = 7200.0
 #: The prior weighs as this many lifetimes of Spot running: one early preemption does not
 #: condemn Spot, a run of them does.
 PRIOR_SPOT_LIFETIMES: Final = 4
-#: At most this many attempts of a job are ended by choice (a wait given up, on-demand left);
-#: then it runs on-demand to the end. Switches charge no retry budget, so without a bound a
-#: capacity drought could alternate Spot and FLEX_START waits for the whole slack.
+#: At most this many attempts of a job are ended by choice (a wait given up, on-demand left).
+#: Switches charge no retry budget, so without a bound a capacity drought could alternate
+#: Spot and FLEX_START waits for the whole slack. Past the bound the job makes no more
+#: switches, but is not sent to on-demand while its slack still holds one long FLEX_START
+#: wait (its whole ``maxWaitDuration``, which Vertex ends itself and charges the capacity
+#: budget): only once that no longer fits does it run on-demand to the end.
 MAX_SWITCHES: Final = 20
 #: Relative prices when the accelerator is not in the price table: the usual order and
 #: roughly the usual discounts (Spot about 60%, FLEX_START about 45% off).
@@ -148,7 +151,8 @@ class Situation:
     ``origin`` is when the request was made: uniform progress runs from it to the deadline.
     ``remaining_seconds`` is the work the latest complete checkpoint has not saved.
     ``running`` is the strategy of the attempt running now when the policy is asked at one of
-    its checkpoints, None at an attempt boundary (attempt 1, a retry). ``preemptions_left``
+    its checkpoints, None at an attempt boundary (attempt 1, a retry). ``retry_delay_seconds``
+    is how long a retry after this attempt may wait (the backoff's window). ``preemptions_left``
     and ``capacity_failures_left`` are the retries the request's budgets still allow (None:
     unbounded): a preemption with none left would fail the job, and so would a FLEX_START wait
     that expires with no capacity retry left.
@@ -168,6 +172,12 @@ class Situation:
     capacity_failures_left: int | None = None
     switches_left: int | None = None
     tuning: Tuning = Tuning()
+    # The longest the next decision may wait once this attempt fails (preempted, a stockout,
+    # a FLEX_START wait expired): the retry backoff's whole window for the next retry of the
+    # budget the failure charges. A cheap attempt is taken only while the slack holds it too,
+    # so a failure at the worst moment still leaves an on-demand attempt time to finish.
+    # Detecting the failure (a hint, else the tick) is inside the safety margin.
+    retry_delay_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

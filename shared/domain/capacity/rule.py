@@ -16,8 +16,11 @@ Deadlines" (Wu et al., NSDI 2024), stated for attempts rather than instances:
 1. *Safety net.* The slack is the time left after an on-demand attempt started now would
    finish: ``deadline - now - remaining work - restart overhead``. When it is below
    :data:`SAFETY_MARGIN_SECONDS`, the job runs on-demand to the end. Spot is taken only while
-   the slack also covers a preemption at the worst moment (a restart plus the work since the
-   last checkpoint), so that a preemption always leaves time for on-demand.
+   the slack also covers a preemption at the worst moment: a restart, the work since the last
+   checkpoint, and the longest the retry may then wait before the next decision (its
+   backoff's whole window, :attr:`Situation.retry_delay_seconds`), so that a preemption
+   always leaves time for on-demand, whatever the retry schedule. A FLEX_START wait leaves
+   the same delay after it.
 2. *Uniform progress.* Expected progress grows evenly from the request to the deadline. While
    the job is ahead of that line, it takes the cheapest safe capacity; a queued Spot attempt
    waits for capacity only until the job would fall behind the line (at least
@@ -32,8 +35,13 @@ Deadlines" (Wu et al., NSDI 2024), stated for attempts rather than instances:
    restarts and the work at risk. Once the slack is too small for any cheaper capacity, the
    job never leaves on-demand again (:attr:`CapacityDecision.final`).
 5. *Exploitation.* A running Spot or FLEX_START attempt is never left voluntarily.
-6. *A bound.* After :data:`MAX_SWITCHES` attempts ended by choice, the job runs on-demand to
-   the end: those switches charge no retry budget, so nothing else would bound them.
+6. *A bound.* After :data:`MAX_SWITCHES` attempts ended by choice, the job switches no more:
+   those switches charge no retry budget, so nothing else would bound them. It is not sent to
+   on-demand while its slack still holds one long FLEX_START wait, its whole
+   ``maxWaitDuration`` with no early revisit (Vertex ends it, charging the capacity budget,
+   which bounds these in turn); once none fits, it runs on-demand to the end. So a drought
+   that uses the bound up early costs one wait at a time, not the rest of the job at full
+   price.
 
 A FLEX_START attempt's ``maxWaitDuration`` is the largest wait that still leaves time for an
 on-demand attempt to finish after it: the slack less the safety margin, within
@@ -96,6 +104,7 @@ class _Figures:
     pace: float  # uniform progress: work per second of the request's span
     elapsed: float
     spot_share: float  # share of Spot running time that becomes saved progress
+    delay: float = 0.0  # the longest a retry after a failure may wait (Situation)
     tuning: Tuning = Tuning()
     units: dict[str, float] = field(default_factory=dict)  # cost per second of progress
 
@@ -111,8 +120,8 @@ class _Figures:
     @property
     def hysteresis(self) -> float:
         """What a cheap attempt that fails at once costs in time: its restart, the work at
-        risk, and the restart back on on-demand."""
-        return 2 * self.overhead + self.at_risk
+        risk, the retry's wait, and the restart back on on-demand."""
+        return 2 * self.overhead + self.at_risk + self.delay
 
 
 def decide(s: Situation) -> CapacityDecision:
@@ -149,8 +158,7 @@ def decide(s: Situation) -> CapacityDecision:
         )
         return _decision(s, f, STANDARD, why, final=True, keep=s.running == STANDARD)
     if s.switches_left == 0:
-        why = f"{MAX_SWITCHES} attempts ended by choice already: on-demand to the end"
-        return _decision(s, f, STANDARD, why, final=True, keep=s.running == STANDARD)
+        return _at_bound(s, f)
     options = _cheap_options(s, f)
     if not options:
         final = not _spot_fits(f) and _flex_wait(f) < f.tuning.min_flex_wait_seconds
@@ -200,6 +208,7 @@ def _figures(s: Situation) -> _Figures:
         pace=s.work_seconds / span,
         elapsed=(s.now - s.origin).total_seconds(),
         spot_share=share,
+        delay=max(0.0, s.retry_delay_seconds),
         tuning=s.tuning,
         units=units,
     )
@@ -222,15 +231,52 @@ def _spot_share(
 
 def _spot_fits(f: _Figures) -> bool:
     """A Spot attempt may look for capacity for a probe's length, then be preempted at the
-    worst moment (its restart and the work at risk lost), and still leave an on-demand
-    attempt time to finish."""
+    worst moment (its restart and the work at risk lost, and the retry's longest wait), and
+    still leave an on-demand attempt time to finish."""
     t = f.tuning
-    return f.slack >= f.overhead + f.at_risk + t.safety_margin_seconds + t.spot_probe_seconds
+    return f.slack >= _spot_unsafe_at(f) + t.spot_probe_seconds
+
+
+def _spot_unsafe_at(f: _Figures) -> float:
+    """The slack below which a preemption at the worst moment would leave an on-demand
+    attempt no time to finish."""
+    return f.overhead + f.at_risk + f.delay + f.tuning.safety_margin_seconds
 
 
 def _flex_wait(f: _Figures) -> int:
-    """The longest FLEX_START wait after which an on-demand attempt still finishes."""
-    return int(min(f.slack - f.tuning.safety_margin_seconds, MAX_FLEX_WAIT_SECONDS))
+    """The longest FLEX_START wait after which (and after the retry's longest wait, should it
+    expire) an on-demand attempt still finishes."""
+    usable = f.slack - f.tuning.safety_margin_seconds - f.delay
+    return int(min(usable, MAX_FLEX_WAIT_SECONDS))
+
+
+def _at_bound(s: Situation, f: _Figures) -> CapacityDecision:
+    """No switch left (:data:`MAX_SWITCHES`): one long FLEX_START wait while the slack holds
+    it and it is cheaper, else on-demand to the end. A running attempt is kept (leaving it
+    would be a switch)."""
+    bound = f"{MAX_SWITCHES} attempts ended by choice already"
+    if s.running is not None:
+        why = f"{bound}: {s.running} kept to the end"
+        return _decision(s, f, s.running, why, final=s.running == STANDARD, keep=True)
+    if _flex_fits(s, f) and f.units[FLEX_START] < f.units[STANDARD]:
+        wait = _flex_wait(f)
+        why = (
+            f"{bound}; the slack still holds a long wait: FLEX_START ({_price(f, FLEX_START)}), "
+            f"waiting at most {_h(wait)}, no early revisit"
+        )
+        # No wait_until: nothing gives this wait up early (that would be a switch); Vertex
+        # ends it at maxWaitDuration, and the next decision sees what slack is left.
+        return _decision(s, f, FLEX_START, why, max_wait_seconds=wait)
+    why = f"{bound}, and the slack holds no long FLEX_START wait: on-demand to the end"
+    return _decision(s, f, STANDARD, why, final=True)
+
+
+def _flex_fits(s: Situation, f: _Figures) -> bool:
+    """A FLEX_START attempt may wait long enough to be worth it, run to the end within DWS's
+    7 days, and expire with a capacity retry still left."""
+    flex_runs = f.remaining + f.overhead <= MAX_DWS_TIMEOUT_SECONDS
+    enough = _flex_wait(f) >= f.tuning.min_flex_wait_seconds
+    return enough and flex_runs and s.capacity_failures_left != 0
 
 
 def _cheap_options(s: Situation, f: _Figures) -> list[str]:
@@ -239,9 +285,7 @@ def _cheap_options(s: Situation, f: _Figures) -> list[str]:
     options = []
     if _spot_fits(f) and s.preemptions_left != 0:
         options.append(SPOT)
-    flex_runs = f.remaining + f.overhead <= MAX_DWS_TIMEOUT_SECONDS
-    enough = _flex_wait(f) >= f.tuning.min_flex_wait_seconds
-    if enough and flex_runs and s.capacity_failures_left != 0:
+    if _flex_fits(s, f):
         options.append(FLEX_START)
     cheaper = [o for o in options if f.units[o] < f.units[STANDARD]]
     return sorted(cheaper, key=lambda o: (f.units[o], o))
@@ -297,7 +341,7 @@ def _cheap(
         )
     # A queued Spot attempt waits until the job would fall behind the line (the paper's idle
     # state), at least a probe's length, and never past the point where Spot becomes unsafe.
-    unsafe_in = f.slack - (f.overhead + f.at_risk + f.tuning.safety_margin_seconds)
+    unsafe_in = f.slack - _spot_unsafe_at(f)
     ahead_for = max(0.0, -f.behind) / max(f.pace, 1e-9)
     probing = f.tuning.spot_probe_seconds
     line_in = probing if probe else max(probing, ahead_for)

@@ -21,7 +21,7 @@ from shared.domain.capacity.rule import decide
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.policy.pricing import PriceTable
-from shared.domain.policy.retry import CAPACITY, PREEMPTION, Budgets
+from shared.domain.policy.retry import CAPACITY, PREEMPTION, Backoff, Budgets
 from shared.domain.request.deadlines import DeadlineOptions
 
 # --- the lifecycle's questions -----------------------------------------------------------------
@@ -105,6 +105,22 @@ def _left(budgets: Budgets | None, used: Mapping[str, int], group: str) -> int |
     return None if budgets is None else max(0, budgets.budget(group) - used.get(group, 0))
 
 
+def retry_delay(backoff: Backoff | None, used: Mapping[str, int]) -> float:
+    """The longest the retry after a failure of the next attempt may wait: the backoff's
+    window for the next retry of either budget a cheap attempt's failure charges (a
+    preemption, or a capacity failure: a stockout, a FLEX_START wait expired).
+
+    Examples:
+        >>> retry_delay(Backoff(base_seconds=60, cap_seconds=1800), {"preemption": 7})
+        1800.0
+        >>> retry_delay(Backoff(base_seconds=60, cap_seconds=1800), {})
+        60.0
+    """
+    if backoff is None:
+        return 0.0
+    return max(backoff.window(used.get(group, 0) + 1) for group in (PREEMPTION, CAPACITY))
+
+
 def situation_from_record(
     record: JobRecord,
     attempts: Sequence[Mapping[str, Any]],
@@ -112,6 +128,7 @@ def situation_from_record(
     prices: PriceTable | None,
     *,
     budgets: Budgets | None = None,
+    backoff: Backoff | None = None,
     running: str | None = None,
     tuning: Tuning = Tuning(),
 ) -> Situation | None:
@@ -121,7 +138,8 @@ def situation_from_record(
     ``attempts`` are the ``attempts/{n}`` documents of the attempts that ended (for a retry:
     all but the next; at a checkpoint: all but the running one), oldest first, with their
     ``workLostSeconds`` already accounted. ``budgets`` are the request's retry budgets (the
-    retry policy's, with its ``retryPolicy`` applied).
+    retry policy's, with its ``retryPolicy`` applied), ``backoff`` its retry backoff (None:
+    retries wait nothing).
     """
     options = DeadlineOptions.read(record.options)
     if options is None:
@@ -142,6 +160,7 @@ def situation_from_record(
         capacity_failures_left=_left(budgets, record.retries, CAPACITY),
         switches_left=max(0, MAX_SWITCHES - record.switches),
         tuning=tuning,
+        retry_delay_seconds=retry_delay(backoff, record.retries),
     )
 
 
@@ -153,6 +172,7 @@ def situation_for_first_attempt(
     prices: PriceTable | None,
     *,
     budgets: Budgets | None = None,
+    backoff: Backoff | None = None,
     tuning: Tuning = Tuning(),
 ) -> Situation | None:
     """The situation of attempt 1 of an AUTO request: nothing done, no history.
@@ -175,6 +195,7 @@ def situation_for_first_attempt(
         preemptions_left=_left(budgets, {}, PREEMPTION),
         capacity_failures_left=_left(budgets, {}, CAPACITY),
         tuning=tuning,
+        retry_delay_seconds=retry_delay(backoff, {}),
     )
 
 

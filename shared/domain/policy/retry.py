@@ -236,6 +236,16 @@ class Backoff:
         """Seconds before retry ``retry_number`` (1 for the first)."""
         return backoff_seconds(retry_number, self.base_seconds, self.cap_seconds, self.jitter)
 
+    def window(self, retry_number: int) -> float:
+        """The longest retry ``retry_number`` may wait: its jitter's whole window (what a
+        deadline must allow for, whatever the jitter draws).
+
+        Examples:
+            >>> Backoff(base_seconds=60, cap_seconds=1800).window(8)
+            1800.0
+        """
+        return backoff_seconds(retry_number, self.base_seconds, self.cap_seconds, lambda: 1.0)
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
