@@ -39,6 +39,7 @@ from shared.domain.request.message import (
 )
 from shared.domain.request.schedule import check_not_ahead
 from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput, reading_untrusted
+from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
 __all__ = ["Intake", "Outcome", "submit_job"]
@@ -262,7 +263,7 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
         cause = err.__cause__ if isinstance(err, UnreadableInput) else None
         log.warning(
             "request rejected",
-            extra={"fields": {"errors": errors[:10], "count": len(errors)}},
+            extra=logged(Event.JOB_REJECTED, errors=errors[:10], count=len(errors)),
             exc_info=cause,
         )
 
