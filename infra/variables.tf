@@ -305,3 +305,49 @@ variable "labels" {
   type        = map(string)
   default     = {}
 }
+
+# --- Monitoring (monitoring.tf) --------------------------------------------------------------
+
+variable "alert_notification_channels" {
+  description = "Notification channels every alert policy notifies: ids such as projects/PROJECT/notificationChannels/123 (create them once in the console or with gcloud). Empty: the alerts are still created and open incidents in the console, but notify nobody."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.alert_notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
+    error_message = "alert_notification_channels must be channel ids: projects/PROJECT/notificationChannels/ID."
+  }
+}
+
+variable "push_backlog_age_seconds" {
+  description = "Alert when a push subscription's oldest unacknowledged message is older than this (seconds) for 5 minutes. A request waits out a live claim (claim_ttl_seconds) and its backoff before it is taken, so keep it above both."
+  type        = number
+  default     = 1800
+
+  validation {
+    condition     = var.push_backlog_age_seconds >= 60
+    error_message = "push_backlog_age_seconds must be at least 60."
+  }
+}
+
+variable "error_ratio_threshold" {
+  description = "Alert when a function answers 5xx to more than this share of its requests (0 to 1) for 15 minutes. Transient faults answer 5xx on purpose (Pub/Sub redelivers), so leave room for them."
+  type        = number
+  default     = 0.1
+
+  validation {
+    condition     = var.error_ratio_threshold > 0 && var.error_ratio_threshold < 1
+    error_message = "error_ratio_threshold must be between 0 and 1."
+  }
+}
+
+variable "gpu_daily_budget_usd" {
+  description = "Alert when the estimated cost (the price table's list prices) of the attempts that ended in the last 24 hours exceeds this many USD. null: no budget alert."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.gpu_daily_budget_usd == null || coalesce(var.gpu_daily_budget_usd, 1) > 0
+    error_message = "gpu_daily_budget_usd must be a positive number of USD, or null."
+  }
+}

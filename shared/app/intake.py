@@ -33,6 +33,7 @@ from shared.domain.request.attempts import gpu_shape
 from shared.domain.request.message import JobRequest, read_request_id
 from shared.domain.request.reading import Cancel, read_message
 from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput
+from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
 __all__ = ["Intake", "Outcome", "submit_job"]
@@ -214,7 +215,7 @@ def reject(cmd: SubmitJob, err: InvalidRequest, intake: Intake) -> None:
         cause = err.__cause__ if isinstance(err, UnreadableInput) else None
         log.warning(
             "request rejected",
-            extra={"fields": {"errors": errors[:10], "count": len(errors)}},
+            extra=logged(Event.JOB_REJECTED, errors=errors[:10], count=len(errors)),
             exc_info=cause,
         )
 

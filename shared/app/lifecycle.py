@@ -51,8 +51,10 @@ from shared.domain.model.states import JobState
 from shared.domain.model.strategies import AUTO
 from shared.domain.model.values import parse_rfc3339
 from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.policy.failures import FailureClass
 from shared.domain.request.message import JobRequest
 from shared.kernel.errors import HintDeferred
+from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
 log = get_logger("lifecycle")
@@ -168,9 +170,37 @@ def _settled(
         "vertexJob": job.name,
         "vertexState": job.state,
         "reason": change.record.get("reason"),
+        **_accounted(change),
     }
-    log.info(f"job is {change.state.value}", extra={"fields": fields})
+    record = written.record
+    event = logged(
+        Event.JOB_STATE_CHANGED,
+        state=change.state.value,
+        attempt=record.attempt,
+        strategy=record.strategy,
+        **fields,
+    )
+    log.info(f"job is {change.state.value}", extra=event)
+    if fields.get("failureClass") == FailureClass.PREEMPTED:
+        where = {"vertexJob": job.name, "attempt": record.attempt, "strategy": record.strategy}
+        log.info("attempt preempted", extra=logged(Event.JOB_PREEMPTED, **where))
     return change, after
+
+
+def _accounted(change: Change) -> dict[str, Any]:
+    """What the attempt a change ends used and cost (its accounting by ``settle``), for the
+    metrics; nothing when the change ends no attempt, so they count each attempt once."""
+    spent = change.attempt
+    if "gpuSeconds" not in spent:
+        return {}
+    cost = spent.get("cost") or {}
+    return {
+        "gpuSeconds": spent["gpuSeconds"],
+        "queueSeconds": spent.get("queuedSeconds"),
+        # Unpriced (no price for the accelerator): no cost, rather than a cost of 0.
+        **({"costUsd": cost["costUsd"]} if "costUsd" in cost else {}),
+        **({"failureClass": spent["errorClass"]} if "errorClass" in spent else {}),
+    }
 
 
 def settle_job(
@@ -248,7 +278,12 @@ def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int)
     if latest is not None and advances(record.latest_checkpoint, latest):
         # An upload may have recorded a later one already (a listing stops at its bounds).
         extra.update(progress_fields(record.options, latest))
-    return Prepared(resume_from=latest.uri if latest else None, record_extra=extra)
+    ended = previous.get("endedAt")
+    return Prepared(
+        resume_from=latest.uri if latest else None,
+        record_extra=extra,
+        previous_ended_at=ended if isinstance(ended, datetime) else None,
+    )
 
 
 def _latest_checkpoint(tracker: Tracker, record: JobRecord) -> Checkpoint | None:
@@ -326,7 +361,7 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
         )
     log.info(
         "tick done",
-        extra={"fields": {"changed": changed, "failed": sweep.failed, **sweep.failures}},
+        extra=logged(Event.TICK_DONE, changed=changed, failed=sweep.failed, **sweep.failures),
     )
     sweep.raise_if_nothing_ran()
     return changed

@@ -35,6 +35,7 @@ from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
 from shared.domain.request.message import JobRequest
 from shared.kernel.errors import BackendRejected, QuotaExhausted
+from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger
 
 log = get_logger("submission")
@@ -46,6 +47,9 @@ class Prepared:
 
     resume_from: str | None = None
     record_extra: dict[str, Any] = field(default_factory=dict)
+    # When the previous attempt's job ended, as its attempt document says (None: a first
+    # attempt, or not known): only logged, as the recovery gap up to this one's submission.
+    previous_ended_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,16 @@ def submit_attempt(
             log.info("job cancelled: the record will not take it", extra=_job_fields(job))
             return Outcome.CANCELLED
         outcome = Outcome.ADOPTED if adopted else Outcome.SUBMITTED
-        log.info(f"attempt {plan.attempt} {outcome.value}", extra=_job_fields(job, plan))
+        ended = prepared().previous_ended_at
+        gap = {"recoveryGapSeconds": (clock() - ended).total_seconds()} if ended else {}
+        event = logged(
+            Event.JOB_SUBMITTED,
+            attempt=plan.attempt,
+            outcome=outcome.value,
+            **_job_fields(job, plan)["fields"],
+            **gap,
+        )
+        log.info(f"attempt {plan.attempt} {outcome.value}", extra=event)
         return outcome
 
     def release(token: str) -> None:

@@ -10,6 +10,10 @@ from shared.app.ports import Notifier
 from shared.app.repository.jobs import JobRecords
 from shared.domain.model.changes import Change
 from shared.domain.model.records import JobRecord
+from shared.kernel.events import Event, logged
+from shared.kernel.logs import get_logger
+
+log = get_logger("outbox")
 
 
 def apply_and_notify(
@@ -19,6 +23,18 @@ def apply_and_notify(
     written = ports.store.write(request_id, decide)
     if written is not None and written.change is not None:
         flush_outbox(request_id, ports.store, ports.notifier, written.record)
+        change, record = written.change, written.record
+        if "state" in change.record:
+            # A state decided without a Vertex observation (a cancel, a create refused for
+            # good): logged as the lifecycle logs the observed ones, so every end is counted.
+            event = logged(
+                Event.JOB_STATE_CHANGED,
+                state=change.state.value,
+                attempt=record.attempt,
+                strategy=record.strategy,
+                reason=change.record.get("reason"),
+            )
+            log.info(f"job is {change.state.value}", extra=event)
     return None if written is None else written.change
 
 
