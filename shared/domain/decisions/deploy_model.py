@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.ids import label_value
+from shared.domain.model.kinds import DEPLOY_MODEL
+from shared.domain.model.states import DeploymentState
 from shared.domain.model.values import clip
 from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
 
 if TYPE_CHECKING:
     from shared.domain.model.records import DeploymentRecord
-from shared.domain.model.changes import DeploymentChange
-from shared.domain.model.kinds import DEPLOY_MODEL
-from shared.domain.model.states import DeploymentState
 
 DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
 

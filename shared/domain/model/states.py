@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     pass
-if TYPE_CHECKING:
-    pass
 
 
 class JobState(StrEnum):
