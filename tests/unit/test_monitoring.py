@@ -22,7 +22,8 @@ import pytest
 
 from shared.domain.model.states import JobState
 from shared.kernel.events import FIELDS, Event
-from tests.unit.test_infra import INFRA, REPO, Infra
+from tests.docs import first_cells, section
+from tests.unit.test_infra import INFRA, Infra
 
 #: The resource types whose filters read the log lines or the metrics made of them.
 MONITORING = ("google_logging_metric", "google_monitoring_alert_policy")
@@ -170,10 +171,47 @@ def test_every_referenced_metric_exists(infra):
 
 def test_the_monitoring_inputs_are_documented(infra):
     infra_readme = (INFRA / "README.md").read_text(encoding="utf-8")
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    alerts = section("monitoring.md", "Alerts")
     assert [v for v in VARIABLES if v not in infra.variables] == []
     assert [v for v in VARIABLES if f"`{v}`" not in infra_readme] == []
-    assert [v for v in VARIABLES if f"`{v}`" not in readme] == []
+    assert [v for v in VARIABLES if f"`{v}`" not in alerts] == []
+
+
+def documented_problems(infra: Infra, metrics: str, alerts: str) -> list[str]:
+    """Each log-based metric has its row under the Monitoring page's "Log-based metrics" (by
+    the name after flexjobs/), each alert policy under "Alerts" (by its resource name), and
+    no row names one that infra/ does not define."""
+    rows = {
+        "metric": {c.strip("`") for c in first_cells(metrics)},
+        "alert policy": {c.split()[0].strip("`") for c in first_cells(alerts)},
+    }
+    defined = {
+        "metric": {
+            body["name"].removeprefix("flexjobs/") for body in defined_metrics(infra).values()
+        },
+        "alert policy": set(infra.of_type("google_monitoring_alert_policy")),
+    }
+    problems = []
+    for kind, named in rows.items():
+        problems += [f"{kind} {n}: not documented" for n in sorted(defined[kind] - named)]
+        problems += [
+            f"{kind} {n}: documented, not in infra/" for n in sorted(named - defined[kind])
+        ]
+    return problems
+
+
+def test_every_metric_and_alert_is_documented(infra):
+    metrics = section("monitoring.md", "Log-based metrics")
+    alerts = section("monitoring.md", "Alerts")
+    assert first_cells(metrics) and first_cells(alerts)
+    assert documented_problems(infra, metrics, alerts) == []
+    broken = copy.deepcopy(infra)
+    broken.resources[(METRIC, "retries")] = {"name": "flexjobs/retries"}
+    del broken.resources[("google_monitoring_alert_policy", "tick_silent")]
+    assert documented_problems(broken, metrics, alerts) == [
+        "metric retries: not documented",
+        "alert policy tick_silent: documented, not in infra/",
+    ]
 
 
 def test_the_monitoring_checks_fail_when_either_side_drifts(infra):
