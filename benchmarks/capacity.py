@@ -71,8 +71,8 @@ ACCELERATOR = "NVIDIA_TESLA_A100"
 #: of Spot, so the preemption budget is the most a request may ask for; capacity keeps the
 #: default.
 BUDGETS = Budgets(preemption=MAX_RETRIES_PER_GROUP)
-#: Today's fallback ladder, as the README shows it: FLEX_START waiting 2 h, on-demand after
-#: two capacity failures.
+#: Today's fallback ladder, as docs/lifecycle.md shows it: FLEX_START waiting 2 h, on-demand
+#: after two capacity failures.
 LADDER_MAX_WAIT = 7200.0
 LADDER = ({"afterCapacityFailures": 2, "strategy": STANDARD},)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

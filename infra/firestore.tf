@@ -1,4 +1,4 @@
-# Firestore in native mode: the records (README "Firestore"), their one composite index and
+# Firestore in native mode: the records (docs/contract.md, "Firestore"), their one composite index and
 # the TTL policy of tombstones.
 
 resource "google_firestore_database" "default" {
@@ -8,8 +8,8 @@ resource "google_firestore_database" "default" {
 
   delete_protection_state           = "DELETE_PROTECTION_ENABLED"
   point_in_time_recovery_enablement = var.firestore_point_in_time_recovery ? "POINT_IN_TIME_RECOVERY_ENABLED" : "POINT_IN_TIME_RECOVERY_DISABLED"
-  # terraform destroy leaves the database (and every record) in place; see README.md to
-  # delete it on purpose.
+  # terraform destroy leaves the database (and every record) in place; see docs/deploy.md
+  # ("Remove it") to delete it on purpose.
   deletion_policy = "ABANDON"
 
   depends_on = [google_project_service.apis]

@@ -212,7 +212,7 @@ resource "google_logging_metric" "ticks" {
 # --- Alert policies ----------------------------------------------------------------------------
 
 # A message in a dead-letter subscription is a request, hint, tick or checkpoint event that
-# failed every delivery (README.md, "See the dead letters"). Pulling without acknowledging
+# failed every delivery (docs/deploy.md, "See the dead letters"). Pulling without acknowledging
 # keeps it counted, so the incident stays open until someone removes what they fixed.
 resource "google_monitoring_alert_policy" "dead_letters" {
   for_each = local.push_paths

@@ -3,7 +3,7 @@
 # Authenticated callers only. Cloud Run checks every request's Google identity token against
 # roles/run.invoker on the function's service, and that role goes to var.status_page_invokers
 # (a Google group) and to nobody else here: no allUsers, no allAuthenticatedUsers. Reach it
-# from a browser through `gcloud run services proxy` (README.md, "Status page"), or put a
+# from a browser through `gcloud run services proxy` (docs/status-page.md), or put a
 # load balancer with IAP in front and set status_page_ingress = "ALLOW_INTERNAL_AND_GCLB".
 #
 # It only reads: its own service account holds roles/datastore.viewer and nothing else (no

@@ -1,5 +1,5 @@
 # Inputs. Only project_id and function_source are required; every other default matches the
-# contract in the top-level README ("Contract" > "Environment").
+# contract in docs/contract.md ("Environment").
 
 variable "project_id" {
   description = "Project that runs flexjobs: its functions, topics, Firestore database and the Vertex AI jobs."
@@ -17,7 +17,7 @@ variable "region" {
   default     = "us-central1"
 
   validation {
-    # The same shape the code demands of FLEXJOBS_LOCATION (README "Locations").
+    # The same shape the code demands of FLEXJOBS_LOCATION (docs/contract.md, "Locations").
     condition     = can(regex("^[a-z]+(-[a-z]+)*[0-9]+$", var.region))
     error_message = "region must be a region name such as us-central1 or europe-west4."
   }

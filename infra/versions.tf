@@ -17,7 +17,7 @@ terraform {
     }
   }
 
-  # State in a GCS bucket you create once (see README.md):
+  # State in a GCS bucket you create once (see docs/deploy.md, "Prerequisites"):
   #   terraform init -backend-config=bucket=BUCKET -backend-config=prefix=flexjobs
   backend "gcs" {}
 }

@@ -8,7 +8,7 @@ always with ``delimiter="/"`` so a request shows one directory's own entries, ne
 2. each step directory, from the highest step down, until one holds its completion marker
    (and, for an Orbax step without its step-level marker, each item directory).
 
-Work is bounded (the README's "Job lifecycle" says the same): at most ``max_requests`` list
+Work is bounded (docs/lifecycle.md says the same): at most ``max_requests`` list
 requests (50) of at most 1,000 entries each, the prefix's own listing taking at most
 ``max_top_pages`` of them (10 pages: 10,000 step directories and files), one page per step
 directory, and ``deadline_seconds`` (60 s) for the whole lookup, retries included. One page

@@ -793,8 +793,8 @@ def allowed_strays(obs: Observed) -> dict[str, str]:
     is not the one the record names for it, that ended CANCELLED (only flexjobs cancels: the
     harness never asks the simulator to), and that never started running, so it held no GPU.
     Such a job is what a create of unknown outcome may leave (Vertex has no idempotency key:
-    README, *Exactly one job per requestId*, step 4), and the README promises it is cancelled;
-    one that ran, or that nothing cancelled, is a violation."""
+    docs/lifecycle.md, *Exactly one job per requestId*, step 4), and the docs promise it is
+    cancelled; one that ran, or that nothing cancelled, is a violation."""
     allowed: dict[str, str] = {}
     for rid, jobs in _by_request(obs).items():
         named = _named(obs, rid)
@@ -923,7 +923,7 @@ def one_job_per_attempt(obs: Observed) -> Verdict:
                     verdict.problem(rid, f"stray {job['name']} CANCELLED with no CancelCustomJob")
             if attempt > int(record.get("attempt") or 0):
                 # A retry's job that its record refused (a cancel won while it was being
-                # created, or its create landed late): the README promises it is cancelled,
+                # created, or its create landed late): the docs promise it is cancelled,
                 # started or not. Anything else past the record's attempt is a lost job.
                 lost = [
                     j

@@ -103,7 +103,7 @@ class AttemptOutcome:
 
     @classmethod
     def from_attempt(cls, doc: Mapping[str, Any]) -> AttemptOutcome:
-        """Read an ``attempts/{n}`` document (see the README's Firestore section).
+        """Read an ``attempts/{n}`` document (see docs/contract.md, *Firestore*).
 
         Examples:
             >>> AttemptOutcome.from_attempt({"strategy": "SPOT", "errorClass": "preempted",

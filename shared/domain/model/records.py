@@ -149,7 +149,7 @@ UNKNOWN_STATE = JobState.FAILED
 
 @dataclass(frozen=True)
 class JobRecord:
-    """One ``jobs/{id}`` document, typed (the README's Firestore contract names each field)."""
+    """One ``jobs/{id}`` document, typed (docs/contract.md, *Firestore*, names each field)."""
 
     request_id: str
     state: JobState
@@ -301,7 +301,7 @@ def _checkpoint(raw: object) -> Checkpoint | None:
 
 @dataclass(frozen=True)
 class DeploymentRecord:
-    """One ``deployments/{id}`` document, typed (the README's Firestore contract)."""
+    """One ``deployments/{id}`` document, typed (docs/contract.md, *Firestore*)."""
 
     request_id: str
     state: DeploymentState
