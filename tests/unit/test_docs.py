@@ -162,3 +162,33 @@ def test_ci_runs_the_readme_test_command_which_builds_the_docs_strictly():
     assert build and "mkdocs build --strict" in build.group(1)
     # --quiet hides the warnings from mkdocs' count, and --strict then passes anything.
     assert "--quiet" not in build.group(1) and " -q" not in build.group(1)
+
+
+def readme_link_problems(readme: str) -> list[str]:
+    """The README's relative links (mkdocs checks the pages' own, not the README's) name files
+    of the repository, and a link to a page's anchor names a heading of that page."""
+    problems = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", readme):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        if not (REPO / path).is_file():
+            problems.append(f"{target}: no such file")
+        elif anchor:
+            titles = re.findall(r"^#+ (.+?)\s*$", (REPO / path).read_text(encoding="utf-8"), re.M)
+            slugs = {
+                re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", t).strip().lower()) for t in titles
+            }
+            if anchor not in slugs:
+                problems.append(f"{target}: {path} has no such heading")
+    return problems
+
+
+def test_the_readme_links_resolve():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "](docs/" in readme
+    assert readme_link_problems(readme) == []
+    assert readme_link_problems("[a](docs/nope.md) [b](docs/deploy.md#nope) [c](https://x.y)") == [
+        "docs/nope.md: no such file",
+        "docs/deploy.md#nope: docs/deploy.md has no such heading",
+    ]
