@@ -216,7 +216,14 @@ class Fallback:
         return sum(r <= t for r in self.ready)
 
 
-def hedged(name: str, caps: list[int], probe: int, n: int, cfg: ServingSettings) -> Run:
+def hedged(
+    name: str,
+    caps: list[int],
+    probe: int,
+    n: int,
+    cfg: ServingSettings,
+    deploy_seconds: int = DEPLOY_SECONDS,
+) -> Run:
     """Spot with the product's rule: a read, a decision, its call, then the write."""
     run = Run("Spot + hedging", name, n)
     pool = SpotPool(n)
@@ -257,13 +264,13 @@ def hedged(name: str, caps: list[int], probe: int, n: int, cfg: ServingSettings)
         action = decide(observed, state, now, cfg)
         if action.deploy is not None:
             replicas = action.deploy.replicas
-            ready = [t + DEPLOY_SECONDS] * replicas
-            fallback = Fallback(action.deploy.display_name, ready, t + DEPLOY_SECONDS)
+            ready = [t + deploy_seconds] * replicas
+            fallback = Fallback(action.deploy.display_name, ready, t + deploy_seconds)
             run.hedges += 1
             run.hedge_minutes.append(m)
         if action.resize is not None and fallback is not None:
             grow = action.resize - len(fallback.ready)
-            fallback.ready.extend([t + DEPLOY_SECONDS] * max(grow, 0))
+            fallback.ready.extend([t + deploy_seconds] * max(grow, 0))
         if action.split is not None:
             split = dict(action.split)
         if action.undeploy is not None:
@@ -390,6 +397,45 @@ def print_report(runs: list[Run], prices: PriceTable, accelerator: str, seconds:
     console.print(f"replayed in {seconds:.1f} s")
 
 
+#: ``--sensitivity``: hedging under other settings and a faster DeployModel, to show what the
+#: targets would take (grace s, hold s, DeployModel s); the product's defaults come first.
+VARIANTS = (
+    (300, 1800, DEPLOY_SECONDS),
+    (300, 1800, 600),
+    (300, 7200, DEPLOY_SECONDS),
+    (60, 7200, 600),
+    (300, 6 * 3600, DEPLOY_SECONDS),
+)
+
+
+def print_sensitivity(
+    loaded: list[tuple[Trace, list[int], int]], prices: PriceTable, accelerator: str
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rates = prices.rates[accelerator]
+    spot_rate, standard_rate = float(rates.spot), float(rates.standard)
+    table = Table(title="Hedging under other settings (worst trace / mean over the traces)")
+    for column in ("grace s", "hold s", "DeployModel min", "all required", "at least one", "cost"):
+        table.add_column(column, justify="right")
+    for grace, hold, deploy in VARIANTS:
+        cfg = ServingSettings(grace_seconds=grace, hold_seconds=hold)
+        runs = [hedged(t.name, caps, p, p, cfg, deploy) for t, caps, p in loaded]
+        full = [r.full / r.minutes for r in runs]
+        any_ = [r.any / r.minutes for r in runs]
+        cost = [r.vs_on_demand(spot_rate, standard_rate) for r in runs]
+        table.add_row(
+            str(grace),
+            str(hold),
+            str(deploy // 60),
+            f"{min(full):.2%} / {sum(full) / len(full):.2%}",
+            f"{min(any_):.2%} / {sum(any_) / len(any_):.2%}",
+            f"{max(cost):.2f}x / {sum(cost) / len(cost):.2f}x",
+        )
+    Console(width=max(Console().width, 110)).print(table)
+
+
 def plot(runs: list[Run], trace: str, output: Path) -> Path:
     """Serving capacity over time on one trace: the zone's grant, plain Spot, and hedging
     (Spot and on-demand stacked), the required line and the hedges marked."""
@@ -401,7 +447,7 @@ def plot(runs: list[Run], trace: str, output: Path) -> Path:
     plain = next(r for r in runs if r.trace == trace and r.policy == "plain Spot")
     hedge = next(r for r in runs if r.trace == trace and r.policy == "Spot + hedging")
     hours = [m / 60 for m in range(hedge.minutes)]
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    figure, (top, bottom, zoom) = plt.subplots(3, 1, figsize=(11, 9))
     top.step(
         hours, [c for c, _, _ in plain.series], where="post", color="grey", label="zone grants"
     )
@@ -419,6 +465,24 @@ def plot(runs: list[Run], trace: str, output: Path) -> Path:
     bottom.set_ylabel("replicas (hedging)")
     bottom.set_xlabel("hours (red: a hedge)")
     bottom.legend(loc="lower right", fontsize=8)
+    # The day around the first hedge, close up: the grace period, the DeployModel, the shift.
+    first = hedge.hedge_minutes[0] if hedge.hedge_minutes else 0
+    window = range(max(first - 60, 0), min(first + 23 * 60, hedge.minutes))
+    zoom_hours = [m / 60 for m in window]
+    zoom.step(zoom_hours, [plain.series[m][1] for m in window], where="post", label="plain Spot")
+    zoom.step(
+        zoom_hours,
+        [hedge.series[m][1] + hedge.series[m][2] for m in window],
+        where="post",
+        label="hedging: Spot + on-demand available",
+    )
+    for m in hedge.hedge_minutes:
+        if m in window:
+            zoom.axvline(m / 60, color="red", linewidth=0.8)
+    zoom.axhline(hedge.required, color="black", linestyle="--", linewidth=0.8)
+    zoom.set_xlabel("hours (the day from the first hedge)")
+    zoom.set_ylabel("replicas")
+    zoom.legend(loc="lower right", fontsize=8)
     output.mkdir(parents=True, exist_ok=True)
     path = output / "serving-capacity.png"
     figure.tight_layout()
@@ -436,6 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help=f"the first {QUICK_MINUTES // 60} h of each trace"
     )
+    parser.add_argument(
+        "--sensitivity", action="store_true", help="also hedging under other settings"
+    )
     args = parser.parse_args(argv)
     accelerator = args.accelerator.upper()
     prices = PriceTable.default()
@@ -444,10 +511,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.perf_counter()
     cfg = ServingSettings()
     runs: list[Run] = []
+    loaded = []
     for trace, probe in load(args.traces):
         caps = minute_values(trace, QUICK_MINUTES if args.quick else None)
+        loaded.append((trace, caps, probe))
         runs.extend(policies(trace.name, caps, probe, probe, cfg))
     print_report(runs, prices, accelerator, time.perf_counter() - began)
+    if args.sensitivity:
+        print_sensitivity(loaded, prices, accelerator)
     busiest = max((r for r in runs if r.policy == "Spot + hedging"), key=lambda r: r.hedges)
     print(f"plot: {plot(runs, busiest.trace, args.output)}")
     return 0

@@ -27,7 +27,13 @@ from shared.domain.serving.model import (
     ServingSettings,
     ServingState,
 )
-from shared.domain.serving.rule import decide, fallback_display_name, resume, start
+from shared.domain.serving.rule import (
+    decide,
+    fallback_display_name,
+    hedge_failed,
+    resume,
+    start,
+)
 from shared.domain.serving.split import hedged_split, largest_remainder
 
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -334,6 +340,21 @@ def test_a_deficit_that_grows_grows_the_fallback():
     grow = tick()
     assert (grow.kind, grow.resize, grow.state.fallback_replicas) == (ActionKind.GROW, 3, 3)
     assert tick().kind is ActionKind.NOTHING  # grown once, not at every tick
+
+
+def test_a_failed_hedge_waits_a_new_grace_period_before_the_next():
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 0
+    tick()
+    assert tick(5).kind is ActionKind.HEDGE
+    tick.endpoint.fallback = None  # the DeployModel operation ended with an error
+    tick.state = hedge_failed(tick.state, tick.now, "RESOURCE_EXHAUSTED")
+    assert (tick.state.phase, tick.state.fallback_name) == (Phase.DEFICIT, None)
+    assert "hedge failed: RESOURCE_EXHAUSTED" in tick.state.history[-1].cause
+    for _ in range(4):
+        assert tick().kind is ActionKind.NOTHING
+    assert tick().kind is ActionKind.HEDGE
+    assert tick.state.hedges == 2
 
 
 # --- hold period and the way back --------------------------------------------------------------

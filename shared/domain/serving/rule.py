@@ -148,6 +148,23 @@ def resume(state: ServingState, observed: ObservedEndpoint, now: datetime) -> Se
     return _with_change(followed, now, cap, "resumed after a hand edit")
 
 
+def hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState:
+    """The state after the fallback's ``DeployModel`` operation ended with an error (the
+    wiring reads it, as it reads a deployment's): no fallback is on its way any more, and a
+    new grace period starts before the next hedge, so a refused hedge is not resent every
+    tick. A fallback already on the endpoint is kept."""
+    if state.fallback_id is not None or state.fallback_name is None:
+        return state
+    failed = replace(
+        state,
+        phase=Phase.DEFICIT if state.last.short else Phase.SERVING,
+        since=now if state.last.short else None,
+        fallback_name=None,
+        fallback_replicas=0,
+    )
+    return _with_change(failed, now, state.last, f"hedge failed: {cause}")
+
+
 def _hand_edit(
     observed: ObservedEndpoint, state: ServingState, settings: ServingSettings, now: datetime
 ) -> str | None:
