@@ -168,6 +168,21 @@ def test_an_endpoint_read_is_bounded_in_models_and_strings():
     assert set(endpoint.traffic_split) <= {m.id for m in endpoint.models}
 
 
+def test_a_read_of_mistyped_fields_takes_defaults_and_never_raises():
+    raw = {
+        "name": 7,
+        "deployedModels": [
+            {"id": 7, "displayName": ["x"], "dedicatedResources": "spot", "status": 3},
+            "not a model",
+        ],
+        "trafficSplit": ["7"],
+    }
+    endpoint = ObservedEndpoint.from_json(raw)
+    (model,) = endpoint.models
+    assert (model.id, model.display_name, model.required, model.available) == ("", "", 0, 0)
+    assert (endpoint.name, dict(endpoint.traffic_split)) == ("", {})
+
+
 def test_spot_flag_available_replicas_and_machine_are_read():
     raw = {
         "deployedModels": [
@@ -511,6 +526,14 @@ def test_a_fallback_undeployed_by_hand_pauses_and_nothing_is_called_while_paused
         assert action.kind in (ActionKind.NOTHING, ActionKind.RECORD)
         assert (action.split, action.deploy, action.undeploy, action.resize) == (None,) * 4
     assert tick.state.last == Capacity(0, 0, 4)  # capacity is still recorded
+
+
+def test_an_endpoint_set_by_hand_to_take_no_traffic_pauses():
+    tick = Tick(Endpoint())
+    tick.endpoint.split = {}
+    pause = tick()
+    assert pause.kind is ActionKind.PAUSE
+    assert "changed by hand (100% before)" in pause.reason
 
 
 def test_our_own_pool_changed_by_hand_pauses():

@@ -73,7 +73,7 @@ def _mapping(raw: object) -> Mapping[str, Any]:
 
 
 def _name(raw: object) -> str:
-    return clip(raw, MAX_NAME) or "" if isinstance(raw, str) else ""
+    return (clip(raw, MAX_NAME) or "") if isinstance(raw, str) else ""
 
 
 class Phase(StrEnum):
@@ -241,7 +241,8 @@ class Change:
             _count(raw.get("spot")), _count(raw.get("onDemand")), _count(raw.get("required"))
         )
         cause = raw.get("cause")
-        return cls(at, capacity, clip(cause, MAX_CAUSE) or "" if isinstance(cause, str) else "")
+        text = (clip(cause, MAX_CAUSE) or "") if isinstance(cause, str) else ""
+        return cls(at, capacity, text)
 
 
 @dataclass(frozen=True)

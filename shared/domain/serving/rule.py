@@ -196,7 +196,7 @@ def _hand_edit(
         return f"deployed models changed by hand (added {added}, removed {gone})"
     if others != dict(state.others):
         return "the traffic split of other deployed models was changed by hand"
-    if observed.traffic_split and _pool(observed, ours) != state.pool:
+    if _pool(observed, ours) != state.pool:
         return f"the traffic of this deployment was changed by hand ({state.pool}% before)"
     return None
 
