@@ -15,6 +15,7 @@ from shared.domain.serving.model import (
     HISTORY_LIMIT,
     MAX_CAUSE,
     MAX_MODELS,
+    MAX_NAME,
     MAX_STATE_BYTES,
     ActionKind,
     Capacity,
@@ -489,6 +490,33 @@ def test_a_shift_that_timed_out_but_happened_is_not_a_hand_edit():
     assert action.kind is not ActionKind.PAUSE
 
 
+def test_a_failed_call_changes_nothing_and_the_next_tick_asks_for_it_again():
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 1
+    tick()
+    tick(5)
+    tick.endpoint.set_fallback_available(3)
+    read, state = tick.endpoint.read(), tick.state
+    first = decide(read, state, tick.now + MINUTE, SETTINGS)
+    assert first.kind is ActionKind.SHIFT
+    # UpdateEndpoint failed: nothing applied, nothing written. The next tick, from a new read
+    # of the same endpoint, asks for the same split.
+    again = decide(tick.endpoint.read(), state, tick.now + 2 * MINUTE, SETTINGS)
+    assert (again.kind, again.split) == (first.kind, first.split)
+
+
+def test_two_ticks_deciding_from_the_same_read_decide_the_same():
+    """Two deliveries of a tick at once: the rule is a function of the read, the state and the
+    time, so both name the same call; the record's conditional write lets one of them win."""
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 0
+    tick()
+    read, now = tick.endpoint.read(), tick.now + 5 * MINUTE
+    one, two = decide(read, tick.state, now, SETTINGS), decide(read, tick.state, now, SETTINGS)
+    assert one == two
+    assert one.kind is ActionKind.HEDGE
+
+
 # --- hand edits -----------------------------------------------------------------------------
 
 
@@ -580,19 +608,21 @@ def test_time_short_and_node_hours_by_capacity_type_accrue():
 def test_the_history_is_bounded_in_items_and_bytes():
     long = "x" * 10_000
     state = ServingState(
-        spot_id="9" * 10,
+        # Every string at the longest a read keeps (MAX_NAME), and every model an endpoint
+        # read keeps (MAX_MODELS), multi-byte where UTF-8 makes it longest.
+        spot_id="9" * MAX_NAME,
         phase=Phase.HEDGED,
         accounted_at=T0,
         last=Capacity(2, 2, 4),
         pool=100,
-        others={f"{i:0>10}": 1 for i in range(MAX_MODELS)},
+        others={f"{i:0>3}" + "é" * (MAX_NAME - 3): 100 for i in range(MAX_MODELS)},
         since=T0,
-        fallback_id="8" * 10,
-        fallback_name="n" * 128,
+        fallback_id="8" * MAX_NAME,
+        fallback_name="ñ" * MAX_NAME,
     )
-    for i in range(5 * HISTORY_LIMIT):
-        cap = Capacity(i % 5, 4 - i % 5, 4)
-        state = replace(state, history=(*state.history, Change(T0, cap, long[:MAX_CAUSE])))
+    for _ in range(5 * HISTORY_LIMIT):
+        cap = Capacity(10**9, 10**9, 10**9)
+        state = replace(state, history=(*state.history, Change(T0, cap, "€" * MAX_CAUSE)))
     assert len(state.history) == HISTORY_LIMIT
     assert state.size_bytes() <= MAX_STATE_BYTES
     # The rule clips a cause however long the reason it gives.
@@ -608,6 +638,8 @@ def test_the_history_is_bounded_in_items_and_bytes():
         "history": [{"at": T0.isoformat(), "cause": long}] * 10_000,
         "phase": "NO_SUCH_PHASE",
         "pool": 10**9,
+        "hedges": 10**100,
+        "last": {"spot": 10**100, "onDemand": -5, "required": "9" * 50},
     }
     decoded = ServingState.decode(hostile)
     assert decoded is not None
@@ -615,6 +647,7 @@ def test_the_history_is_bounded_in_items_and_bytes():
     assert all(len(c.cause) <= MAX_CAUSE for c in decoded.history)
     assert decoded.phase is Phase.PAUSED_BY_HAND  # unknown: flexjobs changes nothing
     assert decoded.pool == 100
+    assert (decoded.hedges, decoded.last) == (2**31 - 1, Capacity(2**31 - 1, 0, 0))
     assert decoded.size_bytes() <= MAX_STATE_BYTES
 
 

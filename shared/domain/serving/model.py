@@ -57,14 +57,18 @@ def _frozen(split: Mapping[str, int]) -> Mapping[str, int]:
     return MappingProxyType({k: int(v) for k, v in sorted(split.items()) if int(v) > 0})
 
 
+_INT32_MAX: Final = 2**31 - 1
+
+
 def _count(raw: object) -> int:
-    # int32 counts in the JSON form; bool is an int subclass and never a count.
+    """A non-negative int32 (replica counts and shares are int32 in the v1 protos), else 0;
+    bool is an int subclass and never a count."""
     if isinstance(raw, bool):
         return 0
     if isinstance(raw, int):
-        return max(raw, 0)
+        return min(max(raw, 0), _INT32_MAX)
     if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 10:
-        return int(raw)
+        return min(int(raw), _INT32_MAX)
     return 0
 
 
