@@ -1,0 +1,391 @@
+"""The Spot serving rule: after one fresh ``GetEndpoint`` read, what the tick does for one Spot
+deployment (:func:`decide`), where following starts (:func:`start`) and how it resumes after a
+hand edit (:func:`resume`).
+
+**Never make serving worse.** Every action is decided from the read in hand, and at most one
+call follows it, so each step starts again from what Vertex says now:
+
+- a split the rule writes keeps the endpoint's other deployed models at their shares, and its
+  shares are integers that sum to 100 (:func:`~shared.domain.serving.split.hedged_split`);
+- it never gives traffic to a model of ours with no available replica: a fallback is deployed
+  without traffic (an empty ``DeployModelRequest.traffic_split`` leaves the endpoint's split as
+  it is) and gets its share by a later ``SHIFT``, once it reports available replicas;
+- the fallback is undeployed only after a read shows it without traffic and the Spot model
+  serving all its required replicas, so the last model that serves is never the one removed;
+- a hand edit (a model added or removed, another model's share or our pool of traffic changed)
+  pauses the deployment: flexjobs records it and stops changing that endpoint until told.
+
+**Traffic goes through ``UpdateEndpoint``.** ``MutateDeployedModel`` of the v1 API changes only a
+deployed model's replica counts, autoscaling metrics and container logging; the traffic split
+is a field of the ``Endpoint`` (``UpdateEndpoint`` with update mask ``traffic_split``, sent with
+the read's ``etag``), and ``DeployModel``/``UndeployModel`` may also overwrite it. The rule uses
+``UpdateEndpoint`` for every move of traffic and ``MutateDeployedModel`` only to grow a fallback.
+
+**Timing.** The grace period leaves Compute Engine's own restarts of a reclaimed Spot node
+(up to six) time to work before an on-demand fallback is paid for; the hold period is
+hysteresis against a flapping zone (see :class:`~shared.domain.serving.model.ServingSettings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from shared.domain.model.values import clip
+from shared.domain.serving.model import (
+    MAX_CAUSE,
+    MAX_NAME,
+    ActionKind,
+    Capacity,
+    Change,
+    Fallback,
+    ObservedEndpoint,
+    ObservedModel,
+    Phase,
+    ServingAction,
+    ServingSettings,
+    ServingState,
+)
+from shared.domain.serving.split import hedged_split
+
+#: What the fallback's display name ends with, after the deployment's own display name.
+FALLBACK_SUFFIX = " (on-demand fallback)"
+
+
+def fallback_display_name(spot: ObservedModel) -> str:
+    """The fallback's display name: the Spot model's (which carries the deployment's tag),
+    then :data:`FALLBACK_SUFFIX`, within Vertex's 128 characters.
+
+    Examples:
+        >>> from shared.domain.serving.model import MachineSpec
+        >>> spot = ObservedModel("7", "m", "served [flexjobs s-1]", MachineSpec("g2"), True, 1, 0)
+        >>> fallback_display_name(spot)
+        'served [flexjobs s-1] (on-demand fallback)'
+    """
+    return spot.display_name[: 128 - len(FALLBACK_SUFFIX)] + FALLBACK_SUFFIX
+
+
+def _others(observed: ObservedEndpoint, ours: tuple[str, ...]) -> dict[str, int]:
+    return {m.id: observed.share(m.id) for m in observed.models if m.id not in ours}
+
+
+def _pool(observed: ObservedEndpoint, ours: tuple[str, ...]) -> int:
+    return sum(observed.share(i) for i in ours)
+
+
+def _capacity(spot: ObservedModel | None, fallback: ObservedModel | None) -> Capacity:
+    return Capacity(
+        spot.available if spot else 0,
+        fallback.available if fallback else 0,
+        # Vertex requires min_replica_count >= 1; a read without one still needs a replica.
+        max(spot.required, 1) if spot else 1,
+    )
+
+
+def _with_change(state: ServingState, now: datetime, cap: Capacity, cause: str) -> ServingState:
+    """``state`` accounted up to ``now`` (the previous capacity held since ``accounted_at``,
+    as the ticks saw it), then ``cap`` as the capacity from now, and one history entry."""
+    elapsed = max((now - state.accounted_at).total_seconds(), 0.0)
+    last = state.last
+    return replace(
+        state,
+        accounted_at=max(now, state.accounted_at),
+        last=cap,
+        short_seconds=state.short_seconds + (elapsed if last.short else 0.0),
+        spot_node_seconds=state.spot_node_seconds + elapsed * last.spot,
+        on_demand_node_seconds=state.on_demand_node_seconds + elapsed * last.on_demand,
+        history=(*state.history, Change(now, cap, clip(cause, MAX_CAUSE) or "")),
+    )
+
+
+def start(spot_id: str, observed: ObservedEndpoint, now: datetime) -> ServingState:
+    """The state with which the tick starts following a Spot deployment once it is DEPLOYED:
+    the endpoint as it is now is the baseline (its other models, their shares, our pool)."""
+    spot = observed.model(spot_id)
+    ours = (spot_id,)
+    cap = _capacity(spot, None)
+    base = ServingState(
+        spot_id=clip(spot_id, MAX_NAME) or "",
+        phase=Phase.SERVING,
+        accounted_at=now,
+        last=cap,
+        pool=_pool(observed, ours),
+        others=_others(observed, ours),
+    )
+    if spot is None:
+        state = replace(base, phase=Phase.PAUSED_BY_HAND, since=now)
+        return _with_change(state, now, cap, f"Spot model {spot_id} is not on the endpoint")
+    phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
+    return _with_change(replace(base, phase=phase, since=since), now, cap, "following")
+
+
+def resume(state: ServingState, observed: ObservedEndpoint, now: datetime) -> ServingState:
+    """Follow a paused deployment again ("until told"): the endpoint as it is now becomes the
+    baseline. A fallback still on the endpoint is kept as ours, hedged from now."""
+    spot = observed.model(state.spot_id)
+    fallback = observed.model(state.fallback_id)
+    fallback_id = fallback.id if fallback else None
+    ours = (state.spot_id,) + ((fallback_id,) if fallback_id else ())
+    cap = _capacity(spot, fallback)
+    since: datetime | None = now
+    if spot is None:
+        phase = Phase.PAUSED_BY_HAND
+    elif fallback is not None:
+        phase = Phase.HEDGED
+    else:
+        phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
+    followed = replace(
+        state,
+        phase=phase,
+        since=since,
+        fallback_id=fallback_id,
+        fallback_name=fallback.display_name if fallback else None,
+        fallback_replicas=fallback.required if fallback else 0,
+        pool=_pool(observed, ours),
+        others=_others(observed, ours),
+    )
+    return _with_change(followed, now, cap, "resumed after a hand edit")
+
+
+def hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState:
+    """The state after the fallback's ``DeployModel`` operation ended with an error (the
+    wiring reads it, as it reads a deployment's): no fallback is on its way any more, and a
+    new grace period starts before the next hedge, so a refused hedge is not resent every
+    tick. A fallback already on the endpoint is kept."""
+    if state.fallback_id is not None or state.fallback_name is None:
+        return state
+    failed = replace(
+        state,
+        phase=Phase.DEFICIT if state.last.short else Phase.SERVING,
+        since=now if state.last.short else None,
+        fallback_name=None,
+        fallback_replicas=0,
+    )
+    return _with_change(failed, now, state.last, f"hedge failed: {cause}")
+
+
+def _hand_edit(
+    observed: ObservedEndpoint, state: ServingState, settings: ServingSettings, now: datetime
+) -> str | None:
+    """What was changed by hand since the baseline, or None.
+
+    A move of traffic between the Spot model and its fallback alone is not a hand edit: it
+    is what the rule itself writes, and a ``SHIFT`` whose call timed out may still have
+    happened, so the next read may show it before the state does.
+    """
+    ours = state.ours
+    if observed.model(state.spot_id) is None:
+        return f"Spot model {state.spot_id} was undeployed by hand"
+    if state.fallback_id and observed.model(state.fallback_id) is None:
+        # Our own RESTORE undeploys it once the hold passed and its traffic went back; an
+        # UndeployModel that timed out may have happened, so that case is ours, not a hand's.
+        restored = (
+            state.phase is Phase.RECOVERING
+            and state.since is not None
+            and (now - state.since).total_seconds() >= settings.hold_seconds
+            and observed.share(state.spot_id) == state.pool
+        )
+        if not restored:
+            return f"fallback {state.fallback_id} was undeployed by hand"
+        ours = (state.spot_id,)
+    others = _others(observed, ours)
+    if others.keys() != state.others.keys():
+        added = sorted(others.keys() - state.others.keys())
+        gone = sorted(state.others.keys() - others.keys())
+        return f"deployed models changed by hand (added {added}, removed {gone})"
+    if others != dict(state.others):
+        return "the traffic split of other deployed models was changed by hand"
+    if _pool(observed, ours) != state.pool:
+        return f"the traffic of this deployment was changed by hand ({state.pool}% before)"
+    return None
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One fresh read, with what the rule derives from it."""
+
+    observed: ObservedEndpoint
+    now: datetime
+    settings: ServingSettings
+    fallback: ObservedModel | None
+    cap: Capacity
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A decision before its accounting: the call, the state's new fields, and why."""
+
+    kind: ActionKind
+    state: ServingState
+    reason: str
+    split: Mapping[str, int] | None = None
+    deploy: Fallback | None = None
+    undeploy: str | None = None
+    resize: int | None = None
+
+
+def decide(
+    observed: ObservedEndpoint,
+    state: ServingState,
+    now: datetime,
+    settings: ServingSettings | None = None,
+) -> ServingAction:
+    """What to do for one Spot deployment after one fresh read of its endpoint.
+
+    The tick calls it every minute for every followed deployment, applies the one call the
+    action names, and writes ``action.state`` only once that call succeeded; a failed call
+    leaves the record as it was, and the next tick decides again from a new read. A tick that
+    sees nothing new gets ``NOTHING`` and writes nothing.
+
+    Examples:
+        >>> from datetime import UTC, timedelta
+        >>> from shared.domain.serving.model import MachineSpec
+        >>> t0 = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> def read(n):
+        ...     spot = ObservedModel("7", "m", "s", MachineSpec("g2-standard-4"), True, 2, n)
+        ...     return ObservedEndpoint("e", (spot,), {"7": 100})
+        >>> state = start("7", read(2), t0)
+        >>> decide(read(2), state, t0 + timedelta(minutes=1)).kind
+        <ActionKind.NOTHING: 'NOTHING'>
+        >>> lost = decide(read(0), state, t0 + timedelta(minutes=2))
+        >>> lost.kind, lost.state.phase
+        (<ActionKind.RECORD: 'RECORD'>, <Phase.DEFICIT: 'DEFICIT'>)
+        >>> hedge = decide(read(0), lost.state, t0 + timedelta(minutes=7))
+        >>> hedge.kind, hedge.deploy.replicas, hedge.deploy.machine.machine_type
+        (<ActionKind.HEDGE: 'HEDGE'>, 2, 'g2-standard-4')
+    """
+    settings = settings or ServingSettings()
+    state = _adopt(observed, state)
+    spot = observed.model(state.spot_id)
+    fallback = observed.model(state.fallback_id)
+    cap = _capacity(spot, fallback)
+    step = _step(_Read(observed, now, settings, fallback, cap), state, spot)
+    changed = step.state != state or cap != state.last
+    if not changed and step.kind is ActionKind.NOTHING:
+        return ServingAction(ActionKind.NOTHING, state, step.reason)
+    causes = []
+    if cap != state.last:
+        last = state.last
+        causes.append(
+            f"serving {last.spot}+{last.on_demand} -> {cap.spot}+{cap.on_demand}"
+            f" of {cap.required} (Spot+on-demand)"
+        )
+    if step.kind is not ActionKind.NOTHING or step.state.phase is not state.phase:
+        causes.append(step.reason)
+    # Once the fallback is undeployed, only Spot serves from now on.
+    after = replace(cap, on_demand=0) if step.undeploy else cap
+    written = _with_change(step.state, now, after, "; ".join(causes) or step.reason)
+    kind = ActionKind.RECORD if step.kind is ActionKind.NOTHING else step.kind
+    return ServingAction(
+        kind, written, step.reason, step.split, step.deploy, step.undeploy, step.resize
+    )
+
+
+def _adopt(observed: ObservedEndpoint, state: ServingState) -> ServingState:
+    """A fallback whose DeployModel was sent is ours once the endpoint shows it under its
+    display name, whether or not its id was recorded (the call may have timed out)."""
+    if state.fallback_id is not None or not state.fallback_name:
+        return state
+    found = next(
+        (
+            m
+            for m in observed.models
+            if m.display_name == state.fallback_name and not m.spot and m.id != state.spot_id
+        ),
+        None,
+    )
+    return replace(state, fallback_id=found.id) if found else state
+
+
+def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
+    if state.phase is Phase.PAUSED_BY_HAND:
+        return _Step(ActionKind.NOTHING, state, "paused after a hand edit: recording only")
+    edit = _hand_edit(read.observed, state, read.settings, read.now)
+    if edit is not None or spot is None:
+        paused = replace(state, phase=Phase.PAUSED_BY_HAND, since=read.now)
+        return _Step(ActionKind.PAUSE, paused, edit or "Spot model missing")
+    if state.fallback_id and read.fallback is None:
+        # Our RESTORE's UndeployModel happened (see _hand_edit): Spot alone serves again.
+        served = replace(
+            state,
+            phase=Phase.SERVING,
+            since=None,
+            fallback_id=None,
+            fallback_name=None,
+            fallback_replicas=0,
+        )
+        return _Step(ActionKind.NOTHING, served, "restored: the fallback is undeployed")
+    if state.phase in (Phase.SERVING, Phase.DEFICIT):
+        return _unhedged(read, state, spot)
+    return _hedged(read, state, spot)
+
+
+def _elapsed(since: datetime | None, now: datetime) -> float:
+    return (now - since).total_seconds() if since else 0.0
+
+
+def _unhedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
+    """No fallback yet: SERVING, or DEFICIT while the grace period runs, then HEDGE."""
+    now, cap = read.now, read.cap
+    if spot.available >= cap.required:
+        return _Step(ActionKind.NOTHING, replace(state, phase=Phase.SERVING, since=None), "serving")
+    since = state.since if state.phase is Phase.DEFICIT and state.since else now
+    if _elapsed(since, now) < read.settings.grace_seconds:
+        short = replace(state, phase=Phase.DEFICIT, since=since)
+        return _Step(ActionKind.NOTHING, short, "fewer Spot replicas than required: grace period")
+    deficit = cap.required - spot.available
+    name = fallback_display_name(spot)
+    hedged = replace(
+        state,
+        phase=Phase.HEDGED,
+        since=now,
+        fallback_id=None,
+        fallback_name=name,
+        fallback_replicas=deficit,
+        hedges=state.hedges + 1,
+    )
+    reason = (
+        f"hedge: {deficit} on-demand replica(s) after {_elapsed(since, now):.0f} s"
+        f" with {spot.available} of {cap.required} Spot replicas"
+    )
+    return _Step(
+        ActionKind.HEDGE, hedged, reason, deploy=Fallback(spot.model, name, spot.machine, deficit)
+    )
+
+
+def _hedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
+    """A fallback is deployed or on its way: HEDGED, or RECOVERING while the hold runs, then
+    RESTORE; traffic follows the replicas each can serve, one call per read."""
+    observed, now, fallback, cap = read.observed, read.now, read.fallback, read.cap
+    healthy = spot.available >= cap.required
+    if healthy:
+        # The hold starts when Spot first serves all its replicas again; a flap resets it.
+        since = state.since if state.phase is Phase.RECOVERING else now
+        phase, label = Phase.RECOVERING, "Spot serves all its replicas again: hold period"
+    else:
+        since = state.since if state.phase is Phase.HEDGED else now
+        phase, label = Phase.HEDGED, "hedged"
+    moved = replace(state, phase=phase, since=since)
+    if fallback is None:
+        return _Step(ActionKind.NOTHING, moved, f"{label}; the fallback is being deployed")
+    ours = (spot.id, fallback.id)
+    if healthy and _elapsed(since, now) >= read.settings.hold_seconds:
+        if observed.share(fallback.id) > 0 or not observed.traffic_split:
+            back = hedged_split(observed, ours, (spot.available, 0))
+            if back is not None and back != observed.traffic_split:
+                return _Step(ActionKind.RESTORE, moved, "restore: traffic back to Spot", back)
+        # A fresh read shows the fallback without traffic, and Spot serving every replica it
+        # requires: undeploying the fallback removes no model that serves traffic.
+        return _Step(
+            ActionKind.RESTORE, moved, "restore: undeploy the fallback", undeploy=fallback.id
+        )
+    split = hedged_split(observed, ours, (spot.available, fallback.available))
+    if split is not None and split != observed.traffic_split:
+        return _Step(ActionKind.SHIFT, moved, f"{label}: traffic follows the replicas", split)
+    deficit = cap.required - spot.available
+    if deficit > state.fallback_replicas:
+        grown = replace(moved, fallback_replicas=deficit)
+        reason = f"{label}: grow the fallback to {deficit} replica(s)"
+        return _Step(ActionKind.GROW, grown, reason, resize=deficit)
+    return _Step(ActionKind.NOTHING, moved, label)
