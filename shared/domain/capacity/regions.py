@@ -58,9 +58,6 @@ from shared.domain.capacity.model import (
 from shared.domain.capacity.rule import cost_per_progress, decide
 from shared.kernel.regions import is_region
 
-#: At most this many regions a request may allow (its location and the others): each is a
-#: decision per attempt and a listing per tick, and each is a place a stray may be left.
-MAX_REGIONS: Final = 8
 #: The checkpoint size assumed when the request states none: a few-billion-parameter model
 #: with its optimizer state. Erring large makes a move dearer, which errs on staying.
 DEFAULT_CHECKPOINT_GB: Final = 50.0
@@ -219,6 +216,34 @@ def decide_across_regions(
         return RegionDecision(region, decision, why)
     why = f"stays in {regions.current}: {here_text}; {there} saves too little"
     return RegionDecision(regions.current, stay, why)
+
+
+def decide_in_region(
+    s: Situation,
+    regions: Regions,
+    region: str,
+    prices_by_region: Mapping[str, Prices] | None = None,
+) -> RegionDecision:
+    """The decision in ``region``, already chosen for this attempt (a redelivery of a
+    retry whose region was recorded before its create): that region's view, after the
+    cross-region read when it is not ``current``. With one candidate, exactly ``decide``.
+
+    Examples:
+        >>> from datetime import UTC, datetime
+        >>> now = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> s = Situation(now=now, deadline=now + timedelta(hours=48), origin=now,
+        ...     work_seconds=86400, remaining_seconds=86400, restart_overhead_seconds=300,
+        ...     checkpoint_interval_seconds=1800, prices=Prices(4.22, 1.60, 2.20))
+        >>> decide_in_region(s, Regions("us-east1", ("us-east1", "us-west1")), "us-west1").reason
+        'us-west1: the region recorded for this attempt'
+    """
+    why = f"{region}: the region recorded for this attempt"
+    if len(regions.candidates) == 1 and region == regions.current:
+        return RegionDecision(region, decide(s), why)
+    if region == regions.current:
+        return RegionDecision(region, decide(_view(s, regions, region, prices_by_region)), why)
+    moved = _moved(s, regions, region, prices_by_region)
+    return RegionDecision(region, _decide_after_read(moved, regions.transfer_seconds), why)
 
 
 def _view(
