@@ -122,3 +122,21 @@ def test_the_tick_lists_every_location_the_request_used(intake, tracker, clock, 
     listed = tracker.backend.calls["list_labelled"]
     assert tick(post_event, clock) == 200
     assert tracker.backend.calls["list_labelled"] - listed == 2  # us-central1 and us-east1
+
+
+def test_a_stray_left_in_a_region_the_job_moved_from_is_cancelled_by_the_tick(
+    intake, tracker, clock, post_event
+):
+    give_up_spot(tracker, clock, post_event)
+    assert tick(post_event, clock) == 200
+    second = current(tracker)["vertexJob"]
+    assert f"/locations/{OTHER}/" in second
+    # A job of attempt 2 in the request's location, which no record follows (a create that
+    # landed there from a delivery that died): only a listing of that location finds it.
+    stray = second.replace(OTHER, HOME)
+    tracker.backend.jobs[stray] = dataclasses.replace(
+        tracker.backend.jobs[second], name=stray, create_time=clock()
+    )
+    assert tick(post_event, clock) == 200
+    assert stray in tracker.backend.cancels and second not in tracker.backend.cancels
+    assert current(tracker)["vertexJob"] == second
