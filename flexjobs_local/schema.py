@@ -46,6 +46,7 @@ from shared.domain.model.strategies import (
 )
 from shared.domain.model.values import snake_case
 from shared.domain.policy.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
+from shared.domain.request.auto_regions import MAX_CHECKPOINT_GB, MAX_REGIONS
 from shared.domain.request.deadlines import (
     DEFAULT_RESTART_OVERHEAD_SECONDS,
     MAX_RESTART_OVERHEAD_SECONDS,
@@ -335,10 +336,8 @@ class _Envelope(BaseModel):
     checkpointUri: GcsUri | SkipJsonSchema[None] = Field(
         default=None, description="gs:// prefix of the job's checkpoints."
     )
-    totalSteps: int | SkipJsonSchema[None] = Field(
+    totalSteps: Annotated[int, Field(ge=1, le=MAX_TOTAL_STEPS)] | SkipJsonSchema[None] = Field(
         default=None,
-        ge=1,
-        le=MAX_TOTAL_STEPS,
         description="The step training ends at: progress is the checkpoint step over it.",
     )
     schedule: Schedule | SkipJsonSchema[None] = Field(
@@ -350,25 +349,44 @@ class _Envelope(BaseModel):
         "offset, by which the job must be done.",
         json_schema_extra={"format": "date-time"},
     )
-    estimatedRunSeconds: int | SkipJsonSchema[None] = Field(
-        default=None,
-        ge=1,
-        le=MAX_WORK_SECONDS,
-        description=f"With {AUTO}: the work in seconds, if it ran uninterrupted.",
+    estimatedRunSeconds: Annotated[int, Field(ge=1, le=MAX_WORK_SECONDS)] | SkipJsonSchema[None] = (
+        Field(
+            default=None,
+            description=f"With {AUTO}: the work in seconds, if it ran uninterrupted.",
+        )
     )
-    checkpointIntervalSeconds: int | SkipJsonSchema[None] = Field(
+    checkpointIntervalSeconds: (
+        Annotated[int, Field(ge=1, le=MAX_WORK_SECONDS)] | SkipJsonSchema[None]
+    ) = Field(
         default=None,
-        ge=1,
-        le=MAX_WORK_SECONDS,
         description=f"With {AUTO}: running seconds between complete checkpoints (what a "
         "preemption can lose).",
     )
-    restartOverheadSeconds: int | SkipJsonSchema[None] = Field(
+    restartOverheadSeconds: (
+        Annotated[int, Field(ge=0, le=MAX_RESTART_OVERHEAD_SECONDS)] | SkipJsonSchema[None]
+    ) = Field(
         default=None,
-        ge=0,
-        le=MAX_RESTART_OVERHEAD_SECONDS,
         description=f"With {AUTO}: seconds each start costs before progress resumes; default "
         f"{DEFAULT_RESTART_OVERHEAD_SECONDS}.",
+    )
+    regions: (
+        Annotated[list[Region], Field(min_length=1, max_length=MAX_REGIONS)] | SkipJsonSchema[None]
+    ) = Field(
+        default=None,
+        description=f"With {AUTO}: other regions AUTO may move the job to, each once (at most "
+        f"{MAX_REGIONS} with location).",
+        json_schema_extra={"uniqueItems": True},
+    )
+    checkpointSizeGb: Annotated[float, Field(gt=0, le=MAX_CHECKPOINT_GB)] | SkipJsonSchema[None] = (
+        Field(
+            default=None,
+            description=f"With {AUTO} and regions: the checkpoint's size in GB, what a move reads "
+            "across regions.",
+        )
+    )
+    pinnedRegion: bool | SkipJsonSchema[None] = Field(
+        default=None,
+        description=f"With {AUTO}: true keeps the job (and its data) in location; no regions.",
     )
 
 

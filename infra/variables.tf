@@ -211,6 +211,17 @@ variable "claim_ttl_seconds" {
   default     = 600
 }
 
+variable "egress_usd_per_gb" {
+  description = "FLEXJOBS_EGRESS_USD_PER_GB: USD per GB of reading a checkpoint from another region, what AUTO's region rule charges a move (README, \"The region rule\"). 0.02 within a continent; set it to your buckets' inter-region rate."
+  type        = number
+  default     = 0.02
+
+  validation {
+    condition     = var.egress_usd_per_gb >= 0 && var.egress_usd_per_gb <= 10
+    error_message = "egress_usd_per_gb must be between 0 and 10 (USD per GB)."
+  }
+}
+
 variable "call_timeout_seconds" {
   description = "FLEXJOBS_CALL_TIMEOUT_SECONDS: deadline of each Vertex, Firestore and Pub/Sub call."
   type        = number

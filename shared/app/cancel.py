@@ -120,7 +120,8 @@ def _live_jobs(intake: CapacityPorts, record: JobRecord) -> list[str]:
     """Every live Vertex job of the record's current and next attempt, recorded or not.
 
     The current attempt is looked for where it runs, the next one where its retry would
-    create it (a fallback rung may move it to another location).
+    create it (a fallback rung or AUTO's region rule may move it to another location), and
+    both in every location the record used.
     """
     names: list[str] = []
     if record.vertex_job and record.state is not JobState.RETRYING:
@@ -128,10 +129,14 @@ def _live_jobs(intake: CapacityPorts, record: JobRecord) -> list[str]:
     attempt = record.attempt or 1
     here = record.location or intake.settings.location
     later = next_placement(record, intake.settings.location).location if record.kind else here
-    for number, location in ((attempt, here), (attempt + 1, later)):
+    # And every location the request used or chose (locationsUsed, bounded): an attempt
+    # whose create timed out in a region the job has since left may have landed there.
+    places = dict.fromkeys((here, later, *record.locations_used))
+    for number in (attempt, attempt + 1):
         labels = labels_for(record.request_id, number)
-        found = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=record.kind)
-        names += [job.name for job in found if not _ended(job)]
+        for location in places:
+            found = intake.backend.find(labels[LABEL_REQUEST], number, location, kind=record.kind)
+            names += [job.name for job in found if not _ended(job)]
     return list(dict.fromkeys(names))
 
 

@@ -20,8 +20,7 @@ from shared.app.ports import Claimed
 from shared.app.steps.attempts import (
     AttemptPlan,
     Prepared,
-    auto_situation,
-    decided_plan,
+    regional_plan,
     submit_attempt,
 )
 from shared.app.steps.cancels import cancel_until_confirmed, drive_cancels
@@ -239,23 +238,23 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
             return None
         settings = tracker.settings
 
+        placement = next_placement(record, settings.location)
+        prepare = functools.partial(_prepare, tracker, request_id, record, attempt)
+        if JobRequest(request_id, str(record.kind), record.request).strategy == AUTO:
+            # Across regions, the region is recorded first (the record moves on by a write).
+            plan, record = regional_plan(tracker, record, attempt, placement.location, prepare)
+        else:
+            plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
+        request = JobRequest(request_id, str(record.kind), record.request, location=plan.location)
+        claimed_on = record.stored
+
         def claim() -> Claimed | None:
             # None: not due, or another delivery is submitting it.
             now = tracker.clock()
             return tracker.store.claim_retry(
-                request_id, attempt, now, settings.claim_ttl_seconds, record.stored
+                request_id, attempt, now, settings.claim_ttl_seconds, claimed_on
             )
 
-        placement = next_placement(record, settings.location)
-        request = JobRequest(
-            request_id, str(record.kind), record.request, location=placement.location
-        )
-        prepare = functools.partial(_prepare, tracker, request_id, record, attempt)
-        if request.strategy == AUTO:
-            situation = auto_situation(tracker, record, before=attempt)
-            plan = decided_plan(attempt, placement.location, situation, prepare)
-        else:
-            plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
         return submit_attempt(request, plan, claim, tracker)
 
 
@@ -374,8 +373,8 @@ def _listed(tracker: Tracker, location: str, since: datetime | None) -> list[Ver
 def _listing_windows(
     active: list[JobRecord], ended: list[JobRecord], default_location: str
 ) -> list[tuple[str, datetime | None]]:
-    """One listing per location of a watched record, from the oldest time a job of it may
-    have been created.
+    """One listing per location of a watched record (each it used), from the oldest time a
+    job of it may have been created.
 
     An active record is anchored on its current job's create time as Vertex reports it
     (``vertexCreateTime``), not on when the record was written: a job adopted hours after
@@ -386,9 +385,12 @@ def _listing_windows(
     watched = [(r, r.vertex_create_time or r.attempt_submitted_at) for r in active]
     watched += [(r, r.ended_at) for r in ended]
     for record, since in watched:
-        location = record.location or default_location
         anchor = since or record.created_at
-        if anchor is not None:
+        if anchor is None:
+            continue
+        # Every location the request used or chose (locationsUsed): a create that timed out
+        # in one it has since left may still have landed there.
+        for location in record.locations or (default_location,):
             anchors[location] = min(anchor, anchors.get(location, anchor))
     return [(loc, anchors[loc] - LIST_MARGIN) for loc in sorted(anchors)]
 

@@ -41,12 +41,22 @@ ENV_VARS = (
     "FLEXJOBS_MAX_UPLOAD_BYTES",
     "FLEXJOBS_STATUS_PAGE_SIZE",
     "FLEXJOBS_AUTO_TIME_SCALE",
+    "FLEXJOBS_EGRESS_USD_PER_GB",
 )
 
 
 def _folder(prefix: str) -> str:
     """A prefix as a folder: ``requests`` means ``requests/`` (not ``requests-old/`` too)."""
     return prefix if prefix.endswith("/") else prefix + "/"
+
+
+def _price(text: str) -> float | None:
+    """A USD price per GB from 0 to 10 (no inter-region rate comes near 10), else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and 0 <= value <= 10 else None
 
 
 def _split_csv(value: str | None) -> tuple[str, ...]:
@@ -98,6 +108,9 @@ class Settings:
     # Divides the AUTO capacity policy's time constants (shared.domain.capacity.model.Tuning): 1 for
     # jobs of hours; the embedded stack's AUTO test runs jobs of a minute at 60.
     auto_time_scale: float = 1.0
+    # USD per GB of reading a checkpoint from another region: what the AUTO region rule
+    # charges a move (shared.domain.capacity.regions). Within a continent, Google's 0.02.
+    egress_usd_per_gb: float = 0.02
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -118,6 +131,12 @@ class Settings:
             auto_time_scale = math.nan
         if not math.isfinite(auto_time_scale) or auto_time_scale <= 0:
             raise ValueError(f"FLEXJOBS_AUTO_TIME_SCALE must be a positive number, not {scale!r}")
+        egress = _price(e.get("FLEXJOBS_EGRESS_USD_PER_GB") or "0.02")
+        if egress is None:
+            raise ValueError(
+                "FLEXJOBS_EGRESS_USD_PER_GB must be a number from 0 to 10 (USD per GB), not "
+                f"{e.get('FLEXJOBS_EGRESS_USD_PER_GB')!r}"
+            )
         return cls(
             project=project,
             location=location,
@@ -143,6 +162,7 @@ class Settings:
             max_upload_bytes=int(e.get("FLEXJOBS_MAX_UPLOAD_BYTES") or 8 * 1024 * 1024),
             status_page_size=int(page_size),
             auto_time_scale=auto_time_scale,
+            egress_usd_per_gb=egress,
         )
 
     @property

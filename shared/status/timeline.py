@@ -37,6 +37,7 @@ from typing import Any
 
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.policy.checkpoints import FILE_SUFFIXES, step_of
+from shared.kernel.regions import is_region
 from shared.status.display import duration
 
 WIDTH = 960
@@ -75,6 +76,9 @@ class AttemptTimes:
     strategy: str | None = None
     # (when, label) of the complete checkpoints known to have been saved in this attempt.
     checkpoints: tuple[tuple[datetime, str], ...] = ()
+    # The region it was created in (the attempt document's ``location``): AUTO may move a
+    # job between regions, so each lane names its own.
+    location: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,8 @@ class Lane:
     spans: tuple[Span, ...]
     mark: Mark | None
     checkpoints: tuple[Tick, ...]
+    region: str = ""
+    region_y: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -267,13 +273,16 @@ def _lane(
     return Lane(
         number=attempt.number,
         y=top,
+        # Three lines when the lane names a region, two otherwise, within LANE_HEIGHT.
         title=f"attempt {attempt.number}",
-        title_y=bar_y + 14,
+        title_y=bar_y + (8 if attempt.location else 14),
         subtitle=subtitle,
-        subtitle_y=bar_y + 30,
+        subtitle_y=bar_y + (22 if attempt.location else 30),
         spans=tuple(spans),
         mark=mark,
         checkpoints=ticks,
+        region=attempt.location or "",
+        region_y=bar_y + 36,
     )
 
 
@@ -373,10 +382,15 @@ def attempt_times(
                 error_class=_text(doc.get("errorClass")),
                 work_lost_seconds=lost,
                 strategy=_text(doc.get("strategy")),
+                location=_region(doc.get("location")),
                 checkpoints=tuple(sorted(marks)),
             )
         )
     return out
+
+
+def _region(value: Any) -> str | None:
+    return value if is_region(value) else None
 
 
 def _step_label(uri: Any) -> str:

@@ -204,6 +204,7 @@ def test_first_attempt_is_recorded_and_the_claim_dropped():
         "vertexJobIds": ["1001"],
         "strategy": "FLEX_START",
         "location": "us-central1",
+        "locationsUsed": ["us-central1"],
         "updatedAt": NOW,
         "attemptSubmittedAt": NOW,
         "attemptStartedAt": None,

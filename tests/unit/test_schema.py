@@ -53,6 +53,9 @@ def test_schema_header_and_envelope():
         "estimatedRunSeconds",
         "checkpointIntervalSeconds",
         "restartOverheadSeconds",
+        "regions",
+        "checkpointSizeGb",
+        "pinnedRegion",
         *KINDS,
     }
     # Every field the parser takes, and no other.

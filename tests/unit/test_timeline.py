@@ -250,3 +250,20 @@ def test_the_running_words_stay_clear_of_the_shading():
     assert spans(lane)["running"].width > 100 and not spans(lane)["running"].inside
     little_lost = AttemptTimes(1, at(0), at(0), at(60), "FAILED", "preempted", 60.0)
     assert spans(layout([little_lost], now=at(60)).lanes[0])["running"].inside
+
+
+def test_each_lane_names_the_region_its_attempt_ran_in():
+    docs = [
+        {"attempt": 1, "state": "CANCELLED", "strategy": "SPOT", "location": "us-central1",
+         "submittedAt": at(0), "endedAt": at(10)},
+        {"attempt": 2, "state": "RUNNING", "strategy": "SPOT", "location": "us-east1",
+         "submittedAt": at(12), "startedAt": at(13)},
+        {"attempt": 3, "state": "QUEUED", "strategy": "SPOT", "location": "evil.example:443#",
+         "submittedAt": at(20)},
+    ]  # fmt: skip
+    chart = layout(attempt_times(docs, None, at(30)), now=at(30))
+    assert [lane.region for lane in chart.lanes] == ["us-central1", "us-east1", ""]
+    one, _two, three = chart.lanes
+    # Three lines inside the lane when it names a region, two otherwise.
+    assert one.title_y < one.subtitle_y < one.region_y < one.y + LANE_HEIGHT
+    assert three.subtitle_y == three.y + BAR_TOP + 30

@@ -20,6 +20,12 @@ from shared.app.steps.cancels import cancel_until_confirmed
 from shared.app.steps.exactly_once import Creation, Outcome, create_once
 from shared.app.steps.outbox import apply_and_notify
 from shared.domain.capacity.model import Situation, Tuning
+from shared.domain.capacity.regions import (
+    RegionDecision,
+    Regions,
+    decide_across_regions,
+    decide_in_region,
+)
 from shared.domain.capacity.rule import FALLBACK_DECISION, decide
 from shared.domain.capacity.situations import situation_from_record
 from shared.domain.decisions.jobs import adoptable
@@ -27,12 +33,14 @@ from shared.domain.decisions.recovery import (
     failed,
     parked,
 )
+from shared.domain.decisions.submissions import region_chosen
 from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
 from shared.domain.model.strategies import Strategy
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
+from shared.domain.request.auto_regions import RegionOptions
 from shared.domain.request.message import JobRequest
 from shared.kernel.errors import BackendRejected, QuotaExhausted
 from shared.kernel.events import Event, logged
@@ -69,19 +77,29 @@ def decided_plan(
     location: str,
     situation: Situation | None,
     prepare: Callable[[], Prepared] = Prepared,
+    regional: RegionDecision | None = None,
 ) -> AttemptPlan:
     """The plan of an AUTO request's attempt: the capacity policy's strategy and max wait,
-    with the decision recorded on the record (``capacity``) when the attempt is.
+    with the decision recorded on the record (``capacity``) when the attempt is. With
+    ``regional`` (a request allowing several regions), that region's decision, and the
+    region and why in the recorded decision (``capacity.location``, ``regionReason``).
 
     A record whose deadline fields cannot be read any more (hand-edited) runs on STANDARD:
     the one choice that cannot lose the job to capacity. That decision is recorded as final,
     like any other: nothing may give the attempt up or leave it (a decision left from before
     would, at its ``waitUntil``, for ever).
     """
-    decision = decide(situation) if situation is not None else FALLBACK_DECISION
+    if regional is not None:
+        decision = regional.decision
+        location = regional.region
+    else:
+        decision = decide(situation) if situation is not None else FALLBACK_DECISION
     if situation is None:
         log.warning("AUTO request without a usable deadline: attempt runs on STANDARD")
-    fields = {"maxWaitSeconds": decision.max_wait_seconds, "capacity": decision.to_dict()}
+    capacity = decision.to_dict()
+    if regional is not None:
+        capacity.update(location=regional.region, regionReason=regional.reason[:500])
+    fields = {"maxWaitSeconds": decision.max_wait_seconds, "capacity": capacity}
     log.info(
         f"capacity for attempt {attempt}: {decision.strategy}",
         extra={"fields": {"reason": decision.reason, "maxWait": decision.max_wait_seconds}},
@@ -92,6 +110,63 @@ def decided_plan(
         return replace(made, record_extra={**made.record_extra, **fields})
 
     return AttemptPlan(attempt, decision.strategy, location, prepared, decision.max_wait_seconds)
+
+
+def regional_plan(
+    ports: CapacityPorts,
+    record: JobRecord,
+    attempt: int,
+    location: str,
+    prepare: Callable[[], Prepared] = Prepared,
+) -> tuple[AttemptPlan, JobRecord]:
+    """The plan of a retry of an AUTO record (attempt ``attempt``), in the region the region
+    rule chooses when the request allows several (:mod:`shared.domain.capacity.regions`);
+    with the record as it stands after.
+
+    The region is recorded before anything may create the attempt (``regionChoice``, one
+    conditional write, :func:`~shared.domain.decisions.submissions.region_chosen`), and a
+    region recorded already is kept: the rule reads the clock, so a redelivery after a crash
+    (or a create that timed out and may have happened) could choose another region, and its
+    label lookup there would miss the job made in the first. Recorded first, every delivery
+    of the attempt looks up and creates in one region.
+    """
+    situation = auto_situation(ports, record, before=attempt)
+    options = RegionOptions.read(record.options)
+    home = record.home or ports.settings.location
+    allowed = options.allowed(home)
+    if situation is None or len(allowed) == 1:
+        return decided_plan(attempt, location, situation, prepare), record
+    regions = Regions(
+        current=record.location or home,
+        allowed=allowed,
+        pinned=options.pinned,
+        checkpoint_gb=options.checkpoint_gb,
+        egress_usd_per_gb=ports.settings.egress_usd_per_gb,
+        gpus=max(1, record.gpus),
+    )
+    recorded = record.chosen_location(attempt)
+    if recorded is not None:
+        chosen = decide_in_region(situation, regions, recorded)
+        return decided_plan(attempt, recorded, situation, prepare, chosen), record
+    chosen = decide_across_regions(situation, regions)
+    now = ports.clock()
+    written = ports.store.write(
+        record.request_id,
+        lambda rec: region_chosen(rec, attempt, chosen.region, chosen.reason, now),
+        record.stored,
+    )
+    after = written.record if written is not None else record
+    recorded = after.chosen_location(attempt)
+    if recorded is not None and recorded != chosen.region:
+        # Another delivery chose first: its region stands (its create may have happened).
+        chosen = decide_in_region(situation, regions, recorded)
+    log.info(
+        f"region for attempt {attempt}: {chosen.region}",
+        extra={"fields": {"reason": chosen.reason, "recorded": recorded is not None}},
+    )
+    # Not recorded (the record no longer waits for this attempt, or it is not due): the
+    # claim refuses it too, so nothing is created on this plan.
+    return decided_plan(attempt, chosen.region, situation, prepare, chosen), after
 
 
 def auto_situation(
@@ -109,7 +184,14 @@ def auto_situation(
     if running is not None and started is not None and saved is not None:
         # Saved up to the checkpoint, not up to now: what ran since is lost if it is left.
         ran = max(0.0, (min(now, saved.at) - started).total_seconds())
-        ended.append({"strategy": running, "runningSeconds": ran, "workLostSeconds": 0.0})
+        ended.append(
+            {
+                "strategy": running,
+                "runningSeconds": ran,
+                "workLostSeconds": 0.0,
+                "location": record.location,
+            }
+        )
     return situation_from_record(
         record,
         ended,

@@ -16,7 +16,7 @@ from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_ATTEMPT, label_value
 from shared.domain.model.kinds import TRAINING_KINDS
-from shared.domain.model.records import Claim, JobRecord, Stored
+from shared.domain.model.records import MAX_LOCATIONS_USED, Claim, JobRecord, Stored
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.checkpoints import checkpoint_prefix
@@ -256,6 +256,7 @@ def submission_change(current: JobRecord, sub: Submission, now: datetime) -> Sub
         "vertexJobIds": [*current.vertex_job_ids, job.job_id],
         "strategy": sub.strategy,
         "location": sub.location,
+        "locationsUsed": with_location(current, sub.location),
         "updatedAt": now,
         "attemptSubmittedAt": now,
         # The new attempt's: None until it starts (an adopted job may have started already).
@@ -403,15 +404,61 @@ def is_stray(record: JobRecord, job: VertexJob) -> bool:
 
 def next_placement(record: JobRecord, default_location: str) -> Placement:
     """Where and how the request's next attempt runs: its fallback ladder after the capacity
-    failures so far, from its own strategy and base location. The retry creates it there, and
-    a cancel looks for it there."""
+    failures so far, from its own strategy and base location; for AUTO across regions, the
+    region recorded for it before its create (:func:`region_chosen`). The retry creates it
+    there, and a cancel looks for it there."""
     request = JobRequest(record.request_id, str(record.kind), record.request)
-    return placement_for(
+    placement = placement_for(
         record.options.get("fallback"),
         record.capacity_failures,
         request.strategy,
         record.home or default_location,
     )
+    pending = pending_attempt(record)
+    chosen = record.chosen_location(pending) if pending is not None else None
+    return placement if chosen is None else Placement(placement.strategy, chosen)
+
+
+def with_location(record: JobRecord, location: str) -> list[str]:
+    """``locationsUsed`` with ``location`` added: oldest first, each once, the latest
+    :data:`~shared.domain.model.records.MAX_LOCATIONS_USED` (the oldest has had longest for
+    its strays to be found).
+
+    Examples:
+        >>> with_location(JobRecord.decode({"location": "us-east1"}), "us-west1")
+        ['us-east1', 'us-west1']
+    """
+    used = dict.fromkeys((*record.locations, location))
+    return list(used)[-MAX_LOCATIONS_USED:]
+
+
+def region_chosen(
+    record: JobRecord, attempt: int, location: str, reason: str, now: datetime
+) -> Change | None:
+    """Record the region of ``attempt`` before anything creates it (AUTO across regions), and
+    add it to ``locationsUsed`` so the tick lists it for strays from then on. Written once per
+    attempt: a region already recorded for it stands (another delivery chose first, and its
+    create may have happened), so every delivery creates in the same region. None when the
+    record is not waiting for ``attempt``, or holds its region already.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> record = JobRecord.decode({"state": "RETRYING", "attempt": 1, "location": "us-east1"})
+        >>> change = region_chosen(record, 2, "us-west1", "cheaper", now)
+        >>> change.record["regionChoice"]["location"], change.record["locationsUsed"]
+        ('us-west1', ['us-east1', 'us-west1'])
+        >>> chosen = JobRecord.decode({**change.record, "state": "RETRYING", "attempt": 1})
+        >>> region_chosen(chosen, 2, "us-central1", "cheaper still", now) is None
+        True
+    """
+    if record.chosen_location(attempt) is not None:
+        return None
+    if pending_attempt(record) != attempt or not submission_claimable(record, attempt, now):
+        return None
+    choice = {"attempt": attempt, "location": location, "reason": reason[:500], "at": now}
+    fields = {"regionChoice": choice, "locationsUsed": with_location(record, location)}
+    return Change(state=record.state, record={**fields, "updatedAt": now})
 
 
 #: A QUEUED job still waiting this long past its max wait is flagged: Vertex should have

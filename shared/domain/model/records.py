@@ -23,6 +23,11 @@ from typing import Any
 
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.states import DeploymentState, JobState
+from shared.kernel.regions import is_region
+
+#: At most this many locations a record remembers having used (``locationsUsed``): the 8 an
+#: AUTO request may allow, or a fallback ladder's, with room; each is a listing per tick.
+MAX_LOCATIONS_USED = 16
 
 
 def _time(value: Any) -> datetime | None:
@@ -129,6 +134,7 @@ TICK_FIELDS: tuple[str, ...] = (
     "runId",
     "location",
     "baseLocation",
+    "locationsUsed",
     "strategy",
     "vertexCreateTime",
     "attemptSubmittedAt",
@@ -163,6 +169,12 @@ class JobRecord:
     strategy: str | None = None
     location: str | None = None
     base_location: str | None = None
+    # Every location an attempt of the request was created (or chosen to be created) in,
+    # oldest first, at most MAX_LOCATIONS_USED: where the tick and a cancel look for its jobs.
+    locations_used: tuple[str, ...] = ()
+    # AUTO across regions: the region chosen for the next attempt before its create
+    # ({attempt, location, reason, at}), so every delivery of that attempt creates there.
+    region_choice: dict[str, Any] = field(default_factory=dict)
     accelerator_type: str | None = None
     gpus: int = 0
     run_id: str | None = None
@@ -232,6 +244,10 @@ class JobRecord:
             strategy=_text(raw.get("strategy")),
             location=_text(raw.get("location")),
             base_location=_text(raw.get("baseLocation")),
+            locations_used=tuple(
+                r for r in _items(raw.get("locationsUsed"))[:MAX_LOCATIONS_USED] if is_region(r)
+            ),
+            region_choice=_mapping(raw.get("regionChoice")),
             accelerator_type=_text(raw.get("acceleratorType")),
             gpus=_count(raw.get("gpus")),
             run_id=_text(raw.get("runId")),
@@ -282,6 +298,20 @@ class JobRecord:
     def options(self) -> dict[str, Any]:
         """``retryPolicy``, ``fallback`` and ``checkpointUri`` as the request gave them."""
         return _json(self.options_text)
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """Where jobs of the request may be: its current location and every one it used."""
+        here = (self.location,) if self.location else ()
+        return tuple(dict.fromkeys((*here, *self.locations_used)))
+
+    def chosen_location(self, attempt: int) -> str | None:
+        """The region recorded for ``attempt`` before its create (AUTO across regions)."""
+        choice = self.region_choice
+        location = choice.get("location")
+        if choice.get("attempt") == attempt and is_region(location):
+            return str(location)
+        return None
 
     @property
     def home(self) -> str | None:

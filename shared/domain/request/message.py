@@ -28,6 +28,7 @@ from shared.domain.model.strategies import (
 from shared.domain.model.values import parse_rfc3339, snake_case
 from shared.domain.policy.checkpoints import check_checkpoint_uri
 from shared.domain.policy.retry import check_fallback, check_retry_policy
+from shared.domain.request.auto_regions import REGION_FIELDS, check_region_options
 from shared.domain.request.canonical import canonical_body
 from shared.domain.request.deadlines import DEADLINE_FIELDS, check_deadline_options
 from shared.domain.request.schedule import SLOT, Slot, expand, read_slot
@@ -35,7 +36,14 @@ from shared.kernel.errors import FieldError, InvalidRequest
 from shared.kernel.regions import REGION_HINT, is_region
 
 #: The options of a training request: stored with the record, read by every later attempt.
-OPTION_FIELDS = ("retryPolicy", "fallback", "checkpointUri", "totalSteps", *DEADLINE_FIELDS)
+OPTION_FIELDS = (
+    "retryPolicy",
+    "fallback",
+    "checkpointUri",
+    "totalSteps",
+    *DEADLINE_FIELDS,
+    *REGION_FIELDS,
+)
 ENVELOPE_FIELDS = {"requestId", "location", "schedule", *OPTION_FIELDS, *KINDS}
 
 #: Vertex allows display names of up to 128 UTF-8 characters.
@@ -345,8 +353,8 @@ def _bare(kind: str) -> dict[str, Any]:
 
 def check_options(request: JobRequest) -> list[FieldError]:
     """Return every problem with the request's options: ``retryPolicy``, ``fallback``,
-    ``checkpointUri``, ``totalSteps`` and the deadline fields of AUTO
-    (:mod:`shared.domain.request.deadlines`), which
+    ``checkpointUri``, ``totalSteps``, and the deadline and region fields of AUTO
+    (:mod:`shared.domain.request.deadlines`, :mod:`shared.domain.request.auto_regions`), which
     :func:`~shared.domain.request.validation.check_request` leaves alone; empty means valid.
 
     The options steer retries of training jobs, so a ``deployModel`` request may not set them.
@@ -376,6 +384,12 @@ def check_options(request: JobRequest) -> list[FieldError]:
             published_at=request.published_at,
             timeout_seconds=_timeout_seconds(request),
             scheduled=request.slot is not None,
+        ),
+        *check_region_options(
+            options,
+            auto=auto,
+            strategy_path=strategy_path(request.kind),
+            location=request.location,
         ),
     ]
     if auto and options.get("fallback") is not None:

@@ -1,0 +1,142 @@
+"""AUTO across regions through the handlers, on the fakes: the region rule moves a retry to
+another allowed region, records the region before the create, and every delivery of that
+attempt creates (or adopts) in the one region recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from shared.app.steps import attempts
+from shared.domain.capacity.regions import RegionDecision
+from shared.kernel.errors import OutcomeUnknown
+from tests.events import pubsub_cloud_event
+from tests.functional.test_lifecycle_handlers import (
+    SEED,
+    auto_body,
+    cancel,
+    current,
+    run,
+    tick,
+    wait_until,
+)
+
+HOME, OTHER = "us-central1", "us-east1"
+
+
+def regional_body(**fields: Any) -> dict[str, Any]:
+    body = auto_body()
+    body.update(location=HOME, regions=[OTHER], checkpointSizeGb=1, **fields)
+    return body
+
+
+def give_up_spot(tracker, clock, post_event) -> str:
+    """Submit; attempt 1 runs on Spot in the request's location, queued past its waitUntil:
+    given up (a wait in vain there). Returns its job."""
+    event = pubsub_cloud_event(regional_body())
+    assert post_event("handle_job_request", event).status_code == 200
+    record = current(tracker)
+    first = str(record["vertexJob"])
+    assert f"/locations/{HOME}/" in first and record["strategy"] == "SPOT"
+    assert tick(post_event, clock, wait_until(tracker) + 1) == 200
+    assert tracker.backend.cancels == [first]
+    return first
+
+
+def test_a_wait_in_vain_moves_the_retry_to_the_other_region(intake, tracker, clock, post_event):
+    give_up_spot(tracker, clock, post_event)
+    assert tick(post_event, clock) == 200  # settled as a switch; the retry runs at once
+
+    record = current(tracker)
+    assert record["attempt"] == 2
+    second = record["vertexJob"]
+    # In us-central1 Spot just waited in vain (so FLEX_START would be next there); us-east1
+    # has no history, and its Spot, charged the 1 GB read, is cheaper by far.
+    assert f"/locations/{OTHER}/" in second
+    assert record["location"] == OTHER and record["strategy"] == "SPOT"
+    assert record["locationsUsed"] == [HOME, OTHER]
+    assert record["regionChoice"]["attempt"] == 2 and record["regionChoice"]["location"] == OTHER
+    assert record["capacity"]["location"] == OTHER
+    assert record["capacity"]["regionReason"].startswith(f"moves to {OTHER}")
+    assert tracker.store.get_attempt(SEED, 2)["location"] == OTHER
+    (request, _labels) = tracker.backend.created[1]
+    assert request.location == OTHER
+
+
+def test_a_pinned_request_is_never_moved(intake, tracker, clock, post_event):
+    body = auto_body()
+    body.update(location=HOME, pinnedRegion=True)
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    first = current(tracker)["vertexJob"]
+    assert tick(post_event, clock, wait_until(tracker) + 1) == 200
+    assert tracker.backend.cancels == [first]
+    assert tick(post_event, clock) == 200
+    record = current(tracker)
+    assert record["attempt"] == 2 and record["location"] == HOME
+    assert "regionChoice" not in record
+
+
+def test_a_redelivery_creates_in_the_region_recorded_not_in_a_new_choice(
+    intake, tracker, clock, post_event, monkeypatch
+):
+    give_up_spot(tracker, clock, post_event)
+    # The retry's create lands in us-east1 but its answer is lost: the claim is kept.
+    tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
+    assert tick(post_event, clock) == 200  # isolated by the tick's sweep
+    record = current(tracker)
+    assert record["state"] == "RETRYING" and record["regionChoice"]["location"] == OTHER
+    landed = [n for n in tracker.backend.jobs if f"/locations/{OTHER}/" in n]
+    assert len(landed) == 1
+
+    # The next delivery's rule, from its own clock, would choose the request's location
+    # again: stand for that by making the rule say so.
+    def flipped(s, regions, prices_by_region=None):
+        return RegionDecision(HOME, attempts.decide(s), "stays (a choice from a later clock)")
+
+    monkeypatch.setattr(attempts, "decide_across_regions", flipped)
+    assert tick(post_event, clock, tracker.settings.claim_ttl_seconds + 1) == 200
+
+    record = current(tracker)
+    # Adopted in the recorded region: one job for attempt 2, none in the other.
+    assert record["attempt"] == 2 and record["vertexJob"] == landed[0]
+    assert len(tracker.backend.created) == 2
+    assert record["location"] == OTHER
+
+
+def test_a_cancel_looks_in_every_location_the_request_used(intake, tracker, clock, post_event):
+    give_up_spot(tracker, clock, post_event)
+    assert tick(post_event, clock) == 200
+    second = current(tracker)["vertexJob"]
+    run(tracker, clock, second)
+    # A stray of attempt 2 left in the request's location (a create from a dead delivery).
+    stray = second.replace(OTHER, HOME)
+    tracker.backend.jobs[stray] = dataclasses.replace(tracker.backend.jobs[second], name=stray)
+    cancel(post_event)
+    assert {second, stray} <= set(tracker.backend.cancels)
+    assert current(tracker)["state"] == "CANCELLED"
+
+
+def test_the_tick_lists_every_location_the_request_used(intake, tracker, clock, post_event):
+    give_up_spot(tracker, clock, post_event)
+    assert tick(post_event, clock) == 200
+    listed = tracker.backend.calls["list_labelled"]
+    assert tick(post_event, clock) == 200
+    assert tracker.backend.calls["list_labelled"] - listed == 2  # us-central1 and us-east1
+
+
+def test_a_stray_left_in_a_region_the_job_moved_from_is_cancelled_by_the_tick(
+    intake, tracker, clock, post_event
+):
+    give_up_spot(tracker, clock, post_event)
+    assert tick(post_event, clock) == 200
+    second = current(tracker)["vertexJob"]
+    assert f"/locations/{OTHER}/" in second
+    # A job of attempt 2 in the request's location, which no record follows (a create that
+    # landed there from a delivery that died): only a listing of that location finds it.
+    stray = second.replace(OTHER, HOME)
+    tracker.backend.jobs[stray] = dataclasses.replace(
+        tracker.backend.jobs[second], name=stray, create_time=clock()
+    )
+    assert tick(post_event, clock) == 200
+    assert stray in tracker.backend.cancels and second not in tracker.backend.cancels
+    assert current(tracker)["vertexJob"] == second
