@@ -28,6 +28,8 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 def _no_google(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "PUBSUB_EMULATOR_HOST"):
         monkeypatch.delenv(var, raising=False)
+    # No Application Default Credentials either (this machine's gcloud config is not read).
+    monkeypatch.setattr("flexjobs.connection.adc_project", lambda: None)
 
 
 def test_a_good_request_file_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,7 +196,8 @@ def test_submit_publishes_nothing_when_invalid(
 ) -> None:
     published: list[Any] = []
     monkeypatch.setattr(
-        "flexjobs_local.client.Config.publish", lambda self, *a: published.append(a)
+        "flexjobs.publisher.PubsubPublisher.publish",
+        lambda self, topic, data, attributes: published.append((json.loads(data), attributes)),
     )
     text = f"{json.dumps(seed())}\n{{bad\n"
     path = write(tmp_path, "batch.jsonl", text)
@@ -207,7 +210,8 @@ def test_submit_names_each_request(
 ) -> None:
     published: list[Any] = []
     monkeypatch.setattr(
-        "flexjobs_local.client.Config.publish", lambda self, *a: published.append(a)
+        "flexjobs.publisher.PubsubPublisher.publish",
+        lambda self, topic, data, attributes: published.append((json.loads(data), attributes)),
     )
     body = seed()
     body.pop("requestId")
@@ -254,13 +258,13 @@ def test_cancel_refuses_an_empty_id_before_publishing():
 
 
 def test_submit_keeps_a_malformed_request_id_for_validation_to_refuse(tmp_path):
-    from flexjobs_local.messages import Message, assign_request_id
+    from flexjobs.messages import Message, assign_request_id
 
     message = Message({"requestId": "  ", "customJob": {}})
     assign_request_id(message, None)
     assert message.body == {"requestId": "  ", "customJob": {}}
     fresh = Message({"customJob": {}})
-    assign_request_id(fresh, None)
+    assign_request_id(fresh, None, prefix="cli")
     assert fresh.body is not None and fresh.body["requestId"].startswith("cli-")
 
 
@@ -268,7 +272,7 @@ def test_the_size_limit_is_measured_as_published():
     import json
     from datetime import UTC, datetime
 
-    from flexjobs_local.messages import Message, check
+    from flexjobs.messages import Message, check
     from shared.kernel.config import Settings
 
     body = {"cancel": "r1", "pad": ["x"] * 40}
