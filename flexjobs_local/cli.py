@@ -343,6 +343,31 @@ def cancel(
 
 
 @app.command()
+def logs(
+    ctx: typer.Context,
+    request_id: Annotated[str, typer.Argument(metavar="ID", help="The requestId.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep reading until the request has ended.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.5, help="With --follow: seconds between reads.")
+    ] = 2.0,
+) -> int:
+    """The Cloud Logging entries of a training request's Vertex jobs (resource.type ml_job),
+    attempt by attempt. With --follow: exit 0 when it SUCCEEDED, 1 otherwise."""
+    from flexjobs_local.logs import show_logs
+
+    console = out()
+    return show_logs(
+        _client(ctx),
+        request_id,
+        lambda line: console.print(line, markup=False),
+        follow=follow,
+        interval=interval,
+    )
+
+
+@app.command()
 def schema() -> int:
     """Print the JSON Schema of the request message."""
     from flexjobs_local.schema import build_schema
