@@ -25,6 +25,7 @@ from typing import Any, Final
 from flexjobs import Client, Status
 from flexjobs_local.cli_output import CONFIGURATION, CliError
 from shared.domain.model.kinds import kind_named
+from shared.kernel.errors import RequestNotFound
 
 ENDPOINT_VARIABLE: Final = "FLEXJOBS_LOGGING_ENDPOINT"
 LOGGING_API: Final = "https://logging.googleapis.com"
@@ -197,10 +198,17 @@ def show_logs(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Print the request's entries; with ``follow``, until it has ended. 0, or 1 when it
-    ended otherwise than SUCCEEDED (with ``follow``)."""
+    ended otherwise than SUCCEEDED (with ``follow``). Following a request not recorded yet
+    (just published) waits for its record, as ``watch`` does."""
     reader = Reader(api or LoggingApi(client.project, client.timeout))
     while True:
-        found = client.status(request_id)
+        try:
+            found = client.status(request_id)
+        except RequestNotFound:
+            if not follow:
+                raise
+            sleep(interval)
+            continue
         for attempt, job_id in jobs_of(found):
             for entry in reader.new_entries(job_id):
                 emit(line_of(entry, attempt))

@@ -146,3 +146,23 @@ def test_logs_of_a_deployment_say_there_are_none() -> None:
     client = client_with({"requestId": "d1", "kind": "deployModel", "state": "DEPLOYED"}, [])
     with pytest.raises(CliError, match="no ml_job entries"):
         show_logs(client, "d1", print)
+
+
+def test_following_a_request_not_recorded_yet_waits_for_its_record(logs: JobLogs) -> None:
+    import flexjobs
+
+    client = client_with({"requestId": "other", "kind": "customJob", "state": "RUNNING"}, [])
+    views = client.views
+    waits: list[float] = []
+
+    def record_appears(seconds: float) -> None:
+        # The record is written while the command waits, as intake writes it after a publish.
+        waits.append(seconds)
+        views.store.create(  # type: ignore[attr-defined]
+            "r1", {"requestId": "r1", "kind": "customJob", "state": "SUCCEEDED"}
+        )
+
+    assert show_logs(client, "r1", print, follow=True, sleep=record_appears) == 0
+    assert waits == [2.0]
+    with pytest.raises(flexjobs.RequestNotFound):
+        show_logs(client, "nobody", print)
