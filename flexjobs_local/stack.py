@@ -136,6 +136,8 @@ class LocalStack:
             "FLEXJOBS_NOTIFICATIONS_TOPIC": cfg.notifications_topic,
             "FLEXJOBS_UPLOAD_PREFIX": cfg.upload_prefix,
             "FLEXJOBS_REQUEST_BUCKET": cfg.bucket,
+            # `flexjobs logs` reads the jobs' entries from the simulator's Logging API.
+            "FLEXJOBS_LOGGING_ENDPOINT": f"http://127.0.0.1:{self.ports['vertex_control']}",
         }
         base_env = {**os.environ, **self.env}
         gcloud = shutil.which("gcloud")

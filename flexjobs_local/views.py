@@ -1,9 +1,13 @@
-"""Rich rendering of records for the CLI, and their JSON form (times in RFC 3339)."""
+"""Rich rendering of records for the CLI, and what ``status`` and ``list`` print as data."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flexjobs import Client, Status
 
 from rich.console import Group
 from rich.table import Table
@@ -107,17 +111,73 @@ def status_view(record: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]
     return Group(head, table) if attempts else Group(head)
 
 
+def status_json(found: Status) -> dict[str, Any]:
+    """``status --format json|yaml``: the record with its ``attempts`` (a list) added."""
+    return {**found.record, "attempts": [dict(a.document) for a in found.attempts]}
+
+
+def rejection_lines(found: Status) -> list[str]:
+    return [f"request {found.request_id} was rejected:"] + [
+        f"  {e.path}: {e.message}" for e in found.errors
+    ]
+
+
+def _created(row: Mapping[str, Any]) -> datetime:
+    at = row.get("createdAt")
+    if isinstance(at, datetime):
+        return at if at.tzinfo else at.replace(tzinfo=UTC)
+    return datetime.min.replace(tzinfo=UTC)
+
+
+def newest(
+    client: Client, states: tuple[str, ...], since: timedelta | None, limit: int
+) -> list[dict[str, Any]]:
+    """``list``: job records and deployment records, newest first by ``createdAt``, at most
+    ``limit`` in all. Jobs are read through the status page's query (``state`` and
+    ``createdAt`` in Firestore); the deployments' page is filtered here, since the status
+    page's deployment query takes no filter (a rare state may show fewer than ``limit``)."""
+    from shared.domain.model.kinds import DEPLOY_MODEL
+    from shared.domain.model.states import DeploymentState, JobState
+
+    job_states = tuple(s for s in states if s in JobState.__members__)
+    deployment_states = {s for s in states if s in DeploymentState.__members__}
+    rows: list[dict[str, Any]] = []
+    if not states or job_states:
+        rows += client.jobs(job_states, since, limit)
+    if not states or deployment_states:
+        cutoff = None if since is None else client.clock() - since
+        for row in client.deployments(limit):
+            if deployment_states and row.get("state") not in deployment_states:
+                continue
+            if cutoff is not None and _created(row) < cutoff:
+                continue
+            rows.append({"kind": DEPLOY_MODEL.name, **row})
+    rows.sort(key=_created, reverse=True)
+    return rows[:limit]
+
+
 def list_view(records: Sequence[Mapping[str, Any]]) -> Table:
     table = Table()
-    for column in ("request", "state", "attempt", "strategy", "location", "created", "cost"):
+    for column in (
+        "request",
+        "kind",
+        "state",
+        "attempt",
+        "strategy",
+        "location",
+        "created",
+        "cost",
+    ):
         table.add_column(column)
     for r in records:
         cost = mapping(r.get("cost"))
+        strategy = r.get("strategy") or ("SPOT" if r.get("spot") else None)
         table.add_row(
             str(r.get("requestId") or "?"),
+            str(r.get("kind") or "-"),
             state_text(r.get("state")),
             str(r.get("attempt") if r.get("attempt") is not None else "-"),
-            str(r.get("strategy") or "-"),
+            str(strategy or "-"),
             str(r.get("location") or "-"),
             when(r.get("createdAt")),
             usd(cost.get("costUsd")),

@@ -18,8 +18,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from flexjobs_local.client import DEPLOYMENTS, JOBS, REJECTIONS, Config
+from flexjobs import Client
 from flexjobs_local.views import checkpoint_text, mapping, state_text
+from shared.adapters.firestore.deployment_store import DEPLOYMENTS
+from shared.adapters.firestore.job_store import JOBS, REJECTIONS
 from shared.domain.model.ids import doc_id
 from shared.status.display import duration, gpu_hours, usd
 
@@ -110,7 +112,7 @@ def render(rows: list[Row], now: datetime) -> Table:
 
 
 def watch(
-    config: Config,
+    client: Client,
     request_ids: list[str],
     console: Console,
     timeout: float | None = None,
@@ -135,7 +137,7 @@ def watch(
 
         return on_snapshot
 
-    db = config.db()
+    db = client.firestore()
     subscriptions: list[Any] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     try:

@@ -381,6 +381,27 @@ class InMemoryNotifier:
         self.messages.append(dict(message))
 
 
+class InMemoryPublisher:
+    """The client library's Publisher port in memory: what was published, per topic, with a
+    message id each; storage only. Pub/Sub's own bound is kept: an attribute value over
+    1,024 bytes is refused, as the service refuses it."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bytes, dict[str, str]]] = []
+        # Raised (once) by the next publish(), like a publish that did not complete.
+        self.fail_next: Exception | None = None
+
+    def publish(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> str:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        for key, value in attributes.items():
+            if len(value.encode("utf-8")) > 1024:
+                raise gexc.InvalidArgument(f"attribute {key} is over 1024 bytes")
+        self.messages.append((topic, bytes(data), dict(attributes)))
+        return str(len(self.messages))
+
+
 class InMemoryCheckpointStore:
     """The CheckpointStore port in memory: objects by bucket, searched by the domain's own
     rules (:func:`~shared.domain.policy.checkpoints.latest_complete` and

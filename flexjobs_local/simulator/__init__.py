@@ -28,6 +28,7 @@ from flexjobs_local.simulator.control import ControlApp, ControlServer
 from flexjobs_local.simulator.effects import SideEffects
 from flexjobs_local.simulator.engine import Engine
 from flexjobs_local.simulator.grpc_server import build_server
+from flexjobs_local.simulator.logs import JobLogs
 
 TICK_SECONDS = 0.05
 """Wall time between background advances of the simulation."""
@@ -123,7 +124,9 @@ def serve(
         storage_host=storage_host,
     )
     server, port = build_server(engine, grpc_port, host, max_workers)
-    control = ControlServer(ControlApp(engine, effects), control_port, host)
+    # Listening from before the first job, so every job's entries are kept.
+    logs = JobLogs(engine, project)
+    control = ControlServer(ControlApp(engine, effects, logs), control_port, host)
     server.start()
     control.start()
     handle = SimulatorHandle(

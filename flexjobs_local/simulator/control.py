@@ -33,6 +33,8 @@ POST     /hints                ``{"enabled", "copies"?, "topic"?, "drop"?, "repe
                                five: what befalls each state change's hints, see
                                :class:`~.effects.HintChaos`)
 POST     /flush                ``{"timeout"?}`` → ``{"drained": bool}`` (waits for side effects)
+POST     /v2/entries:list      the Cloud Logging API's ``entries:list``: the jobs' ``ml_job``
+                               entries (:mod:`.logs`) → ``{"entries", "nextPageToken"?}``
 =======  ====================  =============================================================
 """
 
@@ -49,6 +51,7 @@ from urllib.parse import parse_qs, urlparse
 from flexjobs_local.simulator.common import SimError
 from flexjobs_local.simulator.effects import SideEffects
 from flexjobs_local.simulator.engine import Engine
+from flexjobs_local.simulator.logs import BadFilter, JobLogs
 
 _HTTP_FOR_CODE = {
     "NOT_FOUND": HTTPStatus.NOT_FOUND,
@@ -83,9 +86,10 @@ def _field(body: Body, name: str, kind: type | tuple[type, ...], default: Any = 
 class ControlApp:
     """Route table over an :class:`Engine` and its :class:`SideEffects`."""
 
-    def __init__(self, engine: Engine, effects: SideEffects) -> None:
+    def __init__(self, engine: Engine, effects: SideEffects, logs: JobLogs) -> None:
         self.engine = engine
         self.effects = effects
+        self.logs = logs
         self.routes: dict[tuple[str, str], Route] = {
             ("GET", "/healthz"): lambda b, q: {"status": "ok"},
             ("GET", "/capacity"): lambda b, q: engine.capacity(),
@@ -109,6 +113,7 @@ class ControlApp:
             ),
             ("GET", "/hints"): lambda b, q: effects.status(),
             ("POST", "/hints"): self._set_hints,
+            ("POST", "/v2/entries:list"): self._list_entries,
             ("POST", "/flush"): lambda b, q: {
                 "drained": effects.flush(float(_field(b, "timeout", (int, float), 30.0)))
             },
@@ -152,7 +157,14 @@ class ControlApp:
     def _reset(self, body: Body, query: Query) -> Any:
         self.engine.reset()
         self.effects.reset_chaos()
+        self.logs.clear()
         return {"status": "ok"}
+
+    def _list_entries(self, body: Body, query: Query) -> Any:
+        try:
+            return self.logs.list_entries(body)
+        except BadFilter as exc:
+            raise BadRequest(str(exc)) from exc
 
     def _set_preemption_rate(self, body: Body, query: Query) -> Any:
         return self.engine.set_preemption_rate(

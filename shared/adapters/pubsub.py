@@ -34,7 +34,10 @@ class PubsubNotifier:
         client = self._publisher()
         topic = client.topic_path(self._settings.project, self._topic_id)
         data = json.dumps(dict(message), default=str, sort_keys=True).encode("utf-8")
-        attributes = {"state": str(message.get("state", "")), "requestId": _attr(message)}
+        attributes = {
+            "state": str(message.get("state", "")),
+            "requestId": bounded_attribute(str(message.get("requestId", ""))),
+        }
         try:
             client.publish(topic, data, **attributes).result(
                 timeout=self._settings.call_timeout_seconds
@@ -47,14 +50,14 @@ class PubsubNotifier:
 MAX_ATTRIBUTE_BYTES = 1024
 
 
-def _attr(message: Mapping[str, Any]) -> str:
-    """The requestId as an attribute: cut to 1,024 UTF-8 bytes on a character boundary (the
-    full id is in the data). Cut by characters, an id of multi-byte characters would make
+def bounded_attribute(value: str) -> str:
+    """An attribute value cut to 1,024 UTF-8 bytes on a character boundary (a requestId's
+    whole text is in the data). Cut by characters, an id of multi-byte characters would make
     every publish fail, and a rejection that notifies first would never be recorded.
 
     Examples:
-        >>> len(_attr({"requestId": "é" * 1000}).encode())
+        >>> len(bounded_attribute("é" * 1000).encode())
         1024
     """
-    raw = str(message.get("requestId", "")).encode("utf-8", errors="replace")
+    raw = value.encode("utf-8", errors="replace")
     return raw[:MAX_ATTRIBUTE_BYTES].decode("utf-8", errors="ignore")

@@ -79,6 +79,25 @@ class UnreadableInput(InvalidRequest):
     any invalid request, and its cause is logged with the rejection."""
 
 
+class ConfigurationError(FlexjobsError):
+    """A client (the ``flexjobs`` library or command) cannot reach flexjobs as configured: no
+    project, no credentials, an emulator not reachable, the topic not found, permission
+    denied. Nothing was sent; fix the configuration and call again."""
+
+
+class RequestNotFound(FlexjobsError, LookupError):
+    """No record and no rejection holds this requestId (not published yet, still in flight,
+    or another project)."""
+
+    def __init__(self, request_id: str, project: str) -> None:
+        self.request_id = request_id
+        self.project = project
+        super().__init__(
+            f"no request {request_id!r} in project {project}"
+            " (not published yet, still in flight, or another project?)"
+        )
+
+
 class BackendRejected(FlexjobsError):
     """Vertex AI refused the job for good (for example INVALID_ARGUMENT)."""
 

@@ -48,7 +48,8 @@ _UNITS: Final = {"m": 60, "h": 3600, "d": 86400}
 #: at worst 6 once JSON escapes it: \u0001), as UTF-8 JSON, base64url (4 characters for 3).
 _MAX_TOKEN: Final = 4 * (6 * MAX_REQUEST_ID_BYTES + 64) // 3 + 4
 
-#: The fields each view reads (Firestore ``select()``): what it shows, nothing more.
+#: The fields each view reads (Firestore ``select()``): what it shows, nothing more (the status
+#: page's list, and ``flexjobs list``, which shows the location too).
 LIST_FIELDS: Final = (
     "requestId",
     "displayName",
@@ -58,6 +59,7 @@ LIST_FIELDS: Final = (
     "acceleratorType",
     "gpus",
     "strategy",
+    "location",
     "createdAt",
     "attemptSubmittedAt",
     "attemptStartedAt",
@@ -71,7 +73,6 @@ LIST_FIELDS: Final = (
 JOB_FIELDS: Final = (
     *LIST_FIELDS,
     "reason",
-    "location",
     "baseLocation",
     "vertexState",
     "maxWaitSeconds",

@@ -210,3 +210,24 @@ def test_an_unreachable_emulator_is_one_line(stack: LocalStack, args: list[str])
     assert done.returncode == 3
     assert "FIRESTORE_EMULATOR_HOST=127.0.0.1:9 is not reachable" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_logs_prints_each_attempts_entries_and_follows_to_the_end(
+    stack: LocalStack, tmp_path: Path, unique: Callable
+) -> None:
+    request_id = unique("logs")
+    assert run(stack, "submit", write(tmp_path, "j.json", seed(request_id, 30))).returncode == 0
+    followed = run(stack, "logs", request_id, "--follow", "--interval", "1", timeout=120)
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    lines = followed.stdout.splitlines()
+    # The simulator's ml_job entries of attempt 1, in time order, each once.
+    texts = [line.split("[attempt 1] ", 1)[1] for line in lines if "[attempt 1] " in line]
+    assert texts[0] == "Job is queued."
+    assert "Job is running." in texts
+    assert texts[-1] == "Job completed successfully."
+    assert len(texts) == len(set(texts))
+    again = run(stack, "logs", request_id)
+    assert again.returncode == 0 and again.stdout.splitlines() == lines
+
+    unknown = run(stack, "logs", unique("nobody"))
+    assert unknown.returncode == 1 and "no request" in unknown.stderr

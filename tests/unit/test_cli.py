@@ -28,6 +28,8 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 def _no_google(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "PUBSUB_EMULATOR_HOST"):
         monkeypatch.delenv(var, raising=False)
+    # No Application Default Credentials either (this machine's gcloud config is not read).
+    monkeypatch.setattr("flexjobs.connection.adc_project", lambda: None)
 
 
 def test_a_good_request_file_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,7 +196,8 @@ def test_submit_publishes_nothing_when_invalid(
 ) -> None:
     published: list[Any] = []
     monkeypatch.setattr(
-        "flexjobs_local.client.Config.publish", lambda self, *a: published.append(a)
+        "flexjobs.publisher.PubsubPublisher.publish",
+        lambda self, topic, data, attributes: published.append((json.loads(data), attributes)),
     )
     text = f"{json.dumps(seed())}\n{{bad\n"
     path = write(tmp_path, "batch.jsonl", text)
@@ -207,7 +210,8 @@ def test_submit_names_each_request(
 ) -> None:
     published: list[Any] = []
     monkeypatch.setattr(
-        "flexjobs_local.client.Config.publish", lambda self, *a: published.append(a)
+        "flexjobs.publisher.PubsubPublisher.publish",
+        lambda self, topic, data, attributes: published.append((json.loads(data), attributes)),
     )
     body = seed()
     body.pop("requestId")
@@ -254,13 +258,13 @@ def test_cancel_refuses_an_empty_id_before_publishing():
 
 
 def test_submit_keeps_a_malformed_request_id_for_validation_to_refuse(tmp_path):
-    from flexjobs_local.messages import Message, assign_request_id
+    from flexjobs.messages import Message, assign_request_id
 
     message = Message({"requestId": "  ", "customJob": {}})
     assign_request_id(message, None)
     assert message.body == {"requestId": "  ", "customJob": {}}
     fresh = Message({"customJob": {}})
-    assign_request_id(fresh, None)
+    assign_request_id(fresh, None, prefix="cli")
     assert fresh.body is not None and fresh.body["requestId"].startswith("cli-")
 
 
@@ -268,7 +272,7 @@ def test_the_size_limit_is_measured_as_published():
     import json
     from datetime import UTC, datetime
 
-    from flexjobs_local.messages import Message, check
+    from flexjobs.messages import Message, check
     from shared.kernel.config import Settings
 
     body = {"cancel": "r1", "pad": ["x"] * 40}
@@ -300,3 +304,198 @@ def test_a_cancel_of_a_request_id_over_its_byte_bound_is_refused_as_intake_refus
         "cancel: is 1501 bytes in UTF-8; a requestId may have at most 1500"
         in capsys.readouterr().err
     )
+
+
+# -- the conventions, on the client library over in-memory fakes -----------------------------
+
+
+class _Stores:
+    def __init__(self) -> None:
+        from tests.fakes import (
+            InMemoryDeploymentStore,
+            InMemoryJobStore,
+            InMemoryJobViews,
+            InMemoryPublisher,
+            InMemoryRejectionLog,
+        )
+
+        self.jobs = InMemoryJobStore()
+        self.deployments = InMemoryDeploymentStore()
+        self.views = InMemoryJobViews(self.jobs, self.deployments)
+        self.rejections = InMemoryRejectionLog()
+        self.publisher = InMemoryPublisher()
+
+
+@pytest.fixture
+def stores(monkeypatch: pytest.MonkeyPatch) -> _Stores:
+    """The command's client keeps its configuration (the project as the command resolves it)
+    but reads and publishes through in-memory fakes of the library's ports."""
+    import flexjobs
+
+    held = _Stores()
+
+    class FakeClient(flexjobs.Client):
+        def __init__(self, project: str | None = None, **options: Any) -> None:
+            super().__init__(
+                project,
+                publisher=held.publisher,
+                views=held.views,
+                rejections=held.rejections,
+                **options,
+            )
+
+    monkeypatch.setattr("flexjobs_local.cli.Client", FakeClient)
+    return held
+
+
+def _published(stores: _Stores) -> list[dict[str, Any]]:
+    return [json.loads(data) for _, data, _ in stores.publisher.messages]
+
+
+def test_the_project_is_the_flag_then_the_environment_then_adc(
+    stores: _Stores, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("flexjobs.connection.adc_project", lambda: "from-adc")
+
+    def project_named(*args: str) -> str:
+        assert main([*args, "status", "nobody"]) == 1  # unknown: the error names the project
+        return capsys.readouterr().err.split(" in project ")[1].split(" ")[0]
+
+    assert project_named() == "from-adc"
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-env")
+    assert project_named() == "from-env"
+    assert project_named("--project", "from-flag") == "from-flag"
+
+
+def test_status_prints_a_table_json_or_yaml(
+    stores: _Stores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    import yaml
+
+    created = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+    stores.jobs.create("r1", {"requestId": "r1", "state": "RUNNING", "createdAt": created})
+    stores.jobs.update_attempt("r1", 1, {"attempt": 1, "state": "RUNNING"})
+    assert main(["--project", "p", "status", "r1", "--format", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert as_json["createdAt"] == "2026-12-02T09:00:00Z"
+    assert as_json["attempts"] == [{"attempt": 1, "state": "RUNNING"}]
+    assert main(["--project", "p", "status", "r1", "--json"]) == 0  # the deprecated alias
+    assert json.loads(capsys.readouterr().out) == as_json
+    assert main(["--project", "p", "status", "r1", "--format", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
+    assert main(["--project", "p", "status", "r1"]) == 0
+    assert "RUNNING" in capsys.readouterr().out
+    assert main(["--project", "p", "status", "r1", "--format", "xml"]) == 2
+
+
+def test_a_rejected_request_prints_its_errors_and_exits_1(
+    stores: _Stores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stores.rejections.record("bad", {"errors": [{"path": "location", "message": "must be"}]})
+    assert main(["--project", "p", "status", "bad", "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rejected"] is True
+    assert "  location: must be" in captured.err
+
+
+def test_list_shows_jobs_and_deployments_newest_first(
+    stores: _Stores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    stores.jobs.create(
+        "old-job",
+        {
+            "requestId": "old-job",
+            "kind": "customJob",
+            "state": "SUCCEEDED",
+            "createdAt": now - timedelta(hours=3),
+        },
+    )
+    stores.jobs.create(
+        "new-job",
+        {
+            "requestId": "new-job",
+            "kind": "customJob",
+            "state": "RUNNING",
+            "createdAt": now - timedelta(minutes=1),
+        },
+    )
+    stores.deployments.create(
+        "dep",
+        {
+            "requestId": "dep",
+            "state": "DEPLOYED",
+            "spot": True,
+            "createdAt": now - timedelta(minutes=30),
+        },
+    )
+    assert main(["--project", "p", "list", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["requestId"], r["kind"]) for r in rows] == [
+        ("new-job", "customJob"),
+        ("dep", "deployModel"),
+        ("old-job", "customJob"),
+    ]
+    assert main(["--project", "p", "list", "--json", "--since", "2h"]) == 0
+    assert [r["requestId"] for r in json.loads(capsys.readouterr().out)] == ["new-job", "dep"]
+    assert main(["--project", "p", "list", "--json", "--state", "DEPLOYED"]) == 0
+    assert [r["requestId"] for r in json.loads(capsys.readouterr().out)] == ["dep"]
+    assert main(["--project", "p", "list", "--json", "--state", "running"]) == 0
+    assert [r["requestId"] for r in json.loads(capsys.readouterr().out)] == ["new-job"]
+    assert main(["--project", "p", "list"]) == 0
+    table = capsys.readouterr().out
+    assert "deployModel" in table and "SPOT" in table
+
+
+def test_submit_takes_region_or_location_and_a_display_name(
+    stores: _Stores, tmp_path: Path
+) -> None:
+    path = write(tmp_path, "job.json", json.dumps(seed()))
+    assert main(["--project", "p", "submit", "--region", "europe-west4", path]) == 0
+    assert main(["--project", "p", "submit", "--location", "asia-east1", path]) == 0
+    assert main(["--project", "p", "submit", "--display-name", "renamed", path]) == 0
+    first, second, third = _published(stores)
+    assert (first["location"], second["location"]) == ("europe-west4", "asia-east1")
+    assert third["customJob"]["displayName"] == "renamed"
+    assert "location" not in third
+
+
+def test_the_input_format_is_input_format_and_the_old_flag_still_reads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    # JSON text, which is YAML too: sniffed, it is read as a message (of no kind); read as
+    # YAML, it is a gcloud config, whose problems are at the paths of the customJob it becomes.
+    config = '{"workerPoolSpecs": {"machineSpec": {"machineType": "g2-standard-4"}}}'
+
+    def validate(*flags: str) -> str:
+        stdin = io.TextIOWrapper(io.BytesIO(config.encode()), encoding="utf-8")
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert main(["validate", *flags, "-"]) == 2
+        return capsys.readouterr().err
+
+    assert "customJob.jobSpec.workerPoolSpecs[0]" not in validate()
+    assert "customJob.jobSpec.workerPoolSpecs[0]" in validate("--input-format", "yaml")
+    assert "customJob.jobSpec.workerPoolSpecs[0]" in validate("--format", "yaml")
+
+
+def test_completion_is_offered(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "--install-completion" in help_text and "--show-completion" in help_text
+
+
+def test_each_library_error_has_its_documented_exit_code() -> None:
+    import flexjobs
+    from flexjobs_local.cli_output import exit_code
+
+    assert exit_code(flexjobs.InvalidRequest([])) == 2
+    assert exit_code(flexjobs.RequestNotFound("r", "p")) == 1
+    assert exit_code(flexjobs.ConfigurationError("no project")) == 3
+    assert exit_code(flexjobs.PublishFailed("down")) == 3
+    assert exit_code(flexjobs.StoreUnavailable("down")) == 3
