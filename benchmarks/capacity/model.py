@@ -86,11 +86,18 @@ class Job:
 
 @dataclass(frozen=True)
 class Lifecycle:
-    """The lifecycle's timing: the product's backoff (jitter drawn per job) and the tick."""
+    """The lifecycle's timing: the product's backoff and the tick. The backoff's jitter is
+    drawn per job from its seed (production draws ``random.random``), or with
+    ``worst_jitter`` always at the top of its window."""
 
     backoff: Backoff = field(default_factory=Backoff)
     tick_seconds: float = TICK_SECONDS
     budgets: Budgets = BUDGETS
+    worst_jitter: bool = False
+
+    def backoff_for(self, job: Job) -> Backoff:
+        jitter = _top if self.worst_jitter else random.Random(job.seed).random
+        return replace(self.backoff, jitter=jitter)
 
     def tick_at_or_after(self, job: Job, t: float) -> float:
         k = math.ceil((t - job.tick_phase) / self.tick_seconds)
@@ -99,6 +106,10 @@ class Lifecycle:
     def tick_after(self, job: Job, t: float) -> float:
         k = math.floor((t - job.tick_phase) / self.tick_seconds) + 1
         return job.tick_phase + k * self.tick_seconds
+
+
+def _top() -> float:
+    return 1.0
 
 
 @dataclass(frozen=True)
@@ -186,8 +197,7 @@ def simulate(
     passes. ``move_gb(from, to)``: the checkpoint read when an attempt resumes elsewhere."""
     model = dws or Independent()
     life = lifecycle or Lifecycle()
-    backoff = replace(life.backoff, jitter=random.Random(job.seed).random)
-    view = View(job, life, backoff, region=job.site.region)
+    view = View(job, life, life.backoff_for(job), region=job.site.region)
     usage: dict[str, float] = {STANDARD: 0.0, SPOT: 0.0, FLEX_START: 0.0}
     r = Result(job, policy.name, math.inf, usage, 0, 0, 0, 0.0, 0.0, view.attempts)
     sites = {s.region: s for s in job.sites}
