@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from shared.domain.model.strategies import MAX_DWS_TIMEOUT_SECONDS, Strategy
 from shared.domain.policy.pricing import PriceTable
+from shared.kernel.regions import is_region
 
 # The strategies' one home is the model; the rule reads them under their short names.
 SPOT: Final = Strategy.SPOT
@@ -92,7 +93,8 @@ class AttemptOutcome:
     ``failure`` is the attempt's failure class (``preempted``, ``stockout``,
     ``max-wait-expired``...), None when it ended otherwise (a voluntary switch, a Spot
     attempt given up while queued). ``lost_seconds`` is its running time no complete
-    checkpoint saved (``workLostSeconds``).
+    checkpoint saved (``workLostSeconds``). ``location`` is the region it ran in (None on an
+    attempt recorded before attempts named one: the request's location).
     """
 
     strategy: str
@@ -100,6 +102,7 @@ class AttemptOutcome:
     running_seconds: float = 0.0
     queued_seconds: float = 0.0
     lost_seconds: float = 0.0
+    location: str | None = None
 
     @classmethod
     def from_attempt(cls, doc: Mapping[str, Any]) -> AttemptOutcome:
@@ -107,17 +110,20 @@ class AttemptOutcome:
 
         Examples:
             >>> AttemptOutcome.from_attempt({"strategy": "SPOT", "errorClass": "preempted",
-            ...                              "runningSeconds": 3600, "workLostSeconds": 600})
+            ...                              "runningSeconds": 3600, "workLostSeconds": 600,
+            ...                              "location": "us-east1"})
             AttemptOutcome(strategy='SPOT', failure='preempted', running_seconds=3600.0, \
-queued_seconds=0.0, lost_seconds=600.0)
+queued_seconds=0.0, lost_seconds=600.0, location='us-east1')
         """
         failure = doc.get("errorClass")
+        location = doc.get("location")
         return cls(
             strategy=str(doc.get("strategy") or ""),
             failure=failure if isinstance(failure, str) else None,
             running_seconds=_seconds(doc.get("runningSeconds")),
             queued_seconds=_seconds(doc.get("queuedSeconds")),
             lost_seconds=_seconds(doc.get("workLostSeconds")),
+            location=location if is_region(location) else None,
         )
 
 

@@ -178,6 +178,24 @@ def decide(s: Situation) -> CapacityDecision:
     return _catch_up(s, f, options)
 
 
+def cost_per_progress(s: Situation, strategy: str) -> float:
+    """What an hour of progress costs on ``strategy`` in situation ``s``, in the units of its
+    prices (per GPU-hour): the price itself, and Spot's divided by the share of its running
+    time that this job's history says becomes saved progress (inf when none does). The
+    figure :func:`decide` orders the cheap options by.
+
+    Examples:
+        >>> from shared.domain.capacity.model import Prices
+        >>> now = datetime(2026, 12, 1)
+        >>> s = Situation(now=now, deadline=now + timedelta(hours=48), origin=now,
+        ...     work_seconds=86400, remaining_seconds=86400, restart_overhead_seconds=300,
+        ...     checkpoint_interval_seconds=1800, prices=Prices(4.22, 1.60, 2.20))
+        >>> round(cost_per_progress(s, "SPOT"), 2), cost_per_progress(s, "STANDARD")
+        (1.92, 4.22)
+    """
+    return _figures(s).units[strategy]
+
+
 def _ahead(f: _Figures) -> str:
     if abs(f.behind) <= f.tuning.on_line_seconds:
         return "on the uniform-progress line"
