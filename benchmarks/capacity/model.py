@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from benchmarks.capacity.dws import DwsModel, Independent
 from benchmarks.capacity.traces import Replay
 from shared.domain.capacity.model import FLEX_START, SPOT, STANDARD, Prices
+from shared.domain.capacity.regions import CROSS_REGION_SECONDS_PER_GB
 from shared.domain.policy.failures import FailureClass
 from shared.domain.policy.retry import CAPACITY, PREEMPTION, Backoff, Budgets
 from shared.domain.policy.retry import decide as retry_decide
@@ -94,6 +94,8 @@ class Lifecycle:
     tick_seconds: float = TICK_SECONDS
     budgets: Budgets = BUDGETS
     worst_jitter: bool = False
+    #: How long reading a GB of checkpoint across regions takes (the product's assumption).
+    seconds_per_gb: float = CROSS_REGION_SECONDS_PER_GB
 
     def backoff_for(self, job: Job) -> Backoff:
         jitter = _top if self.worst_jitter else random.Random(job.seed).random
@@ -137,7 +139,7 @@ class View:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     retries: dict[str, int] = field(default_factory=dict)
     switches: int = 0
-    region: str = ""
+    region: str = ""  # where the checkpoint was last read and written
 
     @property
     def remaining(self) -> float:
@@ -190,11 +192,15 @@ def simulate(
     policy: Policy,
     dws: DwsModel | None = None,
     lifecycle: Lifecycle | None = None,
-    *,
-    move_gb: Callable[[str, str], float] | None = None,
 ) -> Result:
     """Replay ``job`` under ``policy`` until its work is done, it fails, or the horizon
-    passes. ``move_gb(from, to)``: the checkpoint read when an attempt resumes elsewhere."""
+    passes.
+
+    An attempt that runs in another region than the checkpoint was last read and written in
+    (``View.region``), with work saved, reads the job's ``checkpoint_gb`` across regions: the
+    read is charged as egress (:attr:`Result.egress_gb`) and its time
+    (:attr:`Lifecycle.seconds_per_gb`) lengthens that attempt's restart, billed.
+    """
     model = dws or Independent()
     life = lifecycle or Lifecycle()
     view = View(job, life, life.backoff_for(job), region=job.site.region)
@@ -206,12 +212,11 @@ def simulate(
     while view.remaining > 0 and view.t < horizon:
         r.attempts += 1
         region = plan.region or view.region
-        if region != view.region and view.saved > 0 and move_gb is not None:
-            r.egress_gb += move_gb(view.region, region)
-        view.region = region
+        moved = region != view.region and view.saved > 0
+        overhead = job.overhead + (job.checkpoint_gb * life.seconds_per_gb if moved else 0.0)
         site = sites[region]
         t = view.t
-        doc: dict[str, Any] = {"strategy": plan.strategy, "region": region}
+        doc: dict[str, Any] = {"strategy": plan.strategy, "location": region}
         give_up = (
             math.inf if plan.wait_until is None else life.tick_at_or_after(job, plan.wait_until)
         )
@@ -243,15 +248,18 @@ def simulate(
         queued = start - t
         r.waited += queued
         doc["queuedSeconds"] = queued
-        end, how, following = _run(job, policy, plan, start, view)
+        if moved:
+            r.egress_gb += job.checkpoint_gb
+        view.region = region  # the checkpoint is read and written here from now on
+        end, how, following = _run(job, policy, plan, site, start, overhead, view)
         ran = end - start
         usage[plan.strategy] += job.nodes * ran
         doc["runningSeconds"] = ran
         view.attempts.append(doc)
         if how == "preempted":
-            useful = max(0.0, ran - job.overhead)
+            useful = max(0.0, ran - overhead)
             kept = min(view.remaining, math.floor(useful / job.interval) * job.interval)
-            gone = ran if kept == 0 else ran - job.overhead - kept
+            gone = ran if kept == 0 else ran - overhead - kept
             doc.update(errorClass=FailureClass.PREEMPTED.value, workLostSeconds=gone)
             r.lost += gone
             r.preemptions += 1
@@ -262,7 +270,7 @@ def simulate(
         elif how == "switched":
             assert following is not None
             doc["endedBy"] = "switch"
-            view.saved += ran - job.overhead
+            view.saved += ran - overhead
             view.switches += 1
             view.t = life.tick_after(job, end)
             # The lifecycle asks again at the retry (the switch's plan was its answer then).
@@ -292,18 +300,24 @@ def _retry(view: View, failure: FailureClass, at: float) -> bool:
 
 
 def _run(
-    job: Job, policy: Policy, plan: Plan, start: float, view: View
+    job: Job,
+    policy: Policy,
+    plan: Plan,
+    site: Site,
+    start: float,
+    overhead: float,
+    view: View,
 ) -> tuple[float, str, Plan | None]:
-    """Run one attempt from ``start``: (its end, how it ended, the plan a switch asked for)."""
-    site = next(s for s in job.sites if s.region == view.region)
-    finish = start + job.overhead + view.remaining
+    """Run one attempt at ``site`` from ``start``, ``overhead`` before it makes progress: (its
+    end, how it ended, the plan a switch asked for)."""
+    finish = start + overhead + view.remaining
     if plan.strategy == SPOT:
         dropped = site.spot.lost_at(start)
         return (dropped, "preempted", None) if dropped < finish else (finish, "done", None)
     if plan.strategy == FLEX_START or plan.final:
         return finish, "done", None
     k = 1
-    while (checkpoint := start + job.overhead + k * job.interval) < finish:
+    while (checkpoint := start + overhead + k * job.interval) < finish:
         asked = replace(view, t=checkpoint, saved=view.saved + k * job.interval)
         asked.attempts = [
             *view.attempts,

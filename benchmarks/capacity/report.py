@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.capacity.model import Result
+from benchmarks.capacity.multiregion import MULTI, SINGLE, Comparison
 from shared.domain.capacity.model import Prices
 
 #: Issue 23's target: AUTO's mean cost across the DWS models on A100, against on-demand.
@@ -204,3 +205,32 @@ def plot(results: Results, prices: Mapping[str, Prices], output: Path) -> Path:
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
+
+
+def print_regions(out: Console, comparisons: Sequence[Comparison], accelerator: str) -> None:
+    """The multi-region replay: every policy per DWS model, then the saving."""
+    if not comparisons:
+        return
+    policies = list(comparisons[0].shares)
+    table = Table(
+        title=f"Multi-region ({comparisons[0].jobs} jobs, 2-3 regions of one cloud each), "
+        f"{accelerator}: cost vs on-demand (misses)"
+    )
+    table.add_column("policy")
+    for c in comparisons:
+        table.add_column(c.model, justify="right")
+    for policy in policies:
+        table.add_row(
+            policy, *(f"{c.shares[policy]:.1%} ({c.misses[policy]})" for c in comparisons)
+        )
+    out.print(table)
+    for c in comparisons:
+        extra = c.misses[MULTI] - c.misses[SINGLE]
+        holds = c.shares[MULTI] < c.shares[SINGLE] and extra <= 0
+        mark = "[green]PASS[/green]" if holds else "[red]FAIL[/red]"
+        out.print(
+            f"{mark} DWS {c.model}: multi-region AUTO {c.shares[MULTI]:.1%} vs single-region "
+            f"{c.shares[SINGLE]:.1%}: {c.saving:.1%} cheaper ({c.factor:.2f}x; SkyNomad reports "
+            f"1.25-3.96x), {extra:+d} misses; {c.moves:.2f} moves and ${c.egress_usd:.2f} of "
+            "checkpoint egress per job"
+        )

@@ -48,6 +48,21 @@ class Trace:
             raise ValueError(f"no zone in the trace name {self.name!r}")
         return match["region"]
 
+    @property
+    def location(self) -> str:
+        """The region as the product names locations (a Vertex AI region name): GCP's as is,
+        AWS's under an ``aws-`` prefix without the hyphen before the digit, so the two
+        clouds' names never meet (``us-east-1`` -> ``aws-us-east1``).
+
+        Examples:
+            >>> Trace("preemption/1-node/aws-04-22-2023/us-east-1c_v100_1.json", 32.0, ()).location
+            'aws-us-east1'
+        """
+        if self.cloud == "gcp":
+            return self.region
+        head, _, digits = self.region.rpartition("-")
+        return f"aws-{head}{digits}"
+
 
 def load_all(root: Path) -> list[Trace]:
     """Every trace under ``root``, sorted by name (so a seed draws the same jobs anywhere)."""

@@ -255,18 +255,14 @@ def test_the_population_is_seeded_and_within_its_bounds():
     assert all(600 <= j.interval <= 7200 and 120 <= j.overhead <= 900 for j in jobs)
     assert all(j.work + j.overhead <= j.deadline <= 4 * j.work + 1 for j in jobs)
     assert {j.nodes for j in jobs} == {1, 4}
-    assert all(j.site.region == ("us-east-2" if j.nodes == 4 else "us-east-1") for j in jobs)
+    assert all(j.site.region == ("aws-us-east2" if j.nodes == 4 else "aws-us-east1") for j in jobs)
 
 
 def test_trace_names_give_their_region_and_cloud():
     gcp = Trace("preemption/1-node/gcp-04-30-2023/us-central1-a_c3-88.json", 30.0, (1,))
     aws = Trace("preemption/1-node/aws-04-22-2023/us-west-2b_v100_1.json", 32.0, (1,))
-    assert (gcp.region, gcp.cloud, aws.region, aws.cloud) == (
-        "us-central1",
-        "gcp",
-        "us-west-2",
-        "aws",
-    )
+    assert (gcp.region, gcp.cloud, gcp.location) == ("us-central1", "gcp", "us-central1")
+    assert (aws.region, aws.cloud, aws.location) == ("us-west-2", "aws", "aws-us-west2")
 
 
 def test_the_real_traces_load_when_present():

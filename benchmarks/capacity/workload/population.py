@@ -79,7 +79,7 @@ def population(traces: Sequence[Trace], count: int, seed: int) -> list[Job]:
                 overhead=overhead,
                 interval=interval,
                 nodes=nodes,
-                sites=(Site(spot.trace.region, spot, flex),),
+                sites=(Site(spot.trace.location, spot, flex),),
                 tick_phase=rng.uniform(0.0, 60.0),
                 seed=rng.getrandbits(32),
             )
