@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The traces live beside the clone (``../shared/traces``); FLEXJOBS_TRACES or --traces moves it.
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces" / "spot-traces"
 DEFAULT_OUTPUT = ROOT / "bench-output"
-FULL_JOBS, QUICK_JOBS = 1000, 80
+FULL_JOBS, QUICK_JOBS = 3000, 80
 #: The multi-region replay's jobs (its own population, same seed).
-FULL_REGION_JOBS, QUICK_REGION_JOBS = 600, 60
+FULL_REGION_JOBS, QUICK_REGION_JOBS = 1500, 60
 SEED = 23
 
 
@@ -96,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"budgets: preemption {life.budgets.preemption}, capacity {life.budgets.capacity}"
     )
     report.print_models(out, results, prices)
+    report.print_deadlines(out, results, prices)
     report.print_accelerators(out, results, prices)
     report.print_acceptance(out, results, prices)
     report.print_regions(out, comparisons, report.HEADLINE)

@@ -103,6 +103,34 @@ def print_models(out: Console, results: Results, prices: Mapping[str, Prices]) -
         out.print(table)
 
 
+#: The deadline bands of the by-deadline table (deadline / work).
+BANDS = ((1.05, 1.3), (1.3, 2.0), (2.0, 3.0), (3.0, 4.0))
+
+
+def print_deadlines(out: Console, results: Results, prices: Mapping[str, Prices]) -> None:
+    """On the headline accelerator: each policy's cost by deadline band, per DWS model."""
+    table = Table(title=f"{HEADLINE}: cost vs on-demand (misses) by deadline / work")
+    table.add_column("DWS model")
+    table.add_column("policy")
+    for lo, hi in BANDS:
+        table.add_column(f"{lo:g}-{hi:g}x", justify="right")
+    for model, by_acc in results.items():
+        by_policy = by_acc[HEADLINE]
+        od = by_policy[ON_DEMAND]
+        for policy, rows in by_policy.items():
+            if policy == ON_DEMAND:
+                continue
+            cells = []
+            for lo, hi in BANDS:
+                picked = [
+                    i for i, r in enumerate(rows) if lo <= r.job.factor < hi or hi == r.job.factor
+                ]
+                s = Summary.of([rows[i] for i in picked], [od[i] for i in picked], prices[HEADLINE])
+                cells.append(f"{s.share:.0%} ({s.misses})")
+            table.add_row(model, policy, *cells)
+    out.print(table)
+
+
 def print_accelerators(out: Console, results: Results, prices: Mapping[str, Prices]) -> None:
     """Per accelerator: AUTO against Uniform Progress in every model, the mean, the bound."""
     s = summaries(results, prices)

@@ -11,6 +11,8 @@ import pytest
 
 from benchmarks.capacity.dws import Correlated, Independent, MinimumDelay
 from benchmarks.capacity.model import Job, Lifecycle, Plan, Site, View, simulate
+from benchmarks.capacity.multiregion import MultiRegionAuto
+from benchmarks.capacity.multiregion import population as regional_population
 from benchmarks.capacity.policies import (
     EPOCH,
     Auto,
@@ -272,3 +274,91 @@ def test_the_real_traces_load_when_present():
     from benchmarks.capacity.traces import load_all
 
     assert {t.region for t in load_all(root)} >= {"us-east-1", "us-west-2", "us-central1"}
+
+
+# --- the multi-region replay ------------------------------------------------------------------
+
+
+def two_regions(home_spot: tuple[int, ...], away_spot: tuple[int, ...], **fields: float) -> Job:
+    """The hand-built job, allowed its home (us-east1) and us-central1; FLEX_START nowhere."""
+    never = Replay(Trace("f", GAP, (0,)), 1, 0)
+    home = Site("us-east1", Replay(Trace("h", GAP, home_spot), 1, 0), never)
+    away = Site("us-central1", Replay(Trace("a", GAP, away_spot), 1, 0), never)
+    base = job((0,))
+    values = {**base.__dict__, "sites": (home, away), "checkpoint_gb": 100.0, **fields}
+    return Job(**values)
+
+
+class SpotThenAway(Always):
+    """Spot at home; once preempted, Spot in the other region."""
+
+    def start(self, view: View) -> Plan:
+        return Plan("SPOT", region="us-central1") if view.attempts else Plan("SPOT")
+
+
+def test_a_move_with_work_saved_reads_the_checkpoint_across_regions():
+    life = Lifecycle(backoff=Backoff(base_seconds=0), seconds_per_gb=2.0)
+    # Preempted at home at 2400 s with one 20-minute checkpoint saved (1200 s of work).
+    result = simulate(
+        two_regions((1,) * 4 + (0,) * 40, (1,) * 50), SpotThenAway("SPOT"), lifecycle=life
+    )
+    home, away = result.history
+    assert (home["location"], away["location"]) == ("us-east1", "us-central1")
+    # The read: 100 GB of egress, and 200 s more restart, billed, before progress resumes.
+    assert result.egress_gb == 100.0
+    assert away["runningSeconds"] == 300 + 200 + 6000
+    assert result.finish == 2400 + 300 + 200 + 6000
+    assert result.cost(PRICES, egress_usd_per_gb=0.02) == pytest.approx(
+        PRICES.spot * (2400 + 6500) / 3600 + 100 * 0.02
+    )
+
+
+def test_a_move_before_any_work_is_saved_reads_nothing():
+    # Preempted before the first checkpoint: nothing to read in the other region.
+    life = Lifecycle(backoff=Backoff(base_seconds=0))
+    result = simulate(
+        two_regions((1, 0) + (0,) * 40, (1,) * 50), SpotThenAway("SPOT"), lifecycle=life
+    )
+    assert result.egress_gb == 0
+    assert result.history[1]["runningSeconds"] == 300 + 7200
+
+
+def test_multi_region_auto_runs_where_the_capacity_is_and_single_region_auto_cannot():
+    table = PriceTable.default()
+    # No Spot at home, ever; Spot always in us-central1; 4 h for 2 h of work; a small
+    # checkpoint (5 GB), so that the move's read is cheap against the 2 h left.
+    drought = two_regions((0,), (1,) * 50, checkpoint_gb=5.0)
+    single = simulate(drought, Auto("NVIDIA_TESLA_A100", table))
+    multi = simulate(drought, MultiRegionAuto("NVIDIA_TESLA_A100", table))
+    assert not single.missed and not multi.missed
+    assert {a["location"] for a in single.history} == {"us-east1"}
+    assert multi.history[-1]["location"] == "us-central1"
+    assert multi.history[-1]["strategy"] == "SPOT"
+    a100 = Prices.of(table, "NVIDIA_TESLA_A100")
+    assert multi.cost(a100) < single.cost(a100)
+
+
+def test_the_multi_region_population_allows_two_or_three_regions_of_one_cloud():
+    traces = [
+        Trace("preemption/1-node/gcp-04-30-2023/us-central1-a_c3-88.json", 30.0, (1,) * 10),
+        Trace("preemption/1-node/gcp-04-30-2023/us-east1-b_c3-88.json", 30.0, (1,) * 10),
+        Trace("preemption/1-node/aws-04-22-2023/us-east-1c_v100_1.json", 32.0, (1,) * 10),
+        Trace("preemption/1-node/aws-04-22-2023/us-west-2b_v100_1.json", 32.0, (1,) * 10),
+        Trace("preemption/4-node/aws-08-03-2023/us-east-1f_v100_1.json", 300.0, (4,) * 10),
+        Trace("preemption/4-node/aws-08-03-2023/us-east-2a_v100_1.json", 300.0, (4,) * 10),
+        Trace("preemption/4-node/aws-08-03-2023/us-west-2c_v100_1.json", 300.0, (4,) * 10),
+        Trace("availability/1-node/aws-02-15-2023/us-west-2a_v100_1.json", 195.0, (1,) * 10),
+    ]
+    jobs = regional_population(traces, 300, seed=3)
+    for j in jobs:
+        clouds = {s.region.startswith("aws-") for s in j.sites}
+        assert len(clouds) == 1 and 2 <= len(j.sites) <= 3
+        assert len({s.region for s in j.sites}) == len(j.sites)
+        assert j.nodes == 1 or clouds == {True}  # no GCP gang traces
+        assert j.checkpoint_gb > 0
+        for s in j.sites:
+            # A region without a DWS trace of the job's scale stands in its Spot trace.
+            west = s.region == "aws-us-west2" and j.nodes == 1
+            assert (s.flex is not s.spot) == west
+    assert {len(j.sites) for j in jobs} == {2, 3}
+    assert {j.nodes for j in jobs} == {1, 4}
