@@ -57,7 +57,7 @@ early preemptions make Spot dear and move the job to FLEX_START or on-demand.
 
 The same :func:`decide` runs in the lifecycle (attempt 1, every retry, a queued attempt past
 its ``wait_until``, the checkpoints of an on-demand attempt) and in the trace-replay benchmark
-(``benchmarks/capacity.py``).
+(the ``benchmarks/capacity`` package, ``./dev bench capacity``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The jobs the capacity benchmark replays (:mod:`benchmarks.capacity.workload.population`)."""
