@@ -33,12 +33,13 @@ BOTH = Regions(EAST, (EAST, CENTRAL))
 
 
 def situation(*, left: float = 48 * HOUR, history=(), **changes) -> Situation:
-    """A 24 h job just requested, due in ``left``."""
+    """A 24 h job just requested, due in ``left``, with a checkpoint that saved a minute of
+    work (so a move has a checkpoint to read)."""
     base = Situation(
         now=NOW,
         deadline=NOW + timedelta(seconds=left),
         origin=NOW,
-        work_seconds=WORK,
+        work_seconds=WORK + 60,
         remaining_seconds=WORK,
         restart_overhead_seconds=OVERHEAD,
         checkpoint_interval_seconds=INTERVAL,
@@ -239,3 +240,14 @@ def test_a_read_longer_than_the_slack_does_not_move():
     result = decide_across_regions(s, regions, {CENTRAL: Prices(1.0, 0.1, 0.2)})
     assert result.region == EAST
     assert "enough slack" in result.reason
+
+
+def test_a_job_with_nothing_saved_moves_without_a_read():
+    # No complete checkpoint yet: the attempt starts from scratch wherever it runs, so a
+    # 1,500 GB checkpoint size (3.3 h of reading, more than the slack) does not hold it back.
+    s = situation(left=WORK + OVERHEAD + 0.5 * HOUR, history=[preempted(EAST) for _ in range(6)])
+    s = replace(s, work_seconds=WORK)
+    regions = replace(BOTH, checkpoint_gb=1500.0, egress_usd_per_gb=0.0)
+    result = decide_across_regions(s, regions, {CENTRAL: Prices(1.0, 0.1, 0.2)})
+    assert result.region == CENTRAL
+    assert result.decision.slack_seconds == pytest.approx(_real_slack(s))

@@ -20,10 +20,11 @@ Why a move is charged, and why only a clear saving moves: the checkpoint stays t
 (same URI), so an attempt in another region reads it across regions. That read costs money
 (``checkpoint_gb`` x ``egress_usd_per_gb``, spread over the work left and the GPUs that make
 progress) and time (the transfer at :data:`CROSS_REGION_SECONDS_PER_GB`, plus a cold
-restart, billed at the destination's price). The job moves only when the destination,
-charged all that, is cheaper by :data:`MOVE_HYSTERESIS` of what staying costs: estimates from
-a few attempts are noisy, and without a margin two regions of near-equal cost would trade
-the job back and forth, paying the read each time.
+restart, billed at the destination's price). A job no complete checkpoint has saved
+anything for reads nothing: it starts from scratch wherever it runs. The job moves only
+when the destination, charged all that, is cheaper by :data:`MOVE_HYSTERESIS` of what
+staying costs: estimates from a few attempts are noisy, and without a margin two regions of
+near-equal cost would trade the job back and forth, paying the read each time.
 
 Why a move can never make a decision unsafe: the destination's decision is taken as if at
 ``now`` plus the transfer, so ``decide``'s safety net (the slack an on-demand attempt needs
@@ -198,10 +199,10 @@ def decide_across_regions(
     best: tuple[float, str, CapacityDecision, float] | None = None
     for region in candidates[1:]:
         moved = _moved(s, regions, region, prices_by_region)
-        decision = _decide_after_read(moved, regions.transfer_seconds)
+        decision = _decide_after_read(moved, _read_seconds(s, regions))
         if decision.slack_seconds < s.tuning.safety_margin_seconds:
             continue  # the read would leave too little slack: not a candidate
-        charge = _move_charge(moved, regions, decision.strategy)
+        charge = _move_charge(moved, regions, decision.strategy, _read_gb(s, regions))
         total = _cost(moved, decision) + charge
         if best is None or total < best[0]:
             best = (total, region, decision, charge)
@@ -243,7 +244,7 @@ def decide_in_region(
     if region == regions.current:
         return RegionDecision(region, decide(_view(s, regions, region, prices_by_region)), why)
     moved = _moved(s, regions, region, prices_by_region)
-    return RegionDecision(region, _decide_after_read(moved, regions.transfer_seconds), why)
+    return RegionDecision(region, _decide_after_read(moved, _read_seconds(s, regions)), why)
 
 
 def _view(
@@ -267,7 +268,18 @@ def _moved(
     """``region``'s view as if the checkpoint had been read there: the transfer's time
     gone from the slack (and from the job's progress against the uniform line)."""
     view = _view(s, regions, region, prices_by_region)
-    return replace(view, now=view.now + timedelta(seconds=regions.transfer_seconds))
+    return replace(view, now=view.now + timedelta(seconds=_read_seconds(s, regions)))
+
+
+def _read_gb(s: Situation, regions: Regions) -> float:
+    """What a move reads across regions: the checkpoint, or nothing while no complete
+    checkpoint has saved any work (the attempt starts from scratch wherever it runs, so a
+    job that has not saved anything is not held back by a read it would not make)."""
+    return regions.size_gb if s.remaining_seconds < s.work_seconds else 0.0
+
+
+def _read_seconds(s: Situation, regions: Regions) -> float:
+    return _read_gb(s, regions) * regions.seconds_per_gb
 
 
 def _decide_after_read(moved: Situation, transfer_seconds: float) -> CapacityDecision:
@@ -286,15 +298,15 @@ def _cost(view: Situation, decision: CapacityDecision) -> float:
     return unit / placement_chance(view.history, decision.strategy)
 
 
-def _move_charge(moved: Situation, regions: Regions, strategy: str) -> float:
+def _move_charge(moved: Situation, regions: Regions, strategy: str, read_gb: float) -> float:
     """The move, spread over the work left, per GPU-hour of progress (the prices' units):
     the cross-region read in money, and its time with a cold restart at the destination's
     price."""
     prices = moved.prices
     usd_per_unit = 1.0 if prices.priced else REFERENCE_USD_PER_GPU_HOUR / prices.standard
-    egress = regions.size_gb * regions.egress_usd_per_gb / usd_per_unit
+    egress = read_gb * regions.egress_usd_per_gb / usd_per_unit
     hours_left = max(moved.remaining_seconds, 1.0) / 3600
-    lost = (regions.transfer_seconds + moved.restart_overhead_seconds) / 3600
+    lost = (read_gb * regions.seconds_per_gb + moved.restart_overhead_seconds) / 3600
     return egress / (regions.gpus * hours_left) + lost * _price(prices, strategy) / hours_left
 
 
