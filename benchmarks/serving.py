@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from benchmarks.capacity import DEFAULT_TRACES, Trace
+from benchmarks.capacity.traces import DEFAULT_TRACES, Trace
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import (
     ActionKind,

@@ -22,14 +22,12 @@ from benchmarks.capacity import multiregion, report
 from benchmarks.capacity.dws import MODELS
 from benchmarks.capacity.model import Job, Lifecycle, Result, simulate
 from benchmarks.capacity.policies import Auto, GreedySpot, Ladder, OnDemand, UniformProgress
-from benchmarks.capacity.traces import load_all
+from benchmarks.capacity.traces import DEFAULT_TRACES, load_all
 from benchmarks.capacity.workload.population import describe, population
 from shared.domain.capacity.model import Prices
 from shared.domain.policy.pricing import PriceTable
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The traces live beside the clone (``../shared/traces``); FLEXJOBS_TRACES or --traces moves it.
-DEFAULT_TRACES = ROOT.parent / "shared" / "traces" / "spot-traces"
 DEFAULT_OUTPUT = ROOT / "bench-output"
 FULL_JOBS, QUICK_JOBS = 3000, 80
 #: The multi-region replay's jobs (its own population, same seed).

@@ -16,6 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The traces live beside the clone (``../shared/traces``); FLEXJOBS_TRACES or --traces moves
+#: them. The serving benchmark replays the same folder.
+DEFAULT_TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "spot-traces"
+
 #: ``us-east-1f_v100_1.json`` -> zone ``us-east-1f``, region ``us-east-1``;
 #: ``us-central1-a_c3-88.json`` -> ``us-central1-a``, ``us-central1``.
 _ZONE = re.compile(r"^(?P<zone>(?P<region>[a-z]+-[a-z]+-?\d+)(?:-?[a-z]))_")
