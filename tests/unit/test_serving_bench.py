@@ -3,7 +3,7 @@ figures it prints come from the model its docstring states."""
 
 from __future__ import annotations
 
-from benchmarks.capacity import Trace
+from benchmarks.capacity.traces import Trace
 from benchmarks.serving import (
     DEPLOY_SECONDS,
     REPLACE_SECONDS,
