@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 # The figures read the same here and on the status page.
-from shared.status.display import duration, gpu_hours, usd, when
+from shared.status.display import duration, gpu_hours, serving_text, usd, when
 
 STATE_STYLES = {
     "SUCCEEDED": "green",
@@ -68,6 +68,7 @@ def status_view(record: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]
         ("location", record.get("location")),
         ("display name", record.get("displayName")),
         ("vertex job", record.get("vertexJob")),
+        ("serving", serving_text(record)),
         ("created", when(record.get("createdAt"))),
         ("updated", when(record.get("updatedAt"))),
         ("ended", when(record.get("endedAt"))),
@@ -167,6 +168,7 @@ def list_view(records: Sequence[Mapping[str, Any]]) -> Table:
         "location",
         "created",
         "cost",
+        "serving",
     ):
         table.add_column(column)
     for r in records:
@@ -181,5 +183,6 @@ def list_view(records: Sequence[Mapping[str, Any]]) -> Table:
             str(r.get("location") or "-"),
             when(r.get("createdAt")),
             usd(cost.get("costUsd")),
+            serving_text(r),
         )
     return table

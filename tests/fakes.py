@@ -30,6 +30,7 @@ from shared.domain.policy.checkpoints import (
     split_gcs_uri,
 )
 from shared.domain.request.message import JobRequest, parse_duration
+from shared.domain.serving.model import ObservedEndpoint
 from shared.kernel.errors import BackendRejected, ObjectGone
 from shared.status.listing import (
     ATTEMPT_FIELDS,
@@ -510,6 +511,14 @@ class InMemoryDeploymentStore:
                 if r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
             ]
 
+    def deployed(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                copy.deepcopy(r)
+                for r in self.records.values()
+                if r.get("state") == DeploymentState.DEPLOYED.value
+            ]
+
 
 class InMemoryDeploymentBackend:
     """Endpoints and DeployModel operations; an operation finishes when ``finish()`` says so."""
@@ -521,9 +530,45 @@ class InMemoryDeploymentBackend:
         self._pending: dict[str, tuple[str, dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self.fail_with: Exception | None = None
+        # GetEndpoint: each endpoint's traffic split, the reads made, a fault to raise, and a
+        # hook run inside a read (a test interleaves another tick there).
+        self.splits: dict[str, dict[str, int]] = {}
+        self._split_of: dict[str, Any] = {}
+        self.reads: list[str] = []
+        self.read_fails_with: Exception | None = None
+        self.during_read: Callable[[], None] | None = None
 
     def add_endpoint(self, name: str) -> None:
         self.endpoints.setdefault(name, [])
+
+    def set_available(self, endpoint: str, deployed_model_id: str, available: int) -> None:
+        """What ``status.availableReplicaCount`` reports for one deployed model."""
+        for model in self.endpoints[endpoint]:
+            if model["id"] == deployed_model_id:
+                model["status"] = {"availableReplicaCount": available}
+
+    def undeploy(self, endpoint: str, deployed_model_id: str) -> None:
+        """The model is undeployed (by hand): gone from the endpoint and its split."""
+        self.endpoints[endpoint] = [
+            m for m in self.endpoints[endpoint] if m["id"] != deployed_model_id
+        ]
+        self.splits.get(endpoint, {}).pop(deployed_model_id, None)
+
+    def read(self, endpoint: str) -> ObservedEndpoint:
+        self.reads.append(endpoint)
+        if self.during_read is not None:
+            hook, self.during_read = self.during_read, None
+            hook()
+        if self.read_fails_with is not None:
+            raise self.read_fails_with
+        if endpoint not in self.endpoints:
+            raise BackendRejected(f"Vertex AI refused GetEndpoint: 404 {endpoint} not found")
+        raw = {
+            "name": endpoint,
+            "deployedModels": copy.deepcopy(self.endpoints[endpoint]),
+            "trafficSplit": dict(self.splits.get(endpoint, {})),
+        }
+        return ObservedEndpoint.from_json(raw)
 
     def find(self, endpoint: str, request_id: str) -> str | None:
         if endpoint not in self.endpoints:
@@ -546,6 +591,7 @@ class InMemoryDeploymentBackend:
         deployed["id"] = str(9000 + number)
         self.deployed.append((request, deployed["displayName"]))
         self._pending[name] = (endpoint, deployed)
+        self._split_of[name] = request.spec.get("trafficSplit")
         self.operations[name] = OperationStatus(name=name, done=False)
         return name
 
@@ -555,7 +601,17 @@ class InMemoryDeploymentBackend:
         if error:
             self.operations[name] = OperationStatus(name, True, error_code=9, error_message=error)
             return
+        resources = deployed.get("dedicatedResources") or {}
+        # Once deployed, every required replica serves until a test says otherwise.
+        required = resources.get("requiredReplicaCount") or resources.get("minReplicaCount") or 1
+        deployed["status"] = {"availableReplicaCount": int(required)}
         self.endpoints[endpoint].append(deployed)
+        request_split = self._split_of.pop(name, None)
+        if request_split:
+            # DeployModelRequest.traffic_split: key "0" stands for the model being deployed.
+            self.splits[endpoint] = {
+                (deployed["id"] if k == "0" else k): int(v) for k, v in request_split.items()
+            }
         self.operations[name] = OperationStatus(name, True, deployed_model_id=deployed["id"])
 
     def operation(self, name: str) -> OperationStatus:

@@ -16,12 +16,16 @@ DEPLOYING record and moves the record to DEPLOYED or FAILED, and deploys parked 
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
+
 from shared.app.context import Deployments
 from shared.app.ports import Claimed
 from shared.app.steps.exactly_once import Creation, Outcome, create_once
 from shared.app.steps.sweep import Sweep
 from shared.domain.model.records import DeploymentRecord
 from shared.domain.request.message import JobRequest
+from shared.domain.serving.model import ActionKind, ObservedEndpoint, ServingSettings
 from shared.kernel.errors import BackendRejected, QuotaExhausted
 from shared.kernel.logs import get_logger, request_context
 
@@ -101,7 +105,56 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
     for record in ports.store.parked_due(ports.clock()):
         outcome = sweep.each(record.request_id, "deploy parked", _redeploy, ports, record)
         changed += outcome in (Outcome.SUBMITTED, Outcome.ADOPTED, Outcome.FAILED)
+    changed += follow_serving(ports, sweep)
     return changed
+
+
+#: Hedging is off: the rule follows and records serving, and never reaches HEDGE, because its
+#: grace period never ends. No fallback exists without a HEDGE, so SHIFT, GROW and RESTORE
+#: (which need one) cannot come either. Actuating hedges is issue 24's next step.
+FOLLOW_ONLY = ServingSettings(grace_seconds=math.inf)
+
+
+def follow_serving(ports: Deployments, sweep: Sweep) -> int:
+    """Follow every DEPLOYED (Spot) deployment's serving: one ``GetEndpoint`` per endpoint,
+    however many deployments share it, then the rule for each deployment on that read.
+
+    Returns how many records were written. Each endpoint's read is isolated, and so is each
+    deployment's write: a failed read is logged and changes nothing (the next tick reads
+    again), and one bad record does not stop the others.
+    """
+    by_endpoint: dict[str, list[DeploymentRecord]] = defaultdict(list)
+    for record in ports.store.deployed():
+        endpoint = record.request.get("endpoint")
+        if isinstance(endpoint, str) and endpoint and record.deployed_model_id:
+            by_endpoint[endpoint].append(record)
+    written = 0
+    for endpoint, records in sorted(by_endpoint.items()):
+        observed = sweep.each(None, "read endpoint", ports.backend.read, endpoint)
+        if observed is None:
+            continue
+        for record in records:
+            written += (
+                sweep.each(record.request_id, "follow serving", _serve, ports, record, observed)
+                or 0
+            )
+    return written
+
+
+def _serve(ports: Deployments, record: DeploymentRecord, observed: ObservedEndpoint) -> int:
+    action = ports.store.record_serving(record.request_id, observed, ports.clock(), FOLLOW_ONLY)
+    if action is None or action.kind is ActionKind.NOTHING:
+        return 0
+    fields = {"deployedModelId": record.deployed_model_id, "action": action.kind.value}
+    fields["phase"] = action.state.phase.value
+    if action.kind not in (ActionKind.RECORD, ActionKind.PAUSE):
+        # Unreachable with FOLLOW_ONLY; said out loud, never acted on, if the settings change.
+        log.warning(
+            f"hedging is off: {action.kind} not sent ({action.reason})", extra={"fields": fields}
+        )
+        return 0
+    log.info(f"serving recorded: {action.reason}", extra={"fields": fields})
+    return 1
 
 
 def _redeploy(ports: Deployments, record: DeploymentRecord) -> Outcome:

@@ -17,6 +17,7 @@ from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import Stored
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest
+from shared.domain.serving.model import ObservedEndpoint
 
 # Claimed and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
@@ -246,6 +247,10 @@ class DeploymentStore(Protocol):
         """Every parked record whose next deployment is due."""
         ...
 
+    def deployed(self) -> list[dict[str, Any]]:
+        """Every record in DEPLOYED (the ones whose serving the tick follows)."""
+        ...
+
 
 class DeploymentBackend(Protocol):
     """Vertex AI EndpointService: where models are deployed for prediction."""
@@ -260,4 +265,8 @@ class DeploymentBackend(Protocol):
 
     def operation(self, name: str) -> OperationStatus:
         """Read one DeployModel operation."""
+        ...
+
+    def read(self, endpoint: str) -> ObservedEndpoint:
+        """One ``GetEndpoint`` read: the deployed models, their replicas, the traffic split."""
         ...

@@ -74,3 +74,67 @@ def when(value: Any) -> str:
     if not isinstance(value, datetime):
         return "-"
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def serving_text(record: Mapping[str, Any]) -> str:
+    """A deployment's serving capacity as the tick last recorded it (its ``serving`` map):
+    available replicas (Spot plus on-demand) of those required, and the phase.
+
+    Examples:
+        >>> last = {"spot": 1, "onDemand": 0, "required": 2}
+        >>> serving_text({"serving": {"last": last, "phase": "DEFICIT"}})
+        '1/2 replicas (DEFICIT)'
+        >>> serving_text({})
+        '-'
+    """
+    serving = record.get("serving")
+    last = serving.get("last") if isinstance(serving, Mapping) else None
+    if not isinstance(last, Mapping):
+        return "-"
+    counts: list[Any] = [last.get(k) for k in ("spot", "onDemand", "required")]
+    if not all(_number(c) for c in counts):
+        return "-"
+    spot, on_demand, required = (int(c) for c in counts)
+    text = f"{spot + on_demand}/{required} replicas"
+    if on_demand:
+        text += f" ({spot} Spot, {on_demand} on-demand)"
+    phase = serving.get("phase") if isinstance(serving, Mapping) else None
+    # The phase is ours, but the record may be edited by hand: clipped.
+    return f"{text} ({phase[:32]})" if isinstance(phase, str) and phase else text
+
+
+def _stamp(value: Any) -> datetime | None:
+    """An RFC 3339 text as the serving history stores it, or None."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def serving_history(serving: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """The recorded serving-capacity changes, newest first, as text: (when, Spot, on-demand,
+    required, cause). The stored history is bounded (40 changes); each cause is clipped.
+
+    Examples:
+        >>> at = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+        >>> serving_history({"history": [
+        ...     {"at": at.isoformat(), "spot": 1, "onDemand": 0, "required": 2, "cause": "x"}]})
+        [('2026-12-01 10:00:00Z', '1', '0', '2', 'x')]
+    """
+    history = serving.get("history")
+    rows = []
+    for change in reversed(history[-40:] if isinstance(history, list) else []):
+        if not isinstance(change, Mapping):
+            continue
+        counts: list[Any] = [change.get(k) for k in ("spot", "onDemand", "required")]
+        cause = change.get("cause")
+        rows.append(
+            (
+                when(_stamp(change.get("at"))),
+                *(str(int(c)) if _number(c) else "-" for c in counts),
+                cause[:160] if isinstance(cause, str) else "",
+            )
+        )
+    return rows

@@ -126,6 +126,8 @@ DEPLOYMENT_LIST_FIELDS: Final = (
     "deployedAt",
     "endedAt",
     "reason",
+    # What the tick recorded of the deployment's serving (at most 64 KiB; list shows "last").
+    "serving",
 )
 DEPLOYMENT_FIELDS: Final = (
     *DEPLOYMENT_LIST_FIELDS,

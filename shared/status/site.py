@@ -40,7 +40,14 @@ from shared.domain.model.records import JobRecord
 from shared.domain.policy.pricing import PriceTable
 from shared.kernel.errors import FieldError, InvalidRequest, StoreUnavailable
 from shared.kernel.logs import get_logger
-from shared.status.display import duration, gpu_hours, jsonable, when
+from shared.status.display import (
+    duration,
+    gpu_hours,
+    jsonable,
+    serving_history,
+    serving_text,
+    when,
+)
 from shared.status.listing import (
     DEFAULT_PAGE_SIZE,
     JOB_STATES,
@@ -369,6 +376,8 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
     if raw is None:
         raise NotFound(request_id)
     row = deployment_row(raw)
+    stored = raw.get("serving")
+    serving: Mapping[str, Any] = stored if isinstance(stored, Mapping) else {}
     facts: list[tuple[str, Any]] = [
         ("display name", row.display_name),
         ("endpoint", row.endpoint),
@@ -376,6 +385,8 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
         ("Spot", row.spot),
         ("operation", raw.get("operation")),
         ("deployed model id", raw.get("deployedModelId")),
+        ("serving", serving_text(raw)),
+        ("time short of replicas", duration(serving.get("shortSeconds"))),
         ("reason", row.reason),
         ("error code", raw.get("errorCode")),
         ("created", when_text(row.created_at)),
@@ -391,6 +402,7 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
             request_id=row.request_id,
             state=row.state,
             facts=[(label, str(value)) for label, value in facts if value not in (None, "", "-")],
+            history=serving_history(serving),
         ),
     )
 

@@ -74,10 +74,12 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
 
     assert refresh_deployments(deployments) == 0  # still running: nothing changes
     deployments.backend.finish(record["operation"])
-    assert refresh_deployments(deployments) == 1
+    # Two writes: DEPLOYED, then the same tick starts following its serving.
+    assert refresh_deployments(deployments) == 2
     assert refresh_deployments(deployments) == 0  # replaying the observation changes nothing
     record = deployments.store.store.get("deploy-1")
     assert record["state"] == "DEPLOYED"
+    assert record["serving"]["last"] == {"spot": 1, "onDemand": 0, "required": 1}
     assert record["deployedModelId"] == deployments.backend.endpoints[ENDPOINT][0]["id"]
 
 
@@ -249,7 +251,7 @@ def test_a_late_refusal_never_overwrites_a_deployed_model(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
     deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
-    assert refresh_deployments(deployments) == 1
+    assert refresh_deployments(deployments) == 2  # DEPLOYED, and following starts
 
     deployments.store.record_failure("deploy-1", "a late refusal", deployments.clock())
 

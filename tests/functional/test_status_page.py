@@ -24,7 +24,7 @@ from shared.status.page import CSP
 from shared.status.site import StatusSite
 from tests.events import load, published_at, pubsub_cloud_event
 from tests.fakes import InMemoryJobViews
-from tests.functional.conftest import PRICES, SOURCE
+from tests.functional.conftest import ENDPOINT, PRICES, SOURCE
 
 NAME = "<script>alert('name')</script>"
 RID = "team/run 1%<b>"
@@ -454,3 +454,25 @@ def test_the_totals_are_reused_for_a_while(client, site, tracker, clock, post_ev
     clock.advance(1)
     totals = json.loads(page(client, "/api/jobs"))["totals"]
     assert totals["active"]["QUEUED"] == 1 and totals["asOf"].startswith("2026-11-30T12:")
+
+
+def test_a_followed_deployment_shows_its_serving_capacity_and_history(
+    client, tracker, clock, post_event
+):
+    from shared.app.deploy import refresh_deployments
+
+    deployments = tracker.deployments
+    body = load("deploy_request")
+    body["deployModel"]["deployedModel"]["dedicatedResources"]["minReplicaCount"] = 2
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
+    refresh_deployments(deployments)
+    model = deployments.store.store.get("deploy-1")["deployedModelId"]
+    clock.advance(120)
+    deployments.backend.set_available(ENDPOINT, model, 1)
+    refresh_deployments(deployments)
+
+    detail = page(client, "/deployments/deploy-1")
+    assert "1/2 replicas (DEFICIT)" in detail
+    rows = re.findall(r"<tr><td>(.*?)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", detail)
+    assert [r[1:] for r in rows] == [("1", "0", "2"), ("2", "0", "2")]  # newest first

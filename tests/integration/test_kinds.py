@@ -141,6 +141,12 @@ def test_spot_deployment_reaches_the_endpoint_and_its_record_becomes_deployed(
     assert record["deployedModelId"] == model["id"]
     assert model["dedicatedResources"]["spot"] is True
     assert record["updatedAt"] >= record["createdAt"]
+    # From then on the tick follows its serving: one GetEndpoint, recorded on the record.
+    wait_for(lambda: tick(stack) and "serving" in deployment_record(db, rid),
+             what="the deployment's serving to be recorded")  # fmt: skip
+    serving = deployment_record(db, rid)["serving"]
+    assert serving["spotDeployedModelId"] == model["id"]
+    assert serving["last"]["required"] == 1
 
 
 def tick(stack) -> bool:

@@ -1475,3 +1475,33 @@ def test_update_attempt_merges_one_attempt_document(jobs, unique):
         "workLostSeconds": 5.0,
         "times": {"a": 1, "b": 2},
     }
+
+
+def test_record_serving_follows_a_deployed_record_and_writes_only_changes(deployments, unique):
+    from shared.domain.serving.model import (
+        MachineSpec,
+        ObservedEndpoint,
+        ObservedModel,
+        ServingSettings,
+        ServingState,
+    )
+
+    def read(available: int) -> ObservedEndpoint:
+        spot = ObservedModel("9001", "m", "s", MachineSpec("g2-standard-8"), True, 2, available)
+        return ObservedEndpoint("e", (spot,), {"9001": 100})
+
+    rid = unique("deploy-serving")
+    deploy_claimed(deployments, rid)
+    deployments.record_adopted(rid, "9001", at(5))
+    assert rid in {r["requestId"] for r in deployments.store.deployed()}
+
+    first = deployments.record_serving(rid, read(2), at(10), ServingSettings())
+    assert first is not None and first.kind.value == "RECORD"
+    again = deployments.record_serving(rid, read(2), at(70), ServingSettings())
+    assert again is not None and again.kind.value == "NOTHING"
+    deployments.record_serving(rid, read(1), at(130), ServingSettings())
+
+    stored = ServingState.decode(deployments.store.get(rid)["serving"])
+    assert stored is not None
+    assert [(c.at, c.capacity.spot) for c in stored.history] == [(at(10), 2), (at(130), 1)]
+    assert stored.spot_node_seconds == 120 * 2

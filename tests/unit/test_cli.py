@@ -499,3 +499,25 @@ def test_each_library_error_has_its_documented_exit_code() -> None:
     assert exit_code(flexjobs.ConfigurationError("no project")) == 3
     assert exit_code(flexjobs.PublishFailed("down")) == 3
     assert exit_code(flexjobs.StoreUnavailable("down")) == 3
+
+
+def test_status_and_list_show_a_deployments_serving_capacity(
+    stores: _Stores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    serving = {"phase": "DEFICIT", "last": {"spot": 1, "onDemand": 0, "required": 2}}
+    stores.deployments.create(
+        "dep",
+        {
+            "requestId": "dep",
+            "state": "DEPLOYED",
+            "spot": True,
+            "createdAt": datetime.now(UTC),
+            "serving": serving,
+        },
+    )
+    assert main(["--project", "p", "status", "dep"]) == 0
+    assert "1/2 replicas (DEFICIT)" in capsys.readouterr().out
+    assert main(["--project", "p", "list"]) == 0
+    assert "1/2 replicas" in capsys.readouterr().out

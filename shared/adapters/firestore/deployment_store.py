@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from shared.adapters.firestore.job_store import FirestoreJobStore
 
 DEPLOYMENTS = "deployments"
+#: The records in one state (DEPLOYING to follow the operation, DEPLOYED to follow serving).
 DEPLOYING = Query(DEPLOYMENTS, (("state", "=="),))
 PARKED_DUE = Query(DEPLOYMENTS, (("nextAttemptAt", "<="),))
 
@@ -63,6 +64,10 @@ class FirestoreDeploymentStore:
 
     def deploying(self) -> list[dict[str, Any]]:
         query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYING.value)
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def deployed(self) -> list[dict[str, Any]]:
+        query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYED.value)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from shared.adapters.vertex.jobs import (
 )
 from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
 from shared.domain.request.message import JobRequest
+from shared.domain.serving.model import ObservedEndpoint
 from shared.kernel.config import Settings
 
 
@@ -82,6 +83,19 @@ class VertexDeploymentBackend:
         )
         # An api_core Operation future; its raw operations_pb2.Operation has the name.
         return str(started.operation.name)
+
+    def read(self, endpoint: str) -> ObservedEndpoint:
+        """One ``GetEndpoint`` (idempotent, so retried by api_core), as the serving rule reads
+        it: the v1 ``Endpoint`` in its JSON form (camelCase), decoded bounded by
+        :meth:`ObservedEndpoint.from_json`."""
+        client = self._client(endpoint)
+        found = call_vertex(
+            "GetEndpoint",
+            lambda: client.get_endpoint(
+                name=endpoint, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
+            ),
+        )
+        return ObservedEndpoint.from_json(json.loads(type(found).to_json(found)))
 
     def operation(self, name: str) -> OperationStatus:
         """Read one DeployModel operation (``…/endpoints/E/operations/ID``)."""

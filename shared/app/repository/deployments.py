@@ -26,6 +26,15 @@ from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.records import DeploymentRecord, Stored
 from shared.domain.model.states import DeploymentState
 from shared.domain.request.message import JobRequest
+from shared.domain.serving.model import (
+    ActionKind,
+    ObservedEndpoint,
+    ServingAction,
+    ServingSettings,
+    ServingState,
+)
+from shared.domain.serving.rule import decide as rule_decide
+from shared.domain.serving.rule import start
 
 
 class DeploymentRecords:
@@ -40,6 +49,9 @@ class DeploymentRecords:
 
     def deploying(self) -> list[DeploymentRecord]:
         return [DeploymentRecord.decode(raw) for raw in self.store.deploying()]
+
+    def deployed(self) -> list[DeploymentRecord]:
+        return [DeploymentRecord.decode(raw) for raw in self.store.deployed()]
 
     def parked_due(self, now: datetime) -> list[DeploymentRecord]:
         return [DeploymentRecord.decode(raw) for raw in self.store.parked_due(now)]
@@ -110,6 +122,44 @@ class DeploymentRecords:
         """Move the record to what its operation says; the new state, or None."""
         change = self.apply(request_id, lambda current: observe_operation(current, status, now))
         return None if change is None else str(change.fields["state"])
+
+    def record_serving(
+        self,
+        request_id: str,
+        observed: ObservedEndpoint,
+        now: datetime,
+        settings: ServingSettings,
+    ) -> ServingAction | None:
+        """Decide the record's serving from one read of its endpoint, in one transaction, and
+        write the new state when the rule's action is a state change only (RECORD, PAUSE).
+
+        The rule runs on the record as the transaction reads it, so two ticks at once decide
+        on each other's writes: the second sees the first's state and decides NOTHING (a
+        conflicting commit retries the transaction on the fresh record). A record that is no
+        longer DEPLOYED, or names no deployed model, is left alone. Returns the action (None
+        when nothing was decided); an action that names a call is not written here.
+        """
+        decided: list[ServingAction] = []
+
+        def decide(raw: dict[str, Any]) -> DeploymentChange | None:
+            decided.clear()
+            record = DeploymentRecord.decode(raw)
+            if record.state is not DeploymentState.DEPLOYED or not record.deployed_model_id:
+                return None
+            stored = raw.get("serving")
+            state = ServingState.decode(stored) if isinstance(stored, dict) else None
+            if state is None:
+                begun = start(record.deployed_model_id, observed, now)
+                action = ServingAction(ActionKind.RECORD, begun, "following")
+            else:
+                action = rule_decide(observed, state, now, settings)
+            decided.append(action)
+            if action.kind not in (ActionKind.RECORD, ActionKind.PAUSE):
+                return None
+            return DeploymentChange({"serving": action.state.to_dict(), "updatedAt": now})
+
+        self.store.transact(request_id, decide)
+        return decided[-1] if decided else None
 
 
 def _unversioned(raw: dict[str, Any] | None) -> Stored | None:
