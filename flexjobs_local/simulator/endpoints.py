@@ -190,6 +190,14 @@ class Endpoints:
         def finish(at: float) -> Any:
             msg = record.msg
             model.create_time = to_datetime(at)
+            # Vertex reports every required replica available once DeployModel is done
+            # (DeployedModel.status.available_replica_count); the simulator reclaims no Spot
+            # node yet, so that count stays.
+            resources = model.dedicated_resources
+            model.status.available_replica_count = (
+                resources.required_replica_count or resources.min_replica_count or 1
+            )
+            model.status.last_update_time = to_datetime(at)
             msg.deployed_models.append(model)
             if split:
                 new = {(model.id if k == "0" else k): v for k, v in split.items()}

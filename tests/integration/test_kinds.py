@@ -147,6 +147,9 @@ def test_spot_deployment_reaches_the_endpoint_and_its_record_becomes_deployed(
     serving = deployment_record(db, rid)["serving"]
     assert serving["spotDeployedModelId"] == model["id"]
     assert serving["last"]["required"] == 1
+    # The simulator reports every required replica available once deployed, as Vertex does.
+    assert serving["last"]["spot"] == 1
+    assert serving["phase"] == "SERVING"
 
 
 def tick(stack) -> bool:
