@@ -140,3 +140,28 @@ def test_a_stray_left_in_a_region_the_job_moved_from_is_cancelled_by_the_tick(
     assert tick(post_event, clock) == 200
     assert stray in tracker.backend.cancels and second not in tracker.backend.cancels
     assert current(tracker)["vertexJob"] == second
+
+
+def test_a_takeover_of_attempt_1_stays_in_the_request_location(
+    intake, tracker, clock, post_event, monkeypatch
+):
+    # Intake's create lands in us-central1 but its answer is lost: the record stays ACCEPTED
+    # with no region recorded, and the tick takes attempt 1 over once the claim expires.
+    tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
+    post_event("handle_job_request", pubsub_cloud_event(regional_body()))
+    tracker.backend.fail_after_create = None
+    landed = [n for n in tracker.backend.jobs if f"/locations/{HOME}/" in n]
+    assert len(landed) == 1
+
+    # Were the region rule asked, it would move the attempt (and its lookup would miss the
+    # job intake made): attempt 1 is never moved, so it is not asked.
+    def moved(s, regions, prices_by_region=None):
+        return RegionDecision(OTHER, attempts.decide(s), "moves (it must not be asked)")
+
+    monkeypatch.setattr(attempts, "decide_across_regions", moved)
+    assert tick(post_event, clock, tracker.settings.claim_ttl_seconds + 1) == 200
+
+    record = current(tracker)
+    assert record["attempt"] == 1 and record["vertexJob"] == landed[0]
+    assert len(tracker.backend.created) == 1
+    assert "regionChoice" not in record or record["regionChoice"] is None

@@ -134,7 +134,10 @@ def regional_plan(
     options = RegionOptions.read(record.options)
     home = record.home or ports.settings.location
     allowed = options.allowed(home)
-    if situation is None or len(allowed) == 1:
+    # Attempt 1 is never moved: no region has history yet, and intake records no region
+    # before its create, so a tick taking over an intake that died after its create must
+    # look up (and create) where intake did, or it would make a second job elsewhere.
+    if situation is None or len(allowed) == 1 or attempt == 1:
         return decided_plan(attempt, location, situation, prepare), record
     regions = Regions(
         current=record.location or home,
