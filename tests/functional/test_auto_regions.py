@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
 from shared.app.steps import attempts
 from shared.domain.capacity.regions import RegionDecision
-from shared.kernel.errors import OutcomeUnknown
+from shared.kernel.errors import BackendRejected, OutcomeUnknown, QuotaExhausted
 from tests.events import pubsub_cloud_event
 from tests.functional.test_lifecycle_handlers import (
     SEED,
@@ -165,3 +167,36 @@ def test_a_takeover_of_attempt_1_stays_in_the_request_location(
     assert record["attempt"] == 1 and record["vertexJob"] == landed[0]
     assert len(tracker.backend.created) == 1
     assert "regionChoice" not in record or record["regionChoice"] is None
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        QuotaExhausted("CreateCustomJob: 429 custom_model_training_preemptible_nvidia_a100_gpus"),
+        BackendRejected("400 NVIDIA_TESLA_A100 is not offered in us-east1"),
+    ],
+)
+def test_a_create_refused_in_the_region_moved_to_goes_back_to_the_request_location(
+    intake, tracker, clock, post_event, refusal
+):
+    give_up_spot(tracker, clock, post_event)
+    # The retry moves to us-east1, where Vertex refuses the create (no quota there, or an
+    # accelerator the region does not offer): no job was made there.
+    tracker.backend.fail_with = refusal
+    assert tick(post_event, clock) == 200
+    tracker.backend.fail_with = None
+    record = current(tracker)
+    assert record["state"] == "RETRYING" and record["attempt"] == 1
+    assert record["regionChoice"]["attempt"] == 2
+    assert record["regionChoice"]["location"] == HOME
+    assert record["regionChoice"]["reason"].startswith(f"refused in {OTHER}, back to {HOME}")
+    assert len(tracker.backend.created) == 1  # attempt 1 only
+
+    # The next tick creates attempt 2 in the request's own region: the job is neither failed
+    # nor parked for ever in a region that cannot run it.
+    assert tick(post_event, clock, 1) == 200
+    record = current(tracker)
+    assert record["attempt"] == 2 and record["state"] != "FAILED"
+    assert f"/locations/{HOME}/" in record["vertexJob"]
+    assert record["location"] == HOME
+    assert len(tracker.backend.created) == 2

@@ -33,7 +33,7 @@ from shared.domain.decisions.recovery import (
     failed,
     parked,
 )
-from shared.domain.decisions.submissions import region_chosen
+from shared.domain.decisions.submissions import refused_away, region_chosen
 from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
@@ -288,12 +288,19 @@ def submit_attempt(
         store.release(request_id, token, clock())
 
     def refused(token: str, exc: BackendRejected) -> Outcome:
+        if _sent_home(ports, request_id, plan, exc):
+            release(token)
+            return Outcome.PARKED
         reason = f"attempt {plan.attempt} refused by Vertex AI: {exc}"
         apply_and_notify(ports, request_id, lambda rec: failed(rec, clock(), reason))
         release(token)
         return Outcome.FAILED
 
     def park(token: str, exc: QuotaExhausted) -> Outcome:
+        if _sent_home(ports, request_id, plan, exc):
+            release(token)
+            return Outcome.PARKED
+
         def decide(rec: JobRecord) -> Change | None:
             delay = ports.backoff(rec.quota_retries + 1)
             return parked(rec, clock(), plan.attempt, delay, str(exc))
@@ -350,3 +357,17 @@ def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, An
     if plan is not None:
         fields.update(strategy=plan.strategy, location=plan.location)
     return {"fields": fields}
+
+
+def _sent_home(ports: AttemptPorts, request_id: str, plan: AttemptPlan, exc: Exception) -> bool:
+    """Whether a create refused in a region the attempt moved to was sent back to the
+    request's location (:func:`~shared.domain.decisions.submissions.refused_away`); False
+    when the attempt was not moved, and the refusal counts as it always has."""
+    now = ports.clock()
+    change = ports.store.apply(
+        request_id, lambda rec: refused_away(rec, plan.attempt, plan.location, str(exc), now)
+    )
+    if change is None:
+        return False
+    log.warning(f"attempt {plan.attempt} refused in {plan.location}: back to its region")
+    return True

@@ -18,6 +18,7 @@ from shared.domain.model.ids import LABEL_ATTEMPT, label_value
 from shared.domain.model.kinds import TRAINING_KINDS
 from shared.domain.model.records import MAX_LOCATIONS_USED, Claim, JobRecord, Stored
 from shared.domain.model.states import JobState, from_vertex
+from shared.domain.model.values import clip
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.checkpoints import checkpoint_prefix
 from shared.domain.policy.retry import Placement, placement_for
@@ -459,6 +460,46 @@ def region_chosen(
     choice = {"attempt": attempt, "location": location, "reason": reason[:500], "at": now}
     fields = {"regionChoice": choice, "locationsUsed": with_location(record, location)}
     return Change(state=record.state, record={**fields, "updatedAt": now})
+
+
+def refused_away(
+    record: JobRecord, attempt: int, location: str, detail: str, now: datetime
+) -> Change | None:
+    """Send ``attempt`` back to the request's location after Vertex refused its create in the
+    region the region rule moved it to (quota, or a body that region cannot run: an
+    accelerator it does not offer, a regional key). A refused create made no job there, so
+    the recorded region may be replaced, and the retry is due at once; without this the move
+    would fail a job its own region runs, or park it there past its deadline. The claim is
+    expired, not deleted, so the next delivery looks up (in every location used) before it
+    creates. None unless the attempt is a retry recorded for ``location``, away from the
+    request's location.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> record = JobRecord.decode({"state": "RETRYING", "attempt": 1,
+        ...     "location": "us-east1", "baseLocation": "us-east1",
+        ...     "regionChoice": {"attempt": 2, "location": "us-west1"}})
+        >>> change = refused_away(record, 2, "us-west1", "quota", now)
+        >>> change.record["regionChoice"]["location"], change.state.value
+        ('us-east1', 'RETRYING')
+        >>> refused_away(record, 2, "us-east1", "quota", now) is None
+        True
+    """
+    home = record.home
+    if home is None or location == home or record.chosen_location(attempt) != location:
+        return None
+    if record.state is not JobState.RETRYING or record.cancel_requested:
+        return None
+    reason = f"refused in {location}, back to {home}: {detail}"
+    held = record.claim
+    fields = {
+        "regionChoice": {"attempt": attempt, "location": home, "reason": clip(reason), "at": now},
+        "nextAttemptAt": now,  # at once: the request's own region has not refused it
+        "claim": {"token": held.token if held else None, "expiresAt": now, "attempt": attempt},
+        "updatedAt": now,
+    }
+    return Change(state=record.state, record=fields)
 
 
 #: A QUEUED job still waiting this long past its max wait is flagged: Vertex should have
