@@ -196,10 +196,11 @@ def simulate(
     """Replay ``job`` under ``policy`` until its work is done, it fails, or the horizon
     passes.
 
-    An attempt that runs in another region than the checkpoint was last read and written in
-    (``View.region``), with work saved, reads the job's ``checkpoint_gb`` across regions: the
-    read is charged as egress (:attr:`Result.egress_gb`) and its time
-    (:attr:`Lifecycle.seconds_per_gb`) lengthens that attempt's restart, billed.
+    The checkpoint's data stays in the job's home region (its URI never moves), so every
+    attempt that runs elsewhere with work saved reads the job's ``checkpoint_gb`` across
+    regions, not only the first after a move: the read is charged as egress
+    (:attr:`Result.egress_gb`) and its time (:attr:`Lifecycle.seconds_per_gb`) lengthens that
+    attempt's restart, billed.
     """
     model = dws or Independent()
     life = lifecycle or Lifecycle()
@@ -212,7 +213,7 @@ def simulate(
     while view.remaining > 0 and view.t < horizon:
         r.attempts += 1
         region = plan.region or view.region
-        moved = region != view.region and view.saved > 0
+        moved = region != job.site.region and view.saved > 0  # reads from home
         overhead = job.overhead + (job.checkpoint_gb * life.seconds_per_gb if moved else 0.0)
         site = sites[region]
         t = view.t
@@ -250,7 +251,7 @@ def simulate(
         doc["queuedSeconds"] = queued
         if moved:
             r.egress_gb += job.checkpoint_gb
-        view.region = region  # the checkpoint is read and written here from now on
+        view.region = region  # where the last attempt ran: the region rule's ``current``
         end, how, following = _run(job, policy, plan, site, start, overhead, view)
         ran = end - start
         usage[plan.strategy] += job.nodes * ran

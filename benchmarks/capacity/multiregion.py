@@ -13,9 +13,10 @@ The GCP traces have no 4-node probes, so GCP jobs hold one node; an AWS 1-node j
 only us-east-1 and us-west-2 (no 1-node us-east-2 preemption trace).
 
 Multi-region AUTO is the product's ``decide_across_regions`` on the situation the lifecycle
-builds (the attempts' documents name their ``location``); a move reads the checkpoint
-(``checkpoint_gb``, drawn per job) across regions, charged at the product's default egress
-price, its transfer time lengthening that attempt's billed restart. Single-region AUTO,
+builds (the attempts' documents name their ``location``); every attempt away from the home
+region, where the checkpoint stays, reads it (``checkpoint_gb``, drawn per job) across
+regions, charged at the product's default egress price, its transfer time lengthening that
+attempt's billed restart. Single-region AUTO,
 Uniform Progress, the ladder and on-demand run on the same jobs in their home region.
 Prices are the table's (one region's list prices) in every region: savings come from
 capacity, never from a price difference the table does not have.

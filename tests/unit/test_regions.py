@@ -251,3 +251,23 @@ def test_a_job_with_nothing_saved_moves_without_a_read():
     result = decide_across_regions(s, regions, {CENTRAL: Prices(1.0, 0.1, 0.2)})
     assert result.region == CENTRAL
     assert result.decision.slack_seconds == pytest.approx(_real_slack(s))
+
+
+def test_an_attempt_away_from_the_checkpoint_region_is_charged_its_read_too():
+    # The job moved to us-central1 earlier; its checkpoint's URI stays in us-east1 (the
+    # request's location), so staying in us-central1 reads it again: the decision there is
+    # taken on the slack left after that read, as for the first move.
+    s = situation(left=WORK + OVERHEAD + 3 * HOUR, history=[preempted(EAST) for _ in range(6)])
+    away = Regions(CENTRAL, (EAST, CENTRAL), checkpoint_gb=400.0, egress_usd_per_gb=0.0)
+    result = decide_across_regions(s, away, {CENTRAL: Prices(3.0, 0.8, 1.2)})
+    read = 400.0 * CROSS_REGION_SECONDS_PER_GB
+    if result.region == CENTRAL:
+        assert result.decision.slack_seconds == pytest.approx(_real_slack(s) - read)
+    else:  # back where the checkpoint lives: nothing to read
+        assert result.region == EAST
+        assert result.decision.slack_seconds == pytest.approx(_real_slack(s))
+    # Going back to the checkpoint's region reads nothing, so it is never refused for slack.
+    tight = situation(left=WORK + OVERHEAD + 0.5 * HOUR, history=[preempted(CENTRAL)] * 6)
+    back = decide_across_regions(tight, replace(away, checkpoint_gb=1500.0), {})
+    assert back.region == EAST
+    assert back.decision.slack_seconds == pytest.approx(_real_slack(tight))

@@ -82,13 +82,13 @@ REFERENCE_USD_PER_GPU_HOUR: Final = 3.0
 class Regions:
     """The regions an AUTO attempt may run in.
 
-    ``current`` is where the job's checkpoint was last read and written (the last attempt's
-    region, or the request's location); ``allowed`` the request's location first, then the
-    ones the request allows; ``pinned`` that the request's data stays in ``current``'s
-    region (never moved). ``checkpoint_gb`` is the size the request states (0: unknown,
-    :data:`DEFAULT_CHECKPOINT_GB`). ``gpus`` are the GPUs an attempt holds (the prices are
-    per GPU-hour, the egress is per job). ``seconds_per_gb`` and ``hysteresis`` tune the move
-    (:data:`CROSS_REGION_SECONDS_PER_GB`, :data:`MOVE_HYSTERESIS`).
+    ``current`` is where the last attempt ran (or the request's location). ``allowed`` is
+    the request's location first (:attr:`home`, where the checkpoint's data lives: its URI is
+    the job's and never moves), then the ones the request allows. ``pinned``: the request's
+    data stays in its region, never moved. ``checkpoint_gb`` is the size the request states
+    (0: unknown, :data:`DEFAULT_CHECKPOINT_GB`). ``gpus`` are the GPUs an attempt holds (the
+    prices are per GPU-hour, the egress is per job). ``seconds_per_gb`` and ``hysteresis``
+    tune the move (:data:`CROSS_REGION_SECONDS_PER_GB`, :data:`MOVE_HYSTERESIS`).
 
     Examples:
         >>> Regions("us-east1", ("us-east1", "us-central1")).candidates
@@ -190,19 +190,22 @@ def decide_across_regions(
     if len(candidates) == 1:
         why = "pinned to its region" if regions.pinned else "one region allowed"
         return RegionDecision(regions.current, decide(s), f"{regions.current}: {why}")
-    here = _view(s, regions, regions.current, prices_by_region)
-    stay = decide(here)
+    here = _moved(s, regions, regions.current, prices_by_region)
+    stay = _decide_after_read(here, _read_seconds(s, regions, regions.current))
     if s.running is not None:
         why = f"{regions.current}: a running attempt is kept or left within its region"
         return RegionDecision(regions.current, stay, why)
-    stay_cost = _cost(here, stay)
+    read_here = _read_gb(s, regions, regions.current)
+    stay_cost = _cost(here, stay) + _charge(here, regions, stay.strategy, read_here, False)
     best: tuple[float, str, CapacityDecision, float] | None = None
     for region in candidates[1:]:
         moved = _moved(s, regions, region, prices_by_region)
-        decision = _decide_after_read(moved, _read_seconds(s, regions))
+        decision = _decide_after_read(moved, _read_seconds(s, regions, region))
         if decision.slack_seconds < s.tuning.safety_margin_seconds:
             continue  # the read would leave too little slack: not a candidate
-        charge = _move_charge(moved, regions, decision.strategy, _read_gb(s, regions))
+        # Away from the checkpoint's region every attempt reads it (staying away too, in
+        # stay_cost); a move also pays a cold restart.
+        charge = _charge(moved, regions, decision.strategy, _read_gb(s, regions, region), True)
         total = _cost(moved, decision) + charge
         if best is None or total < best[0]:
             best = (total, region, decision, charge)
@@ -241,10 +244,8 @@ def decide_in_region(
     why = f"{region}: the region recorded for this attempt"
     if len(regions.candidates) == 1 and region == regions.current:
         return RegionDecision(region, decide(s), why)
-    if region == regions.current:
-        return RegionDecision(region, decide(_view(s, regions, region, prices_by_region)), why)
     moved = _moved(s, regions, region, prices_by_region)
-    return RegionDecision(region, _decide_after_read(moved, _read_seconds(s, regions)), why)
+    return RegionDecision(region, _decide_after_read(moved, _read_seconds(s, regions, region)), why)
 
 
 def _view(
@@ -268,18 +269,21 @@ def _moved(
     """``region``'s view as if the checkpoint had been read there: the transfer's time
     gone from the slack (and from the job's progress against the uniform line)."""
     view = _view(s, regions, region, prices_by_region)
-    return replace(view, now=view.now + timedelta(seconds=_read_seconds(s, regions)))
+    return replace(view, now=view.now + timedelta(seconds=_read_seconds(s, regions, region)))
 
 
-def _read_gb(s: Situation, regions: Regions) -> float:
-    """What a move reads across regions: the checkpoint, or nothing while no complete
-    checkpoint has saved any work (the attempt starts from scratch wherever it runs, so a
-    job that has not saved anything is not held back by a read it would not make)."""
-    return regions.size_gb if s.remaining_seconds < s.work_seconds else 0.0
+def _read_gb(s: Situation, regions: Regions, region: str) -> float:
+    """What an attempt in ``region`` reads across regions: the checkpoint, wherever the job
+    is not in the checkpoint's own region (:attr:`Regions.home`: its URI never moves, so
+    every attempt away reads it, not only the first); nothing while no complete checkpoint
+    has saved any work (the attempt starts from scratch wherever it runs)."""
+    if region == regions.home or s.remaining_seconds >= s.work_seconds:
+        return 0.0
+    return regions.size_gb
 
 
-def _read_seconds(s: Situation, regions: Regions) -> float:
-    return _read_gb(s, regions) * regions.seconds_per_gb
+def _read_seconds(s: Situation, regions: Regions, region: str) -> float:
+    return _read_gb(s, regions, region) * regions.seconds_per_gb
 
 
 def _decide_after_read(moved: Situation, transfer_seconds: float) -> CapacityDecision:
@@ -298,15 +302,18 @@ def _cost(view: Situation, decision: CapacityDecision) -> float:
     return unit / placement_chance(view.history, decision.strategy)
 
 
-def _move_charge(moved: Situation, regions: Regions, strategy: str, read_gb: float) -> float:
-    """The move, spread over the work left, per GPU-hour of progress (the prices' units):
-    the cross-region read in money, and its time with a cold restart at the destination's
-    price."""
+def _charge(
+    moved: Situation, regions: Regions, strategy: str, read_gb: float, restart: bool
+) -> float:
+    """An attempt's extra costs in the region, spread over the work left, per GPU-hour of
+    progress (the prices' units): the cross-region read in money, and its time (with a cold
+    restart when it moves) at the region's price."""
     prices = moved.prices
     usd_per_unit = 1.0 if prices.priced else REFERENCE_USD_PER_GPU_HOUR / prices.standard
     egress = read_gb * regions.egress_usd_per_gb / usd_per_unit
     hours_left = max(moved.remaining_seconds, 1.0) / 3600
-    lost = (read_gb * regions.seconds_per_gb + moved.restart_overhead_seconds) / 3600
+    cold = moved.restart_overhead_seconds if restart else 0.0
+    lost = (read_gb * regions.seconds_per_gb + cold) / 3600
     return egress / (regions.gpus * hours_left) + lost * _price(prices, strategy) / hours_left
 
 
