@@ -316,6 +316,7 @@ def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
         "vertexJobIds": [job.job_id],
         "strategy": "FLEX_START",
         "location": LOCATION,
+        "locationsUsed": [LOCATION],  # where the tick lists and a cancel looks
         "updatedAt": at(5),
         "attemptSubmittedAt": at(5),
         "attemptStartedAt": None,  # PENDING: not started yet
