@@ -271,3 +271,19 @@ def test_an_attempt_away_from_the_checkpoint_region_is_charged_its_read_too():
     back = decide_across_regions(tight, replace(away, checkpoint_gb=1500.0), {})
     assert back.region == EAST
     assert back.decision.slack_seconds == pytest.approx(_real_slack(tight))
+
+
+def test_an_attempt_away_goes_home_when_staying_would_read_past_the_deadline():
+    # The job ran in us-central1 (cheaper, and us-east1 is burnt); 0.3 h of slack left and a
+    # 400 GB checkpoint back in us-east1 that takes 0.9 h to read: on-demand in us-central1
+    # would finish late however cheap it is. The net every earlier decision kept is an
+    # attempt that reads nothing, so the attempt goes back to the checkpoint's region.
+    s = situation(left=WORK + OVERHEAD + 0.3 * HOUR, history=[preempted(EAST) for _ in range(6)])
+    away = Regions(CENTRAL, (EAST, CENTRAL), checkpoint_gb=400.0, egress_usd_per_gb=0.0)
+    result = decide_across_regions(s, away, {CENTRAL: Prices(3.0, 0.8, 1.2)})
+    assert result.region == EAST
+    assert "goes back to us-east1" in result.reason
+    assert result.decision.strategy == "STANDARD"
+    assert result.decision.slack_seconds == pytest.approx(_real_slack(s))
+    # On time, where staying would not be: the read alone is longer than the slack.
+    assert 0 <= result.decision.slack_seconds < 400.0 * CROSS_REGION_SECONDS_PER_GB

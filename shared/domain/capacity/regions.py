@@ -34,6 +34,13 @@ a FLEX_START revisit) are put back on the real clock, so they end earlier by the
 a destination whose slack after the read is below the safety margin is not a candidate. A
 FLEX_START ``maxWaitDuration`` computed that way already leaves the transfer out.
 
+Why an attempt away goes back home when the slack is short: the net every decision keeps is
+an on-demand attempt that reads nothing, and only one in the checkpoint's own region
+(:attr:`Regions.home`) reads nothing. So when staying where the job last ran, away from home,
+would leave less than the safety margin once the checkpoint is read there, the next attempt
+goes back, however much cheaper staying looks; deciding on-demand away instead pays a read
+the net never counted, and misses.
+
 What is left alone: a running attempt is never moved (it is kept or left within its region,
 as ``decide`` says; the next attempt boundary may move the job); a pinned request, or one
 with a single region, is exactly ``decide``.
@@ -195,6 +202,15 @@ def decide_across_regions(
     if s.running is not None:
         why = f"{regions.current}: a running attempt is kept or left within its region"
         return RegionDecision(regions.current, stay, why)
+    home = regions.home
+    if regions.current != home and stay.slack_seconds < s.tuning.safety_margin_seconds:
+        # The safety net every decision keeps is an attempt that reads nothing: home's.
+        back = decide(_view(s, regions, home, prices_by_region))
+        why = (
+            f"goes back to {home}: staying in {regions.current} would leave "
+            f"{stay.slack_seconds:.0f} s of slack after reading the checkpoint there"
+        )
+        return RegionDecision(home, back, why)
     read_here = _read_gb(s, regions, regions.current)
     stay_cost = _cost(here, stay) + _charge(here, regions, stay.strategy, read_here, False)
     best: tuple[float, str, CapacityDecision, float] | None = None
