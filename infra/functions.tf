@@ -64,6 +64,7 @@ locals {
     FLEXJOBS_UPLOAD_PREFIX            = local.upload_prefix
     FLEXJOBS_MAX_UPLOAD_BYTES         = tostring(var.max_upload_bytes)
     FLEXJOBS_EGRESS_USD_PER_GB        = tostring(var.egress_usd_per_gb)
+    FLEXJOBS_ALLOWED_REGIONS          = join(",", var.allowed_regions)
     # The one bucket request files come from; no object of it is ever a checkpoint.
     FLEXJOBS_REQUEST_BUCKET = google_storage_bucket.uploads.name
     # The source zip's content hash: the version Error Reporting groups errors under.

@@ -203,6 +203,17 @@ variable "allowed_image_prefixes" {
   }
 }
 
+variable "allowed_regions" {
+  description = "FLEXJOBS_ALLOWED_REGIONS: the Vertex AI regions a request may run in (its location, AUTO's regions, fallback rungs), e.g. [\"us-central1\", \"us-east1\"]. vertex_location is always one. Empty allows any region name (the code's default)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for region in var.allowed_regions : can(regex("^[a-z]+(-[a-z]+)+[0-9]+$", region))])
+    error_message = "allowed_regions must be Vertex AI region names such as us-central1."
+  }
+}
+
 # --- Runtime settings (the env map every function gets) ---------------------------------------
 
 variable "claim_ttl_seconds" {

@@ -42,6 +42,7 @@ ENV_VARS = (
     "FLEXJOBS_STATUS_PAGE_SIZE",
     "FLEXJOBS_AUTO_TIME_SCALE",
     "FLEXJOBS_EGRESS_USD_PER_GB",
+    "FLEXJOBS_ALLOWED_REGIONS",
 )
 
 
@@ -111,6 +112,9 @@ class Settings:
     # USD per GB of reading a checkpoint from another region: what the AUTO region rule
     # charges a move (shared.domain.capacity.regions). Within a continent, Google's 0.02.
     egress_usd_per_gb: float = 0.02
+    # The regions a request may run in (its location, AUTO's regions, fallback rungs); empty:
+    # any region name. FLEXJOBS_LOCATION is always one of them.
+    allowed_regions: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -137,6 +141,12 @@ class Settings:
                 "FLEXJOBS_EGRESS_USD_PER_GB must be a number from 0 to 10 (USD per GB), not "
                 f"{e.get('FLEXJOBS_EGRESS_USD_PER_GB')!r}"
             )
+        allowed_regions = _split_csv(e.get("FLEXJOBS_ALLOWED_REGIONS"))
+        bad = [r for r in allowed_regions if not is_region(r)]
+        if bad:
+            raise ValueError(f"FLEXJOBS_ALLOWED_REGIONS must list region names, not {bad!r}")
+        if allowed_regions and location not in allowed_regions:
+            allowed_regions = (location, *allowed_regions)
         return cls(
             project=project,
             location=location,
@@ -163,6 +173,7 @@ class Settings:
             status_page_size=int(page_size),
             auto_time_scale=auto_time_scale,
             egress_usd_per_gb=egress,
+            allowed_regions=allowed_regions,
         )
 
     @property

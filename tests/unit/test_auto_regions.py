@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 
 from shared.domain.request.auto_regions import MAX_REGIONS, RegionOptions
+from shared.domain.request.field_policy import parse_field_policy
 from shared.domain.request.message import parse_request
+from shared.domain.request.validation import Guards, validators
 from shared.kernel.config import Settings
 from tests.unit.test_deadlines import PUBLISHED, auto, problems
 
@@ -110,3 +115,51 @@ def test_the_schema_takes_what_intake_takes_and_refuses_duplicates():
     assert not validator.is_valid(auto(regions=["us-east1", "us-east1"]))
     assert not validator.is_valid(auto(regions=["US-EAST1"]))
     assert not validator.is_valid(auto(regions=["us-east1"], checkpointSizeGb=0))
+
+
+KEY = "projects/p/locations/us-central1/keyRings/r/cryptoKeys/k"
+
+
+def guarded(body: dict, **guards) -> dict[str, str]:
+    """Every problem intake finds under ``guards`` (the field policy allows the key)."""
+    policy = parse_field_policy(json.dumps({"encryptionSpec": True, "persistentResourceId": True}))
+    request = parse_request(copy.deepcopy(body), {}, "m1", PUBLISHED)
+    found = validators(Guards(field_policy=policy, **guards))
+    return {e.path: e.message for check in found for e in check(request)}
+
+
+def test_a_body_bound_to_its_region_cannot_name_other_regions():
+    body = auto(location="us-central1", regions=["us-east1"])
+    body["customJob"]["encryptionSpec"] = {"kmsKeyName": KEY}
+    found = guarded(body)
+    assert "names a resource of us-central1 only" in found["customJob.encryptionSpec.kmsKeyName"]
+    body["customJob"]["jobSpec"]["persistentResourceId"] = "my-resource"
+    found = guarded(body)
+    assert "bound to the request's region" in found["customJob.jobSpec.persistentResourceId"]
+
+
+def test_a_region_bound_body_is_fine_when_it_cannot_move():
+    body = auto(location="us-central1")
+    body["customJob"]["encryptionSpec"] = {"kmsKeyName": KEY}
+    assert guarded(body) == {}
+    assert guarded({**body, "pinnedRegion": True}) == {}
+
+
+def test_the_operator_allowlist_bounds_every_region_a_request_names():
+    allowed = ("us-central1", "us-east1")
+    body = auto(location="us-central1", regions=["us-east1", "europe-west4"])
+    found = guarded(body, allowed_regions=allowed)
+    assert list(found) == ["regions[1]"]
+    assert "FLEXJOBS_ALLOWED_REGIONS" in found["regions[1]"]
+    assert "location" in guarded(auto(location="asia-east1"), allowed_regions=allowed)
+    assert guarded(body) == {}  # no allowlist: any region name
+
+
+def test_the_allowlist_setting_always_holds_the_default_location():
+    settings = Settings.from_env(
+        {"FLEXJOBS_LOCATION": "us-west1", "FLEXJOBS_ALLOWED_REGIONS": "us-east1"}
+    )
+    assert settings.allowed_regions == ("us-west1", "us-east1")
+    assert Settings.from_env({}).allowed_regions == ()
+    with pytest.raises(ValueError, match="FLEXJOBS_ALLOWED_REGIONS"):
+        Settings.from_env({"FLEXJOBS_ALLOWED_REGIONS": "us-east1,evil.example:443"})

@@ -16,13 +16,14 @@ else would honour them), and checked on plain values.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from shared.domain.model.values import show
 from shared.kernel.errors import FieldError
-from shared.kernel.regions import REGION_HINT, is_region
+from shared.kernel.regions import REGION_HINT, REGION_PATTERN, is_region
 
 REGION_FIELDS: Final = ("regions", "checkpointSizeGb", "pinnedRegion")
 
@@ -151,4 +152,81 @@ def _check_regions(raw: object, location: str | None) -> list[FieldError]:
             errors.append(FieldError(f"regions[{i}]", f"names {region} twice; list each once"))
         else:
             seen.add(region)
+    return errors
+
+
+#: A resource name that lives in one region: ``projects/p/locations/R/...`` (a KMS key, an
+#: experiment, a TensorBoard), ``projects/p/regions/R/...`` (a PSC network attachment), or
+#: ``projects/p/zones/R-z/...`` (a reservation). Vertex runs a job only with resources of its
+#: own region, so such a body can run nowhere else.
+_IN_REGION: Final = re.compile(
+    rf"(?:^|/)(?:locations|regions)/({REGION_PATTERN})(?:/|$)|(?:^|/)zones/({REGION_PATTERN})-[a-z](?:/|$)"
+)
+#: Fields bound to the request's region that name none: a persistent resource is regional.
+_BOUND_BY_NAME: Final = ("persistentResourceId",)
+
+
+def region_bound(body: Any, path: str = "") -> Iterator[tuple[str, str | None]]:
+    """Each (path, region) of ``body`` bound to one region: a resource name naming its
+    region, or a field regional by kind (region None). Walks the whole canonical body (already
+    bounded in bytes by intake), without recursion.
+
+    Examples:
+        >>> key = "projects/p/locations/us-east1/keyRings/r/cryptoKeys/k"
+        >>> list(region_bound({"encryptionSpec": {"kmsKeyName": key}}, "customJob"))
+        [('customJob.encryptionSpec.kmsKeyName', 'us-east1')]
+        >>> list(region_bound({"jobSpec": {"persistentResourceId": "pr", "network": "x"}}))
+        [('jobSpec.persistentResourceId', None)]
+        >>> list(region_bound({"v": ["projects/p/zones/us-west1-b/reservations/r"]}))
+        [('v[0]', 'us-west1')]
+    """
+    stack: list[tuple[str, Any]] = [(path, body)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in reversed(node.items()):
+                at = f"{where}.{key}" if where else str(key)
+                if key in _BOUND_BY_NAME and value:
+                    yield at, None
+                else:
+                    stack.append((at, value))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(node))))
+        elif isinstance(node, str) and (found := _IN_REGION.search(node)):
+            yield where, found.group(1) or found.group(2)
+
+
+def check_region_moves(
+    body: Any, body_path: str, location: str | None, regions: tuple[str, ...]
+) -> list[FieldError]:
+    """A body AUTO may run in any of ``regions`` (besides ``location``) must name nothing that
+    lives in one region only: Vertex would refuse the attempt in any other, days later.
+
+    Examples:
+        >>> key = "projects/p/locations/us-east1/keyRings/r/cryptoKeys/k"
+        >>> body = {"encryptionSpec": {"kmsKeyName": key}}
+        >>> found = check_region_moves(body, "customJob", "us-east1", ("us-west1",))
+        >>> [e.message[:40] for e in found]
+        ['names a resource of us-east1 only, but r']
+        >>> check_region_moves(body, "customJob", "us-east1", ())
+        []
+    """
+    if not regions:
+        return []
+    places = sorted({*regions, *([location] if location else [])})
+    errors = []
+    for at, region in region_bound(body, body_path):
+        if region is None:
+            what = "is bound to the request's region"
+        elif all(r == region for r in places):
+            continue
+        else:
+            what = f"names a resource of {region} only"
+        errors.append(
+            FieldError(
+                at,
+                f"{what}, but regions lets AUTO run attempts in {', '.join(places)}; remove "
+                "regions (or set pinnedRegion), or remove the field",
+            )
+        )
     return errors

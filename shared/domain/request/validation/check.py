@@ -23,6 +23,7 @@ from shared.domain.model.values import kind_of, show
 from shared.domain.policy.checkpoints import split_gcs_uri
 from shared.domain.policy.retry import check_fallback, placement_for
 from shared.domain.request.attempts import attempt_spec
+from shared.domain.request.auto_regions import RegionOptions, check_region_moves
 from shared.domain.request.message import (
     JobRequest,
     check_options,
@@ -132,6 +133,8 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
         *errors,
         *_check_rungs(request, guards, errors),
         *_check_auto_choices(request, guards, errors),
+        *_check_region_moves(request),
+        *_check_allowed_regions(request, guards),
     ]
 
 
@@ -185,6 +188,51 @@ def _check_auto_choices(
                 )
             )
     return errors
+
+
+def _check_region_moves(request: JobRequest) -> list[FieldError]:
+    """An AUTO request allowing other ``regions``: nothing in its body may tie it to one."""
+    options = getattr(request, "options", None)
+    if (
+        getattr(request, "kind", None) not in TRAINING_KINDS
+        or request.strategy != AUTO
+        or not isinstance(options, dict)
+    ):
+        return []
+    allowed = RegionOptions.read(options)
+    regions = () if allowed.pinned else allowed.regions
+    return check_region_moves(request.spec, request.kind, request.location, regions)
+
+
+def _check_allowed_regions(request: JobRequest, guards: Guards) -> list[FieldError]:
+    """Every region the request may run in (``location``, AUTO's ``regions``, the ``fallback``
+    rungs' locations) must be one the operator allows (``FLEXJOBS_ALLOWED_REGIONS``; unset:
+    any region name)."""
+    allowed = guards.allowed_regions
+    if not allowed:
+        return []
+    named: list[tuple[str, object]] = [("location", getattr(request, "location", None))]
+    options = getattr(request, "options", None)
+    if isinstance(options, dict):
+        regions = options.get("regions")
+        if isinstance(regions, list):
+            named += [(f"regions[{i}]", r) for i, r in enumerate(regions)]
+        fallback = options.get("fallback")
+        if isinstance(fallback, list):
+            named += [
+                (f"fallback[{i}].location", rung.get("location"))
+                for i, rung in enumerate(fallback)
+                if isinstance(rung, dict)
+            ]
+    return [
+        FieldError(
+            path,
+            f"{show(region)} is not a region this deployment runs jobs in; use one of "
+            f"{', '.join(allowed)} (FLEXJOBS_ALLOWED_REGIONS)",
+        )
+        for path, region in named
+        if isinstance(region, str) and region not in allowed
+    ]
 
 
 def _check_rungs(request: JobRequest, guards: Guards, known: list[FieldError]) -> list[FieldError]:

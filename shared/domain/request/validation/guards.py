@@ -21,7 +21,8 @@ class Guards:
     ``serviceAccount`` field at all. ``field_policy`` is what ``FLEXJOBS_FIELD_POLICY`` allows
     (:mod:`shared.domain.request.field_policy`); empty keeps every field at its default.
     ``request_bucket`` (``FLEXJOBS_REQUEST_BUCKET``) is where request files come from: no job
-    may write its checkpoints there, where an uploader could forge them.
+    may write its checkpoints there, where an uploader could forge them. A non-empty
+    ``allowed_regions`` (``FLEXJOBS_ALLOWED_REGIONS``) is every region a request may run in.
     """
 
     allowed_image_prefixes: tuple[str, ...] = ()
@@ -30,6 +31,7 @@ class Guards:
     max_replicas: int = 64
     field_policy: Mapping[str, Allowance] = field(default_factory=dict, hash=False)
     request_bucket: str | None = None
+    allowed_regions: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guards:
@@ -41,4 +43,5 @@ class Guards:
             max_replicas=settings.max_replicas,
             field_policy=parse_field_policy(settings.field_policy),
             request_bucket=settings.request_bucket,
+            allowed_regions=tuple(settings.allowed_regions),
         )
