@@ -200,3 +200,15 @@ def test_a_create_refused_in_the_region_moved_to_goes_back_to_the_request_locati
     assert f"/locations/{HOME}/" in record["vertexJob"]
     assert record["location"] == HOME
     assert len(tracker.backend.created) == 2
+    assert record["regionsRefused"] == [OTHER]
+
+    # Attempt 2 waits in vain at home too; a fresh region would look cheaper, but the one
+    # that refused is never chosen again: attempt 3 stays in the request's location.
+    assert record["capacity"].get("waitUntil")
+    assert tick(post_event, clock, wait_until(tracker) + 1) == 200
+    assert tick(post_event, clock) == 200
+    record = current(tracker)
+    assert record["attempt"] == 3
+    assert f"/locations/{HOME}/" in record["vertexJob"]
+    (request, _labels) = tracker.backend.created[-1]
+    assert request.location == HOME

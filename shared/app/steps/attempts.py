@@ -133,7 +133,10 @@ def regional_plan(
     situation = auto_situation(ports, record, before=attempt)
     options = RegionOptions.read(record.options)
     home = record.home or ports.settings.location
-    allowed = options.allowed(home)
+    # A region that refused a create is left out (home never is: the request names it).
+    allowed = tuple(
+        r for r in options.allowed(home) if r == home or r not in record.regions_refused
+    )
     # Attempt 1 is never moved: no region has history yet, and intake records no region
     # before its create, so a tick taking over an intake that died after its create must
     # look up (and create) where intake did, or it would make a second job elsewhere.

@@ -16,7 +16,13 @@ from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_ATTEMPT, label_value
 from shared.domain.model.kinds import TRAINING_KINDS
-from shared.domain.model.records import MAX_LOCATIONS_USED, Claim, JobRecord, Stored
+from shared.domain.model.records import (
+    MAX_LOCATIONS_USED,
+    MAX_REGIONS_REFUSED,
+    Claim,
+    JobRecord,
+    Stored,
+)
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import clip
 from shared.domain.model.vertex_jobs import VertexJob
@@ -483,6 +489,8 @@ def refused_away(
         >>> change = refused_away(record, 2, "us-west1", "quota", now)
         >>> change.record["regionChoice"]["location"], change.state.value
         ('us-east1', 'RETRYING')
+        >>> change.record["regionsRefused"]
+        ['us-west1']
         >>> refused_away(record, 2, "us-east1", "quota", now) is None
         True
     """
@@ -493,8 +501,11 @@ def refused_away(
         return None
     reason = f"refused in {location}, back to {home}: {detail}"
     held = record.claim
+    refused = list(dict.fromkeys((*record.regions_refused, location)))[-MAX_REGIONS_REFUSED:]
     fields = {
         "regionChoice": {"attempt": attempt, "location": home, "reason": clip(reason), "at": now},
+        # A region that refused is not chosen again: its refusal would only recur.
+        "regionsRefused": refused,
         "nextAttemptAt": now,  # at once: the request's own region has not refused it
         "claim": {"token": held.token if held else None, "expiresAt": now, "attempt": attempt},
         "updatedAt": now,

@@ -28,6 +28,9 @@ from shared.kernel.regions import is_region
 #: At most this many locations a record remembers having used (``locationsUsed``): the 8 an
 #: AUTO request may allow, or a fallback ladder's, with room; each is a listing per tick.
 MAX_LOCATIONS_USED = 16
+#: At most this many regions a record remembers refusing a create (``regionsRefused``): the
+#: regions an AUTO request may allow.
+MAX_REGIONS_REFUSED = 8
 
 
 def _time(value: Any) -> datetime | None:
@@ -175,6 +178,9 @@ class JobRecord:
     # AUTO across regions: the region chosen for the next attempt before its create
     # ({attempt, location, reason, at}), so every delivery of that attempt creates there.
     region_choice: dict[str, Any] = field(default_factory=dict)
+    # AUTO across regions: the regions that refused an attempt's create (quota, a body they
+    # cannot run), at most MAX_REGIONS_REFUSED: the region rule no longer moves the job there.
+    regions_refused: tuple[str, ...] = ()
     accelerator_type: str | None = None
     gpus: int = 0
     run_id: str | None = None
@@ -248,6 +254,9 @@ class JobRecord:
                 r for r in _items(raw.get("locationsUsed"))[:MAX_LOCATIONS_USED] if is_region(r)
             ),
             region_choice=_mapping(raw.get("regionChoice")),
+            regions_refused=tuple(
+                r for r in _items(raw.get("regionsRefused"))[:MAX_REGIONS_REFUSED] if is_region(r)
+            ),
             accelerator_type=_text(raw.get("acceleratorType")),
             gpus=_count(raw.get("gpus")),
             run_id=_text(raw.get("runId")),
