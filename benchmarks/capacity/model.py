@@ -178,12 +178,7 @@ class Result:
         return self.finish > self.job.deadline
 
     def cost(self, prices: Prices, egress_usd_per_gb: float = 0.0) -> float:
-        rate: dict[str, float] = {
-            STANDARD: prices.standard,
-            SPOT: prices.spot,
-            FLEX_START: prices.flex_start,
-        }
-        gpu = sum(rate[s] * seconds for s, seconds in self.gpu_seconds.items()) / HOUR
+        gpu = sum(prices.of_strategy(s) * secs for s, secs in self.gpu_seconds.items()) / HOUR
         return gpu + egress_usd_per_gb * self.egress_gb
 
 

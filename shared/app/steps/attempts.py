@@ -38,6 +38,7 @@ from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
 from shared.domain.model.strategies import Strategy
+from shared.domain.model.values import clip
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
 from shared.domain.request.auto_regions import RegionOptions
@@ -98,7 +99,7 @@ def decided_plan(
         log.warning("AUTO request without a usable deadline: attempt runs on STANDARD")
     capacity = decision.to_dict()
     if regional is not None:
-        capacity.update(location=regional.region, regionReason=regional.reason[:500])
+        capacity.update(location=regional.region, regionReason=clip(regional.reason, 500))
     fields = {"maxWaitSeconds": decision.max_wait_seconds, "capacity": capacity}
     log.info(
         f"capacity for attempt {attempt}: {decision.strategy}",

@@ -148,6 +148,20 @@ class Prices:
             return cls(*NOMINAL, priced=False)
         return cls(float(rates.standard), float(rates.spot), float(rates.flex_start))
 
+    def of_strategy(self, strategy: str) -> float:
+        """The price of an hour on ``strategy`` (STANDARD, SPOT or FLEX_START).
+
+        Examples:
+            >>> Prices(4.22, 1.60, 2.20).of_strategy("FLEX_START")
+            2.2
+        """
+        by_strategy: dict[str, float] = {
+            STANDARD: self.standard,
+            SPOT: self.spot,
+            FLEX_START: self.flex_start,
+        }
+        return by_strategy[strategy]
+
 
 @dataclass(frozen=True)
 class Situation:

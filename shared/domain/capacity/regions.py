@@ -55,9 +55,6 @@ from datetime import timedelta
 from typing import Final
 
 from shared.domain.capacity.model import (
-    FLEX_START,
-    SPOT,
-    STANDARD,
     AttemptOutcome,
     CapacityDecision,
     Prices,
@@ -330,13 +327,4 @@ def _charge(
     hours_left = max(moved.remaining_seconds, 1.0) / 3600
     cold = moved.restart_overhead_seconds if restart else 0.0
     lost = (read_gb * regions.seconds_per_gb + cold) / 3600
-    return egress / (regions.gpus * hours_left) + lost * _price(prices, strategy) / hours_left
-
-
-def _price(prices: Prices, strategy: str) -> float:
-    by_strategy: dict[str, float] = {
-        STANDARD: prices.standard,
-        SPOT: prices.spot,
-        FLEX_START: prices.flex_start,
-    }
-    return by_strategy[strategy]
+    return egress / (regions.gpus * hours_left) + lost * prices.of_strategy(strategy) / hours_left

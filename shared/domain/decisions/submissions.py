@@ -463,7 +463,7 @@ def region_chosen(
         return None
     if pending_attempt(record) != attempt or not submission_claimable(record, attempt, now):
         return None
-    choice = {"attempt": attempt, "location": location, "reason": reason[:500], "at": now}
+    choice = {"attempt": attempt, "location": location, "reason": clip(reason, 500), "at": now}
     fields = {"regionChoice": choice, "locationsUsed": with_location(record, location)}
     return Change(state=record.state, record={**fields, "updatedAt": now})
 
@@ -503,7 +503,12 @@ def refused_away(
     held = record.claim
     refused = list(dict.fromkeys((*record.regions_refused, location)))[-MAX_REGIONS_REFUSED:]
     fields = {
-        "regionChoice": {"attempt": attempt, "location": home, "reason": clip(reason), "at": now},
+        "regionChoice": {
+            "attempt": attempt,
+            "location": home,
+            "reason": clip(reason, 500),
+            "at": now,
+        },
         # A region that refused is not chosen again: its refusal would only recur.
         "regionsRefused": refused,
         "nextAttemptAt": now,  # at once: the request's own region has not refused it
