@@ -164,6 +164,9 @@ _IN_REGION: Final = re.compile(
 )
 #: Fields bound to the request's region that name none: a persistent resource is regional.
 _BOUND_BY_NAME: Final = ("persistentResourceId",)
+#: What the job's own code reads (its arguments, environment, labels): text Vertex never
+#: resolves as a resource, and a job may read another region's data from anywhere.
+_NOT_RESOURCES: Final = ("containerSpec", "pythonPackageSpec", "labels")
 
 
 def region_bound(body: Any, path: str = "") -> Iterator[tuple[str, str | None]]:
@@ -179,6 +182,8 @@ def region_bound(body: Any, path: str = "") -> Iterator[tuple[str, str | None]]:
         [('jobSpec.persistentResourceId', None)]
         >>> list(region_bound({"v": ["projects/p/zones/us-west1-b/reservations/r"]}))
         [('v[0]', 'us-west1')]
+        >>> list(region_bound({"containerSpec": {"args": ["projects/p/locations/us-east1/x"]}}))
+        []
     """
     stack: list[tuple[str, Any]] = [(path, body)]
     while stack:
@@ -188,7 +193,7 @@ def region_bound(body: Any, path: str = "") -> Iterator[tuple[str, str | None]]:
                 at = f"{where}.{key}" if where else str(key)
                 if key in _BOUND_BY_NAME and value:
                     yield at, None
-                else:
+                elif key not in _NOT_RESOURCES:
                     stack.append((at, value))
         elif isinstance(node, list):
             stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(node))))
