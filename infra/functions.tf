@@ -65,6 +65,8 @@ locals {
     FLEXJOBS_MAX_UPLOAD_BYTES         = tostring(var.max_upload_bytes)
     FLEXJOBS_EGRESS_USD_PER_GB        = tostring(var.egress_usd_per_gb)
     FLEXJOBS_ALLOWED_REGIONS          = join(",", var.allowed_regions)
+    FLEXJOBS_SERVING_GRACE_SECONDS    = tostring(var.serving_grace_seconds)
+    FLEXJOBS_SERVING_HOLD_SECONDS     = tostring(var.serving_hold_seconds)
     # The one bucket request files come from; no object of it is ever a checkpoint.
     FLEXJOBS_REQUEST_BUCKET = google_storage_bucket.uploads.name
     # The source zip's content hash: the version Error Reporting groups errors under.

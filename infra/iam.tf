@@ -11,7 +11,7 @@
 resource "google_project_iam_custom_role" "vertex_jobs" {
   role_id     = "flexjobsVertexJobs"
   title       = "flexjobs Vertex AI jobs"
-  description = "Create, read, list and cancel custom jobs, tuning jobs and training pipelines; deploy models to existing endpoints. Used by the flexjobs functions."
+  description = "Create, read, list and cancel custom jobs, tuning jobs and training pipelines; deploy, hedge and undeploy models on existing endpoints. Used by the flexjobs functions."
   permissions = [
     # JobService: CreateCustomJob, GetCustomJob, ListCustomJobs (label lookups), CancelCustomJob
     "aiplatform.customJobs.cancel",
@@ -28,10 +28,16 @@ resource "google_project_iam_custom_role" "vertex_jobs" {
     "aiplatform.trainingPipelines.create",
     "aiplatform.trainingPipelines.get",
     "aiplatform.trainingPipelines.list",
-    # EndpointService: GetEndpoint (adopt a deployment by its tag; GetOperation on its
-    # operations), DeployModel; reading the model being deployed
+    # EndpointService: GetEndpoint (adopt a deployment by its tag, follow its serving;
+    # GetOperation on its operations), DeployModel (the deployment and its on-demand
+    # fallback) and MutateDeployedModel (growing the fallback: the REST reference of
+    # endpoints.mutateDeployedModel names aiplatform.endpoints.deploy), UpdateEndpoint (the
+    # traffic split only, sent with the read's etag), UndeployModel (the fallback once Spot
+    # serves again, and an undeployed deployment); reading the model being deployed
     "aiplatform.endpoints.deploy",
     "aiplatform.endpoints.get",
+    "aiplatform.endpoints.undeploy",
+    "aiplatform.endpoints.update",
     "aiplatform.models.get",
   ]
 

@@ -373,3 +373,25 @@ variable "gpu_daily_budget_usd" {
     error_message = "gpu_daily_budget_usd must be a positive number of USD, or null."
   }
 }
+
+variable "serving_grace_seconds" {
+  description = "FLEXJOBS_SERVING_GRACE_SECONDS: how long a Spot deployment may serve fewer replicas than required before an on-demand fallback is deployed (long enough for Compute Engine's own restarts of a reclaimed node)."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.serving_grace_seconds >= 0 && var.serving_grace_seconds <= 604800
+    error_message = "serving_grace_seconds must be 0 to 604800 seconds."
+  }
+}
+
+variable "serving_hold_seconds" {
+  description = "FLEXJOBS_SERVING_HOLD_SECONDS: how long Spot must serve all its required replicas again before traffic goes back and the fallback is undeployed (hysteresis against a flapping zone)."
+  type        = number
+  default     = 1800
+
+  validation {
+    condition     = var.serving_hold_seconds >= 0 && var.serving_hold_seconds <= 604800
+    error_message = "serving_hold_seconds must be 0 to 604800 seconds."
+  }
+}

@@ -164,6 +164,7 @@ def build_deployments(
 ) -> Deployments:
     """The production wiring of :class:`~shared.app.deploy.Deployments` (Firestore, Vertex),
     but those ``ports`` gives; its Firestore client is the one of ``ports``' other stores."""
+    from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.endpoints import VertexDeploymentBackend
 
     settings = settings or Settings.from_env()
@@ -173,6 +174,7 @@ def build_deployments(
         store=_deployment_records(settings, ports),
         backend=_given(ports.deployment_backend, lambda: VertexDeploymentBackend(settings)),
         clock=clock,
+        notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),
         retry=retry_policy(settings, classify=False, jitter=ports.jitter),
     )
 

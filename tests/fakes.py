@@ -31,7 +31,7 @@ from shared.domain.policy.checkpoints import (
 )
 from shared.domain.request.message import JobRequest, parse_duration
 from shared.domain.serving.model import ObservedEndpoint
-from shared.kernel.errors import BackendRejected, ObjectGone
+from shared.kernel.errors import BackendRejected, BackendUnavailable, ObjectGone
 from shared.status.listing import (
     ATTEMPT_FIELDS,
     DEPLOYMENT_FIELDS,
@@ -519,6 +519,10 @@ class InMemoryDeploymentStore:
                 if r.get("state") == DeploymentState.DEPLOYED.value
             ]
 
+    def with_outbox(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(r) for r in self.records.values() if r.get("outboxPending")]
+
 
 class InMemoryDeploymentBackend:
     """Endpoints and DeployModel operations; an operation finishes when ``finish()`` says so."""
@@ -537,6 +541,13 @@ class InMemoryDeploymentBackend:
         self.reads: list[str] = []
         self.read_fails_with: Exception | None = None
         self.during_read: Callable[[], None] | None = None
+        # The serving calls (method, endpoint, what), a fault they raise, the etags, and the
+        # long-running MutateDeployedModel and UndeployModel operations until finish().
+        self.calls: list[tuple[str, str, Any]] = []
+        self.call_fails_with: Exception | None = None
+        self.etags: dict[str, str] = {}
+        self._mutations: dict[str, tuple[str, str, int]] = {}
+        self._undeploys: dict[str, tuple[str, str]] = {}
 
     def add_endpoint(self, name: str) -> None:
         self.endpoints.setdefault(name, [])
@@ -547,12 +558,81 @@ class InMemoryDeploymentBackend:
             if model["id"] == deployed_model_id:
                 model["status"] = {"availableReplicaCount": available}
 
-    def undeploy(self, endpoint: str, deployed_model_id: str) -> None:
+    def undeploy_by_hand(self, endpoint: str, deployed_model_id: str) -> None:
         """The model is undeployed (by hand): gone from the endpoint and its split."""
+        self._remove(endpoint, deployed_model_id)
+
+    def _remove(self, endpoint: str, deployed_model_id: str) -> None:
         self.endpoints[endpoint] = [
             m for m in self.endpoints[endpoint] if m["id"] != deployed_model_id
         ]
         self.splits.get(endpoint, {}).pop(deployed_model_id, None)
+        self._changed(endpoint)
+
+    def _changed(self, endpoint: str) -> None:
+        # Endpoint.etag: every change to the endpoint gives it a new one.
+        self.etags[endpoint] = str(next(self._ids))
+
+    def set_split_by_hand(self, endpoint: str, split: dict[str, int]) -> None:
+        self.splits[endpoint] = dict(split)
+        self._changed(endpoint)
+
+    def deploy_fallback(self, endpoint: str, fallback: Any) -> str:
+        """DeployModel of an on-demand model with an empty split (the split is not updated)."""
+        self.calls.append(("DeployModel", endpoint, fallback.display_name))
+        if self.call_fails_with is not None:
+            raise self.call_fails_with
+        number = next(self._ids)
+        name = f"{endpoint}/operations/{number}"
+        deployed = {
+            "id": str(9000 + number),
+            "model": fallback.model,
+            "displayName": fallback.display_name,
+            "dedicatedResources": {
+                "machineSpec": {"machineType": fallback.machine.machine_type},
+                "minReplicaCount": fallback.replicas,
+                "requiredReplicaCount": fallback.replicas,
+                "spot": False,
+            },
+        }
+        self._pending[name] = (endpoint, deployed)
+        self.operations[name] = OperationStatus(name=name, done=False)
+        return name
+
+    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
+        """UpdateEndpoint of the split: refused (ABORTED) when the etag is not the current one,
+        and refused when the shares do not sum to 100 or name a model not deployed."""
+        self.calls.append(("UpdateEndpoint", endpoint, dict(split)))
+        if self.call_fails_with is not None:
+            raise self.call_fails_with
+        if etag != self.etags.get(endpoint, ""):
+            raise BackendUnavailable("Vertex AI UpdateEndpoint failed: 409 ABORTED etag mismatch")
+        ids = {m["id"] for m in self.endpoints[endpoint]}
+        if (split and sum(split.values()) != 100) or not set(split) <= ids:
+            raise BackendRejected(f"Vertex AI refused UpdateEndpoint: 400 bad split {split}")
+        self.splits[endpoint] = {k: int(v) for k, v in split.items() if int(v) > 0}
+        self._changed(endpoint)
+
+    def resize(self, endpoint: str, deployed_model_id: str, replicas: int) -> str:
+        self.calls.append(("MutateDeployedModel", endpoint, replicas))
+        if self.call_fails_with is not None:
+            raise self.call_fails_with
+        name = f"{endpoint}/operations/{next(self._ids)}"
+        self._mutations[name] = (endpoint, deployed_model_id, replicas)
+        self.operations[name] = OperationStatus(name=name, done=False)
+        return name
+
+    def undeploy(self, endpoint: str, deployed_model_id: str) -> str:
+        """UndeployModel: refused (FAILED_PRECONDITION) while the model has traffic."""
+        self.calls.append(("UndeployModel", endpoint, deployed_model_id))
+        if self.call_fails_with is not None:
+            raise self.call_fails_with
+        if self.splits.get(endpoint, {}).get(deployed_model_id):
+            raise BackendRejected("Vertex AI refused UndeployModel: 400 the model has traffic")
+        name = f"{endpoint}/operations/{next(self._ids)}"
+        self._undeploys[name] = (endpoint, deployed_model_id)
+        self.operations[name] = OperationStatus(name=name, done=False)
+        return name
 
     def read(self, endpoint: str) -> ObservedEndpoint:
         self.reads.append(endpoint)
@@ -567,6 +647,7 @@ class InMemoryDeploymentBackend:
             "name": endpoint,
             "deployedModels": copy.deepcopy(self.endpoints[endpoint]),
             "trafficSplit": dict(self.splits.get(endpoint, {})),
+            "etag": self.etags.get(endpoint, ""),
         }
         return ObservedEndpoint.from_json(raw)
 
@@ -596,8 +677,30 @@ class InMemoryDeploymentBackend:
         return name
 
     def finish(self, name: str, error: str | None = None) -> None:
-        """Complete a pending operation: the model appears on its endpoint, or it fails."""
+        """Complete a pending operation: the model appears on its endpoint (or is resized,
+        or leaves it), or it fails."""
+        if name in self._mutations:
+            endpoint, model_id, replicas = self._mutations.pop(name)
+            if not error:
+                for model in self.endpoints[endpoint]:
+                    if model["id"] == model_id:
+                        model["dedicatedResources"]["minReplicaCount"] = replicas
+                        model["dedicatedResources"]["requiredReplicaCount"] = replicas
+                self._changed(endpoint)
+            self.operations[name] = OperationStatus(
+                name, True, error_code=9 if error else 0, error_message=error
+            )
+            return
+        if name in self._undeploys:
+            endpoint, model_id = self._undeploys.pop(name)
+            if not error:
+                self._remove(endpoint, model_id)
+            self.operations[name] = OperationStatus(
+                name, True, error_code=9 if error else 0, error_message=error
+            )
+            return
         endpoint, deployed = self._pending.pop(name)
+        self._changed(endpoint)
         if error:
             self.operations[name] = OperationStatus(name, True, error_code=9, error_message=error)
             return

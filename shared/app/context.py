@@ -30,6 +30,8 @@ class Deployments:
     store: DeploymentRecords
     backend: DeploymentBackend
     clock: Callable[[], datetime]
+    # Publishes a deployment's notifications (DEPLOYED, FAILED, HEDGED, RESTORED).
+    notifier: Notifier
     # The retry policy: its backoff spaces the deployments parked for quota.
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 

@@ -16,7 +16,6 @@ DEPLOYING record and moves the record to DEPLOYED or FAILED, and deploys parked 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from shared.app.context import Deployments
@@ -25,8 +24,15 @@ from shared.app.steps.exactly_once import Creation, Outcome, create_once
 from shared.app.steps.sweep import Sweep
 from shared.domain.model.records import DeploymentRecord
 from shared.domain.request.message import JobRequest
-from shared.domain.serving.model import ActionKind, ObservedEndpoint, ServingSettings
-from shared.kernel.errors import BackendRejected, QuotaExhausted
+from shared.domain.serving.model import (
+    ActionKind,
+    ObservedEndpoint,
+    ServingAction,
+    ServingSettings,
+    ServingState,
+)
+from shared.kernel.config import Settings
+from shared.kernel.errors import BackendRejected, OutcomeUnknown, QuotaExhausted
 from shared.kernel.logs import get_logger, request_context
 
 log = get_logger("deployments")
@@ -106,55 +112,222 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
         outcome = sweep.each(record.request_id, "deploy parked", _redeploy, ports, record)
         changed += outcome in (Outcome.SUBMITTED, Outcome.ADOPTED, Outcome.FAILED)
     changed += follow_serving(ports, sweep)
+    for record in ports.store.with_outbox():
+        sweep.each(record.request_id, "deployment outbox", _flush, ports, record)
     return changed
 
 
-#: Hedging is off: the rule follows and records serving, and never reaches HEDGE, because its
-#: grace period never ends. No fallback exists without a HEDGE, so SHIFT, GROW and RESTORE
-#: (which need one) cannot come either. Actuating hedges is issue 24's next step.
-FOLLOW_ONLY = ServingSettings(grace_seconds=math.inf)
+def serving_settings(settings: Settings) -> ServingSettings:
+    """The rule's grace and hold periods, as configured (FLEXJOBS_SERVING_*_SECONDS)."""
+    return ServingSettings(settings.serving_grace_seconds, settings.serving_hold_seconds)
 
 
 def follow_serving(ports: Deployments, sweep: Sweep) -> int:
-    """Follow every DEPLOYED (Spot) deployment's serving: one ``GetEndpoint`` per endpoint,
-    however many deployments share it, then the rule for each deployment on that read.
+    """Follow every DEPLOYED (Spot) deployment's serving, and act on it: one ``GetEndpoint``
+    per endpoint, however many deployments share it, then the rule for each deployment on
+    that read, and the one call its action names.
 
-    Returns how many records were written. Each endpoint's read is isolated, and so is each
-    deployment's write: a failed read is logged and changes nothing (the next tick reads
-    again), and one bad record does not stop the others.
+    Calls in flight whose operation is known are read first (one ``GetOperation`` each), so
+    the endpoint read that follows is at least as new as what they say. Returns how many
+    records were written. Each operation's read, each endpoint's read and each deployment's
+    step is isolated: a failure is logged and changes nothing (the next tick reads again),
+    and one bad record does not stop the others.
     """
+    records = ports.store.deployed()
+    written = 0
+    for record in records:
+        state = _state_of(record)
+        if state is not None and state.operation:
+            step = "follow serving call"
+            written += sweep.each(record.request_id, step, _follow_call, ports, record) or 0
     by_endpoint: dict[str, list[DeploymentRecord]] = defaultdict(list)
-    for record in ports.store.deployed():
+    for record in records:
         endpoint = record.request.get("endpoint")
         if isinstance(endpoint, str) and endpoint and record.deployed_model_id:
             by_endpoint[endpoint].append(record)
-    written = 0
-    for endpoint, records in sorted(by_endpoint.items()):
+    settings = serving_settings(ports.settings)
+    for endpoint, group in sorted(by_endpoint.items()):
         observed = sweep.each(None, "read endpoint", ports.backend.read, endpoint)
         if observed is None:
             continue
-        for record in records:
+        for record in group:
+            step = "follow serving"
             written += (
-                sweep.each(record.request_id, "follow serving", _serve, ports, record, observed)
-                or 0
+                sweep.each(record.request_id, step, _serve, ports, record, observed, settings) or 0
             )
     return written
 
 
-def _serve(ports: Deployments, record: DeploymentRecord, observed: ObservedEndpoint) -> int:
-    action = ports.store.record_serving(record.request_id, observed, ports.clock(), FOLLOW_ONLY)
-    if action is None or action.kind is ActionKind.NOTHING:
+def _state_of(record: DeploymentRecord) -> ServingState | None:
+    return ServingState.decode(record.serving) if record.serving else None
+
+
+def _follow_call(ports: Deployments, record: DeploymentRecord) -> int:
+    state = _state_of(record)
+    if state is None or not state.operation:
         return 0
+    status = ports.backend.operation(state.operation)
+    if not status.done:
+        return 0
+    after = ports.store.record_finished(record.request_id, status, ports.clock())
+    if after is None:
+        return 0
+    fields = {"operation": state.operation, "call": state.operation_call}
+    fields["error"] = status.error_message or None
+    log.info(f"{state.operation_call} done", extra={"fields": fields})
+    return 1
+
+
+def _serve(
+    ports: Deployments,
+    record: DeploymentRecord,
+    observed: ObservedEndpoint,
+    settings: ServingSettings,
+) -> int:
+    rid = record.request_id
+    decided = ports.store.record_serving(rid, observed, ports.clock(), settings)
+    if decided is None or decided[1].kind is ActionKind.NOTHING:
+        return 0
+    before, action = decided
     fields = {"deployedModelId": record.deployed_model_id, "action": action.kind.value}
     fields["phase"] = action.state.phase.value
-    if action.kind not in (ActionKind.RECORD, ActionKind.PAUSE):
-        # Unreachable with FOLLOW_ONLY; said out loud, never acted on, if the settings change.
-        log.warning(
-            f"hedging is off: {action.kind} not sent ({action.reason})", extra={"fields": fields}
-        )
-        return 0
-    log.info(f"serving recorded: {action.reason}", extra={"fields": fields})
+    if action.kind in (ActionKind.RECORD, ActionKind.PAUSE):
+        log.info(f"serving recorded: {action.reason}", extra={"fields": fields})
+    elif action.split is not None and before is not None:
+        _move_traffic(ports, rid, observed, before, action)
+        log.info(f"traffic moved: {action.reason}", extra={"fields": fields})
+    elif action.kind is ActionKind.HEDGE and before is not None:
+        _hedge(ports, record, observed, before, action)
+    else:
+        _long_call(ports, rid, observed.name, before, action)
+        log.info(f"serving call sent: {action.reason}", extra={"fields": fields})
+    flush_deployment_outbox(ports, rid)
     return 1
+
+
+def _move_traffic(
+    ports: Deployments,
+    request_id: str,
+    observed: ObservedEndpoint,
+    before: ServingState,
+    action: ServingAction,
+) -> None:
+    """A SHIFT, or RESTORE's first step: ``UpdateEndpoint`` of the split with the read's etag,
+    then the state. A refused or failed update raises, and nothing was written: the next
+    tick decides again from a fresh read."""
+    assert action.split is not None
+    ports.backend.set_traffic(observed.name, action.split, observed.etag)
+    # Vertex took it: a record that moved on meanwhile (another tick) keeps its newer state,
+    # and the rule takes a split it wrote but did not record for its own (never a hand edit).
+    ports.store.record_moved(request_id, before, action.state, ports.clock())
+
+
+def _hedge(
+    ports: Deployments,
+    record: DeploymentRecord,
+    observed: ObservedEndpoint,
+    before: ServingState,
+    action: ServingAction,
+) -> Outcome:
+    """Deploy the on-demand fallback exactly once, through the one exactly-once routine.
+
+    Its claim is the state the rule decided (``pending`` DeployModel, written by
+    :meth:`record_serving` in the transaction that decided it, so a second tick sees it and
+    decides nothing); its key is the fallback's display name (the deployment's tag, then
+    :data:`~shared.domain.serving.rule.FALLBACK_SUFFIX`), looked up on the read in hand.
+    """
+    rid, endpoint, store, claimed = record.request_id, observed.name, ports.store, action.state
+    fallback = action.deploy
+    at = claimed.operation_at
+    assert fallback is not None and at is not None
+
+    def claim() -> Claimed:
+        return Claimed(token=at.isoformat())
+
+    def find() -> str | None:
+        found = next((m for m in observed.models if m.display_name == fallback.display_name), None)
+        return None if found is None or found.spot else found.id
+
+    def create() -> str:
+        return ports.backend.deploy_fallback(endpoint, fallback)
+
+    def recorded(token: str, made: str, adopted: bool) -> Outcome:
+        now = ports.clock()
+        if adopted:
+            store.record_ended(rid, at, now, deployed_model_id=made)
+            return Outcome.ADOPTED
+        store.record_started(rid, at, made, now)
+        fields = {"operation": made, "replicas": fallback.replicas, "spot": False}
+        log.info(f"hedge sent: {action.reason}", extra={"fields": fields})
+        return Outcome.SUBMITTED
+
+    def release(token: str) -> None:
+        store.record_released(rid, claimed, before, ports.clock())
+
+    def refused(token: str, exc: BackendRejected) -> Outcome:
+        store.record_ended(rid, at, ports.clock(), error=str(exc))
+        return Outcome.FAILED
+
+    def parked(token: str, exc: QuotaExhausted) -> Outcome:
+        # On-demand quota is used up: the hedge failed; a new grace period runs before the
+        # next, so a refused hedge is not resent every minute.
+        store.record_ended(rid, at, ports.clock(), error=str(exc))
+        return Outcome.PARKED
+
+    return create_once(Creation(claim, find, create, recorded, release, refused, parked))
+
+
+def _long_call(
+    ports: Deployments,
+    request_id: str,
+    endpoint: str,
+    before: ServingState | None,
+    action: ServingAction,
+) -> None:
+    """GROW's MutateDeployedModel or RESTORE's UndeployModel, claimed in the state already
+    written: Vertex's answer names the operation the next ticks follow.
+
+    Refused (for good, or for quota): nothing started, the claim is dropped and the next
+    read decides again. Outcome unknown (a timeout): the claim is kept, so the call is not
+    sent twice, until the read shows its effect or the rule gives it up. Any other fault:
+    the call never reached Vertex, and the record goes back to the state before the claim.
+    """
+    claimed = action.state
+    at = claimed.operation_at
+    assert at is not None and before is not None
+    deployed = claimed.fallback_id or ""
+    try:
+        if action.undeploy:
+            operation = ports.backend.undeploy(endpoint, action.undeploy)
+        else:
+            operation = ports.backend.resize(endpoint, deployed, action.resize or 0)
+    except (BackendRejected, QuotaExhausted) as exc:
+        # Recorded on the state (its history says why), and tried again from the next read.
+        ports.store.record_ended(request_id, at, ports.clock(), error=str(exc))
+        log.error(f"serving call refused: {exc}", extra={"fields": {"action": action.kind}})
+        return
+    except OutcomeUnknown:
+        raise
+    except Exception:
+        ports.store.record_released(request_id, claimed, before, ports.clock())
+        raise
+    ports.store.record_started(request_id, at, operation, ports.clock())
+
+
+def flush_deployment_outbox(ports: Deployments, request_id: str) -> int:
+    """Publish a deployment's pending notifications, then forget them (moved to
+    ``notified``); returns how many were published. A failed publish raises and keeps the
+    rest in the outbox: the tick publishes every pending outbox again."""
+    return _flush(ports, ports.store.get(request_id))
+
+
+def _flush(ports: Deployments, record: DeploymentRecord | None) -> int:
+    pending = list(record.outbox) if record is not None else []
+    for message in pending:
+        ports.notifier.notify(message)
+    if record is not None and pending:
+        ports.store.drop_from_outbox(record.request_id, pending)
+    return len(pending)
 
 
 def _redeploy(ports: Deployments, record: DeploymentRecord) -> Outcome:
@@ -172,4 +345,5 @@ def _follow(ports: Deployments, record: DeploymentRecord) -> int:
         return 0
     fields = {"operation": operation, "deployedModelId": status.deployed_model_id}
     log.info(f"deployment is {state}", extra={"fields": fields})
+    flush_deployment_outbox(ports, record.request_id)
     return 1

@@ -17,7 +17,7 @@ from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import Stored
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest
-from shared.domain.serving.model import ObservedEndpoint
+from shared.domain.serving.model import Fallback, ObservedEndpoint
 
 # Claimed and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
@@ -251,6 +251,10 @@ class DeploymentStore(Protocol):
         """Every record in DEPLOYED (the ones whose serving the tick follows)."""
         ...
 
+    def with_outbox(self) -> list[dict[str, Any]]:
+        """Every record with notifications not yet published (``outboxPending``)."""
+        ...
+
 
 class DeploymentBackend(Protocol):
     """Vertex AI EndpointService: where models are deployed for prediction."""
@@ -264,9 +268,30 @@ class DeploymentBackend(Protocol):
         ...
 
     def operation(self, name: str) -> OperationStatus:
-        """Read one DeployModel operation."""
+        """Read one operation of an endpoint (DeployModel, MutateDeployedModel,
+        UndeployModel); a DeployModel's names the deployed model's id once done."""
         ...
 
     def read(self, endpoint: str) -> ObservedEndpoint:
         """One ``GetEndpoint`` read: the deployed models, their replicas, the traffic split."""
+        ...
+
+    def deploy_fallback(self, endpoint: str, fallback: Fallback) -> str:
+        """Start DeployModel of an on-demand fallback without traffic; the operation's name.
+        Never retried in-process (a call that timed out may have started it)."""
+        ...
+
+    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
+        """``UpdateEndpoint`` of the traffic split alone, refused if the endpoint changed
+        since the read that gave ``etag``."""
+        ...
+
+    def resize(self, endpoint: str, deployed_model_id: str, replicas: int) -> str:
+        """Start MutateDeployedModel of a deployed model's min (and required) replica count;
+        the operation's name."""
+        ...
+
+    def undeploy(self, endpoint: str, deployed_model_id: str) -> str:
+        """Start UndeployModel of a deployed model without traffic (the split is left as it
+        is); the operation's name."""
         ...

@@ -43,6 +43,8 @@ ENV_VARS = (
     "FLEXJOBS_AUTO_TIME_SCALE",
     "FLEXJOBS_EGRESS_USD_PER_GB",
     "FLEXJOBS_ALLOWED_REGIONS",
+    "FLEXJOBS_SERVING_GRACE_SECONDS",
+    "FLEXJOBS_SERVING_HOLD_SECONDS",
 )
 
 
@@ -58,6 +60,18 @@ def _price(text: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) and 0 <= value <= 10 else None
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A period in seconds from 0 to a week; anything else fails at start-up, loudly."""
+    text = env.get(name) or str(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= 7 * 86400:
+        raise ValueError(f"{name} must be seconds from 0 to 604800, not {text!r}")
+    return value
 
 
 def _split_csv(value: str | None) -> tuple[str, ...]:
@@ -115,6 +129,11 @@ class Settings:
     # The regions a request may run in (its location, AUTO's regions, fallback rungs); empty:
     # any region name. FLEXJOBS_LOCATION is always one of them.
     allowed_regions: tuple[str, ...] = field(default_factory=tuple)
+    # Spot serving (shared.domain.serving.model.ServingSettings, where the defaults are
+    # explained): how long a Spot deployment may serve short before an on-demand fallback is
+    # deployed, and how long Spot must serve again before the fallback goes.
+    serving_grace_seconds: float = 300.0
+    serving_hold_seconds: float = 1800.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -147,6 +166,8 @@ class Settings:
             raise ValueError(f"FLEXJOBS_ALLOWED_REGIONS must list region names, not {bad!r}")
         if allowed_regions and location not in allowed_regions:
             allowed_regions = (location, *allowed_regions)
+        grace = _seconds(e, "FLEXJOBS_SERVING_GRACE_SECONDS", 300)
+        hold = _seconds(e, "FLEXJOBS_SERVING_HOLD_SECONDS", 1800)
         return cls(
             project=project,
             location=location,
@@ -174,6 +195,8 @@ class Settings:
             auto_time_scale=auto_time_scale,
             egress_usd_per_gb=egress,
             allowed_regions=allowed_regions,
+            serving_grace_seconds=grace,
+            serving_hold_seconds=hold,
         )
 
     @property

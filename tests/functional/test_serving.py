@@ -1,5 +1,6 @@
-"""Following Spot deployments after DEPLOYED (issue 24, first step; hedging not actuated):
-the tick reads each endpoint once and records serving capacity on the deployment's record."""
+"""Spot deployments after DEPLOYED: the tick reads each endpoint once, records serving
+capacity, hedges with an on-demand fallback, moves traffic and comes back; and it never makes
+serving worse (two ticks at once, failed calls, hand edits, a deployment removed by hand)."""
 
 from __future__ import annotations
 
@@ -84,18 +85,271 @@ def test_a_capacity_drop_is_recorded_with_its_time(post_event, deployments, cloc
     assert state.history[-1].capacity.spot == 2
 
 
-def test_the_grace_period_passing_hedges_nothing(post_event, deployments, clock):
+def notices(deployments, request_id):
+    messages = deployments.notifier.messages
+    return [m["state"] for m in messages if m["requestId"] == request_id]
+
+
+def hedge(deployments, clock, model, replicas=2):
+    """Spot loses every node; the grace period passes; the tick deploys the fallback."""
+    deployments.backend.set_available(ENDPOINT, model, 0)
+    refresh_deployments(deployments)
+    clock.advance(300)
+    refresh_deployments(deployments)
+    return deployments.backend.calls[-1]
+
+
+def fallback_serves(deployments, clock):
+    """The fallback's DeployModel finishes: the next tick reads its operation first (the
+    fallback is ours), then the endpoint, which shows it serving: traffic follows."""
+    operation = next(iter(deployments.backend._pending))
+    deployments.backend.finish(operation)
+    clock.advance(60)
+    refresh_deployments(deployments)
+    return serving(deployments, "s-1").fallback_id
+
+
+def test_a_spot_deployment_short_past_the_grace_period_is_hedged_once_and_notified(
+    post_event, deployments, clock
+):
+    model = deploy(post_event, deployments, "s-1")
+    assert notices(deployments, "s-1") == ["DEPLOYED"]
+    deployments.backend.set_available(ENDPOINT, model, 0)
+    refresh_deployments(deployments)
+    clock.advance(240)  # still inside the grace period: nothing deployed
+    refresh_deployments(deployments)
+    assert deployments.backend.calls == []
+
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert deployments.backend.calls == [
+        ("DeployModel", ENDPOINT, "served [flexjobs s-1] (on-demand fallback)")
+    ]
+    state = serving(deployments, "s-1")
+    assert (state.phase.value, state.hedges, state.operation_call) == ("HEDGED", 1, "DeployModel")
+    assert state.operation  # the operation the next ticks follow
+    assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]
+    for _ in range(20):  # the DeployModel runs for many ticks: never sent again
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls] == ["DeployModel"]
+    assert ENDPOINT not in deployments.backend.splits or (
+        set(deployments.backend.splits[ENDPOINT]) == {model}
+    )
+
+
+def test_the_fallback_gets_the_traffic_once_it_serves_and_gives_it_back_after_the_hold(
+    post_event, deployments, clock
+):
+    model = deploy(post_event, deployments, "s-1")
+    hedge(deployments, clock, model)
+    fallback = fallback_serves(deployments, clock)
+    assert deployments.backend.splits[ENDPOINT] == {fallback: 100}
+
+    deployments.backend.set_available(ENDPOINT, model, 2)  # Spot is back
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert deployments.backend.splits[ENDPOINT] == {model: 50, fallback: 50}
+    for _ in range(29):  # the hold period: the fallback stays
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert fallback in deployments.backend.splits[ENDPOINT]
+    clock.advance(60)
+    refresh_deployments(deployments)  # traffic back to Spot
+    assert deployments.backend.splits[ENDPOINT] == {model: 100}
+    clock.advance(60)
+    refresh_deployments(deployments)  # a fresh read shows the fallback without traffic
+    assert deployments.backend.calls[-1] == ("UndeployModel", ENDPOINT, fallback)
+    operation = next(iter(deployments.backend._undeploys))
+    deployments.backend.finish(operation)
+    clock.advance(60)
+    refresh_deployments(deployments)
+    clock.advance(60)
+    refresh_deployments(deployments)
+
+    state = serving(deployments, "s-1")
+    assert (state.phase.value, state.fallback_id, state.operation_call) == ("SERVING", None, None)
+    assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED", "RESTORED"]
+    assert [m["id"] for m in deployments.backend.endpoints[ENDPOINT]] == [model]
+    assert state.on_demand_node_seconds > 0 and state.hedges == 1
+    record = deployments.store.store.get("s-1")
+    assert record["outboxPending"] is False and len(record["notified"]) == 3
+
+
+def test_two_ticks_at_once_deploy_one_fallback(post_event, deployments, clock):
     model = deploy(post_event, deployments, "s-1")
     deployments.backend.set_available(ENDPOINT, model, 0)
     refresh_deployments(deployments)
-    before = deployments.store.store.get("s-1")
-    calls = len(deployments.backend.deployed)
+    clock.advance(300)
+    inner: list[int] = []
+    # The second tick runs whole while the first holds its read, before its decision.
+    deployments.backend.during_read = lambda: inner.append(refresh_deployments(deployments))
 
-    clock.advance(3600)  # far past the default grace period of five minutes
-    assert refresh_deployments(deployments) == 0
+    refresh_deployments(deployments)
 
-    assert len(deployments.backend.deployed) == calls  # no fallback deployed
-    assert deployments.store.store.get("s-1") == before
+    assert [c[0] for c in deployments.backend.calls] == ["DeployModel"]
+    assert serving(deployments, "s-1").hedges == 1
+
+
+def test_a_hedge_that_timed_out_is_not_sent_again_and_its_fallback_is_adopted(
+    post_event, deployments, clock
+):
+    from shared.kernel.errors import OutcomeUnknown
+
+    model = deploy(post_event, deployments, "s-1")
+    deployments.backend.call_fails_with = OutcomeUnknown("Vertex AI DeployModel timed out")
+    hedge(deployments, clock, model)
+    deployments.backend.call_fails_with = None
+    state = serving(deployments, "s-1")
+    assert (state.operation_call, state.operation) == ("DeployModel", None)  # claim kept
+    for _ in range(10):
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls] == ["DeployModel"]
+    # It had happened after all: the fallback lists under its name, and is ours.
+    deployments.backend.deploy_fallback(ENDPOINT, _fallback_of(deployments))
+    deployments.backend.finish(next(iter(deployments.backend._pending)))
+    clock.advance(60)
+    refresh_deployments(deployments)
+    clock.advance(60)
+    refresh_deployments(deployments)
+    state = serving(deployments, "s-1")
+    assert state.fallback_id is not None and state.operation_call is None
+    assert state.fallback_id in deployments.backend.splits[ENDPOINT]
+    assert state.phase.value == "HEDGED"
+
+
+def _fallback_of(deployments):
+    from shared.domain.serving.model import Fallback, MachineSpec
+
+    state = serving(deployments, "s-1")
+    return Fallback("m", state.fallback_name, MachineSpec("g2-standard-4"), 2)
+
+
+def test_a_hedge_refused_waits_a_new_grace_period_and_says_why(post_event, deployments, clock):
+    from shared.kernel.errors import QuotaExhausted
+
+    model = deploy(post_event, deployments, "s-1")
+    deployments.backend.call_fails_with = QuotaExhausted("on-demand L4 quota")
+    hedge(deployments, clock, model)
+    deployments.backend.call_fails_with = None
+    state = serving(deployments, "s-1")
+    assert (state.phase.value, state.operation_call, state.fallback_name) == (
+        "DEFICIT",
+        None,
+        None,
+    )
+    assert any("hedge failed" in c.cause for c in state.history)
+    clock.advance(240)
+    refresh_deployments(deployments)
+    assert len(deployments.backend.calls) == 1  # not resent every minute
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls] == ["DeployModel", "DeployModel"]
+
+
+def test_a_failed_traffic_update_changes_nothing_and_is_retried_next_tick(
+    post_event, deployments, clock
+):
+    from shared.kernel.errors import BackendUnavailable as Unavailable
+
+    model = deploy(post_event, deployments, "s-1")
+    hedge(deployments, clock, model)
+    before = deployments.store.store.get("s-1")["serving"]
+    split = dict(deployments.backend.splits[ENDPOINT])
+    deployments.backend.finish(next(iter(deployments.backend._pending)))
+    deployments.backend.call_fails_with = Unavailable("Vertex AI UpdateEndpoint failed: 503")
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert deployments.backend.splits[ENDPOINT] == split  # nothing moved
+    after = deployments.store.store.get("s-1")["serving"]
+    # Only the operation's end was written; the move's state (the fallback's replicas
+    # serving) was not, since Vertex never took the move.
+    assert after["phase"] == before["phase"] and after["last"] == before["last"]
+    assert after["history"][-1]["cause"] == "the fallback is deployed"
+
+    deployments.backend.call_fails_with = None
+    clock.advance(60)
+    refresh_deployments(deployments)
+    fallback = serving(deployments, "s-1").fallback_id
+    assert deployments.backend.splits[ENDPOINT] == {fallback: 100}
+
+
+def test_a_split_written_from_a_stale_read_is_refused_by_the_etag(post_event, deployments, clock):
+    model = deploy(post_event, deployments, "s-1")
+    hedge(deployments, clock, model)
+    deployments.backend.finish(next(iter(deployments.backend._pending)))
+    # Between the tick's read and its UpdateEndpoint, someone changes the endpoint.
+    backend = deployments.backend
+    read = backend.read
+
+    def read_then_changed(endpoint):
+        observed = read(endpoint)
+        backend._changed(endpoint)
+        return observed
+
+    backend.read = read_then_changed
+    clock.advance(60)
+    refresh_deployments(deployments)
+    del backend.read
+    assert deployments.backend.splits[ENDPOINT] == {model: 100}  # refused: nothing moved
+    clock.advance(60)
+    refresh_deployments(deployments)  # the next read has the new etag
+    assert model not in deployments.backend.splits[ENDPOINT]
+
+
+def test_a_hand_edited_split_pauses_hedging_and_is_not_fought(post_event, deployments, clock):
+    model = deploy(post_event, deployments, "s-1")
+    hedge(deployments, clock, model)
+    fallback = fallback_serves(deployments, clock)
+    # Someone deploys another model by hand and gives it a share of the traffic.
+    deployments.backend.endpoints[ENDPOINT].append(
+        {"id": "777", "displayName": "canary", "status": {"availableReplicaCount": 1}}
+    )
+    deployments.backend.set_split_by_hand(ENDPOINT, {fallback: 70, "777": 30})
+    calls = len(deployments.backend.calls)
+    deployments.backend.set_available(ENDPOINT, model, 2)
+    for _ in range(40):  # Spot is back past the hold period: still nothing is changed
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert len(deployments.backend.calls) == calls
+    assert deployments.backend.splits[ENDPOINT] == {fallback: 70, "777": 30}
+    state = serving(deployments, "s-1")
+    assert state.phase.value == "PAUSED_BY_HAND"
+    assert any("changed by hand" in c.cause for c in state.history)
+
+
+def test_a_fallback_undeployed_by_hand_pauses_and_is_not_redeployed(post_event, deployments, clock):
+    model = deploy(post_event, deployments, "s-1")
+    hedge(deployments, clock, model)
+    fallback = fallback_serves(deployments, clock)
+    deployments.backend.undeploy_by_hand(ENDPOINT, fallback)
+    deployments.backend.set_split_by_hand(ENDPOINT, {model: 100})
+    for _ in range(20):
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls].count("DeployModel") == 1
+    assert serving(deployments, "s-1").phase.value == "PAUSED_BY_HAND"
+
+
+def test_a_notification_whose_publish_failed_is_sent_by_the_next_tick(
+    post_event, deployments, clock
+):
+    model = deploy(post_event, deployments, "s-1")
+    notifier = deployments.notifier
+
+    def down(message):
+        raise RuntimeError("Pub/Sub publish failed")
+
+    notifier.notify = down  # Pub/Sub is down for the whole tick
+    hedge(deployments, clock, model)
+    del notifier.notify
+    assert notices(deployments, "s-1") == ["DEPLOYED"]
+    assert deployments.store.store.get("s-1")["outboxPending"] is True
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]
+    assert deployments.store.store.get("s-1")["outboxPending"] is False
 
 
 def test_a_failed_get_endpoint_changes_nothing(post_event, deployments, clock):
@@ -133,7 +387,7 @@ def test_a_deployment_removed_by_hand_is_recorded_as_paused_not_fought(
 ):
     model = deploy(post_event, deployments, "s-1")
     calls = len(deployments.backend.deployed)
-    deployments.backend.undeploy(ENDPOINT, model)
+    deployments.backend.undeploy_by_hand(ENDPOINT, model)
     clock.advance(60)
 
     assert refresh_deployments(deployments) == 1

@@ -52,11 +52,20 @@ def test_tag_of_one_request_never_matches_another():
 def test_done_operation_moves_deploying_to_deployed():
     record = {"state": "DEPLOYING", "operation": "op/1"}
     change = observe_operation(record, OperationStatus("op/1", True, deployed_model_id="42"), NOW)
+    message = {
+        "requestId": "",
+        "state": "DEPLOYED",
+        "attempt": 0,
+        "reason": None,
+        "kind": "deployModel",
+    }
     assert change.fields == {
         "state": "DEPLOYED",
         "deployedModelId": "42",
         "updatedAt": NOW,
         "deployedAt": NOW,
+        "outbox": [message],
+        "outboxPending": True,
     }
 
 

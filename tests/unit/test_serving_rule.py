@@ -29,6 +29,9 @@ from shared.domain.serving.model import (
     ServingState,
 )
 from shared.domain.serving.rule import (
+    OPERATION_LIMIT_SECONDS,
+    call_finished,
+    call_started,
     decide,
     fallback_display_name,
     hedge_failed,
@@ -323,9 +326,13 @@ def test_the_fallback_gets_traffic_only_once_it_has_replicas_then_in_proportion(
     tick.endpoint.spot = 1
     tick()
     assert tick(5).kind is ActionKind.HEDGE
+    kinds = []
     for _ in range(10):  # a GPU DeployModel takes many minutes: no traffic to it meanwhile
-        assert tick().kind is ActionKind.NOTHING
+        kinds.append(tick().kind)
         assert FALLBACK_ID not in tick.endpoint.split
+    # The first read that shows the fallback records it (its DeployModel is done), no call.
+    assert kinds == [ActionKind.RECORD] + [ActionKind.NOTHING] * 9
+    assert tick.state.fallback_id == FALLBACK_ID and tick.state.operation_call is None
     tick.endpoint.set_fallback_available(3)
     shift = tick()
     assert shift.kind is ActionKind.SHIFT
@@ -371,6 +378,101 @@ def test_a_failed_hedge_waits_a_new_grace_period_before_the_next():
         assert tick().kind is ActionKind.NOTHING
     assert tick().kind is ActionKind.HEDGE
     assert tick.state.hedges == 2
+
+
+def test_a_long_running_call_is_claimed_in_the_state_it_writes_and_never_sent_twice():
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 0
+    tick()
+    hedge = tick(5)
+    assert (hedge.state.operation_call, hedge.state.operation_at) == ("DeployModel", tick.now)
+    tick.endpoint.fallback = None  # the DeployModel operation is still running: nothing shows
+    for _ in range(30):
+        assert tick().kind is ActionKind.NOTHING  # not resent while it runs
+    assert tick.state.hedges == 1
+
+
+def test_an_undeploy_in_flight_is_not_sent_again_at_every_tick():
+    tick = hedged_tick(spot=0)
+    tick.endpoint.spot = 4
+    tick(), tick(30)  # traffic follows the replicas; then the hold passes: traffic back
+    now = tick.now + MINUTE
+    undeploy = decide(tick.endpoint.read(), tick.state, now, SETTINGS)
+    assert (undeploy.kind, undeploy.undeploy) == (ActionKind.RESTORE, FALLBACK_ID)
+    assert undeploy.state.operation_call == "UndeployModel"
+    # The UndeployModel operation runs (the fallback is still listed) for many ticks.
+    state = undeploy.state
+    for minute in range(2, 20):
+        again = decide(tick.endpoint.read(), state, tick.now + minute * MINUTE, SETTINGS)
+        assert again.kind is ActionKind.NOTHING and again.undeploy is None
+        state = again.state
+    tick.endpoint.fallback = None  # done: the fallback is gone
+    done = decide(tick.endpoint.read(), state, tick.now + 21 * MINUTE, SETTINGS)
+    assert (done.state.phase, done.state.operation_call, done.notice) == (
+        Phase.SERVING,
+        None,
+        "RESTORED",
+    )
+
+
+def test_a_hedge_whose_outcome_is_unknown_is_given_up_then_a_late_fallback_is_adopted():
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 0
+    tick()
+    assert tick(5).kind is ActionKind.HEDGE
+    tick.endpoint.fallback = None  # the DeployModel timed out: nothing ever showed
+    limit = int(OPERATION_LIMIT_SECONDS // 60)
+    given_up = tick(limit)
+    assert given_up.state.operation_call is None
+    assert given_up.state.phase is Phase.DEFICIT  # a new grace period before the next hedge
+    assert any("no answer after 2 h" in c.cause for c in given_up.state.history)
+    assert tick(5).kind is ActionKind.HEDGE  # the grace period passed: hedged again
+    assert tick.state.hedges == 2
+    # A DeployModel given up that lands late is ours by its name, not a hand edit.
+    tick.state = replace(tick.state, phase=Phase.DEFICIT, fallback_name=None, operation_call=None)
+    tick.endpoint.apply(tick.actions[-1])
+    tick.endpoint.set_fallback_available(4)
+    late = tick()
+    assert (late.kind, late.state.fallback_id, late.state.phase) == (
+        ActionKind.SHIFT,
+        FALLBACK_ID,
+        Phase.HEDGED,
+    )
+
+
+def test_a_call_answered_after_its_claim_was_given_up_changes_nothing():
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 0
+    tick()
+    claimed_at = tick(5).state.operation_at
+    assert claimed_at is not None
+    named = call_started(tick.state, claimed_at, "e/operations/1")
+    assert named.operation == "e/operations/1"
+    assert call_started(tick.state, claimed_at - MINUTE, "e/operations/2") == tick.state
+    failed = call_finished(named, tick.now, "RESOURCE_EXHAUSTED: on-demand quota")
+    assert (failed.phase, failed.operation_call, failed.fallback_name) == (
+        Phase.DEFICIT,
+        None,
+        None,
+    )
+
+
+def test_a_grow_that_failed_is_asked_for_again_on_the_next_read():
+    tick = Tick(Endpoint())
+    tick.endpoint.spot = 3
+    tick()
+    tick(5)
+    tick.endpoint.set_fallback_available(1)
+    tick()
+    tick.endpoint.spot = 1
+    tick()
+    grow = tick()
+    assert grow.kind is ActionKind.GROW
+    tick.endpoint.fallback = replace(tick.endpoint.fallback, required=1)  # type: ignore[arg-type]
+    tick.state = call_finished(tick.state, tick.now, "INTERNAL")
+    assert tick.state.operation_call is None
+    again = tick()
+    assert (again.kind, again.resize) == (ActionKind.GROW, 3)
 
 
 # --- hold period and the way back --------------------------------------------------------------

@@ -26,6 +26,7 @@ DEPLOYMENTS = "deployments"
 #: The records in one state (DEPLOYING to follow the operation, DEPLOYED to follow serving).
 DEPLOYING = Query(DEPLOYMENTS, (("state", "=="),))
 PARKED_DUE = Query(DEPLOYMENTS, (("nextAttemptAt", "<="),))
+WITH_OUTBOX = Query(DEPLOYMENTS, (("outboxPending", "=="),))
 
 
 class FirestoreDeploymentStore:
@@ -73,4 +74,9 @@ class FirestoreDeploymentStore:
     def parked_due(self, now: datetime) -> list[dict[str, Any]]:
         """Every parked record whose next deployment is due (one single-field range query)."""
         query = PARKED_DUE.on(self._jobs.db, now)
+        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+
+    def with_outbox(self) -> list[dict[str, Any]]:
+        """Every record with notifications not yet published (a single-field equality)."""
+        query = WITH_OUTBOX.on(self._jobs.db, True)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])

@@ -10,7 +10,7 @@ looks for on the endpoint before anything is deployed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared.adapters.vertex.jobs import (
@@ -22,7 +22,7 @@ from shared.adapters.vertex.jobs import (
 )
 from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
 from shared.domain.request.message import JobRequest
-from shared.domain.serving.model import ObservedEndpoint
+from shared.domain.serving.model import Fallback, ObservedEndpoint
 from shared.kernel.config import Settings
 
 
@@ -30,6 +30,10 @@ def _deployed_model(request: JobRequest) -> Any:
     from google.cloud.aiplatform_v1.types import DeployedModel
 
     return DeployedModel.from_json(json.dumps(request.spec.get("deployedModel")))
+
+
+#: The type of a DeployModel operation's response (``Operation.response`` is an Any).
+DEPLOY_RESPONSE = "google.cloud.aiplatform.v1.DeployModelResponse"
 
 
 class VertexDeploymentBackend:
@@ -116,7 +120,117 @@ class VertexDeploymentBackend:
             return OperationStatus(
                 name=name, done=True, error_code=op.error.code, error_message=op.error.message
             )
+        if op.response.type_url.rsplit("/", 1)[-1] != DEPLOY_RESPONSE:
+            # MutateDeployedModel and UndeployModel: done is all there is to know.
+            return OperationStatus(name=name, done=True)
         response = DeployModelResponse.deserialize(op.response.value)
         return OperationStatus(
             name=name, done=True, deployed_model_id=str(response.deployed_model.id) or None
         )
+
+    def deploy_fallback(self, endpoint: str, fallback: Fallback) -> str:
+        """Start DeployModel of the on-demand fallback: the Spot model's model and machine,
+        ``dedicatedResources.spot = false``, ``fallback.replicas`` as its min, max and
+        required replica count, and an empty ``traffic_split`` ("If this field is empty,
+        then the Endpoint's trafficSplit is not updated": no traffic to it yet).
+
+        Never retried in-process, like every creating call.
+        """
+        from google.cloud.aiplatform_v1.types import DedicatedResources, DeployedModel, MachineSpec
+
+        machine = MachineSpec(machine_type=fallback.machine.machine_type)
+        if fallback.machine.accelerator_type:
+            machine.accelerator_type = fallback.machine.accelerator_type  # type: ignore[assignment]
+            machine.accelerator_count = fallback.machine.accelerator_count
+        deployed = DeployedModel(
+            model=fallback.model,
+            display_name=fallback.display_name,
+            dedicated_resources=DedicatedResources(
+                machine_spec=machine,
+                min_replica_count=fallback.replicas,
+                max_replica_count=fallback.replicas,
+                required_replica_count=fallback.replicas,
+                spot=False,
+            ),
+        )
+        client = self._client(endpoint)
+        started = call_vertex(
+            "DeployModel",
+            lambda: client.deploy_model(
+                endpoint=endpoint,
+                deployed_model=deployed,
+                retry=None,
+                timeout=self._settings.call_timeout_seconds,
+            ),
+            creates=True,
+        )
+        return str(started.operation.name)
+
+    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
+        """``UpdateEndpoint`` with update mask ``traffic_split`` and the read's ``etag``
+        ("used to perform consistent read-modify-write updates"): an endpoint changed since
+        that read is refused, and nothing moves. Not retried in-process: the next tick
+        decides again from a fresh read."""
+        from google.cloud.aiplatform_v1.types import Endpoint
+        from google.protobuf import field_mask_pb2
+
+        body = Endpoint(name=endpoint, traffic_split={str(k): int(v) for k, v in split.items()})
+        if etag:
+            body.etag = etag
+        client = self._client(endpoint)
+        call_vertex(
+            "UpdateEndpoint",
+            lambda: client.update_endpoint(
+                endpoint=body,
+                update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
+                retry=None,
+                timeout=self._settings.call_timeout_seconds,
+            ),
+        )
+
+    def resize(self, endpoint: str, deployed_model_id: str, replicas: int) -> str:
+        """Start MutateDeployedModel of the fallback's min, max and required replica count
+        (the fields the v1 method may change); returns the operation's name."""
+        from google.cloud.aiplatform_v1.types import DedicatedResources, DeployedModel
+        from google.protobuf import field_mask_pb2
+
+        deployed = DeployedModel(
+            id=deployed_model_id,
+            dedicated_resources=DedicatedResources(
+                min_replica_count=replicas,
+                max_replica_count=replicas,
+                required_replica_count=replicas,
+            ),
+        )
+        paths = [
+            f"dedicated_resources.{field}_replica_count" for field in ("min", "max", "required")
+        ]
+        client = self._client(endpoint)
+        started = call_vertex(
+            "MutateDeployedModel",
+            lambda: client.mutate_deployed_model(
+                endpoint=endpoint,
+                deployed_model=deployed,
+                update_mask=field_mask_pb2.FieldMask(paths=paths),
+                retry=None,
+                timeout=self._settings.call_timeout_seconds,
+            ),
+            creates=True,
+        )
+        return str(started.operation.name)
+
+    def undeploy(self, endpoint: str, deployed_model_id: str) -> str:
+        """Start UndeployModel with no ``traffic_split``: the model has none (the rule only
+        undeploys a model without traffic), and the endpoint's split is left as it is."""
+        client = self._client(endpoint)
+        started = call_vertex(
+            "UndeployModel",
+            lambda: client.undeploy_model(
+                endpoint=endpoint,
+                deployed_model_id=deployed_model_id,
+                retry=None,
+                timeout=self._settings.call_timeout_seconds,
+            ),
+            creates=True,
+        )
+        return str(started.operation.name)

@@ -18,10 +18,9 @@ from shared.domain.decisions.deploy_model import (
     deployment_settled,
     new_deployment,
     observe_operation,
+    with_notice,
 )
-from shared.domain.decisions.submissions import (
-    Claimed,
-)
+from shared.domain.decisions.submissions import MAX_NOTIFIED, Claimed
 from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.records import DeploymentRecord, Stored
 from shared.domain.model.states import DeploymentState
@@ -33,8 +32,13 @@ from shared.domain.serving.model import (
     ServingSettings,
     ServingState,
 )
+from shared.domain.serving.rule import call_finished, call_started, start
 from shared.domain.serving.rule import decide as rule_decide
-from shared.domain.serving.rule import start
+
+#: The actions whose state is written before their call: a state change alone (RECORD,
+#: PAUSE), or a long-running call's claim (HEDGE, GROW, and RESTORE's UndeployModel). A
+#: traffic move (SHIFT, RESTORE's split) is synchronous: its state is written after it.
+WRITTEN_FIRST = (ActionKind.RECORD, ActionKind.PAUSE, ActionKind.HEDGE, ActionKind.GROW)
 
 
 class DeploymentRecords:
@@ -129,37 +133,161 @@ class DeploymentRecords:
         observed: ObservedEndpoint,
         now: datetime,
         settings: ServingSettings,
-    ) -> ServingAction | None:
-        """Decide the record's serving from one read of its endpoint, in one transaction, and
-        write the new state when the rule's action is a state change only (RECORD, PAUSE).
+    ) -> tuple[ServingState | None, ServingAction] | None:
+        """Decide the record's serving from one read of its endpoint, in one transaction;
+        write the new state (and the notification it owes) when the action is written first
+        (:data:`WRITTEN_FIRST`: a state change, or a long-running call's claim).
 
         The rule runs on the record as the transaction reads it, so two ticks at once decide
-        on each other's writes: the second sees the first's state and decides NOTHING (a
-        conflicting commit retries the transaction on the fresh record). A record that is no
-        longer DEPLOYED, or names no deployed model, is left alone. Returns the action (None
-        when nothing was decided); an action that names a call is not written here.
+        on each other's writes: the second sees the first's state (a claim included) and
+        decides NOTHING (a conflicting commit retries the transaction on the fresh record).
+        A record that is no longer DEPLOYED, or names no deployed model, is left alone.
+        Returns the state decided from and the action (None when nothing was decided).
         """
-        decided: list[ServingAction] = []
+        decided: list[tuple[ServingState | None, ServingAction]] = []
 
         def decide(raw: dict[str, Any]) -> DeploymentChange | None:
             decided.clear()
             record = DeploymentRecord.decode(raw)
             if record.state is not DeploymentState.DEPLOYED or not record.deployed_model_id:
                 return None
-            stored = raw.get("serving")
-            state = ServingState.decode(stored) if isinstance(stored, dict) else None
+            state = _serving(raw)
             if state is None:
                 begun = start(record.deployed_model_id, observed, now)
                 action = ServingAction(ActionKind.RECORD, begun, "following")
             else:
                 action = rule_decide(observed, state, now, settings)
-            decided.append(action)
-            if action.kind not in (ActionKind.RECORD, ActionKind.PAUSE):
+            decided.append((state, action))
+            first = action.kind in WRITTEN_FIRST or action.undeploy is not None
+            if not first:
                 return None
-            return DeploymentChange({"serving": action.state.to_dict(), "updatedAt": now})
+            return _serving_change(record, action.state, now, action.notice, action.reason)
 
         self.store.transact(request_id, decide)
         return decided[-1] if decided else None
+
+    def update_serving(
+        self,
+        request_id: str,
+        change: Callable[[ServingState], ServingState | None],
+        now: datetime,
+        notice: str | None = None,
+        reason: str | None = None,
+    ) -> ServingState | None:
+        """Apply ``change`` to the record's serving state in one transaction (None from it:
+        nothing to write); the state written, or None."""
+        written: list[ServingState] = []
+
+        def decide(raw: dict[str, Any]) -> DeploymentChange | None:
+            written.clear()
+            state = _serving(raw)
+            after = None if state is None else change(state)
+            if after is None or after == state:
+                return None
+            written.append(after)
+            return _serving_change(DeploymentRecord.decode(raw), after, now, notice, reason)
+
+        self.store.transact(request_id, decide)
+        return written[-1] if written else None
+
+    def record_moved(
+        self, request_id: str, before: ServingState, after: ServingState, now: datetime
+    ) -> ServingState | None:
+        """After a traffic move that Vertex took: write ``after``, if the record still holds
+        the state it was decided from (another tick's newer write wins)."""
+        return self.update_serving(
+            request_id, lambda current: after if current == before else None, now
+        )
+
+    def record_started(
+        self, request_id: str, at: datetime, operation: str, now: datetime
+    ) -> ServingState | None:
+        """The long-running call claimed at ``at`` was answered with ``operation``."""
+        return self.update_serving(
+            request_id, lambda current: call_started(current, at, operation), now
+        )
+
+    def record_finished(
+        self, request_id: str, status: OperationStatus, now: datetime
+    ) -> ServingState | None:
+        """The operation of the call in flight ended (``status``): the state after it."""
+
+        def change(current: ServingState) -> ServingState | None:
+            if current.operation != status.name or not status.done:
+                return None
+            error = status.error_message or (
+                f"code {status.error_code}" if status.error_code else None
+            )
+            return call_finished(current, now, error, status.deployed_model_id)
+
+        return self.update_serving(request_id, change, now)
+
+    def record_ended(
+        self,
+        request_id: str,
+        at: datetime,
+        now: datetime,
+        *,
+        error: str | None = None,
+        deployed_model_id: str | None = None,
+    ) -> ServingState | None:
+        """The long-running call claimed at ``at`` ended before its operation was recorded:
+        refused (``error``: nothing started), or found done (a fallback already on the
+        endpoint under its name: ``deployed_model_id``)."""
+
+        def change(current: ServingState) -> ServingState | None:
+            if current.operation_at != at or current.operation is not None:
+                return None
+            return call_finished(current, now, error, deployed_model_id)
+
+        return self.update_serving(request_id, change, now)
+
+    def record_released(
+        self, request_id: str, claimed: ServingState, before: ServingState, now: datetime
+    ) -> ServingState | None:
+        """The call claimed in ``claimed`` surely never reached Vertex: the record goes back
+        to ``before`` (if it still holds the claim), so the next tick decides it again."""
+        return self.update_serving(
+            request_id, lambda current: before if current == claimed else None, now
+        )
+
+    def with_outbox(self) -> list[DeploymentRecord]:
+        """Every record whose outbox holds notifications not yet published."""
+        return [DeploymentRecord.decode(raw) for raw in self.store.with_outbox()]
+
+    def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:
+        """Move notifications once published from the outbox to ``notified`` (the latest
+        :data:`MAX_NOTIFIED`)."""
+
+        def decide(raw: dict[str, Any]) -> DeploymentChange | None:
+            current = DeploymentRecord.decode(raw)
+            left = [m for m in current.outbox if m not in sent]
+            done = [m for m in current.outbox if m in sent]
+            if not done:
+                return None
+            notified = [*current.notified, *done][-MAX_NOTIFIED:]
+            fields = {"outbox": left, "outboxPending": bool(left), "notified": notified}
+            return DeploymentChange(fields)
+
+        self.store.transact(request_id, decide)
+
+
+def _serving(raw: dict[str, Any]) -> ServingState | None:
+    stored = raw.get("serving")
+    return ServingState.decode(stored) if isinstance(stored, dict) else None
+
+
+def _serving_change(
+    record: DeploymentRecord,
+    state: ServingState,
+    now: datetime,
+    notice: str | None,
+    reason: str | None,
+) -> DeploymentChange:
+    fields: dict[str, Any] = {"serving": state.to_dict(), "updatedAt": now}
+    if notice:
+        fields = with_notice(record, fields, notice, reason)
+    return DeploymentChange(fields)
 
 
 def _unversioned(raw: dict[str, Any] | None) -> Stored | None:

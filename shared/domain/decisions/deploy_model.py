@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from shared.domain.decisions.submissions import MAX_NOTIFIED, notification
 from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.ids import label_value
 from shared.domain.model.kinds import DEPLOY_MODEL
@@ -34,6 +35,30 @@ if TYPE_CHECKING:
     from shared.domain.model.records import DeploymentRecord
 
 DEFAULT_DISPLAY_NAME = "flexjobs-deployment"
+
+
+def with_notice(
+    record: DeploymentRecord, fields: dict[str, Any], state: str, reason: str | None
+) -> dict[str, Any]:
+    """``fields`` with the notification ``state`` queued in the record's outbox, written in
+    the same change, so it is published once the change is and never lost if publishing
+    fails (the tick publishes every pending outbox).
+
+    A deployment's message is the jobs' (``requestId``, ``state``, ``attempt``, ``reason``),
+    with ``kind: "deployModel"`` and ``attempt`` 0 (a deployment has no attempts). Its
+    outbox keeps the newest :data:`MAX_NOTIFIED`: a zone that flaps for days while Pub/Sub is
+    down must not grow the record without bound.
+
+    Examples:
+        >>> from shared.domain.model.records import DeploymentRecord
+        >>> record = DeploymentRecord.decode({"requestId": "s-1", "state": "DEPLOYED"})
+        >>> [message] = with_notice(record, {}, "HEDGED", "2 on-demand replicas")["outbox"]
+        >>> message["state"], message["attempt"], message["kind"], message["reason"]
+        ('HEDGED', 0, 'deployModel', '2 on-demand replicas')
+    """
+    message = {**notification(record.request_id, state, 0, clip(reason)), "kind": DEPLOY_MODEL.name}
+    outbox = [*record.outbox, message][-MAX_NOTIFIED:]
+    return {**fields, "outbox": outbox, "outboxPending": True}
 
 
 def deployment_tag(request_id: str) -> str:
@@ -106,23 +131,21 @@ def observe_operation(
         return None
     if status.error_code:
         reason = clip(status.error_message) or f"DeployModel failed with code {status.error_code}"
-        return DeploymentChange(
-            {
-                "state": DeploymentState.FAILED.value,
-                "reason": reason,
-                "errorCode": status.error_code,
-                "updatedAt": now,
-                "endedAt": now,
-            }
-        )
-    return DeploymentChange(
-        {
-            "state": DeploymentState.DEPLOYED.value,
-            "deployedModelId": status.deployed_model_id,
+        failed = {
+            "state": DeploymentState.FAILED.value,
+            "reason": reason,
+            "errorCode": status.error_code,
             "updatedAt": now,
-            "deployedAt": now,
+            "endedAt": now,
         }
-    )
+        return DeploymentChange(with_notice(record, failed, DeploymentState.FAILED.value, reason))
+    deployed = {
+        "state": DeploymentState.DEPLOYED.value,
+        "deployedModelId": status.deployed_model_id,
+        "updatedAt": now,
+        "deployedAt": now,
+    }
+    return DeploymentChange(with_notice(record, deployed, DeploymentState.DEPLOYED.value, None))
 
 
 def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> DeploymentChange | None:
@@ -139,6 +162,7 @@ def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Deplo
         "updatedAt": now,
         "endedAt": now,
     }
+    fields = with_notice(record, fields, DeploymentState.FAILED.value, reason)
     return DeploymentChange(fields, deletes=("claim", "nextAttemptAt"))
 
 
@@ -175,6 +199,9 @@ def deploy_recorded(record: DeploymentRecord, fields: dict[str, Any]) -> Deploym
     found the same deployment recorded it first."""
     if deployment_settled(record):
         return None
+    if fields.get("state") == DeploymentState.DEPLOYED.value:
+        # Adopted: the model was on the endpoint already; DEPLOYED is owed as if observed.
+        fields = with_notice(record, fields, DeploymentState.DEPLOYED.value, "adopted")
     return DeploymentChange({**fields, "nextAttemptAt": None, "reason": None}, deletes=("claim",))
 
 

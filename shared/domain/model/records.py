@@ -350,6 +350,11 @@ class DeploymentRecord:
     request_text: str | None = field(default=None, repr=False)
     claim: Claim | None = None
     quota_retries: int = 0
+    # Notifications owed (written with the change that owes them) and the latest published.
+    outbox: tuple[dict[str, Any], ...] = ()
+    notified: tuple[dict[str, Any], ...] = ()
+    # The ``serving`` map as stored (decoded by shared.domain.serving.model.ServingState).
+    serving: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> DeploymentRecord:
@@ -369,6 +374,9 @@ class DeploymentRecord:
             request_text=_text(raw.get("request")),
             claim=Claim.of(raw.get("claim")),
             quota_retries=_count(raw.get("quotaRetries")),
+            outbox=_messages(raw.get("outbox")),
+            notified=_messages(raw.get("notified")),
+            serving=_mapping(raw.get("serving")),
         )
 
     @functools.cached_property

@@ -274,6 +274,13 @@ class ServingSettings:
             raise ValueError("serving settings: grace and hold periods must be >= 0 seconds")
 
 
+#: The long-running calls a deployment may have in flight, one at a time.
+DEPLOY_CALL: Final = "DeployModel"
+MUTATE_CALL: Final = "MutateDeployedModel"
+UNDEPLOY_CALL: Final = "UndeployModel"
+CALLS: Final = (DEPLOY_CALL, MUTATE_CALL, UNDEPLOY_CALL)
+
+
 @dataclass(frozen=True)
 class ServingState:
     """What a Spot deployment's record keeps about its serving (one map in the record).
@@ -305,6 +312,12 @@ class ServingState:
     on_demand_node_seconds: float = 0.0
     hedges: int = 0
     history: tuple[Change, ...] = ()
+    # The one long-running call in flight (DeployModel of the fallback, MutateDeployedModel,
+    # UndeployModel): written before the call as its claim, so two ticks never send it twice;
+    # ``operation`` is its name once Vertex answered (None while unknown: the call timed out).
+    operation_call: str | None = None
+    operation: str | None = None
+    operation_at: datetime | None = None
 
     def __post_init__(self) -> None:
         # Every other deployed model is kept, with a share of 0 too: one added later is new.
@@ -342,6 +355,15 @@ class ServingState:
             },
             "hedges": self.hedges,
             "history": [change.to_dict() for change in self.history],
+            "pending": (
+                {
+                    "call": self.operation_call,
+                    "operation": self.operation,
+                    "at": self.operation_at.isoformat() if self.operation_at else None,
+                }
+                if self.operation_call
+                else None
+            ),
         }
 
     @classmethod
@@ -364,6 +386,8 @@ class ServingState:
             return float(value) if ok else 0.0  # type: ignore[arg-type]
 
         fallback_id = _name(raw.get("fallbackDeployedModelId")) or None
+        pending = _mapping(raw.get("pending"))
+        call = _name(pending.get("call"))
         return cls(
             spot_id=spot_id,
             # An unknown phase reads as paused: flexjobs then changes nothing on its own.
@@ -383,6 +407,9 @@ class ServingState:
             on_demand_node_seconds=seconds(nodes.get("ON_DEMAND")),
             hedges=_count(raw.get("hedges")),
             history=tuple(change for change in changes if change is not None),
+            operation_call=call if call in CALLS else None,
+            operation=(_name(pending.get("operation")) or None) if call in CALLS else None,
+            operation_at=parse_rfc3339(pending.get("at")) if call in CALLS else None,
         )
 
     def size_bytes(self) -> int:
@@ -444,3 +471,5 @@ class ServingAction:
     deploy: Fallback | None = None
     undeploy: str | None = None
     resize: int | None = None
+    # The notification the change owes (HEDGED, RESTORED), queued in the same write.
+    notice: str | None = None

@@ -31,11 +31,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Final
 
 from shared.domain.model.values import clip
 from shared.domain.serving.model import (
+    DEPLOY_CALL,
     MAX_CAUSE,
     MAX_NAME,
+    MUTATE_CALL,
+    UNDEPLOY_CALL,
     ActionKind,
     Capacity,
     Change,
@@ -51,6 +55,18 @@ from shared.domain.serving.split import hedged_split
 
 #: What the fallback's display name ends with, after the deployment's own display name.
 FALLBACK_SUFFIX = " (on-demand fallback)"
+
+#: A long-running call (DeployModel, MutateDeployedModel, UndeployModel) whose operation is
+#: unknown (the call timed out, so Vertex may or may not have started it) or still not done
+#: after this long is given up, so the deployment is never stuck behind it. A DeployModel of a
+#: GPU model takes minutes to tens of minutes; two hours is far past it, so a fallback that
+#: does land is already on the endpoint by then, and is adopted by its display name instead
+#: of being deployed a second time.
+OPERATION_LIMIT_SECONDS: Final = 2 * 3600.0
+
+#: The notifications a deployment's serving owes (docs/contract.md, *Notifications*).
+HEDGED: Final = "HEDGED"
+RESTORED: Final = "RESTORED"
 
 
 def fallback_display_name(spot: ObservedModel) -> str:
@@ -156,13 +172,66 @@ def hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState
     if state.fallback_id is not None or state.fallback_name is None:
         return state
     failed = replace(
-        state,
+        _no_call(state),
         phase=Phase.DEFICIT if state.last.short else Phase.SERVING,
         since=now if state.last.short else None,
         fallback_name=None,
         fallback_replicas=0,
     )
     return _with_change(failed, now, state.last, f"hedge failed: {cause}")
+
+
+def _no_call(state: ServingState) -> ServingState:
+    return replace(state, operation_call=None, operation=None, operation_at=None)
+
+
+def _claimed(state: ServingState, call: str, now: datetime) -> ServingState:
+    """``state`` with ``call`` in flight from ``now``: written before the call is sent."""
+    return replace(state, operation_call=call, operation=None, operation_at=now)
+
+
+def call_started(state: ServingState, at: datetime, operation: str) -> ServingState:
+    """The state once Vertex answered the call claimed at ``at`` with its operation's name;
+    unchanged when the claim is no longer that one (given up, or another tick's)."""
+    if state.operation_call is None or state.operation_at != at or state.operation:
+        return state
+    return replace(state, operation=clip(operation, MAX_NAME))
+
+
+def call_finished(
+    state: ServingState, now: datetime, error: str | None, deployed_model_id: str | None = None
+) -> ServingState:
+    """The state once the call in flight ended: with ``error``, or done (a DeployModel's
+    ``deployed_model_id`` is the fallback's id).
+
+    - DeployModel failed: :func:`hedge_failed` (a new grace period before the next hedge).
+    - MutateDeployedModel failed: the fallback's size is forgotten, so the next read grows it
+      again (a control-plane error is retried on the next tick).
+    - UndeployModel failed: the fallback stays; the next read decides the way back again.
+    """
+    call = state.operation_call
+    if call is None:
+        return state
+    done = _no_call(state)
+    if call == DEPLOY_CALL:
+        if error:
+            return hedge_failed(done, now, error)
+        if done.fallback_id is None and deployed_model_id:
+            done = replace(done, fallback_id=clip(deployed_model_id, MAX_NAME))
+        return _with_change(done, now, state.last, "the fallback is deployed")
+    if not error:
+        return _with_change(done, now, state.last, f"{call} done")
+    if call == MUTATE_CALL:
+        done = replace(done, fallback_replicas=0)
+    return _with_change(done, now, state.last, f"{call} failed: {error}")
+
+
+def call_overdue(state: ServingState, now: datetime) -> bool:
+    """The call in flight has had no answer (or no end) for :data:`OPERATION_LIMIT_SECONDS`."""
+    at = state.operation_at
+    return state.operation_call is not None and (
+        at is None or _elapsed(at, now) >= OPERATION_LIMIT_SECONDS
+    )
 
 
 def _hand_edit(
@@ -223,6 +292,7 @@ class _Step:
     deploy: Fallback | None = None
     undeploy: str | None = None
     resize: int | None = None
+    notice: str | None = None
 
 
 def decide(
@@ -256,14 +326,18 @@ def decide(
         (<ActionKind.HEDGE: 'HEDGE'>, 2, 'g2-standard-4')
     """
     settings = settings or ServingSettings()
-    state = _adopt(observed, state)
+    given = state
+    state = _adopt(observed, state, now)
+    if call_overdue(state, now):
+        limit = f"{OPERATION_LIMIT_SECONDS / 3600:.0f} h"
+        state = call_finished(state, now, f"{state.operation_call}: no answer after {limit}")
     spot = observed.model(state.spot_id)
     fallback = observed.model(state.fallback_id)
     cap = _capacity(spot, fallback)
-    step = _step(_Read(observed, now, settings, fallback, cap), state, spot)
-    changed = step.state != state or cap != state.last
+    step = _held(_step(_Read(observed, now, settings, fallback, cap), state, spot), state, now)
+    changed = step.state != given or cap != state.last
     if not changed and step.kind is ActionKind.NOTHING:
-        return ServingAction(ActionKind.NOTHING, state, step.reason)
+        return ServingAction(ActionKind.NOTHING, given, step.reason)
     causes = []
     if cap != state.last:
         last = state.last
@@ -273,29 +347,62 @@ def decide(
         )
     if step.kind is not ActionKind.NOTHING or step.state.phase is not state.phase:
         causes.append(step.reason)
-    # Once the fallback is undeployed, only Spot serves from now on.
-    after = replace(cap, on_demand=0) if step.undeploy else cap
-    written = _with_change(step.state, now, after, "; ".join(causes) or step.reason)
+    # An UndeployModel is a long-running call: the fallback serves until a read shows it gone.
+    written = _with_change(step.state, now, cap, "; ".join(causes) or step.reason)
     kind = ActionKind.RECORD if step.kind is ActionKind.NOTHING else step.kind
     return ServingAction(
-        kind, written, step.reason, step.split, step.deploy, step.undeploy, step.resize
+        kind,
+        written,
+        step.reason,
+        step.split,
+        step.deploy,
+        step.undeploy,
+        step.resize,
+        step.notice,
     )
 
 
-def _adopt(observed: ObservedEndpoint, state: ServingState) -> ServingState:
+def _held(step: _Step, state: ServingState, now: datetime) -> _Step:
+    """One long-running call at a time: while one is in flight, a step that would send
+    another waits (recorded as it stands, without its call); a traffic move, which is
+    synchronous, still goes. A step that sends one claims it in the state it writes first."""
+    calls = {ActionKind.HEDGE: DEPLOY_CALL, ActionKind.GROW: MUTATE_CALL}
+    call = UNDEPLOY_CALL if step.undeploy else calls.get(step.kind)
+    if call is None:
+        return step
+    if state.operation_call is None:
+        return replace(step, state=_claimed(step.state, call, now))
+    waiting = replace(step.state, fallback_replicas=state.fallback_replicas, hedges=state.hedges)
+    return _Step(ActionKind.NOTHING, waiting, f"waiting for {state.operation_call}")
+
+
+def _adopt(observed: ObservedEndpoint, state: ServingState, now: datetime) -> ServingState:
     """A fallback whose DeployModel was sent is ours once the endpoint shows it under its
-    display name, whether or not its id was recorded (the call may have timed out)."""
-    if state.fallback_id is not None or not state.fallback_name:
+    display name, whether or not its id was recorded (the call may have timed out, or been
+    given up): its DeployModel is then done. Found while unhedged (a DeployModel given up
+    that landed late), the deployment is hedged by it from now rather than deploying another."""
+    if state.fallback_id is not None:
+        return state
+    spot = observed.model(state.spot_id)
+    name = state.fallback_name or (fallback_display_name(spot) if spot else None)
+    if not name:
         return state
     found = next(
         (
             m
             for m in observed.models
-            if m.display_name == state.fallback_name and not m.spot and m.id != state.spot_id
+            if m.display_name == name and not m.spot and m.id != state.spot_id
         ),
         None,
     )
-    return replace(state, fallback_id=found.id) if found else state
+    if found is None:
+        return state
+    adopted = replace(state, fallback_id=found.id, fallback_name=name)
+    if adopted.operation_call == DEPLOY_CALL:
+        adopted = _no_call(adopted)
+    if adopted.phase in (Phase.SERVING, Phase.DEFICIT):
+        adopted = replace(adopted, phase=Phase.HEDGED, since=now, fallback_replicas=found.required)
+    return adopted
 
 
 def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
@@ -308,14 +415,16 @@ def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step
     if state.fallback_id and read.fallback is None:
         # Our RESTORE's UndeployModel happened (see _hand_edit): Spot alone serves again.
         served = replace(
-            state,
+            _no_call(state),
             phase=Phase.SERVING,
             since=None,
             fallback_id=None,
             fallback_name=None,
             fallback_replicas=0,
         )
-        return _Step(ActionKind.NOTHING, served, "restored: the fallback is undeployed")
+        return _Step(
+            ActionKind.NOTHING, served, "restored: the fallback is undeployed", notice=RESTORED
+        )
     if state.phase in (Phase.SERVING, Phase.DEFICIT):
         return _unhedged(read, state, spot)
     return _hedged(read, state, spot)
@@ -349,9 +458,8 @@ def _unhedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
         f"hedge: {deficit} on-demand replica(s) after {_elapsed(since, now):.0f} s"
         f" with {spot.available} of {cap.required} Spot replicas"
     )
-    return _Step(
-        ActionKind.HEDGE, hedged, reason, deploy=Fallback(spot.model, name, spot.machine, deficit)
-    )
+    fallback = Fallback(spot.model, name, spot.machine, deficit)
+    return _Step(ActionKind.HEDGE, hedged, reason, deploy=fallback, notice=HEDGED)
 
 
 def _hedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
