@@ -39,9 +39,12 @@ from flexjobs_local.simulator.common import (
     parse_parent,
 )
 from flexjobs_local.simulator.endpoints import (
+    ENDPOINT_UPDATE_PATHS,
+    MUTATE_PATHS,
     Endpoints,
     Operations,
     check_deploy,
+    check_mask,
     check_new_endpoint,
 )
 from flexjobs_local.simulator.faults import CallLog, FaultRule, Faults, fault_rule
@@ -405,18 +408,31 @@ class Engine:
         with self._caught_up():
             return self._endpoints.to_json()
 
+    def update_endpoint(self, endpoint: Any, update_mask: list[str]) -> Any:
+        """UpdateEndpoint (synchronous in v1): the masked fields of ``endpoint`` replace the
+        stored endpoint's; returns the updated endpoint (a copy).
+
+        Raises:
+            SimError: INVALID_ARGUMENT (mask, split, display name); NOT_FOUND; ABORTED (a set
+                etag that is not the current one).
+        """
+        check_mask(update_mask, ENDPOINT_UPDATE_PATHS, "UpdateEndpointRequest")
+        with self._caught_up():
+            return self._endpoints.update(endpoint, update_mask)
+
     def deploy_model(
         self, endpoint: str, deployed_model: Any, traffic_split: dict[str, int]
     ) -> operations_pb2.Operation:
         """Start deploying; when the LRO finishes the endpoint lists the model with a new id.
 
-        ``traffic_split`` uses key "0" for the model being deployed, like Vertex. Without one,
-        the first model on an endpoint gets 100 and later ones get none.
+        ``traffic_split`` uses key "0" for the model being deployed, like Vertex; an empty one
+        leaves the endpoint's split unchanged (the new model gets no traffic).
 
         Raises:
-            SimError: NOT_FOUND (endpoint); INVALID_ARGUMENT (no model, split not summing to 100).
+            SimError: NOT_FOUND (endpoint); INVALID_ARGUMENT (no model, a split naming a model
+                not on the endpoint, a negative share, shares not summing to 100).
         """
-        check_deploy(deployed_model, traffic_split)
+        check_deploy(deployed_model)
         with self._caught_up():
             return self._endpoints.deploy(endpoint, deployed_model, traffic_split)
 
@@ -426,10 +442,25 @@ class Engine:
         """Start undeploying ``deployed_model_id``; the model leaves the endpoint at completion.
 
         Raises:
-            SimError: NOT_FOUND (endpoint or deployed model).
+            SimError: NOT_FOUND (endpoint or deployed model); FAILED_PRECONDITION (it has
+                traffic and no split takes it away, and it is not the last model);
+                INVALID_ARGUMENT (a split giving it traffic or breaking the split rule).
         """
         with self._caught_up():
             return self._endpoints.undeploy(endpoint, deployed_model_id, traffic_split)
+
+    def mutate_deployed_model(
+        self, endpoint: str, deployed_model: Any, update_mask: list[str]
+    ) -> operations_pb2.Operation:
+        """Start MutateDeployedModel; the masked fields (replica counts, autoscaling metric
+        specs, container logging) change, and nodes come or go, when the LRO finishes.
+
+        Raises:
+            SimError: INVALID_ARGUMENT (mask, replica counts); NOT_FOUND.
+        """
+        check_mask(update_mask, MUTATE_PATHS, "MutateDeployedModelRequest")
+        with self._caught_up():
+            return self._endpoints.mutate(endpoint, deployed_model, update_mask)
 
     # --- reset ---------------------------------------------------------------------------------
 
