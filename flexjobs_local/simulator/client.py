@@ -223,6 +223,27 @@ class SimulatorControl:
         result: list[dict[str, Any]] = self._call("GET", "/endpoints")
         return result
 
+    def serving(self) -> dict[str, Any]:
+        """Spot capacity per location and the nodes of every Spot deployed model."""
+        result: dict[str, Any] = self._call("GET", "/serving")
+        return result
+
+    def set_spot_serving(
+        self, location: str, available: bool, placement_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Spot serving capacity of ``location`` goes or returns now; returns :meth:`serving`."""
+        body: dict[str, Any] = {"location": location, "available": available}
+        if placement_seconds is not None:
+            body["placementSeconds"] = placement_seconds
+        result: dict[str, Any] = self._call("POST", "/serving/spot", body)
+        return result
+
+    def reclaim_nodes(self, endpoint: str, deployed_model_id: str, nodes: int) -> dict[str, Any]:
+        """Reclaim ``nodes`` running nodes of one Spot deployed model now; returns serving."""
+        body = {"endpoint": endpoint, "deployedModelId": deployed_model_id, "nodes": nodes}
+        result: dict[str, Any] = self._call("POST", "/serving/reclaim", body)
+        return result
+
     def operations(self) -> list[dict[str, Any]]:
         """Every long-running operation as JSON."""
         result: list[dict[str, Any]] = self._call("GET", "/operations")

@@ -19,6 +19,17 @@ GET      /calls[?method=M]     list of ``{method, time, simTime, request, code, 
 DELETE   /calls                ``{"cleared": n}``
 GET      /jobs[?name=&resource=]  list of REST JSON jobs, each with a ``_sim`` block
 GET      /endpoints            list of REST JSON endpoints
+GET      /serving              ``{"locations": [{location, spotAvailable, placementSeconds}],
+                               "deployedModels": [{endpoint, deployedModelId, location,
+                               replicas, required, available, nodesDown: [{node, phase,
+                               restartTries, nextAt}]}]}``: Spot deployed models only
+                               (:mod:`.serving`; phase RESTARTING, WAITING or PLACING)
+POST     /serving/spot         ``{"location", "available", "placementSeconds"?}`` → serving:
+                               Spot serving capacity of one location goes (its Spot nodes
+                               are reclaimed) or returns (placed ``placementSeconds`` later,
+                               default 120, kept for the location)
+POST     /serving/reclaim      ``{"endpoint", "deployedModelId", "nodes"}`` → serving:
+                               reclaim that many running nodes of one Spot model now
 GET      /operations           list of LRO JSON
 GET      /clock                ``{"simNow", "simNowEpoch", "timeFactor"}``
 POST     /time-factor          ``{"factor"}`` → clock
@@ -102,6 +113,13 @@ class ControlApp:
             ("GET", "/jobs"): lambda b, q: engine.jobs_json(q.get("resource"), q.get("name")),
             ("GET", "/endpoints"): lambda b, q: engine.endpoints_json(),
             ("GET", "/operations"): lambda b, q: engine.operations_json(),
+            ("GET", "/serving"): lambda b, q: engine.serving_json(),
+            ("POST", "/serving/spot"): self._set_spot_serving,
+            ("POST", "/serving/reclaim"): lambda b, q: engine.reclaim_nodes(
+                _field(b, "endpoint", str),
+                _field(b, "deployedModelId", str),
+                _field(b, "nodes", int),
+            ),
             ("GET", "/clock"): lambda b, q: engine.clock(),
             ("POST", "/time-factor"): self._set_time_factor,
             ("POST", "/advance"): self._advance,
@@ -140,6 +158,14 @@ class ControlApp:
             message=_field(body, "message", str, None),
             late_seconds=float(_field(body, "lateSeconds", (int, float), 2.0)),
             delay_seconds=float(_field(body, "delaySeconds", (int, float), 0.0)),
+        )
+
+    def _set_spot_serving(self, body: Body, query: Query) -> Any:
+        placement = _field(body, "placementSeconds", (int, float), None)
+        return self.engine.set_spot_serving(
+            _field(body, "location", str),
+            _field(body, "available", bool),
+            None if placement is None else float(placement),
         )
 
     def _set_time_factor(self, body: Body, query: Query) -> Any:

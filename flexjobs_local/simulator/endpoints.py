@@ -5,7 +5,7 @@ UndeployModel, MutateDeployedModel): an operation finishes, and its change shows
 **Etag.** Every endpoint carries an ``etag`` that changes with every change to the endpoint as
 GetEndpoint returns it: a deploy, an undeploy, a mutation or an UpdateEndpoint when its
 operation or call takes effect, and also a change in a deployed model's
-``status.available_replica_count``: the etag
+``status.available_replica_count`` (Spot nodes reclaimed or back, :mod:`.serving`): the etag
 covers the whole resource, output-only status included, so one rule holds and a client's
 read-modify-write never rests on a stale read. ``update_time`` moves with it. A failed restart
 try changes nothing on the endpoint, so neither.
@@ -41,6 +41,7 @@ from flexjobs_local.simulator.common import (
     copy_message,
     rest_json,
 )
+from flexjobs_local.simulator.serving import Serving
 
 
 @dataclass(eq=False)
@@ -283,13 +284,17 @@ def _mutated(current: Any, request: Any, paths: Collection[str]) -> Any:
 
 
 class Endpoints:
-    """Endpoints and the models deployed on them. Not thread-safe: the engine holds its lock."""
+    """Endpoints and the models deployed on them. Not thread-safe: the engine holds its lock.
+
+    ``serving`` keeps the nodes the deployed models run on (an event source of its own).
+    """
 
     def __init__(self, runtime: Runtime, operations: Operations, lro_seconds: float) -> None:
         self._runtime = runtime
         self._operations = operations
         self._lro_seconds = lro_seconds
         self._endpoints: dict[str, _EndpointRecord] = {}
+        self.serving = Serving(self._report_available)
 
     def create(
         self, project: str, location: str, endpoint: Any, endpoint_id: str
@@ -397,9 +402,16 @@ class Endpoints:
                     {(model.id if k == "0" else k): v for k, v in split.items()}
                 )
             # An empty split leaves the endpoint's as it is (DeployModelRequest.traffic_split).
-            # Every replica is available once the operation is done; no Spot node is
-            # reclaimed yet.
-            self._report_available(endpoint, model.id, _replicas(model)[0], at)
+            nodes, required = _replicas(model)
+            self.serving.place(
+                endpoint,
+                model.id,
+                record.location,
+                spot=model.dedicated_resources.spot,
+                replicas=nodes,
+                required=required,
+                at=at,
+            )
             self._changed(record, at)
             return aiplatform_v1.DeployModelResponse(deployed_model=self._model(record, model.id))
 
@@ -430,6 +442,7 @@ class Endpoints:
             msg.deployed_models = keep
             msg.traffic_split.clear()
             msg.traffic_split.update(new)
+            self.serving.remove(endpoint, deployed_model_id)
             self._changed(record, at)
             return aiplatform_v1.UndeployModelResponse()
 
@@ -460,7 +473,8 @@ class Endpoints:
             msg.deployed_models = [
                 result if m.id == model_id else copy_message(m) for m in msg.deployed_models
             ]
-            self._report_available(endpoint, model_id, _replicas(result)[0], at)
+            nodes, required = _replicas(result)
+            self.serving.resize(endpoint, model_id, nodes, required, at)
             self._changed(record, at)
             return aiplatform_v1.MutateDeployedModelResponse(
                 deployed_model=self._model(record, model_id)
@@ -474,8 +488,8 @@ class Endpoints:
         )
 
     def _report_available(self, endpoint: str, model_id: str, available: int, at: float) -> None:
-        """The model's available replicas (``DeployedModel.status``), a change to the
-        endpoint."""
+        """:class:`~.serving.Serving`'s report: the model's running nodes are its available
+        replicas (``DeployedModel.status``), a change to the endpoint."""
         record = self._find(endpoint)
         for model in record.msg.deployed_models:
             if model.id == model_id:

@@ -8,9 +8,10 @@ simulated instant the previous job ended) no matter how coarse the wall-clock ti
 
 :class:`Engine` holds the lock and composes the parts: :mod:`.specs` reads requests,
 :mod:`.jobs` runs the lifecycle on :mod:`.capacity` (with :mod:`.checkpoints` and
-:mod:`.failures`), :mod:`.endpoints` keeps endpoints and long-running operations, :mod:`.faults`
-the call log and injected faults. Jobs and operations are the event sources that
-:meth:`Engine._advance` replays.
+:mod:`.failures`), :mod:`.endpoints` keeps endpoints and long-running operations (and, in
+:mod:`.serving`, the nodes deployed models run on), :mod:`.faults` the call log and injected
+faults. Jobs, operations and serving nodes are the event sources that :meth:`Engine._advance`
+replays.
 
 Side effects that leave the process (Pub/Sub hints, checkpoint objects) are not done here: the
 engine hands :class:`~.common.StateChanged` and :class:`~.common.CheckpointWrite` events to
@@ -113,8 +114,13 @@ class Engine:
         self._endpoints = Endpoints(self._runtime, self._operations, self._lro_seconds)
         self._calls = CallLog(self._clock.now)
         self._faults = Faults()
-        # On a tie in time, a job's transition goes before an operation's.
-        self._sources: tuple[EventSource, ...] = (self._jobs, self._operations)
+        # On a tie in time, a job's transition goes before an operation's, and an operation's
+        # before a serving node's (a restart try or a placement).
+        self._sources: tuple[EventSource, ...] = (
+            self._jobs,
+            self._operations,
+            self._endpoints.serving,
+        )
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -461,6 +467,38 @@ class Engine:
         check_mask(update_mask, MUTATE_PATHS, "MutateDeployedModelRequest")
         with self._caught_up():
             return self._endpoints.mutate(endpoint, deployed_model, update_mask)
+
+    # --- serving nodes -------------------------------------------------------------------------
+
+    def serving_json(self) -> dict[str, Any]:
+        """Spot capacity per location and the nodes of every Spot deployed model (``GET
+        /serving``)."""
+        with self._caught_up():
+            return self._endpoints.serving.to_json()
+
+    def set_spot_serving(
+        self, location: str, available: bool, placement_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Spot serving capacity of ``location`` goes or returns now (:mod:`.serving`).
+
+        Raises:
+            SimError: INVALID_ARGUMENT (a negative placement delay).
+        """
+        with self._caught_up():
+            self._endpoints.serving.set_spot(
+                location, available, placement_seconds, self._runtime.now
+            )
+            return self._endpoints.serving.to_json()
+
+    def reclaim_nodes(self, endpoint: str, deployed_model_id: str, nodes: int) -> dict[str, Any]:
+        """Reclaim ``nodes`` running nodes of one Spot deployed model now; restarts are tried.
+
+        Raises:
+            SimError: NOT_FOUND; INVALID_ARGUMENT; FAILED_PRECONDITION (on-demand, too few).
+        """
+        with self._caught_up():
+            self._endpoints.serving.reclaim(endpoint, deployed_model_id, nodes, self._runtime.now)
+            return self._endpoints.serving.to_json()
 
     # --- reset ---------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from google.cloud.aiplatform_v1.services.pipeline_service.transports import (
 )
 from google.protobuf import field_mask_pb2, struct_pb2
 
-from flexjobs_local.simulator import SimulatorControl, SimulatorHandle, serve
+from flexjobs_local.simulator import SimulatorControl, SimulatorControlError, SimulatorHandle, serve
 from tests.integration.simulator_support import A100, LOCATION, PARENT
 
 pytestmark = pytest.mark.integration
@@ -326,7 +326,7 @@ def test_endpoint_errors(control, endpoints):
         endpoints.create_endpoint(parent=PARENT, endpoint=aiplatform_v1.Endpoint())
 
 
-# --- serving: etag, UpdateEndpoint, MutateDeployedModel, the split rules --------------------------
+# --- Spot serving: etag, UpdateEndpoint, MutateDeployedModel, nodes reclaimed --------------------
 
 
 def l4_model(replicas: int, *, spot: bool) -> aiplatform_v1.DeployedModel:
@@ -447,3 +447,56 @@ def test_update_endpoint_refuses_bad_masks_and_splits_and_takes_faults(control, 
     }
     codes = [c["code"] for c in control.calls("UpdateEndpoint")]
     assert codes == ["INVALID_ARGUMENT"] * 3 + ["UNAVAILABLE", "OK"]
+
+
+def test_spot_capacity_going_reclaims_nodes_get_and_list_show_it(control, endpoints):
+    name, spot = serving_endpoint(control, endpoints)
+    deploy = endpoints.deploy_model(endpoint=name, deployed_model=l4_model(1, spot=False))
+    on_demand = finished(control, deploy).deployed_model.id
+    before = endpoints.get_endpoint(name=name)
+
+    control.set_spot_serving(LOCATION, False)
+    now = endpoints.get_endpoint(name=name)
+    assert availability(now) == {spot: 0, on_demand: 1}
+    assert now.etag != before.etag
+    (listed,) = [e for e in endpoints.list_endpoints(parent=PARENT) if e.name == name]
+    assert availability(listed) == {spot: 0, on_demand: 1}
+    (changed,) = [m for m in now.deployed_models if m.id == spot]
+    assert changed.status.last_update_time > before.deployed_models[0].status.last_update_time
+
+    control.advance(6 * 60)  # six restart tries, one a minute, all failed
+    (model,) = control.serving()["deployedModels"]
+    assert model["deployedModelId"] == spot
+    assert (model["endpoint"], model["required"], model["available"]) == (name, 2, 0)
+    assert [(n["phase"], n["restartTries"]) for n in model["nodesDown"]] == [("WAITING", 6)] * 2
+    assert control.serving()["locations"] == [
+        {"location": LOCATION, "spotAvailable": False, "placementSeconds": 120.0}
+    ]
+
+    control.set_spot_serving(LOCATION, True, placement_seconds=90)
+    control.advance(89)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(1)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+
+    control.reclaim_nodes(name, spot, 1)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 1
+    control.advance(60)  # capacity is there: the first restart try succeeds
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+
+
+def test_serving_control_refuses_what_it_cannot_do(control, endpoints):
+    name, spot = serving_endpoint(control, endpoints)
+    deploy = endpoints.deploy_model(endpoint=name, deployed_model=l4_model(1, spot=False))
+    on_demand = finished(control, deploy).deployed_model.id
+    cases = [
+        (lambda: control.reclaim_nodes(name, "404", 1), 404),
+        (lambda: control.reclaim_nodes(name, on_demand, 1), 409),
+        (lambda: control.reclaim_nodes(name, spot, 3), 409),
+        (lambda: control.reclaim_nodes(name, spot, 0), 400),
+        (lambda: control.set_spot_serving(LOCATION, True, placement_seconds=-1), 400),
+    ]
+    for call, status in cases:
+        with pytest.raises(SimulatorControlError) as caught:
+            call()
+        assert caught.value.status == status

@@ -1,6 +1,6 @@
-"""The Vertex AI simulator's serving on its engine, on a frozen clock: the endpoint's etag,
-UpdateEndpoint, MutateDeployedModel and the v1 traffic-split rules of DeployModel and
-UndeployModel. (Over real gRPC with the official
+"""The Vertex AI simulator's serving on its engine, on a frozen clock: Spot nodes reclaimed and
+restarted as Compute Engine does, the endpoint's etag, UpdateEndpoint, MutateDeployedModel and
+the v1 traffic-split rules of DeployModel and UndeployModel. (Over real gRPC with the official
 client: tests/integration/test_simulator_services.py.)"""
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ from google.cloud import aiplatform_v1
 
 from flexjobs_local.simulator.common import SimError
 from flexjobs_local.simulator.engine import Engine
+from flexjobs_local.simulator.serving import (
+    DEFAULT_PLACEMENT_SECONDS,
+    RESTART_INTERVAL_SECONDS,
+    RESTART_TRIES,
+)
 
 PARENT = "projects/p/locations/us-central1"
 ENDPOINT = f"{PARENT}/endpoints/e1"
@@ -53,14 +58,131 @@ def available(engine: Engine, model_id: str) -> int:
     return int(model.status.available_replica_count)
 
 
+def spot_model(engine: Engine) -> dict[str, Any]:
+    (model,) = engine.serving_json()["deployedModels"]
+    return dict(model)
+
+
 def error(code: str) -> Any:
     return pytest.raises(SimError, match=f"^{code}:")
+
+
+# --- Spot nodes --------------------------------------------------------------------------------
+
+
+def test_spot_capacity_going_reclaims_every_node_and_a_restart_try_brings_it_back(engine):
+    spot = deploy(engine, deployed(2, spot=True), {"0": 100})
+    on_demand = deploy(engine, deployed(1, spot=False), {})
+    assert available(engine, spot) == 2
+
+    engine.set_spot_serving("us-central1", False)
+    assert available(engine, spot) == 0
+    assert available(engine, on_demand) == 1  # never reclaimed
+    engine.advance(RESTART_INTERVAL_SECONDS * 2)  # two failed tries
+    assert [n["restartTries"] for n in spot_model(engine)["nodesDown"]] == [2, 2]
+
+    engine.set_spot_serving("us-central1", True)
+    engine.advance(RESTART_INTERVAL_SECONDS - 1)
+    assert available(engine, spot) == 0  # the next try has not come yet
+    engine.advance(1)
+    assert available(engine, spot) == 2
+    assert spot_model(engine)["nodesDown"] == []
+
+
+def test_after_six_failed_tries_a_node_waits_for_capacity_then_its_placement(engine):
+    spot = deploy(engine, deployed(1, spot=True), {"0": 100})
+    engine.set_spot_serving("us-central1", False)
+    engine.advance(RESTART_INTERVAL_SECONDS * RESTART_TRIES)
+    (node,) = spot_model(engine)["nodesDown"]
+    assert (node["phase"], node["restartTries"], node["nextAt"]) == ("WAITING", RESTART_TRIES, None)
+    engine.advance(3600)
+    assert available(engine, spot) == 0  # no more tries: down until capacity returns
+
+    engine.set_spot_serving("us-central1", True)
+    assert spot_model(engine)["nodesDown"][0]["phase"] == "PLACING"
+    engine.advance(DEFAULT_PLACEMENT_SECONDS - 1)
+    assert available(engine, spot) == 0
+    engine.advance(1)
+    assert available(engine, spot) == 1
+
+
+def test_capacity_going_again_cancels_a_placement_and_the_delay_is_settable(engine):
+    spot = deploy(engine, deployed(1, spot=True), {"0": 100})
+    engine.set_spot_serving("us-central1", False)
+    engine.advance(RESTART_INTERVAL_SECONDS * RESTART_TRIES)
+    engine.set_spot_serving("us-central1", True, placement_seconds=30)
+    engine.advance(10)
+    engine.set_spot_serving("us-central1", False)
+    engine.advance(600)
+    assert available(engine, spot) == 0
+    engine.set_spot_serving("us-central1", True)  # the location keeps its 30 s
+    engine.advance(30)
+    assert available(engine, spot) == 1
+    assert engine.serving_json()["locations"] == [
+        {"location": "us-central1", "spotAvailable": True, "placementSeconds": 30.0}
+    ]
+    with error("INVALID_ARGUMENT"):
+        engine.set_spot_serving("us-central1", True, placement_seconds=-1)
+
+
+def test_advance_replays_serving_events_in_order_with_operations(engine):
+    spot = deploy(engine, deployed(1, spot=True), {"0": 100})
+    engine.set_spot_serving("us-central1", False)
+    engine.set_spot_serving("us-central1", True)
+    with error("FAILED_PRECONDITION"):
+        engine.reclaim_nodes(ENDPOINT, spot, 1)  # already reclaimed: no running node
+    # One jump over a restart try and a deploy's end: both happen, each at its own time.
+    engine.deploy_model(ENDPOINT, deployed(1, spot=False), {})
+    engine.advance(RESTART_INTERVAL_SECONDS + LRO)
+    endpoint = engine.get_endpoint(ENDPOINT)
+    (back,) = [m for m in endpoint.deployed_models if m.id == spot]
+    assert back.status.available_replica_count == 1
+    start = engine.now() - RESTART_INTERVAL_SECONDS - LRO
+    assert back.status.last_update_time.timestamp() == pytest.approx(
+        start + RESTART_INTERVAL_SECONDS
+    )
+
+
+def test_reclaim_takes_some_nodes_and_refuses_what_it_cannot(engine):
+    spot = deploy(engine, deployed(3, spot=True), {"0": 100})
+    on_demand = deploy(engine, deployed(1, spot=False), {})
+    engine.reclaim_nodes(ENDPOINT, spot, 2)
+    assert available(engine, spot) == 1
+    with error("FAILED_PRECONDITION"):
+        engine.reclaim_nodes(ENDPOINT, spot, 2)  # one node runs
+    with error("FAILED_PRECONDITION"):
+        engine.reclaim_nodes(ENDPOINT, on_demand, 1)
+    with error("INVALID_ARGUMENT"):
+        engine.reclaim_nodes(ENDPOINT, spot, 0)
+    with error("NOT_FOUND"):
+        engine.reclaim_nodes(ENDPOINT, "404", 1)
+    engine.advance(RESTART_INTERVAL_SECONDS)  # capacity is there: the first try succeeds
+    assert available(engine, spot) == 3
+
+
+def test_a_spot_model_deployed_without_capacity_waits_for_it(engine):
+    engine.set_spot_serving("us-central1", False)
+    spot = deploy(engine, deployed(2, spot=True, required=1), {"0": 100})
+    assert available(engine, spot) == 0
+    model = spot_model(engine)
+    assert (model["replicas"], model["required"]) == (2, 1)
+    assert {n["phase"] for n in model["nodesDown"]} == {"WAITING"}
+    engine.set_spot_serving("us-central1", True)
+    engine.advance(DEFAULT_PLACEMENT_SECONDS)
+    assert available(engine, spot) == 2
+
+
+def test_reset_forgets_serving(engine):
+    deploy(engine, deployed(1, spot=True), {"0": 100})
+    engine.set_spot_serving("us-central1", False)
+    engine.reset()
+    assert engine.serving_json() == {"locations": [], "deployedModels": []}
 
 
 # --- etag and UpdateEndpoint -------------------------------------------------------------------
 
 
-def test_every_change_to_the_endpoint_changes_its_etag(engine):
+def test_every_change_to_the_endpoint_changes_its_etag_and_a_failed_try_does_not(engine):
     etags = [engine.get_endpoint(ENDPOINT).etag]
 
     def changed() -> bool:
@@ -87,6 +209,10 @@ def test_every_change_to_the_endpoint_changes_its_etag(engine):
     assert not changed()  # the operation has not ended
     engine.advance(LRO)
     assert changed()
+    engine.set_spot_serving("us-central1", False)  # availability is part of the endpoint
+    assert changed()
+    engine.advance(RESTART_INTERVAL_SECONDS)  # a failed try: nothing changed
+    assert not changed()
     engine.undeploy_model(ENDPOINT, spot, {})
     engine.advance(LRO)
     assert changed()
@@ -183,6 +309,7 @@ def test_undeploy_refuses_a_model_with_traffic_unless_the_split_unassigns_it(eng
     endpoint = engine.get_endpoint(ENDPOINT)
     assert [m.id for m in endpoint.deployed_models] == [fallback]
     assert dict(endpoint.traffic_split) == {fallback: 100}
+    assert engine.serving_json()["deployedModels"] == []
 
 
 def test_undeploy_of_a_model_without_traffic_keeps_the_split_and_the_last_one_empties_it(engine):
@@ -239,6 +366,19 @@ def test_mutate_grows_an_on_demand_model_when_its_operation_ends(engine):
     done = engine.get_operation(operation.name)
     response = aiplatform_v1.MutateDeployedModelResponse.deserialize(done.response.value)
     assert response.deployed_model.dedicated_resources.min_replica_count == 3
+
+
+def test_mutate_shrinks_a_spot_model_dropping_down_nodes_first(engine):
+    spot = deploy(engine, deployed(3, spot=True), {"0": 100})
+    engine.reclaim_nodes(ENDPOINT, spot, 1)
+    engine.mutate_deployed_model(
+        ENDPOINT,
+        aiplatform_v1.DeployedModel(id=spot, dedicated_resources={"min_replica_count": 2}),
+        ["dedicated_resources.min_replica_count"],
+    )
+    engine.advance(LRO)
+    model = spot_model(engine)
+    assert (model["replicas"], model["available"], model["nodesDown"]) == (2, 2, [])
 
 
 @pytest.mark.parametrize(
