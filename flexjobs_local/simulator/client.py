@@ -15,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 
@@ -236,6 +237,23 @@ class SimulatorControl:
         if placement_seconds is not None:
             body["placementSeconds"] = placement_seconds
         result: dict[str, Any] = self._call("POST", "/serving/spot", body)
+        return result
+
+    def replay_spot_trace(
+        self,
+        location: str,
+        path: str | Path,
+        threshold: int = 1,
+        placement_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Replay the Spot trace file at ``path`` (``{"metadata": {"gap_seconds"}, "data"}``,
+        as in ``../shared/traces``) as the Spot capacity of ``location`` from now; returns
+        :meth:`serving`."""
+        trace = json.loads(Path(path).read_text(encoding="utf-8"))
+        body: dict[str, Any] = {"location": location, "trace": trace, "threshold": threshold}
+        if placement_seconds is not None:
+            body["placementSeconds"] = placement_seconds
+        result: dict[str, Any] = self._call("POST", "/serving/spot/trace", body)
         return result
 
     def reclaim_nodes(self, endpoint: str, deployed_model_id: str, nodes: int) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from flexjobs_local.simulator.endpoints import (
 )
 from flexjobs_local.simulator.faults import CallLog, FaultRule, Faults, fault_rule
 from flexjobs_local.simulator.jobs import JobQuery, Jobs
+from flexjobs_local.simulator.serving import SpotTrace
 from flexjobs_local.simulator.specs import KINDS, plan_job
 
 
@@ -487,6 +488,27 @@ class Engine:
         with self._caught_up():
             self._endpoints.serving.set_spot(
                 location, available, placement_seconds, self._runtime.now
+            )
+            return self._endpoints.serving.to_json()
+
+    def replay_spot_trace(
+        self,
+        location: str,
+        trace: Any,
+        threshold: int = 1,
+        placement_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Replay a Spot trace document (``{"metadata": {"gap_seconds"}, "data"}``) as the Spot
+        serving capacity of ``location`` from now, cyclically: there while the trace's value is
+        at least ``threshold``.
+
+        Raises:
+            SimError: INVALID_ARGUMENT (the document, the threshold, the placement delay).
+        """
+        spot_trace = SpotTrace.from_json(trace)
+        with self._caught_up():
+            self._endpoints.serving.replay(
+                location, spot_trace, threshold, placement_seconds, self._runtime.now
             )
             return self._endpoints.serving.to_json()
 

@@ -11,6 +11,12 @@ settable per location); capacity going again meanwhile cancels that placement. A
 deployed (or added by MutateDeployedModel) while capacity is gone waits the same way.
 On-demand nodes are never reclaimed.
 
+A location's Spot capacity is set by hand (:meth:`Serving.set_spot`) or replayed from a Spot
+trace (:meth:`Serving.replay`, the "Can't Be Late" traces in ``../shared/traces`` that the
+benchmarks replay): capacity is there while the trace's value is at least a threshold, step by
+step from the moment the replay starts, cyclically as the benchmarks replay them; setting the
+capacity by hand ends the replay.
+
 An :class:`~.common.EventSource`: restart tries and placements are timed transitions the
 engine replays in simulated-time order. Every change in a model's running nodes is reported
 (``report``) so the endpoint shows it in ``DeployedModel.status``.
@@ -37,6 +43,11 @@ RESTARTING = "RESTARTING"  # reclaimed; the next restart try is at ``next_at``
 WAITING = "WAITING"  # down until Spot capacity returns (its tries failed, or it never ran)
 PLACING = "PLACING"  # capacity is back; it runs again at ``next_at``
 
+#: A replayed trace has at most this many steps (the longest public one has about 20,000).
+MAX_TRACE_STEPS = 100_000
+#: ... each at most this long.
+MAX_TRACE_GAP_SECONDS = 86_400.0
+
 #: ``report(endpoint, deployed_model_id, available_nodes, at)``: a model's running nodes changed.
 Report = Callable[[str, str, int, float], None]
 
@@ -61,10 +72,78 @@ class _Model:
         return sum(node.phase == UP for node in self.nodes)
 
 
+@dataclass(frozen=True)
+class SpotTrace:
+    """One Spot trace file: a value (nodes held or obtainable) every ``gap`` seconds."""
+
+    gap: float
+    values: tuple[int, ...]
+
+    @classmethod
+    def from_json(cls, document: object) -> SpotTrace:
+        """The trace of a ``{"metadata": {"gap_seconds": G}, "data": [n, ...]}`` document.
+
+        Raises:
+            SimError: INVALID_ARGUMENT for any other shape, a gap not in (0, one day], no
+                data, more than :data:`MAX_TRACE_STEPS` values, or a value not a
+                non-negative integer.
+        """
+        metadata = document.get("metadata") if isinstance(document, dict) else None
+        data = document.get("data") if isinstance(document, dict) else None
+        gap = metadata.get("gap_seconds") if isinstance(metadata, dict) else None
+        if isinstance(gap, bool) or not isinstance(gap, int | float):
+            raise SimError("INVALID_ARGUMENT", "trace.metadata.gap_seconds must be a number.")
+        if not 0 < gap <= MAX_TRACE_GAP_SECONDS:
+            raise SimError(
+                "INVALID_ARGUMENT",
+                f"trace.metadata.gap_seconds must be above 0 and at most {MAX_TRACE_GAP_SECONDS}.",
+            )
+        if not isinstance(data, list) or not 0 < len(data) <= MAX_TRACE_STEPS:
+            raise SimError(
+                "INVALID_ARGUMENT", f"trace.data must be a list of 1 to {MAX_TRACE_STEPS} values."
+            )
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in data):
+            raise SimError("INVALID_ARGUMENT", "trace.data values must be non-negative integers.")
+        return cls(float(gap), tuple(data))
+
+
+@dataclass(eq=False)
+class _Replay:
+    """A trace replayed as a location's Spot capacity from ``start``, cyclically."""
+
+    start: float
+    gap: float
+    up: tuple[bool, ...]  # per step: whether Spot capacity is there
+    threshold: int
+    next_step: int | None = None  # the step at which capacity next changes
+
+    def next_at(self) -> float | None:
+        return None if self.next_step is None else self.start + self.next_step * self.gap
+
+    def seek(self, step: int) -> None:
+        """Find the first step after ``step`` whose capacity differs (None: it never does)."""
+        count = len(self.up)
+        now = self.up[step % count]
+        self.next_step = next(
+            (step + k for k in range(1, count + 1) if self.up[(step + k) % count] != now), None
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        at = self.next_at()
+        return {
+            "startedAt": rfc3339(self.start),
+            "gapSeconds": self.gap,
+            "steps": len(self.up),
+            "threshold": self.threshold,
+            "nextChangeAt": None if at is None else rfc3339(at),
+        }
+
+
 @dataclass
 class _Location:
     spot_available: bool = True
     placement_seconds: float = DEFAULT_PLACEMENT_SECONDS
+    replay: _Replay | None = None
 
 
 class Serving:
@@ -122,13 +201,49 @@ class Serving:
     def set_spot(
         self, location: str, available: bool, placement_seconds: float | None, at: float
     ) -> None:
-        """Spot capacity of ``location`` goes (its Spot nodes are reclaimed) or returns (the
-        nodes that wait for it are placed ``placement_seconds`` later)."""
+        """Spot capacity of ``location`` goes or returns now, by hand (a replay there ends).
+
+        Raises:
+            SimError: INVALID_ARGUMENT (a negative placement delay).
+        """
+        loc = self._configure(location, placement_seconds)
+        loc.replay = None
+        self._apply(location, available, at)
+
+    def replay(
+        self,
+        location: str,
+        trace: SpotTrace,
+        threshold: int,
+        placement_seconds: float | None,
+        at: float,
+    ) -> None:
+        """Replay ``trace`` as the Spot capacity of ``location`` from now: capacity is there
+        while the trace's value is at least ``threshold``.
+
+        Raises:
+            SimError: INVALID_ARGUMENT (``threshold`` < 1, a negative placement delay).
+        """
+        if threshold < 1:
+            raise SimError("INVALID_ARGUMENT", "threshold must be at least 1.")
+        loc = self._configure(location, placement_seconds)
+        replay = _Replay(at, trace.gap, tuple(v >= threshold for v in trace.values), threshold)
+        loc.replay = replay
+        self._apply(location, replay.up[0], at)
+        replay.seek(0)
+
+    def _configure(self, location: str, placement_seconds: float | None) -> _Location:
         if placement_seconds is not None and placement_seconds < 0:
             raise SimError("INVALID_ARGUMENT", "placementSeconds must not be negative.")
         loc = self._locations.setdefault(location, _Location())
         if placement_seconds is not None:
             loc.placement_seconds = float(placement_seconds)
+        return loc
+
+    def _apply(self, location: str, available: bool, at: float) -> None:
+        """Spot capacity of ``location`` goes (its Spot nodes are reclaimed, placements
+        cancelled) or returns (the nodes waiting for it are placed after the delay)."""
+        loc = self._locations.setdefault(location, _Location())
         was = loc.spot_available
         loc.spot_available = available
         if was == available:
@@ -174,17 +289,36 @@ class Serving:
     # --- the event source ----------------------------------------------------------------------
 
     def due(self, until: float) -> Due | None:
-        """The earliest restart try or placement at or before ``until``."""
-        best: tuple[float, _Model, _Node] | None = None
+        """The earliest capacity change of a replay, restart try or placement at or before
+        ``until``; at the same instant a capacity change goes first (a try then sees it)."""
+        # (when, order on a tie, what fires)
+        candidates: list[tuple[float, int, Callable[[float], None]]] = []
+        for name, loc in self._locations.items():
+            replay = loc.replay
+            at = None if replay is None else replay.next_at()
+            if replay is not None and at is not None and at <= until:
+                candidates.append((at, 0, self._replay_step(name, replay)))
         for model in self._models.values():
             for node in model.nodes:
                 at = node.next_at
-                if at is not None and at <= until and (best is None or at < best[0]):
-                    best = (at, model, node)
-        if best is None:
+                if at is not None and at <= until:
+                    candidates.append((at, 1, self._node_step(model, node)))
+        if not candidates:
             return None
-        at, model, node = best
-        return Due(at, lambda when: self._fire(model, node, when))
+        at, _, fire = min(candidates, key=lambda c: (c[0], c[1]))
+        return Due(at, fire)
+
+    def _replay_step(self, location: str, replay: _Replay) -> Callable[[float], None]:
+        def fire(at: float) -> None:
+            step = replay.next_step
+            assert step is not None  # only a replay with a next change is due
+            self._apply(location, replay.up[step % len(replay.up)], at)
+            replay.seek(step)
+
+        return fire
+
+    def _node_step(self, model: _Model, node: _Node) -> Callable[[float], None]:
+        return lambda at: self._fire(model, node, at)
 
     def _fire(self, model: _Model, node: _Node, at: float) -> None:
         if node.phase == RESTARTING and not self._location(model.location).spot_available:
@@ -209,10 +343,12 @@ class Serving:
             "locations": [
                 {
                     "location": name,
-                    "spotAvailable": self._location(name).spot_available,
-                    "placementSeconds": self._location(name).placement_seconds,
+                    "spotAvailable": loc.spot_available,
+                    "placementSeconds": loc.placement_seconds,
+                    "trace": None if loc.replay is None else loc.replay.to_json(),
                 }
                 for name in names
+                for loc in (self._location(name),)
             ],
             "deployedModels": [
                 {

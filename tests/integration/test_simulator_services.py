@@ -3,8 +3,10 @@ through the unmodified GAPIC clients."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -470,7 +472,7 @@ def test_spot_capacity_going_reclaims_nodes_get_and_list_show_it(control, endpoi
     assert (model["endpoint"], model["required"], model["available"]) == (name, 2, 0)
     assert [(n["phase"], n["restartTries"]) for n in model["nodesDown"]] == [("WAITING", 6)] * 2
     assert control.serving()["locations"] == [
-        {"location": LOCATION, "spotAvailable": False, "placementSeconds": 120.0}
+        {"location": LOCATION, "spotAvailable": False, "placementSeconds": 120.0, "trace": None}
     ]
 
     control.set_spot_serving(LOCATION, True, placement_seconds=90)
@@ -500,3 +502,44 @@ def test_serving_control_refuses_what_it_cannot_do(control, endpoints):
         with pytest.raises(SimulatorControlError) as caught:
             call()
         assert caught.value.status == status
+
+
+def test_a_spot_trace_file_replays_as_the_locations_capacity(control, endpoints, tmp_path):
+    name, spot = serving_endpoint(control, endpoints)
+    path = tmp_path / "us-central1-a_trace.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, 1, 0, 1]}))
+    served = control.replay_spot_trace(LOCATION, path, placement_seconds=10)
+    (location,) = served["locations"]
+    assert (location["spotAvailable"], location["trace"]["steps"]) == (True, 4)
+    control.advance(60)  # step 2: the trace's 0
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(30)  # back at step 3; the first restart try, 60 s after the reclaim
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(30)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+    control.set_spot_serving(LOCATION, True)  # by hand: the replay ends
+    assert control.serving()["locations"][0]["trace"] is None
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, -1]}))
+    with pytest.raises(SimulatorControlError) as caught:
+        control.replay_spot_trace(LOCATION, bad)
+    assert caught.value.status == 400
+
+
+def test_a_public_spot_trace_replays_when_present(control, endpoints):
+    traces = Path(__file__).resolve().parents[3] / "shared" / "traces" / "spot-traces"
+    path = traces / "preemption" / "1-node" / "gcp-04-30-2023" / "us-east1-b_c3-88.json"
+    if not path.is_file():
+        pytest.skip("the traces live beside the clone (../shared/traces)")
+    data = json.loads(path.read_text())["data"]
+    back = data.index(1)  # the trace starts without the instance: capacity is gone at first
+    gone = data.index(0, back)
+    name, spot = serving_endpoint(control, endpoints)
+    control.replay_spot_trace(LOCATION, path)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(back * 30 + 120)  # the six tries failed long before: placed 120 s after
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+    control.advance((gone - back) * 30 - 120)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    assert control.serving()["deployedModels"][0]["nodesDown"][0]["phase"] == "RESTARTING"

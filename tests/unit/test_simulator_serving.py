@@ -119,7 +119,7 @@ def test_capacity_going_again_cancels_a_placement_and_the_delay_is_settable(engi
     engine.advance(30)
     assert available(engine, spot) == 1
     assert engine.serving_json()["locations"] == [
-        {"location": "us-central1", "spotAvailable": True, "placementSeconds": 30.0}
+        {"location": "us-central1", "spotAvailable": True, "placementSeconds": 30.0, "trace": None}
     ]
     with error("INVALID_ARGUMENT"):
         engine.set_spot_serving("us-central1", True, placement_seconds=-1)
@@ -170,6 +170,66 @@ def test_a_spot_model_deployed_without_capacity_waits_for_it(engine):
     engine.set_spot_serving("us-central1", True)
     engine.advance(DEFAULT_PLACEMENT_SECONDS)
     assert available(engine, spot) == 2
+
+
+def test_a_replayed_trace_is_the_locations_spot_capacity_step_by_step_cyclically(engine):
+    spot = deploy(engine, deployed(1, spot=True), {"0": 100})
+    trace = {"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 0, 1]}
+    engine.replay_spot_trace("us-central1", trace, placement_seconds=30)
+    (location,) = engine.serving_json()["locations"]
+    assert location["trace"]["steps"] == 5
+    engine.advance(1199)
+    assert available(engine, spot) == 1
+    engine.advance(1)  # step 2: the value 0, capacity goes
+    assert available(engine, spot) == 0
+    engine.advance(1200)  # step 4: back; six tries (360 s) have failed: placed 30 s later
+    assert spot_model(engine)["nodesDown"][0]["phase"] == "PLACING"
+    engine.advance(30)
+    assert available(engine, spot) == 1
+    # Cyclic: steps 5 and 6 are the first two again (1, 1), step 7 is 0 once more.
+    engine.advance(600 * 7 - 2400 - 30 - 1)
+    assert available(engine, spot) == 1
+    engine.advance(1)
+    assert available(engine, spot) == 0
+    # Setting the capacity by hand ends the replay.
+    engine.set_spot_serving("us-central1", True)
+    assert engine.serving_json()["locations"][0]["trace"] is None
+
+
+def test_a_restart_try_at_the_instant_capacity_returns_succeeds(engine):
+    spot = deploy(engine, deployed(1, spot=True), {"0": 100})
+    # Capacity goes at 0 and returns at 60: the first restart try, at 60 too, sees it back.
+    engine.replay_spot_trace("us-central1", {"metadata": {"gap_seconds": 60}, "data": [0, 1]})
+    engine.advance(60)
+    assert available(engine, spot) == 1
+
+
+def test_a_threshold_reads_a_multi_node_trace(engine):
+    spot = deploy(engine, deployed(1, spot=True), {"0": 100})
+    trace = {"metadata": {"gap_seconds": 300}, "data": [4, 3, 4]}
+    engine.replay_spot_trace("us-central1", trace, threshold=4)
+    engine.advance(300)
+    assert available(engine, spot) == 0
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        [],
+        {"data": [1]},
+        {"metadata": {"gap_seconds": 0}, "data": [1]},
+        {"metadata": {"gap_seconds": True}, "data": [1]},
+        {"metadata": {"gap_seconds": 90000}, "data": [1]},
+        {"metadata": {"gap_seconds": 30}, "data": []},
+        {"metadata": {"gap_seconds": 30}, "data": [1, -1]},
+        {"metadata": {"gap_seconds": 30}, "data": [1, 0.5]},
+        {"metadata": {"gap_seconds": 30}, "data": [1, True]},
+        {"metadata": {"gap_seconds": 30}, "data": [1] * 100_001},
+    ],
+)
+def test_a_trace_is_decoded_bounded(engine, trace):
+    with error("INVALID_ARGUMENT"):
+        engine.replay_spot_trace("us-central1", trace)
 
 
 def test_reset_forgets_serving(engine):
