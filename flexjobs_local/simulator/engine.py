@@ -116,7 +116,7 @@ class Engine:
         self._calls = CallLog(self._clock.now)
         self._faults = Faults()
         # On a tie in time, a job's transition goes before an operation's, and an operation's
-        # before a serving node's (a restart try or a placement).
+        # before serving's (a replay's capacity change, a restart try or a placement).
         self._sources: tuple[EventSource, ...] = (
             self._jobs,
             self._operations,
@@ -525,8 +525,9 @@ class Engine:
     # --- reset ---------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget jobs, endpoints, operations, calls and faults; capacity, preemption rate,
-        time factor and random seeds back to their start-up values. Simulated time keeps going.
+        """Forget jobs, endpoints (with their serving nodes and Spot capacity), operations,
+        calls and faults; capacity, preemption rate, time factor and random seeds back to their
+        start-up values. Simulated time keeps going.
         """
         with self._caught_up():
             self._clock.set_factor(self._initial_factor)

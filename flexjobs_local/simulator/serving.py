@@ -17,9 +17,9 @@ benchmarks replay): capacity is there while the trace's value is at least a thre
 step from the moment the replay starts, cyclically as the benchmarks replay them; setting the
 capacity by hand ends the replay.
 
-An :class:`~.common.EventSource`: restart tries and placements are timed transitions the
-engine replays in simulated-time order. Every change in a model's running nodes is reported
-(``report``) so the endpoint shows it in ``DeployedModel.status``.
+An :class:`~.common.EventSource`: restart tries, placements and a replay's capacity changes
+are timed transitions the engine replays in simulated-time order. Every change in a model's
+running nodes is reported (``report``) so the endpoint shows it in ``DeployedModel.status``.
 """
 
 from __future__ import annotations
