@@ -15,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 
@@ -221,6 +222,44 @@ class SimulatorControl:
     def endpoints(self) -> list[dict[str, Any]]:
         """Every endpoint as REST JSON."""
         result: list[dict[str, Any]] = self._call("GET", "/endpoints")
+        return result
+
+    def serving(self) -> dict[str, Any]:
+        """Spot capacity per location and the nodes of every Spot deployed model."""
+        result: dict[str, Any] = self._call("GET", "/serving")
+        return result
+
+    def set_spot_serving(
+        self, location: str, available: bool, placement_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Spot serving capacity of ``location`` goes or returns now; returns :meth:`serving`."""
+        body: dict[str, Any] = {"location": location, "available": available}
+        if placement_seconds is not None:
+            body["placementSeconds"] = placement_seconds
+        result: dict[str, Any] = self._call("POST", "/serving/spot", body)
+        return result
+
+    def replay_spot_trace(
+        self,
+        location: str,
+        path: str | Path,
+        threshold: int = 1,
+        placement_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Replay the Spot trace file at ``path`` (``{"metadata": {"gap_seconds"}, "data"}``,
+        as in ``../shared/traces``) as the Spot capacity of ``location`` from now; returns
+        :meth:`serving`."""
+        trace = json.loads(Path(path).read_text(encoding="utf-8"))
+        body: dict[str, Any] = {"location": location, "trace": trace, "threshold": threshold}
+        if placement_seconds is not None:
+            body["placementSeconds"] = placement_seconds
+        result: dict[str, Any] = self._call("POST", "/serving/spot/trace", body)
+        return result
+
+    def reclaim_nodes(self, endpoint: str, deployed_model_id: str, nodes: int) -> dict[str, Any]:
+        """Reclaim ``nodes`` running nodes of one Spot deployed model now; returns serving."""
+        body = {"endpoint": endpoint, "deployedModelId": deployed_model_id, "nodes": nodes}
+        result: dict[str, Any] = self._call("POST", "/serving/reclaim", body)
         return result
 
     def operations(self) -> list[dict[str, Any]]:

@@ -19,6 +19,23 @@ GET      /calls[?method=M]     list of ``{method, time, simTime, request, code, 
 DELETE   /calls                ``{"cleared": n}``
 GET      /jobs[?name=&resource=]  list of REST JSON jobs, each with a ``_sim`` block
 GET      /endpoints            list of REST JSON endpoints
+GET      /serving              ``{"locations": [{location, spotAvailable, placementSeconds,
+                               trace: null or {startedAt, gapSeconds, steps, threshold,
+                               nextChangeAt}}],
+                               "deployedModels": [{endpoint, deployedModelId, location,
+                               replicas, required, available, nodesDown: [{node, phase,
+                               restartTries, nextAt}]}]}``: Spot deployed models only
+                               (:mod:`.serving`; phase RESTARTING, WAITING or PLACING)
+POST     /serving/spot         ``{"location", "available", "placementSeconds"?}`` → serving:
+                               Spot serving capacity of one location goes (its Spot nodes
+                               are reclaimed) or returns (placed ``placementSeconds`` later,
+                               default 120, kept for the location); ends a trace replay there
+POST     /serving/spot/trace   ``{"location", "trace": {"metadata": {"gap_seconds"}, "data"},
+                               "threshold"?, "placementSeconds"?}`` → serving: replay a Spot
+                               trace file's document as the location's Spot capacity from
+                               now, cyclically (there while a value >= threshold, default 1)
+POST     /serving/reclaim      ``{"endpoint", "deployedModelId", "nodes"}`` → serving:
+                               reclaim that many running nodes of one Spot model now
 GET      /operations           list of LRO JSON
 GET      /clock                ``{"simNow", "simNowEpoch", "timeFactor"}``
 POST     /time-factor          ``{"factor"}`` → clock
@@ -102,6 +119,14 @@ class ControlApp:
             ("GET", "/jobs"): lambda b, q: engine.jobs_json(q.get("resource"), q.get("name")),
             ("GET", "/endpoints"): lambda b, q: engine.endpoints_json(),
             ("GET", "/operations"): lambda b, q: engine.operations_json(),
+            ("GET", "/serving"): lambda b, q: engine.serving_json(),
+            ("POST", "/serving/spot"): self._set_spot_serving,
+            ("POST", "/serving/spot/trace"): self._replay_spot_trace,
+            ("POST", "/serving/reclaim"): lambda b, q: engine.reclaim_nodes(
+                _field(b, "endpoint", str),
+                _field(b, "deployedModelId", str),
+                _field(b, "nodes", int),
+            ),
             ("GET", "/clock"): lambda b, q: engine.clock(),
             ("POST", "/time-factor"): self._set_time_factor,
             ("POST", "/advance"): self._advance,
@@ -140,6 +165,23 @@ class ControlApp:
             message=_field(body, "message", str, None),
             late_seconds=float(_field(body, "lateSeconds", (int, float), 2.0)),
             delay_seconds=float(_field(body, "delaySeconds", (int, float), 0.0)),
+        )
+
+    def _set_spot_serving(self, body: Body, query: Query) -> Any:
+        placement = _field(body, "placementSeconds", (int, float), None)
+        return self.engine.set_spot_serving(
+            _field(body, "location", str),
+            _field(body, "available", bool),
+            None if placement is None else float(placement),
+        )
+
+    def _replay_spot_trace(self, body: Body, query: Query) -> Any:
+        placement = _field(body, "placementSeconds", (int, float), None)
+        return self.engine.replay_spot_trace(
+            _field(body, "location", str),
+            _field(body, "trace", dict),
+            _field(body, "threshold", int, 1),
+            None if placement is None else float(placement),
         )
 
     def _set_time_factor(self, body: Body, query: Query) -> Any:

@@ -1,10 +1,28 @@
 """Endpoints and the long-running operations that change them (CreateEndpoint, DeployModel,
-UndeployModel): an operation finishes, and its change shows, ``lro_seconds`` after it started.
+UndeployModel, MutateDeployedModel): an operation finishes, and its change shows,
+``lro_seconds`` after it started. UpdateEndpoint is synchronous, as in v1.
+
+**Etag.** Every endpoint carries an ``etag`` that changes with every change to the endpoint as
+GetEndpoint returns it: a deploy, an undeploy, a mutation or an UpdateEndpoint when its
+operation or call takes effect, and also a change in a deployed model's
+``status.available_replica_count`` (Spot nodes reclaimed or back, :mod:`.serving`): the etag
+covers the whole resource, output-only status included, so one rule holds and a client's
+read-modify-write never rests on a stale read. ``update_time`` moves with it. A failed restart
+try changes nothing on the endpoint, so neither.
+
+**Traffic split**, exactly as the v1 request comments say: a DeployModel with an empty split
+leaves the endpoint's split as it is ("If this field is empty, then the Endpoint's
+traffic_split is not updated"); an UndeployModel of a model that has traffic, without a split
+that takes it away, is refused ("A DeployedModel will be successfully undeployed only if it
+doesn't have any traffic assigned to it when this method executes, or if this field unassigns
+any traffic to it"), except the last model, whose undeploy always leaves the split empty.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import base64
+import hashlib
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +41,7 @@ from flexjobs_local.simulator.common import (
     copy_message,
     rest_json,
 )
+from flexjobs_local.simulator.serving import Serving
 
 
 @dataclass(eq=False)
@@ -103,12 +122,30 @@ class Operations:
         op.pb.done = True
 
 
+#: UpdateEndpointRequest.update_mask paths the simulator applies (any other is refused).
+ENDPOINT_UPDATE_PATHS = frozenset({"display_name", "description", "labels", "traffic_split"})
+
+#: MutateDeployedModelRequest.update_mask paths: the fields its v1 comment says can be mutated.
+MUTATE_PATHS = frozenset(
+    {
+        "dedicated_resources.min_replica_count",
+        "dedicated_resources.max_replica_count",
+        "dedicated_resources.required_replica_count",
+        "dedicated_resources.autoscaling_metric_specs",
+        "automatic_resources.min_replica_count",
+        "automatic_resources.max_replica_count",
+        "disable_container_logging",
+    }
+)
+
+
 @dataclass(eq=False)
 class _EndpointRecord:
     msg: Any  # aiplatform_v1.Endpoint
     project: str
     location: str
     seq: int
+    version: int = 0  # bumped on every change; the etag is derived from it
 
 
 def check_new_endpoint(endpoint: Any) -> None:
@@ -117,22 +154,147 @@ def check_new_endpoint(endpoint: Any) -> None:
         raise SimError("INVALID_ARGUMENT", "endpoint.display_name is required.")
 
 
-def check_deploy(deployed_model: Any, traffic_split: dict[str, int]) -> None:
-    """Raises SimError INVALID_ARGUMENT for no model or a split not summing to 100."""
+def check_deploy(deployed_model: Any) -> None:
+    """Raises SimError INVALID_ARGUMENT for a deployed model naming no model."""
     if not deployed_model.model:
         raise SimError("INVALID_ARGUMENT", "deployed_model.model is required.")
-    if traffic_split and sum(traffic_split.values()) != 100:
+
+
+def check_mask(paths: Collection[str], allowed: frozenset[str], request: str) -> None:
+    """Raises SimError INVALID_ARGUMENT for an empty mask or a path not in ``allowed``."""
+    if not paths:
+        raise SimError("INVALID_ARGUMENT", f"{request}.update_mask is required.")
+    unknown = sorted(set(paths) - allowed)
+    if unknown:
+        raise SimError(
+            "INVALID_ARGUMENT",
+            f"{request}.update_mask paths {unknown} cannot be updated; allowed: {sorted(allowed)}.",
+        )
+
+
+def check_split(split: Mapping[str, int], ids: Collection[str]) -> None:
+    """The one rule for a traffic split (Endpoint.traffic_split's v1 comment): every key one of
+    ``ids`` (the endpoint's deployed models, "0" too for a DeployModel), no value negative, and
+    the values adding up to 100, or the map empty (no traffic at all).
+
+    Raises:
+        SimError: INVALID_ARGUMENT.
+    """
+    unknown = sorted(set(split) - set(ids))
+    if unknown:
+        raise SimError(
+            "INVALID_ARGUMENT", f"traffic_split names {unknown}, not deployed on the endpoint."
+        )
+    if any(value < 0 for value in split.values()):
+        raise SimError("INVALID_ARGUMENT", "traffic_split percentages must not be negative.")
+    if split and sum(split.values()) != 100:
         raise SimError("INVALID_ARGUMENT", "traffic_split must sum to 100.")
 
 
+def _replicas(model: Any) -> tuple[int, int]:
+    """``(nodes, required)`` of a deployed model: one node per ``min_replica_count`` (Vertex
+    keeps that many running), and the replicas it needs available (``required_replica_count``,
+    else ``min_replica_count``)."""
+    if "automatic_resources" in model:
+        nodes = max(model.automatic_resources.min_replica_count, 1)
+        return nodes, nodes
+    resources = model.dedicated_resources
+    nodes = max(resources.min_replica_count, 1)
+    return nodes, resources.required_replica_count or nodes
+
+
+def _etag(record: _EndpointRecord) -> str:
+    # Opaque, as Vertex's are; the creation time keeps an endpoint re-created under the same
+    # id (after a reset) from repeating an old one.
+    msg = record.msg
+    text = f"{msg.name}\n{msg.create_time.timestamp()}\n{record.version}"
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()[:12]).decode()
+
+
+def _undeploy_split(msg: Any, model_id: str, given: Mapping[str, int]) -> dict[str, int]:
+    """The endpoint's split once ``model_id`` is undeployed, per UndeployModelRequest's v1
+    comment.
+
+    Raises:
+        SimError: INVALID_ARGUMENT (``given`` gives the model traffic, or breaks the split
+            rule); FAILED_PRECONDITION (the model has traffic and no ``given`` split).
+    """
+    remaining = [m.id for m in msg.deployed_models if m.id != model_id]
+    if not remaining:
+        # "If last DeployedModel is being undeployed from the Endpoint, the
+        # [Endpoint.traffic_split] will always end up empty when this call returns."
+        return {}
+    if given:
+        if given.get(model_id, 0) > 0:
+            raise SimError(
+                "INVALID_ARGUMENT",
+                f"traffic_split gives traffic to deployed model {model_id}, being undeployed.",
+            )
+        split = {k: v for k, v in given.items() if k != model_id}
+        check_split(split, remaining)
+        return split
+    share = msg.traffic_split.get(model_id, 0)
+    if share > 0:
+        # "A DeployedModel will be successfully undeployed only if it doesn't have any traffic
+        # assigned to it when this method executes, or if this field unassigns any traffic to
+        # it." The endpoint's state, not the request, is what is wrong: FAILED_PRECONDITION.
+        raise SimError(
+            "FAILED_PRECONDITION",
+            f"Deployed model {model_id} has {share}% of the endpoint's traffic: undeploy it "
+            "with a traffic_split that unassigns it, or move its traffic first.",
+        )
+    return {k: v for k, v in msg.traffic_split.items() if k != model_id}
+
+
+def _mutated(current: Any, request: Any, paths: Collection[str]) -> Any:
+    """A copy of ``current`` with the ``paths`` of ``request`` (a checked mask) taken over.
+
+    Raises:
+        SimError: INVALID_ARGUMENT (a path for resources the model does not use, or replica
+            counts that do not fit together).
+    """
+    result = copy_message(current)
+    for path in sorted(paths):
+        head, _, leaf = path.rpartition(".")
+        if head and head not in result:
+            raise SimError(
+                "INVALID_ARGUMENT",
+                f"Deployed model {current.id} has no {head} to mutate ({path}).",
+            )
+        target = getattr(result, head) if head else result
+        source = getattr(request, head) if head else request
+        value = getattr(source, leaf)
+        setattr(target, leaf, list(value) if leaf == "autoscaling_metric_specs" else value)
+    resources = (
+        result.automatic_resources
+        if "automatic_resources" in result
+        else result.dedicated_resources
+    )
+    low, high = resources.min_replica_count, resources.max_replica_count
+    if low < 1:
+        raise SimError("INVALID_ARGUMENT", "min_replica_count must be at least 1.")
+    if high and high < low:
+        raise SimError("INVALID_ARGUMENT", "max_replica_count must not be below min_replica_count.")
+    required = result.dedicated_resources.required_replica_count
+    if "dedicated_resources" in result and required > low:
+        raise SimError(
+            "INVALID_ARGUMENT", "required_replica_count must not exceed min_replica_count."
+        )
+    return result
+
+
 class Endpoints:
-    """Endpoints and the models deployed on them. Not thread-safe: the engine holds its lock."""
+    """Endpoints and the models deployed on them. Not thread-safe: the engine holds its lock.
+
+    ``serving`` keeps the nodes the deployed models run on (an event source of its own).
+    """
 
     def __init__(self, runtime: Runtime, operations: Operations, lro_seconds: float) -> None:
         self._runtime = runtime
         self._operations = operations
         self._lro_seconds = lro_seconds
         self._endpoints: dict[str, _EndpointRecord] = {}
+        self.serving = Serving(self._report_available)
 
     def create(
         self, project: str, location: str, endpoint: Any, endpoint_id: str
@@ -144,12 +306,14 @@ class Endpoints:
             raise SimError("ALREADY_EXISTS", f"Endpoint {name} already exists.")
         msg = copy_message(endpoint)
         msg.name = name
+        msg.etag = ""  # output: the server's, never the caller's
         seq = len(self._endpoints)
 
         def finish(at: float) -> Any:
             msg.create_time = to_datetime(at)
-            msg.update_time = to_datetime(at)
-            self._endpoints[name] = _EndpointRecord(msg, project, location, seq)
+            record = _EndpointRecord(msg, project, location, seq)
+            self._endpoints[name] = record
+            self._changed(record, at)
             return copy_message(msg)
 
         return self._operations.start(
@@ -178,35 +342,78 @@ class Endpoints:
     def to_json(self) -> list[dict[str, Any]]:
         return [rest_json(r.msg) for r in self._endpoints.values()]
 
+    def update(self, endpoint: Any, paths: Collection[str]) -> Any:
+        """UpdateEndpoint: the ``paths`` (a checked mask) of ``endpoint`` replace the stored
+        endpoint's at once; returns a copy of the result.
+
+        Raises:
+            SimError: NOT_FOUND; ABORTED (a stale etag); INVALID_ARGUMENT (the split rule, an
+                empty display name).
+        """
+        record = self._find(endpoint.name)
+        msg = record.msg
+        # Google APIs' read-modify-write rule (AIP-154, "Resource freshness validation"): an
+        # update whose etag is set and not the current one fails with ABORTED, as e.g. GKE's
+        # ClusterUpdate.etag documents ("update will be blocked and an ABORTED error will be
+        # returned"). An unset etag is the blind overwrite Endpoint.etag's comment allows.
+        if endpoint.etag and endpoint.etag != msg.etag:
+            raise SimError(
+                "ABORTED",
+                f"The etag {endpoint.etag!r} of Endpoint {msg.name} is not its current one: "
+                "read it again.",
+            )
+        if "traffic_split" in paths:
+            check_split(dict(endpoint.traffic_split), [m.id for m in msg.deployed_models])
+        if "display_name" in paths and not endpoint.display_name:
+            raise SimError("INVALID_ARGUMENT", "endpoint.display_name must not be empty.")
+        for path in paths:
+            if path in ("labels", "traffic_split"):
+                getattr(msg, path).clear()
+                getattr(msg, path).update(dict(getattr(endpoint, path)))
+            else:
+                setattr(msg, path, getattr(endpoint, path))
+        self._changed(record, self._runtime.now)
+        return copy_message(msg)
+
     def deploy(
         self, endpoint: str, deployed_model: Any, traffic_split: dict[str, int]
     ) -> operations_pb2.Operation:
-        """Start deploying a checked model; it lists on the endpoint when the operation ends."""
+        """Start deploying a checked model; it lists on the endpoint when the operation ends.
+
+        Raises:
+            SimError: NOT_FOUND; INVALID_ARGUMENT (the split rule, "0" the model deployed).
+        """
         record = self._find(endpoint)
+        split = dict(traffic_split)
+        check_split(split, ["0", *(m.id for m in record.msg.deployed_models)])
         model = copy_message(deployed_model)
         model.id = self._runtime.new_id()
-        split = dict(traffic_split)
+        model.status = aiplatform_v1.DeployedModel.Status()  # output only: ours to set
 
         def finish(at: float) -> Any:
             msg = record.msg
+            # Checked again: a model the split names may have been undeployed meanwhile.
+            check_split(split, ["0", *(m.id for m in msg.deployed_models)])
             model.create_time = to_datetime(at)
-            # Vertex reports every required replica available once DeployModel is done
-            # (DeployedModel.status.available_replica_count); the simulator reclaims no Spot
-            # node yet, so that count stays.
-            resources = model.dedicated_resources
-            model.status.available_replica_count = (
-                resources.required_replica_count or resources.min_replica_count or 1
-            )
-            model.status.last_update_time = to_datetime(at)
             msg.deployed_models.append(model)
             if split:
-                new = {(model.id if k == "0" else k): v for k, v in split.items()}
                 msg.traffic_split.clear()
-                msg.traffic_split.update(new)
-            elif len(msg.deployed_models) == 1:
-                msg.traffic_split[model.id] = 100
-            msg.update_time = to_datetime(at)
-            return aiplatform_v1.DeployModelResponse(deployed_model=copy_message(model))
+                msg.traffic_split.update(
+                    {(model.id if k == "0" else k): v for k, v in split.items()}
+                )
+            # An empty split leaves the endpoint's as it is (DeployModelRequest.traffic_split).
+            nodes, required = _replicas(model)
+            self.serving.place(
+                endpoint,
+                model.id,
+                record.location,
+                spot=model.dedicated_resources.spot,
+                replicas=nodes,
+                required=required,
+                at=at,
+            )
+            self._changed(record, at)
+            return aiplatform_v1.DeployModelResponse(deployed_model=self._model(record, model.id))
 
         return self._operations.start(
             endpoint, aiplatform_v1.DeployModelOperationMetadata(), finish, self._lro_seconds
@@ -215,29 +422,93 @@ class Endpoints:
     def undeploy(
         self, endpoint: str, deployed_model_id: str, traffic_split: dict[str, int]
     ) -> operations_pb2.Operation:
-        """Start undeploying; the model leaves the endpoint when the operation ends."""
+        """Start undeploying; the model leaves the endpoint when the operation ends.
+
+        Raises:
+            SimError: NOT_FOUND; INVALID_ARGUMENT or FAILED_PRECONDITION (the split, see
+                :func:`_undeploy_split`; checked again when the operation ends, since the split
+                may change meanwhile: then the operation fails).
+        """
         record = self._find(endpoint)
-        if not any(m.id == deployed_model_id for m in record.msg.deployed_models):
-            raise SimError(
-                "NOT_FOUND", f"Deployed model {deployed_model_id} not found on {endpoint}."
-            )
+        self._model(record, deployed_model_id)
         split = dict(traffic_split)
+        _undeploy_split(record.msg, deployed_model_id, split)
 
         def finish(at: float) -> Any:
             msg = record.msg
+            self._model(record, deployed_model_id)
+            new = _undeploy_split(msg, deployed_model_id, split)
             keep = [copy_message(m) for m in msg.deployed_models if m.id != deployed_model_id]
             msg.deployed_models = keep
-            new = split or {k: v for k, v in msg.traffic_split.items() if k != deployed_model_id}
-            if keep and not new:
-                new = {keep[0].id: 100}
             msg.traffic_split.clear()
             msg.traffic_split.update(new)
-            msg.update_time = to_datetime(at)
+            self.serving.remove(endpoint, deployed_model_id)
+            self._changed(record, at)
             return aiplatform_v1.UndeployModelResponse()
 
         return self._operations.start(
             endpoint, aiplatform_v1.UndeployModelOperationMetadata(), finish, self._lro_seconds
         )
+
+    def mutate(
+        self, endpoint: str, deployed_model: Any, paths: Collection[str]
+    ) -> operations_pb2.Operation:
+        """Start MutateDeployedModel (a checked mask); the change, and the nodes it adds or
+        drops, show when the operation ends.
+
+        Raises:
+            SimError: NOT_FOUND; INVALID_ARGUMENT (see :func:`_mutated`).
+        """
+        record = self._find(endpoint)
+        model_id = deployed_model.id
+        if not model_id:
+            raise SimError("INVALID_ARGUMENT", "deployed_model.id is required.")
+        _mutated(self._model(record, model_id), deployed_model, paths)
+        request = copy_message(deployed_model)
+
+        def finish(at: float) -> Any:
+            msg = record.msg
+            current = self._model(record, model_id)  # it may have been undeployed meanwhile
+            result = _mutated(current, request, paths)
+            msg.deployed_models = [
+                result if m.id == model_id else copy_message(m) for m in msg.deployed_models
+            ]
+            nodes, required = _replicas(result)
+            self.serving.resize(endpoint, model_id, nodes, required, at)
+            self._changed(record, at)
+            return aiplatform_v1.MutateDeployedModelResponse(
+                deployed_model=self._model(record, model_id)
+            )
+
+        return self._operations.start(
+            endpoint,
+            aiplatform_v1.MutateDeployedModelOperationMetadata(),
+            finish,
+            self._lro_seconds,
+        )
+
+    def _report_available(self, endpoint: str, model_id: str, available: int, at: float) -> None:
+        """:class:`~.serving.Serving`'s report: the model's running nodes are its available
+        replicas (``DeployedModel.status``), a change to the endpoint."""
+        record = self._find(endpoint)
+        for model in record.msg.deployed_models:
+            if model.id == model_id:
+                model.status.available_replica_count = available
+                model.status.last_update_time = to_datetime(at)
+        self._changed(record, at)
+
+    def _changed(self, record: _EndpointRecord, at: float) -> None:
+        """The one place an endpoint changes: a new etag and update_time (see the module doc)."""
+        record.version += 1
+        record.msg.update_time = to_datetime(at)
+        record.msg.etag = _etag(record)
+
+    def _model(self, record: _EndpointRecord, model_id: str) -> Any:
+        """A copy of deployed model ``model_id`` of the endpoint. Raises SimError NOT_FOUND."""
+        for model in record.msg.deployed_models:
+            if model.id == model_id:
+                return copy_message(model)
+        raise SimError("NOT_FOUND", f"Deployed model {model_id} not found on {record.msg.name}.")
 
     def _find(self, name: str) -> _EndpointRecord:
         record = self._endpoints.get(name)

@@ -8,9 +8,10 @@ simulated instant the previous job ended) no matter how coarse the wall-clock ti
 
 :class:`Engine` holds the lock and composes the parts: :mod:`.specs` reads requests,
 :mod:`.jobs` runs the lifecycle on :mod:`.capacity` (with :mod:`.checkpoints` and
-:mod:`.failures`), :mod:`.endpoints` keeps endpoints and long-running operations, :mod:`.faults`
-the call log and injected faults. Jobs and operations are the event sources that
-:meth:`Engine._advance` replays.
+:mod:`.failures`), :mod:`.endpoints` keeps endpoints and long-running operations (and, in
+:mod:`.serving`, the nodes deployed models run on), :mod:`.faults` the call log and injected
+faults. Jobs, operations and serving nodes are the event sources that :meth:`Engine._advance`
+replays.
 
 Side effects that leave the process (Pub/Sub hints, checkpoint objects) are not done here: the
 engine hands :class:`~.common.StateChanged` and :class:`~.common.CheckpointWrite` events to
@@ -39,13 +40,17 @@ from flexjobs_local.simulator.common import (
     parse_parent,
 )
 from flexjobs_local.simulator.endpoints import (
+    ENDPOINT_UPDATE_PATHS,
+    MUTATE_PATHS,
     Endpoints,
     Operations,
     check_deploy,
+    check_mask,
     check_new_endpoint,
 )
 from flexjobs_local.simulator.faults import CallLog, FaultRule, Faults, fault_rule
 from flexjobs_local.simulator.jobs import JobQuery, Jobs
+from flexjobs_local.simulator.serving import SpotTrace
 from flexjobs_local.simulator.specs import KINDS, plan_job
 
 
@@ -110,8 +115,13 @@ class Engine:
         self._endpoints = Endpoints(self._runtime, self._operations, self._lro_seconds)
         self._calls = CallLog(self._clock.now)
         self._faults = Faults()
-        # On a tie in time, a job's transition goes before an operation's.
-        self._sources: tuple[EventSource, ...] = (self._jobs, self._operations)
+        # On a tie in time, a job's transition goes before an operation's, and an operation's
+        # before serving's (a replay's capacity change, a restart try or a placement).
+        self._sources: tuple[EventSource, ...] = (
+            self._jobs,
+            self._operations,
+            self._endpoints.serving,
+        )
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -405,18 +415,31 @@ class Engine:
         with self._caught_up():
             return self._endpoints.to_json()
 
+    def update_endpoint(self, endpoint: Any, update_mask: list[str]) -> Any:
+        """UpdateEndpoint (synchronous in v1): the masked fields of ``endpoint`` replace the
+        stored endpoint's; returns the updated endpoint (a copy).
+
+        Raises:
+            SimError: INVALID_ARGUMENT (mask, split, display name); NOT_FOUND; ABORTED (a set
+                etag that is not the current one).
+        """
+        check_mask(update_mask, ENDPOINT_UPDATE_PATHS, "UpdateEndpointRequest")
+        with self._caught_up():
+            return self._endpoints.update(endpoint, update_mask)
+
     def deploy_model(
         self, endpoint: str, deployed_model: Any, traffic_split: dict[str, int]
     ) -> operations_pb2.Operation:
         """Start deploying; when the LRO finishes the endpoint lists the model with a new id.
 
-        ``traffic_split`` uses key "0" for the model being deployed, like Vertex. Without one,
-        the first model on an endpoint gets 100 and later ones get none.
+        ``traffic_split`` uses key "0" for the model being deployed, like Vertex; an empty one
+        leaves the endpoint's split unchanged (the new model gets no traffic).
 
         Raises:
-            SimError: NOT_FOUND (endpoint); INVALID_ARGUMENT (no model, split not summing to 100).
+            SimError: NOT_FOUND (endpoint); INVALID_ARGUMENT (no model, a split naming a model
+                not on the endpoint, a negative share, shares not summing to 100).
         """
-        check_deploy(deployed_model, traffic_split)
+        check_deploy(deployed_model)
         with self._caught_up():
             return self._endpoints.deploy(endpoint, deployed_model, traffic_split)
 
@@ -426,16 +449,85 @@ class Engine:
         """Start undeploying ``deployed_model_id``; the model leaves the endpoint at completion.
 
         Raises:
-            SimError: NOT_FOUND (endpoint or deployed model).
+            SimError: NOT_FOUND (endpoint or deployed model); FAILED_PRECONDITION (it has
+                traffic and no split takes it away, and it is not the last model);
+                INVALID_ARGUMENT (a split giving it traffic or breaking the split rule).
         """
         with self._caught_up():
             return self._endpoints.undeploy(endpoint, deployed_model_id, traffic_split)
 
+    def mutate_deployed_model(
+        self, endpoint: str, deployed_model: Any, update_mask: list[str]
+    ) -> operations_pb2.Operation:
+        """Start MutateDeployedModel; the masked fields (replica counts, autoscaling metric
+        specs, container logging) change, and nodes come or go, when the LRO finishes.
+
+        Raises:
+            SimError: INVALID_ARGUMENT (mask, replica counts); NOT_FOUND.
+        """
+        check_mask(update_mask, MUTATE_PATHS, "MutateDeployedModelRequest")
+        with self._caught_up():
+            return self._endpoints.mutate(endpoint, deployed_model, update_mask)
+
+    # --- serving nodes -------------------------------------------------------------------------
+
+    def serving_json(self) -> dict[str, Any]:
+        """Spot capacity per location and the nodes of every Spot deployed model (``GET
+        /serving``)."""
+        with self._caught_up():
+            return self._endpoints.serving.to_json()
+
+    def set_spot_serving(
+        self, location: str, available: bool, placement_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Spot serving capacity of ``location`` goes or returns now (:mod:`.serving`).
+
+        Raises:
+            SimError: INVALID_ARGUMENT (a negative placement delay).
+        """
+        with self._caught_up():
+            self._endpoints.serving.set_spot(
+                location, available, placement_seconds, self._runtime.now
+            )
+            return self._endpoints.serving.to_json()
+
+    def replay_spot_trace(
+        self,
+        location: str,
+        trace: Any,
+        threshold: int = 1,
+        placement_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Replay a Spot trace document (``{"metadata": {"gap_seconds"}, "data"}``) as the Spot
+        serving capacity of ``location`` from now, cyclically: there while the trace's value is
+        at least ``threshold``.
+
+        Raises:
+            SimError: INVALID_ARGUMENT (the document, the threshold, the placement delay).
+        """
+        spot_trace = SpotTrace.from_json(trace)
+        with self._caught_up():
+            self._endpoints.serving.replay(
+                location, spot_trace, threshold, placement_seconds, self._runtime.now
+            )
+            return self._endpoints.serving.to_json()
+
+    def reclaim_nodes(self, endpoint: str, deployed_model_id: str, nodes: int) -> dict[str, Any]:
+        """Reclaim ``nodes`` running nodes of one Spot deployed model now; restarts are tried.
+
+        Raises:
+            SimError: NOT_FOUND; INVALID_ARGUMENT; FAILED_PRECONDITION (on-demand, too few).
+        """
+        with self._caught_up():
+            self._endpoints.serving.reclaim(endpoint, deployed_model_id, nodes, self._runtime.now)
+            return self._endpoints.serving.to_json()
+
     # --- reset ---------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget jobs, endpoints, operations, calls and faults; capacity, preemption rate,
-        time factor and random seeds back to their start-up values. Simulated time keeps going.
+        """Forget jobs, endpoints (with their serving nodes and Spot capacity), operations,
+        calls and faults; capacity, preemption rate, time factor and random seeds back to their
+        start-up values. Simulated time keeps going.
         """
         with self._caught_up():
             self._clock.set_factor(self._initial_factor)

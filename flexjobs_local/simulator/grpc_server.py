@@ -210,6 +210,14 @@ def _endpoint_handlers(engine: Engine) -> dict[str, grpc.RpcMethodHandler]:
     def undeploy(req: Any) -> Any:
         return engine.undeploy_model(req.endpoint, req.deployed_model_id, dict(req.traffic_split))
 
+    def update(req: Any) -> Any:
+        return engine.update_endpoint(req.endpoint, list(req.update_mask.paths))
+
+    def mutate(req: Any) -> Any:
+        return engine.mutate_deployed_model(
+            req.endpoint, req.deployed_model, list(req.update_mask.paths)
+        )
+
     return {
         "CreateEndpoint": _handler(
             engine, "CreateEndpoint", create, v1.CreateEndpointRequest, _serialize_pb
@@ -229,6 +237,13 @@ def _endpoint_handlers(engine: Engine) -> dict[str, grpc.RpcMethodHandler]:
         ),
         "UndeployModel": _handler(
             engine, "UndeployModel", undeploy, v1.UndeployModelRequest, _serialize_pb
+        ),
+        # Synchronous in v1: the answer is the updated Endpoint, not an operation.
+        "UpdateEndpoint": _handler(
+            engine, "UpdateEndpoint", update, v1.UpdateEndpointRequest, v1.Endpoint.serialize
+        ),
+        "MutateDeployedModel": _handler(
+            engine, "MutateDeployedModel", mutate, v1.MutateDeployedModelRequest, _serialize_pb
         ),
     }
 

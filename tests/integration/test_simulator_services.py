@@ -3,8 +3,10 @@ through the unmodified GAPIC clients."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,9 +20,9 @@ from google.cloud.aiplatform_v1.services.job_service.transports import JobServic
 from google.cloud.aiplatform_v1.services.pipeline_service.transports import (
     PipelineServiceGrpcTransport,
 )
-from google.protobuf import struct_pb2
+from google.protobuf import field_mask_pb2, struct_pb2
 
-from flexjobs_local.simulator import SimulatorControl, SimulatorHandle, serve
+from flexjobs_local.simulator import SimulatorControl, SimulatorControlError, SimulatorHandle, serve
 from tests.integration.simulator_support import A100, LOCATION, PARENT
 
 pytestmark = pytest.mark.integration
@@ -272,7 +274,10 @@ def test_endpoint_create_deploy_undeploy_through_long_running_operations(control
             "spot": True,
         },
     )
-    deploy = endpoints.deploy_model(endpoint=endpoint.name, deployed_model=deployed)
+    # An empty split would leave the endpoint's as it is (no traffic): the split is explicit.
+    deploy = endpoints.deploy_model(
+        endpoint=endpoint.name, deployed_model=deployed, traffic_split={"0": 100}
+    )
     response = deploy.result(timeout=60)
     assert isinstance(response, aiplatform_v1.DeployModelResponse)
     model_id = response.deployed_model.id
@@ -321,3 +326,220 @@ def test_endpoint_errors(control, endpoints):
         )
     with pytest.raises(exceptions.InvalidArgument):
         endpoints.create_endpoint(parent=PARENT, endpoint=aiplatform_v1.Endpoint())
+
+
+# --- Spot serving: etag, UpdateEndpoint, MutateDeployedModel, nodes reclaimed --------------------
+
+
+def l4_model(replicas: int, *, spot: bool) -> aiplatform_v1.DeployedModel:
+    return aiplatform_v1.DeployedModel(
+        model=f"{PARENT}/models/123",
+        dedicated_resources={
+            "machine_spec": {
+                "machine_type": "g2-standard-8",
+                "accelerator_type": L4,
+                "accelerator_count": 1,
+            },
+            "min_replica_count": replicas,
+            "max_replica_count": replicas,
+            "spot": spot,
+        },
+    )
+
+
+def finished(control: SimulatorControl, operation: Any) -> Any:
+    """The operation's response once its simulated delay (5 s) has passed on the frozen clock."""
+    control.advance(5)
+    return operation.result(timeout=30)
+
+
+def serving_endpoint(
+    control: SimulatorControl, endpoints: aiplatform_v1.EndpointServiceClient
+) -> tuple[str, str]:
+    """A fresh endpoint with one 2-replica Spot model taking all traffic: (name, model id)."""
+    created = endpoints.create_endpoint(
+        parent=PARENT, endpoint=aiplatform_v1.Endpoint(display_name="spot-serving")
+    )
+    name = finished(control, created).name
+    deploy = endpoints.deploy_model(
+        endpoint=name, deployed_model=l4_model(2, spot=True), traffic_split={"0": 100}
+    )
+    return name, finished(control, deploy).deployed_model.id
+
+
+def availability(endpoint: aiplatform_v1.Endpoint) -> dict[str, int]:
+    return {m.id: m.status.available_replica_count for m in endpoint.deployed_models}
+
+
+def test_a_hedge_deploys_moves_traffic_with_the_etag_grows_and_moves_back(control, endpoints):
+    name, spot = serving_endpoint(control, endpoints)
+    # The fallback, deployed with no split: the endpoint's split stays as it is.
+    deploy = endpoints.deploy_model(endpoint=name, deployed_model=l4_model(1, spot=False))
+    fallback = finished(control, deploy).deployed_model.id
+    read = endpoints.get_endpoint(name=name)
+    assert dict(read.traffic_split) == {spot: 100}
+    assert read.etag
+
+    stale = aiplatform_v1.Endpoint(name=name, traffic_split={fallback: 100}, etag="stale")
+    mask = field_mask_pb2.FieldMask(paths=["traffic_split"])
+    with pytest.raises(exceptions.Aborted, match="etag"):
+        endpoints.update_endpoint(endpoint=stale, update_mask=mask)
+    read.traffic_split.clear()
+    read.traffic_split[fallback] = 100
+    updated = endpoints.update_endpoint(endpoint=read, update_mask=mask)
+    assert isinstance(updated, aiplatform_v1.Endpoint)  # synchronous in v1: no operation
+    assert dict(updated.traffic_split) == {fallback: 100}
+    assert updated.etag != read.etag
+    with pytest.raises(exceptions.Aborted):  # the read before the update is stale now
+        endpoints.update_endpoint(endpoint=read, update_mask=mask)
+
+    grow = endpoints.mutate_deployed_model(
+        endpoint=name,
+        deployed_model=aiplatform_v1.DeployedModel(
+            id=fallback, dedicated_resources={"min_replica_count": 2, "max_replica_count": 2}
+        ),
+        update_mask=field_mask_pb2.FieldMask(
+            paths=["dedicated_resources.min_replica_count", "dedicated_resources.max_replica_count"]
+        ),
+    )
+    assert availability(endpoints.get_endpoint(name=name))[fallback] == 1  # not yet
+    response = finished(control, grow)
+    assert isinstance(response, aiplatform_v1.MutateDeployedModelResponse)
+    assert isinstance(grow.metadata, aiplatform_v1.MutateDeployedModelOperationMetadata)
+    assert response.deployed_model.dedicated_resources.min_replica_count == 2
+    assert availability(endpoints.get_endpoint(name=name)) == {spot: 2, fallback: 2}
+
+    # The fallback has traffic: its undeploy is refused until the split takes it away.
+    with pytest.raises(exceptions.FailedPrecondition, match="traffic"):
+        endpoints.undeploy_model(endpoint=name, deployed_model_id=fallback)
+    back = endpoints.get_endpoint(name=name)
+    back.traffic_split.clear()
+    back.traffic_split[spot] = 100
+    endpoints.update_endpoint(endpoint=back, update_mask=mask)
+    undeploy = endpoints.undeploy_model(endpoint=name, deployed_model_id=fallback)
+    finished(control, undeploy)
+    final = endpoints.get_endpoint(name=name)
+    assert ([m.id for m in final.deployed_models], dict(final.traffic_split)) == (
+        [spot],
+        {spot: 100},
+    )
+
+    methods = [c["method"] for c in control.calls()]
+    assert {"UpdateEndpoint", "MutateDeployedModel"} <= set(methods)
+    refused = [c for c in control.calls("UpdateEndpoint") if c["code"] == "ABORTED"]
+    assert len(refused) == 2
+
+
+def test_update_endpoint_refuses_bad_masks_and_splits_and_takes_faults(control, endpoints):
+    name, spot = serving_endpoint(control, endpoints)
+    endpoint = aiplatform_v1.Endpoint(name=name, traffic_split={spot: 60})
+    for paths in (["traffic_split"], ["deployed_models"], []):
+        with pytest.raises(exceptions.InvalidArgument):
+            endpoints.update_endpoint(
+                endpoint=endpoint, update_mask=field_mask_pb2.FieldMask(paths=paths)
+            )
+    control.inject_faults("UNAVAILABLE", methods=["UpdateEndpoint"])
+    labels = aiplatform_v1.Endpoint(name=name, labels={"team": "a"})
+    mask = field_mask_pb2.FieldMask(paths=["labels"])
+    with pytest.raises(exceptions.ServiceUnavailable):
+        endpoints.update_endpoint(endpoint=labels, update_mask=mask, retry=None)
+    assert dict(endpoints.get_endpoint(name=name).labels) == {}  # "before": no effect
+    assert dict(endpoints.update_endpoint(endpoint=labels, update_mask=mask).labels) == {
+        "team": "a"
+    }
+    codes = [c["code"] for c in control.calls("UpdateEndpoint")]
+    assert codes == ["INVALID_ARGUMENT"] * 3 + ["UNAVAILABLE", "OK"]
+
+
+def test_spot_capacity_going_reclaims_nodes_get_and_list_show_it(control, endpoints):
+    name, spot = serving_endpoint(control, endpoints)
+    deploy = endpoints.deploy_model(endpoint=name, deployed_model=l4_model(1, spot=False))
+    on_demand = finished(control, deploy).deployed_model.id
+    before = endpoints.get_endpoint(name=name)
+
+    control.set_spot_serving(LOCATION, False)
+    now = endpoints.get_endpoint(name=name)
+    assert availability(now) == {spot: 0, on_demand: 1}
+    assert now.etag != before.etag
+    (listed,) = [e for e in endpoints.list_endpoints(parent=PARENT) if e.name == name]
+    assert availability(listed) == {spot: 0, on_demand: 1}
+    (changed,) = [m for m in now.deployed_models if m.id == spot]
+    assert changed.status.last_update_time > before.deployed_models[0].status.last_update_time
+
+    control.advance(6 * 60)  # six restart tries, one a minute, all failed
+    (model,) = control.serving()["deployedModels"]
+    assert model["deployedModelId"] == spot
+    assert (model["endpoint"], model["required"], model["available"]) == (name, 2, 0)
+    assert [(n["phase"], n["restartTries"]) for n in model["nodesDown"]] == [("WAITING", 6)] * 2
+    assert control.serving()["locations"] == [
+        {"location": LOCATION, "spotAvailable": False, "placementSeconds": 120.0, "trace": None}
+    ]
+
+    control.set_spot_serving(LOCATION, True, placement_seconds=90)
+    control.advance(89)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(1)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+
+    control.reclaim_nodes(name, spot, 1)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 1
+    control.advance(60)  # capacity is there: the first restart try succeeds
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+
+
+def test_serving_control_refuses_what_it_cannot_do(control, endpoints):
+    name, spot = serving_endpoint(control, endpoints)
+    deploy = endpoints.deploy_model(endpoint=name, deployed_model=l4_model(1, spot=False))
+    on_demand = finished(control, deploy).deployed_model.id
+    cases = [
+        (lambda: control.reclaim_nodes(name, "404", 1), 404),
+        (lambda: control.reclaim_nodes(name, on_demand, 1), 409),
+        (lambda: control.reclaim_nodes(name, spot, 3), 409),
+        (lambda: control.reclaim_nodes(name, spot, 0), 400),
+        (lambda: control.set_spot_serving(LOCATION, True, placement_seconds=-1), 400),
+    ]
+    for call, status in cases:
+        with pytest.raises(SimulatorControlError) as caught:
+            call()
+        assert caught.value.status == status
+
+
+def test_a_spot_trace_file_replays_as_the_locations_capacity(control, endpoints, tmp_path):
+    name, spot = serving_endpoint(control, endpoints)
+    path = tmp_path / "us-central1-a_trace.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, 1, 0, 1]}))
+    served = control.replay_spot_trace(LOCATION, path, placement_seconds=10)
+    (location,) = served["locations"]
+    assert (location["spotAvailable"], location["trace"]["steps"]) == (True, 4)
+    control.advance(60)  # step 2: the trace's 0
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(30)  # back at step 3; the first restart try, 60 s after the reclaim
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(30)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+    control.set_spot_serving(LOCATION, True)  # by hand: the replay ends
+    assert control.serving()["locations"][0]["trace"] is None
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"metadata": {"gap_seconds": 30}, "data": [1, -1]}))
+    with pytest.raises(SimulatorControlError) as caught:
+        control.replay_spot_trace(LOCATION, bad)
+    assert caught.value.status == 400
+
+
+def test_a_public_spot_trace_replays_when_present(control, endpoints):
+    traces = Path(__file__).resolve().parents[3] / "shared" / "traces" / "spot-traces"
+    path = traces / "preemption" / "1-node" / "gcp-04-30-2023" / "us-east1-b_c3-88.json"
+    if not path.is_file():
+        pytest.skip("the traces live beside the clone (../shared/traces)")
+    data = json.loads(path.read_text())["data"]
+    back = data.index(1)  # the trace starts without the instance: capacity is gone at first
+    gone = data.index(0, back)
+    name, spot = serving_endpoint(control, endpoints)
+    control.replay_spot_trace(LOCATION, path)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    control.advance(back * 30 + 120)  # the six tries failed long before: placed 120 s after
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 2
+    control.advance((gone - back) * 30 - 120)
+    assert availability(endpoints.get_endpoint(name=name))[spot] == 0
+    assert control.serving()["deployedModels"][0]["nodesDown"][0]["phase"] == "RESTARTING"
