@@ -627,7 +627,10 @@ class InMemoryDeploymentBackend:
         self.calls.append(("UndeployModel", endpoint, deployed_model_id))
         if self.call_fails_with is not None:
             raise self.call_fails_with
-        if self.splits.get(endpoint, {}).get(deployed_model_id):
+        # "A DeployedModel will be successfully undeployed only if it doesn't have any traffic
+        # assigned to it" -- unless it is the endpoint's last, which takes the split with it.
+        last = len(self.endpoints[endpoint]) == 1
+        if self.splits.get(endpoint, {}).get(deployed_model_id) and not last:
             raise BackendRejected("Vertex AI refused UndeployModel: 400 the model has traffic")
         name = f"{endpoint}/operations/{next(self._ids)}"
         self._undeploys[name] = (endpoint, deployed_model_id)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from shared.app.commands import CancelJob
 from shared.app.context import CapacityPorts
+from shared.app.deploy import cancel_deployment
 from shared.app.steps.cancels import drive_cancels
 from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import apply_and_notify, flush_outbox
@@ -66,15 +67,8 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
         store.apply(request_id, mark)
         if not seen:
             if intake.deployments is not None and intake.deployments.store.get(request_id):
-                raise InvalidRequest(
-                    [
-                        FieldError(
-                            "cancel",
-                            f"{request_id!r} is a deployModel request; cancel applies to "
-                            "training jobs (undeploy a model with UndeployModel)",
-                        )
-                    ]
-                )
+                # A deployment's cancel takes it down (its fallback first).
+                return cancel_deployment(request_id, intake.deployments)
             if store.create_tombstone(request_id, tombstone(request_id, clock())):
                 flush_outbox(request_id, store, intake.notifier)
                 log.info("cancel for a request not seen yet: tombstone left")

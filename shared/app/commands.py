@@ -49,6 +49,13 @@ class CancelJob:
 
 
 @dataclass(frozen=True)
+class ResumeServing:
+    """Follow a deployment paused by a hand edit again, from its endpoint as it is now."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
 class CreateJob:
     """Create attempt 1 of a validated training request (a custom job, tuning job or
     pipeline) exactly once."""

@@ -23,6 +23,7 @@ from shared.app.ports import Claimed
 from shared.app.steps.exactly_once import Creation, Outcome, create_once
 from shared.app.steps.sweep import Sweep
 from shared.domain.model.records import DeploymentRecord
+from shared.domain.model.states import DeploymentState
 from shared.domain.request.message import JobRequest
 from shared.domain.serving.model import (
     ActionKind,
@@ -32,7 +33,12 @@ from shared.domain.serving.model import (
     ServingState,
 )
 from shared.kernel.config import Settings
-from shared.kernel.errors import BackendRejected, OutcomeUnknown, QuotaExhausted
+from shared.kernel.errors import (
+    BackendRejected,
+    OutcomeUnknown,
+    QuotaExhausted,
+    SubmissionInProgress,
+)
 from shared.kernel.logs import get_logger, request_context
 
 log = get_logger("deployments")
@@ -95,6 +101,55 @@ def submit_deployment(request: JobRequest, ports: Deployments) -> Outcome:
 
     with request_context(request_id):
         return create_once(Creation(claim, find, create, record, release, refused, parked))
+
+
+def cancel_deployment(request_id: str, ports: Deployments) -> Outcome:
+    """A cancel of a deployment: take it down cleanly. The cancel only asks (a flag on the
+    record); the tick does it from its fresh reads, one step at a time: the deployment's
+    traffic to the endpoint's other models, the fallback undeployed, then the Spot model,
+    then UNDEPLOYED with its notification (:func:`shared.domain.serving.rule.begin_undeploy`).
+
+    A deployment that never started deploying is UNDEPLOYED at once, unless a model under its
+    tag is on the endpoint (a delivery died after its DeployModel): that one is adopted, then
+    taken down like any other.
+
+    Raises:
+        SubmissionInProgress: a live claim holds it (a DeployModel may be under way): the
+            cancel is redelivered once that delivery recorded what it did.
+    """
+    store, now = ports.store, ports.clock()
+    with request_context(request_id):
+        record = store.get(request_id)
+        if record is None:
+            return Outcome.DUPLICATE
+        if record.state is DeploymentState.ACCEPTED:
+            if record.claim is not None and record.claim.live(now):
+                raise SubmissionInProgress("a deployment is in flight; the cancel follows it")
+            endpoint = str(record.request.get("endpoint") or "")
+            found = ports.backend.find(endpoint, request_id) if endpoint else None
+            if found is not None:
+                store.record_adopted(request_id, found, now)
+            elif store.undeployed_before_deploying(request_id, now):
+                log.info("deployment cancelled before it was deployed")
+                flush_deployment_outbox(ports, request_id)
+                return Outcome.CANCELLED
+        if store.ask_undeploy(request_id, now) is None:
+            log.info(f"cancel ignored: the deployment is {record.state.value}")
+            return Outcome.DUPLICATE
+        log.info("undeploy requested: the tick takes the deployment down")
+        return Outcome.CANCELLED
+
+
+def resume_deployment(request_id: str, ports: Deployments) -> Outcome:
+    """``{"resume": id}``: follow a deployment paused by a hand edit again; the tick takes
+    the endpoint as it is then as the baseline (:func:`shared.domain.serving.rule.resume`).
+    A deployment that is not DEPLOYED, or not paused, is left as it is."""
+    with request_context(request_id):
+        if ports.store.ask_resume(request_id, ports.clock()) is None:
+            log.info("resume ignored: the deployment is not deployed")
+            return Outcome.DUPLICATE
+        log.info("resume requested: the tick follows the deployment again")
+        return Outcome.SUBMITTED
 
 
 def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:

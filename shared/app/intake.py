@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.app.cancel import cancel_job
-from shared.app.commands import CancelJob, CreateJob, DeployModel, SubmitJob
+from shared.app.commands import CancelJob, CreateJob, DeployModel, ResumeServing, SubmitJob
 from shared.app.context import Deployments, Intake
-from shared.app.deploy import submit_deployment
+from shared.app.deploy import resume_deployment, submit_deployment
 from shared.app.ports import Claimed
 from shared.app.series import take_slot
 from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
@@ -31,7 +31,7 @@ from shared.domain.model.strategies import AUTO
 from shared.domain.model.values import clip
 from shared.domain.request.attempts import gpu_shape
 from shared.domain.request.message import JobRequest, read_request_id
-from shared.domain.request.reading import Cancel, read_message
+from shared.domain.request.reading import Cancel, Resume, read_message
 from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
@@ -45,7 +45,7 @@ EXCERPT_BYTES = 2048
 MAX_REJECTION_ERRORS = 100
 
 
-Command = CancelJob | CreateJob | DeployModel
+Command = CancelJob | CreateJob | DeployModel | ResumeServing
 
 
 def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
@@ -81,6 +81,8 @@ def read_command(cmd: SubmitJob, intake: Intake) -> Command:
     )
     if isinstance(read, Cancel):
         return CancelJob(request_id=read.request_id)
+    if isinstance(read, Resume):
+        return ResumeServing(request_id=read.request_id)
     request = dataclasses.replace(read, origin={"source": cmd.source, **cmd.origin})
     return DeployModel(request) if request.kind == DEPLOY_MODEL.name else CreateJob(request)
 
@@ -132,11 +134,17 @@ def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
     return submit_deployment(cmd.request, _deployments_of(intake))
 
 
+def resume_serving(cmd: ResumeServing, intake: Intake) -> Outcome:
+    """Follow a deployment paused by a hand edit again (see :func:`resume_deployment`)."""
+    return resume_deployment(cmd.request_id, _deployments_of(intake))
+
+
 #: The message bus: each command type and its handler.
 HANDLERS: Mapping[type, Callable[[Any, Intake], Outcome]] = {
     CancelJob: cancel_job,
     CreateJob: create_job,
     DeployModel: deploy_model,
+    ResumeServing: resume_serving,
 }
 
 

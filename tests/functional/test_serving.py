@@ -412,3 +412,124 @@ def test_the_record_stays_bounded_after_a_thousand_changes(post_event, deploymen
     state = serving(deployments, "s-1")
     assert state.size_bytes() <= MAX_STATE_BYTES
     assert state.history[-1].at == clock()
+
+
+# --- undeploy (a cancel) and resume -------------------------------------------------------------
+
+
+def cancel(post_event, request_id):
+    response = post_event("handle_job_request", pubsub_cloud_event({"cancel": request_id}))
+    assert response.status_code == 200
+
+
+def tick_until_settled(deployments, clock, ticks=10):
+    """Ticks, finishing each long-running operation the tick started, as Vertex would."""
+    backend = deployments.backend
+    for _ in range(ticks):
+        clock.advance(60)
+        refresh_deployments(deployments)
+        for name in [*backend._pending, *backend._undeploys, *backend._mutations]:
+            backend.finish(name)
+
+
+def test_a_cancel_takes_a_hedged_deployment_down_fallback_first(post_event, deployments, clock):
+    model = deploy(post_event, deployments, "s-1")
+    hedge(deployments, clock, model)
+    fallback = fallback_serves(deployments, clock)
+    deployments.backend.calls.clear()
+
+    cancel(post_event, "s-1")
+    assert deployments.store.store.get("s-1")["state"] == "DEPLOYED"  # the tick does it
+    tick_until_settled(deployments, clock)
+
+    calls = deployments.backend.calls
+    undeploys = [c[2] for c in calls if c[0] == "UndeployModel"]
+    assert undeploys == [fallback, model]  # the fallback first, each once
+    # The fallback's share went to Spot before the fallback went (never undeployed with
+    # traffic); the Spot model, the last, took the split with it.
+    assert ("UpdateEndpoint", ENDPOINT, {model: 100}) in calls
+    assert deployments.backend.endpoints[ENDPOINT] == []
+    record = deployments.store.store.get("s-1")
+    assert record["state"] == "UNDEPLOYED" and record["serving"]["phase"] == "UNDEPLOYED"
+    assert notices(deployments, "s-1")[-1] == "UNDEPLOYED"
+    assert "undeployRequested" not in record
+    tick_until_settled(deployments, clock, ticks=3)
+    assert [c for c in deployments.backend.calls if c[0] == "UndeployModel"] == [
+        ("UndeployModel", ENDPOINT, fallback),
+        ("UndeployModel", ENDPOINT, model),
+    ]
+
+
+def test_a_cancel_moves_the_traffic_to_the_endpoints_other_models_first(
+    post_event, deployments, clock
+):
+    model = deploy(post_event, deployments, "s-1")
+    backend = deployments.backend
+    backend.endpoints[ENDPOINT].append(
+        {"id": "777", "displayName": "stable", "status": {"availableReplicaCount": 1}}
+    )
+    backend.set_split_by_hand(ENDPOINT, {model: 80, "777": 20})
+    clock.advance(60)
+    refresh_deployments(deployments)  # the new baseline: a hand edit, recorded as paused
+    cancel(post_event, "s-1")
+    tick_until_settled(deployments, clock)
+
+    assert backend.calls[0] == ("UpdateEndpoint", ENDPOINT, {"777": 100})
+    assert [m["id"] for m in backend.endpoints[ENDPOINT]] == ["777"]
+    assert backend.splits[ENDPOINT] == {"777": 100}  # the other model kept serving
+    assert deployments.store.store.get("s-1")["state"] == "UNDEPLOYED"
+
+
+def test_a_cancel_of_a_deployment_parked_for_quota_ends_it_at_once(post_event, deployments, clock):
+    from shared.kernel.errors import QuotaExhausted
+
+    deployments.backend.fail_with = QuotaExhausted("Spot L4 quota")
+    body = load("deploy_request")
+    body["requestId"] = "s-9"
+    post_event("handle_job_request", pubsub_cloud_event(body))
+    deployments.backend.fail_with = None
+    assert deployments.store.store.get("s-9")["state"] == "ACCEPTED"
+
+    cancel(post_event, "s-9")
+
+    record = deployments.store.store.get("s-9")
+    assert record["state"] == "UNDEPLOYED" and record.get("nextAttemptAt") is None
+    clock.advance(3600)
+    refresh_deployments(deployments)  # the parked deployment is not deployed again
+    assert deployments.backend.deployed == []
+    assert notices(deployments, "s-9") == ["UNDEPLOYED"]
+
+
+def test_a_cancel_while_deploying_takes_it_down_once_deployed(post_event, deployments, clock):
+    body = load("deploy_request")
+    body["requestId"] = "s-2"
+    post_event("handle_job_request", pubsub_cloud_event(body))
+    operation = deployments.store.store.get("s-2")["operation"]
+    cancel(post_event, "s-2")
+    deployments.backend.finish(operation)
+    tick_until_settled(deployments, clock)
+    assert deployments.store.store.get("s-2")["state"] == "UNDEPLOYED"
+    assert deployments.backend.endpoints[ENDPOINT] == []
+    assert notices(deployments, "s-2") == ["DEPLOYED", "UNDEPLOYED"]
+
+
+def test_a_resume_follows_a_paused_deployment_again_and_hedging_goes_on(
+    post_event, deployments, clock
+):
+    model = deploy(post_event, deployments, "s-1")
+    backend = deployments.backend
+    backend.set_split_by_hand(ENDPOINT, {})  # the endpoint is set to take no traffic
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert serving(deployments, "s-1").phase.value == "PAUSED_BY_HAND"
+    backend.set_split_by_hand(ENDPOINT, {model: 100})
+
+    response = post_event("handle_job_request", pubsub_cloud_event({"resume": "s-1"}))
+    assert response.status_code == 200
+    clock.advance(60)
+    refresh_deployments(deployments)
+    state = serving(deployments, "s-1")
+    assert state.phase.value == "SERVING" and state.pool == 100
+    assert "resumeRequested" not in deployments.store.store.get("s-1")
+    hedge(deployments, clock, model)
+    assert [c[0] for c in backend.calls] == ["DeployModel"]

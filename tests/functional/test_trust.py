@@ -407,16 +407,16 @@ def test_an_excerpt_of_undecodable_bytes_stays_within_its_byte_bound():
     assert text.startswith("\ufffd")
 
 
-def test_a_cancel_naming_a_deployment_is_rejected_and_leaves_no_tombstone(
+def test_a_cancel_naming_a_deployment_takes_it_down_and_leaves_no_tombstone(
     tracker, post_event, intake
 ):
     assert deliver(post_event, load("deploy_request")) == 200
     assert cancel(post_event, "deploy-1") == 200
 
-    (rejection,) = intake.rejections.documents.values()
-    assert "deployModel request" in rejection["errors"][0]["message"]
-    assert tracker.store.store.get("deploy-1") is None
-    assert intake.deployments.store.store.get("deploy-1")["state"] == "DEPLOYING"
+    assert intake.rejections.documents == {}
+    assert tracker.store.store.get("deploy-1") is None  # no job tombstone under its id
+    record = intake.deployments.store.store.get("deploy-1")
+    assert record["state"] == "DEPLOYING" and record["undeployRequested"] is True
 
 
 # --- found by review: strays after the end, adopting an ended job, fallback locations -----

@@ -4,12 +4,15 @@ decoded into :class:`~shared.domain.model.records.DeploymentRecord` for every de
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from shared.app.ports import DeploymentStore
 from shared.app.repository.claims import claim_record
 from shared.domain.decisions.deploy_model import (
+    RESUME_REQUESTED,
+    UNDEPLOY_REQUESTED,
     OperationStatus,
     claim_released,
     deploy_failed,
@@ -18,6 +21,9 @@ from shared.domain.decisions.deploy_model import (
     deployment_settled,
     new_deployment,
     observe_operation,
+    resume_asked,
+    undeploy_asked,
+    undeployed_before_deploying,
     with_notice,
 )
 from shared.domain.decisions.submissions import MAX_NOTIFIED, Claimed
@@ -28,11 +34,12 @@ from shared.domain.request.message import JobRequest
 from shared.domain.serving.model import (
     ActionKind,
     ObservedEndpoint,
+    Phase,
     ServingAction,
     ServingSettings,
     ServingState,
 )
-from shared.domain.serving.rule import call_finished, call_started, start
+from shared.domain.serving.rule import begin_undeploy, call_finished, call_started, resume, start
 from shared.domain.serving.rule import decide as rule_decide
 
 #: The actions whose state is written before their call: a state change alone (RECORD,
@@ -152,19 +159,42 @@ class DeploymentRecords:
             if record.state is not DeploymentState.DEPLOYED or not record.deployed_model_id:
                 return None
             state = _serving(raw)
-            if state is None:
+            told = _told(raw, state, observed, now)
+            if state is None and told is None:
                 begun = start(record.deployed_model_id, observed, now)
                 action = ServingAction(ActionKind.RECORD, begun, "following")
             else:
-                action = rule_decide(observed, state, now, settings)
-            decided.append((state, action))
+                given = told or state
+                assert given is not None
+                action = rule_decide(observed, given, now, settings)
+                if told is not None and action.kind is ActionKind.NOTHING:
+                    action = replace(action, kind=ActionKind.RECORD)
+            decided.append((told or state, action))
             first = action.kind in WRITTEN_FIRST or action.undeploy is not None
             if not first:
                 return None
-            return _serving_change(record, action.state, now, action.notice, action.reason)
+            change = _serving_change(record, action.state, now, action.notice, action.reason)
+            if told is not None:
+                change = replace(change, deletes=(*change.deletes, *TOLD))
+            if action.state.phase is Phase.UNDEPLOYED:
+                change.fields.update(state=DeploymentState.UNDEPLOYED.value, endedAt=now)
+            return change
 
         self.store.transact(request_id, decide)
         return decided[-1] if decided else None
+
+    def ask_undeploy(self, request_id: str, now: datetime) -> DeploymentChange | None:
+        """A cancel: the flag the tick takes the deployment down by (None: nothing to do)."""
+        return self.apply(request_id, lambda current: undeploy_asked(current, now))
+
+    def undeployed_before_deploying(self, request_id: str, now: datetime) -> bool:
+        """A cancel of a deployment that never started deploying: UNDEPLOYED."""
+        change = self.apply(request_id, lambda current: undeployed_before_deploying(current, now))
+        return change is not None
+
+    def ask_resume(self, request_id: str, now: datetime) -> DeploymentChange | None:
+        """A resume: the flag the tick follows a paused deployment again by."""
+        return self.apply(request_id, lambda current: resume_asked(current, now))
 
     def update_serving(
         self,
@@ -270,6 +300,27 @@ class DeploymentRecords:
             return DeploymentChange(fields)
 
         self.store.transact(request_id, decide)
+
+
+#: What the owner told a deployment (a cancel: take it down; a resume: follow it again after a
+#: hand edit), flags on the record that the next tick acts on from its fresh read.
+TOLD = (UNDEPLOY_REQUESTED, RESUME_REQUESTED)
+
+
+def _told(
+    raw: dict[str, Any], state: ServingState | None, observed: ObservedEndpoint, now: datetime
+) -> ServingState | None:
+    """The state the owner's request makes of ``state`` (None: nothing was asked). A cancel
+    wins over a resume; a resume of a deployment that is not paused changes nothing."""
+    if not any(raw.get(flag) for flag in TOLD):
+        return None
+    spot_id = str(raw.get("deployedModelId") or "")
+    current = state or start(spot_id, observed, now)
+    if raw.get(UNDEPLOY_REQUESTED):
+        return begin_undeploy(current, now)
+    if current.phase is Phase.PAUSED_BY_HAND:
+        return resume(current, observed, now)
+    return current
 
 
 def _serving(raw: dict[str, Any]) -> ServingState | None:

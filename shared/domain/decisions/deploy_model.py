@@ -166,6 +166,47 @@ def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> Deplo
     return DeploymentChange(fields, deletes=("claim", "nextAttemptAt"))
 
 
+#: The flags a cancel and a resume leave on a deployment's record for the tick, which acts on
+#: them from its next fresh read of the endpoint (shared.app.repository.deployments).
+UNDEPLOY_REQUESTED = "undeployRequested"
+RESUME_REQUESTED = "resumeRequested"
+
+
+def undeploy_asked(record: DeploymentRecord, now: datetime) -> DeploymentChange | None:
+    """A cancel of a deployment that is deploying or deployed: the tick takes it down (its
+    fallback first). None when it already ended, or was already asked."""
+    if record.state not in (DeploymentState.DEPLOYING, DeploymentState.DEPLOYED):
+        return None
+    if record.undeploy_requested:
+        return None
+    return DeploymentChange({UNDEPLOY_REQUESTED: True, "updatedAt": now})
+
+
+def undeployed_before_deploying(record: DeploymentRecord, now: datetime) -> DeploymentChange | None:
+    """A cancel of a deployment that never started deploying (parked for quota, or whose
+    delivery died before its DeployModel was recorded, and nothing carries its tag on the
+    endpoint): UNDEPLOYED, with its notification. None when it moved on meanwhile."""
+    if record.state is not DeploymentState.ACCEPTED or record.operation:
+        return None
+    reason = "cancelled before it was deployed"
+    fields = {
+        "state": DeploymentState.UNDEPLOYED.value,
+        "reason": reason,
+        "updatedAt": now,
+        "endedAt": now,
+        "nextAttemptAt": None,
+    }
+    fields = with_notice(record, fields, DeploymentState.UNDEPLOYED.value, reason)
+    return DeploymentChange(fields, deletes=("claim",))
+
+
+def resume_asked(record: DeploymentRecord, now: datetime) -> DeploymentChange | None:
+    """A resume of a deployed deployment: the tick follows it again if it is paused."""
+    if record.state is not DeploymentState.DEPLOYED:
+        return None
+    return DeploymentChange({RESUME_REQUESTED: True, "updatedAt": now})
+
+
 def deployment_settled(record: DeploymentRecord) -> bool:
     """A deployment record is past its claim once it has an operation or a deployed model."""
     return record.state is not DeploymentState.ACCEPTED or bool(

@@ -355,6 +355,8 @@ class DeploymentRecord:
     notified: tuple[dict[str, Any], ...] = ()
     # The ``serving`` map as stored (decoded by shared.domain.serving.model.ServingState).
     serving: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # A cancel asked the tick to take the deployment down.
+    undeploy_requested: bool = False
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> DeploymentRecord:
@@ -377,6 +379,7 @@ class DeploymentRecord:
             outbox=_messages(raw.get("outbox")),
             notified=_messages(raw.get("notified")),
             serving=_mapping(raw.get("serving")),
+            undeploy_requested=raw.get("undeployRequested") is True,
         )
 
     @functools.cached_property

@@ -92,7 +92,14 @@ class DeploymentState(StrEnum):
     DEPLOYING = "DEPLOYING"  # the DeployModel operation is running
     DEPLOYED = "DEPLOYED"
     FAILED = "FAILED"
+    UNDEPLOYED = "UNDEPLOYED"  # taken down on request (a cancel): nothing of it is deployed
 
     @property
     def terminal(self) -> bool:
-        return self in (DeploymentState.DEPLOYED, DeploymentState.FAILED)
+        """The deployment is settled: no DeployModel of it will move it again (a DEPLOYED
+        one is still followed, and may still be undeployed)."""
+        return self in (
+            DeploymentState.DEPLOYED,
+            DeploymentState.FAILED,
+            DeploymentState.UNDEPLOYED,
+        )

@@ -37,7 +37,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Cancel:
-    """``{"cancel": "<requestId>"}``: cancel that request and every retry that would follow."""
+    """``{"cancel": "<requestId>"}``: cancel that request and every retry that would follow
+    (a deployment's: take it down, its fallback first)."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    """``{"resume": "<requestId>"}``: follow a deployment paused by a hand edit again, taking
+    its endpoint as it is now (the "until told again" of a paused deployment)."""
 
     request_id: str
 
@@ -65,16 +74,26 @@ def is_cancel(body: dict[str, Any]) -> bool:
     return "cancel" in body and not any(kind in body for kind in KINDS)
 
 
-def cancel_target(body: dict[str, Any]) -> str:
-    """The requestId a cancel names.
+def is_resume(body: dict[str, Any]) -> bool:
+    """``{"resume": "<requestId>"}`` on the requests topic resumes a paused deployment.
+
+    Examples:
+        >>> is_resume({"resume": "s1"}), is_resume({"resume": "s1", "cancel": "s1"})
+        (True, False)
+    """
+    return "resume" in body and "cancel" not in body and not any(kind in body for kind in KINDS)
+
+
+def cancel_target(body: dict[str, Any], field: str = "cancel") -> str:
+    """The requestId a cancel (or a resume: ``field``) names.
 
     Raises:
         InvalidRequest: it is not a non-empty string, or longer than a requestId may be.
     """
-    target = body.get("cancel")
+    target = body.get(field)
     if not isinstance(target, str) or not target.strip():
-        raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId string")])
-    if too_long := check_request_id(target, "cancel"):
+        raise InvalidRequest([FieldError(field, "must be a non-empty requestId string")])
+    if too_long := check_request_id(target, field):
         raise InvalidRequest(too_long)
     return target
 
@@ -88,8 +107,9 @@ def read_message(
     max_bytes: int,
     validators: Sequence[Validator],
     clock: Callable[[], datetime],
-) -> Cancel | JobRequest:
-    """What a message asks: a :class:`Cancel`, or a parsed and validated :class:`JobRequest`.
+) -> Cancel | Resume | JobRequest:
+    """What a message asks: a :class:`Cancel`, a :class:`Resume`, or a parsed and validated
+    :class:`JobRequest`.
 
     Reading is pure, so whatever it raises refuses the message (a recorded rejection, never
     an endless redelivery; see :func:`~shared.kernel.errors.reading_untrusted`).
@@ -101,6 +121,8 @@ def read_message(
         body = read_body(data, max_bytes)
         if is_cancel(body):
             return Cancel(cancel_target(body))
+        if is_resume(body):
+            return Resume(cancel_target(body, "resume"))
         request = parse_request(body, attributes, message_id, publish_time)
         errors = [error for validate in validators for error in validate(request)]
         if errors:

@@ -90,6 +90,8 @@ class Phase(StrEnum):
       still deployed, and the hold period runs before traffic goes back.
     - ``PAUSED_BY_HAND``: someone changed the endpoint by hand since ``since``; flexjobs keeps
       recording capacity and changes nothing until told again (:func:`rule.resume`).
+    - ``UNDEPLOYING``: the deployment is being taken down (a cancel), fallback first.
+    - ``UNDEPLOYED``: none of its models is on the endpoint any more; nothing follows.
     """
 
     SERVING = "SERVING"
@@ -97,6 +99,8 @@ class Phase(StrEnum):
     HEDGED = "HEDGED"
     RECOVERING = "RECOVERING"
     PAUSED_BY_HAND = "PAUSED_BY_HAND"
+    UNDEPLOYING = "UNDEPLOYING"
+    UNDEPLOYED = "UNDEPLOYED"
 
 
 @dataclass(frozen=True)
@@ -433,6 +437,8 @@ class ActionKind(StrEnum):
       (the fallback's share back to Spot), then, once a fresh read shows the fallback without
       traffic, ``UndeployModel`` of ``undeploy``.
     - ``PAUSE``: someone changed the endpoint by hand; write the paused state, call nothing.
+    - ``UNDEPLOY``: taking the deployment down: ``UndeployModel`` of ``undeploy`` (the
+      fallback first, then the Spot model), each once a read shows it without traffic.
     """
 
     NOTHING = "NOTHING"
@@ -442,6 +448,7 @@ class ActionKind(StrEnum):
     GROW = "GROW"
     RESTORE = "RESTORE"
     PAUSE = "PAUSE"
+    UNDEPLOY = "UNDEPLOY"
 
 
 @dataclass(frozen=True)

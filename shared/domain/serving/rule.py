@@ -51,7 +51,7 @@ from shared.domain.serving.model import (
     ServingSettings,
     ServingState,
 )
-from shared.domain.serving.split import hedged_split
+from shared.domain.serving.split import hedged_split, largest_remainder
 
 #: What the fallback's display name ends with, after the deployment's own display name.
 FALLBACK_SUFFIX = " (on-demand fallback)"
@@ -67,6 +67,7 @@ OPERATION_LIMIT_SECONDS: Final = 2 * 3600.0
 #: The notifications a deployment's serving owes (docs/contract.md, *Notifications*).
 HEDGED: Final = "HEDGED"
 RESTORED: Final = "RESTORED"
+UNDEPLOYED: Final = "UNDEPLOYED"
 
 
 def fallback_display_name(spot: ObservedModel) -> str:
@@ -405,7 +406,61 @@ def _adopt(observed: ObservedEndpoint, state: ServingState, now: datetime) -> Se
     return adopted
 
 
+def begin_undeploy(state: ServingState, now: datetime) -> ServingState:
+    """The state once a deployment is asked to go (a cancel): UNDEPLOYING from ``now``,
+    whatever it was doing (a paused one too: taking it down is what its owner asked). A call
+    in flight is kept and waited for, so nothing it makes is left behind."""
+    if state.phase in (Phase.UNDEPLOYING, Phase.UNDEPLOYED):
+        return state
+    going = replace(state, phase=Phase.UNDEPLOYING, since=now)
+    return _with_change(going, now, state.last, "undeploy requested")
+
+
+def _undeploying(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
+    """Taking a deployment down, one step per read: its traffic first goes to the endpoint's
+    other models (in proportion to the replicas they serve, else to their shares), or, when it
+    has none, from the fallback to the Spot model; then the fallback is undeployed, then the
+    Spot model (the last model of an endpoint takes the split with it: "If last DeployedModel
+    is being undeployed from the Endpoint, the Endpoint.traffic_split will always end up
+    empty"). Done when neither is on the endpoint."""
+    observed, fallback = read.observed, read.fallback
+    present = tuple(m for m in (fallback, spot) if m is not None)
+    if not present:
+        gone = replace(
+            _no_call(state),
+            phase=Phase.UNDEPLOYED,
+            since=read.now,
+            fallback_id=None,
+            fallback_name=None,
+            fallback_replicas=0,
+        )
+        return _Step(ActionKind.NOTHING, gone, "undeployed", notice=UNDEPLOYED)
+    ours = tuple(m.id for m in present)
+    others = [m for m in observed.models if m.id not in ours]
+    pool = sum(observed.share(i) for i in ours)
+    split = {k: v for k, v in observed.traffic_split.items() if k not in ours}
+    if pool and others:
+        weights = [m.available for m in others]
+        if not any(weights):
+            weights = [observed.share(m.id) for m in others]
+        if not any(weights):
+            weights = [1] * len(others)
+        for model, part in zip(others, largest_remainder(pool, weights), strict=True):
+            split[model.id] = split.get(model.id, 0) + part
+        moved = {k: v for k, v in sorted(split.items()) if v > 0}
+        return _Step(ActionKind.SHIFT, state, "undeploy: traffic to the other models", moved)
+    if fallback is not None and spot is not None and observed.share(fallback.id):
+        split[spot.id] = pool
+        return _Step(ActionKind.SHIFT, state, "undeploy: the fallback's traffic to Spot", split)
+    target = present[0]
+    return _Step(ActionKind.UNDEPLOY, state, f"undeploy {target.id}", undeploy=target.id)
+
+
 def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
+    if state.phase is Phase.UNDEPLOYED:
+        return _Step(ActionKind.NOTHING, state, "undeployed")
+    if state.phase is Phase.UNDEPLOYING:
+        return _undeploying(read, state, spot)
     if state.phase is Phase.PAUSED_BY_HAND:
         return _Step(ActionKind.NOTHING, state, "paused after a hand edit: recording only")
     edit = _hand_edit(read.observed, state, read.settings, read.now)
