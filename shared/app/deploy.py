@@ -174,7 +174,9 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
 
 def serving_settings(settings: Settings) -> ServingSettings:
     """The rule's grace and hold periods, as configured (FLEXJOBS_SERVING_*_SECONDS)."""
-    return ServingSettings(settings.serving_grace_seconds, settings.serving_hold_seconds)
+    return ServingSettings(
+        settings.serving_grace_seconds, settings.serving_hold_seconds, settings.max_replicas
+    )
 
 
 def follow_serving(ports: Deployments, sweep: Sweep) -> int:

@@ -756,3 +756,21 @@ def test_the_history_is_bounded_in_items_and_bytes():
 def test_settings_refuse_negative_periods():
     with pytest.raises(ValueError, match=">= 0"):
         ServingSettings(grace_seconds=-1)
+
+
+def test_a_fallback_is_never_larger_than_the_replica_cap():
+    capped = ServingSettings(max_replicas=3)
+    tick = Tick(Endpoint(spot=0, required=4), capped)
+    tick()
+    hedge = tick(5)
+    assert (hedge.kind, hedge.deploy.replicas) == (ActionKind.HEDGE, 3)  # type: ignore[union-attr]
+
+
+def test_the_spot_models_replicas_changed_by_hand_pause_the_deployment():
+    tick = Tick(Endpoint())
+    tick.endpoint.required = 40  # someone scaled the Spot model by hand: never hedged for it
+    tick.endpoint.spot = 0
+    paused = tick()
+    assert (paused.kind, paused.state.phase) == (ActionKind.PAUSE, Phase.PAUSED_BY_HAND)
+    assert "required replicas were changed by hand (4 -> 40)" in paused.state.history[-1].cause
+    assert ActionKind.HEDGE not in [tick(5).kind for _ in range(3)]

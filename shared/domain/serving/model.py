@@ -272,10 +272,15 @@ class ServingSettings:
 
     grace_seconds: float = 300.0
     hold_seconds: float = 1800.0
+    #: A fallback never has more replicas than this (FLEXJOBS_MAX_REPLICAS, the cap intake
+    #: puts on a deployment's own replicas), whatever a read of the endpoint says is required.
+    max_replicas: int = 64
 
     def __post_init__(self) -> None:
         if self.grace_seconds < 0 or self.hold_seconds < 0:
             raise ValueError("serving settings: grace and hold periods must be >= 0 seconds")
+        if self.max_replicas < 1:
+            raise ValueError("serving settings: max_replicas must be >= 1")
 
 
 #: The long-running calls a deployment may have in flight, one at a time.

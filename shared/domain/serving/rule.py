@@ -245,8 +245,14 @@ def _hand_edit(
     happened, so the next read may show it before the state does.
     """
     ours = state.ours
-    if observed.model(state.spot_id) is None:
+    spot = observed.model(state.spot_id)
+    if spot is None:
         return f"Spot model {state.spot_id} was undeployed by hand"
+    if max(spot.required, 1) != state.last.required:
+        return (
+            f"the Spot model's required replicas were changed by hand"
+            f" ({state.last.required} -> {spot.required})"
+        )
     if state.fallback_id and observed.model(state.fallback_id) is None:
         # Our own RESTORE undeploys it once the hold passed and its traffic went back; an
         # UndeployModel that timed out may have happened, so that case is ours, not a hand's.
@@ -498,7 +504,7 @@ def _unhedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
     if _elapsed(since, now) < read.settings.grace_seconds:
         short = replace(state, phase=Phase.DEFICIT, since=since)
         return _Step(ActionKind.NOTHING, short, "fewer Spot replicas than required: grace period")
-    deficit = cap.required - spot.available
+    deficit = min(cap.required - spot.available, read.settings.max_replicas)
     name = fallback_display_name(spot)
     hedged = replace(
         state,
@@ -546,7 +552,7 @@ def _hedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
     split = hedged_split(observed, ours, (spot.available, fallback.available))
     if split is not None and split != observed.traffic_split:
         return _Step(ActionKind.SHIFT, moved, f"{label}: traffic follows the replicas", split)
-    deficit = cap.required - spot.available
+    deficit = min(cap.required - spot.available, read.settings.max_replicas)
     if deficit > state.fallback_replicas:
         grown = replace(moved, fallback_replicas=deficit)
         reason = f"{label}: grow the fallback to {deficit} replica(s)"
