@@ -533,3 +533,21 @@ def test_a_resume_follows_a_paused_deployment_again_and_hedging_goes_on(
     assert "resumeRequested" not in deployments.store.store.get("s-1")
     hedge(deployments, clock, model)
     assert [c[0] for c in backend.calls] == ["DeployModel"]
+
+
+def test_a_hedge_that_never_reached_vertex_is_released_and_sent_by_the_next_tick(
+    post_event, deployments, clock
+):
+    from shared.kernel.errors import BackendUnavailable as Unavailable
+
+    model = deploy(post_event, deployments, "s-1")
+    deployments.backend.call_fails_with = Unavailable("Vertex AI DeployModel failed: 503")
+    hedge(deployments, clock, model)
+    deployments.backend.call_fails_with = None
+    state = serving(deployments, "s-1")
+    # Back to the state before the claim: short of replicas, no call in flight, no hedge.
+    assert (state.phase.value, state.operation_call, state.hedges) == ("DEFICIT", None, 0)
+    clock.advance(60)
+    refresh_deployments(deployments)  # no new grace period: the deficit is as old as it was
+    assert [c[0] for c in deployments.backend.calls] == ["DeployModel", "DeployModel"]
+    assert serving(deployments, "s-1").hedges == 1

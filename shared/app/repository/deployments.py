@@ -172,7 +172,12 @@ class DeploymentRecords:
             decided.append((told or state, action))
             first = action.kind in WRITTEN_FIRST or action.undeploy is not None
             if not first:
-                return None
+                if told is None:
+                    return None
+                # What the owner asked is written now, so the move decided from it is
+                # recorded over it (record_moved) and the request is not taken up twice.
+                change = _serving_change(record, told, now, None, None)
+                return replace(change, deletes=(*change.deletes, *TOLD))
             change = _serving_change(record, action.state, now, action.notice, action.reason)
             if told is not None:
                 change = replace(change, deletes=(*change.deletes, *TOLD))
@@ -226,7 +231,7 @@ class DeploymentRecords:
         """After a traffic move that Vertex took: write ``after``, if the record still holds
         the state it was decided from (another tick's newer write wins)."""
         return self.update_serving(
-            request_id, lambda current: after if current == before else None, now
+            request_id, lambda current: after if _same(current, before) else None, now
         )
 
     def record_started(
@@ -278,7 +283,7 @@ class DeploymentRecords:
         """The call claimed in ``claimed`` surely never reached Vertex: the record goes back
         to ``before`` (if it still holds the claim), so the next tick decides it again."""
         return self.update_serving(
-            request_id, lambda current: before if current == claimed else None, now
+            request_id, lambda current: before if _same(current, claimed) else None, now
         )
 
     def with_outbox(self) -> list[DeploymentRecord]:
@@ -321,6 +326,12 @@ def _told(
     if current.phase is Phase.PAUSED_BY_HAND:
         return resume(current, observed, now)
     return current
+
+
+def _same(stored: ServingState, decided: ServingState) -> bool:
+    """``stored`` is the state ``decided`` as written (compared in the stored form: the store
+    rounds the accrued seconds, so a state decided in memory differs in its last digits)."""
+    return stored.to_dict() == decided.to_dict()
 
 
 def _serving(raw: dict[str, Any]) -> ServingState | None:
