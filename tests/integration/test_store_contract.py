@@ -1280,13 +1280,17 @@ def test_apply_operation_moves_a_deploying_record(deployments, unique):
 
     done = OperationStatus(operation, True, deployed_model_id="9001")
     assert deployments.apply_operation(rid, done, at(11)) == "DEPLOYED"
+    notice = {"requestId": rid, "state": "DEPLOYED", "attempt": 0, "reason": None}
     assert deployments.store.get(rid) == {
         **before,
         "state": "DEPLOYED",
         "deployedModelId": "9001",
         "updatedAt": at(11),
         "deployedAt": at(11),
+        "outbox": [{**notice, "kind": "deployModel"}],
+        "outboxPending": True,
     }
+    assert rid in {r["requestId"] for r in deployments.store.with_outbox()}
     assert rid not in {r["requestId"] for r in deployments.store.deploying()}
     failed = OperationStatus(operation, True, error_code=9, error_message="late")
     assert deployments.apply_operation(rid, failed, at(12)) is None
@@ -1300,6 +1304,7 @@ def test_apply_operation_records_a_failed_operation(deployments, unique):
     failed = OperationStatus(operation, True, error_code=9, error_message="no capacity")
     assert deployments.apply_operation(rid, failed, at(11)) == "FAILED"
 
+    notice = {"requestId": rid, "state": "FAILED", "attempt": 0, "reason": "no capacity"}
     assert deployments.store.get(rid) == {
         **before,
         "state": "FAILED",
@@ -1307,7 +1312,13 @@ def test_apply_operation_records_a_failed_operation(deployments, unique):
         "errorCode": 9,
         "updatedAt": at(11),
         "endedAt": at(11),
+        "outbox": [{**notice, "kind": "deployModel"}],
+        "outboxPending": True,
     }
+    deployments.drop_from_outbox(rid, deployments.store.get(rid)["outbox"])
+    after = deployments.store.get(rid)
+    assert (after["outbox"], after["outboxPending"], len(after["notified"])) == ([], False, 1)
+    assert rid not in {r["requestId"] for r in deployments.store.with_outbox()}
 
 
 MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentRecords, str], Any]] = {
@@ -1318,6 +1329,12 @@ MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentRecords, str], Any]] = {
     "apply_operation": lambda d, rid: d.apply_operation(
         rid, OperationStatus(OPERATION, True, "1"), NOW
     ),
+    "ask_undeploy": lambda d, rid: d.ask_undeploy(rid, NOW),
+    "ask_resume": lambda d, rid: d.ask_resume(rid, NOW),
+    "record_started": lambda d, rid: d.record_started(rid, NOW, "op", NOW),
+    "record_ended": lambda d, rid: d.record_ended(rid, NOW, NOW, error="refused"),
+    "record_finished": lambda d, rid: d.record_finished(rid, OperationStatus("op", True), NOW),
+    "drop_from_outbox": lambda d, rid: d.drop_from_outbox(rid, [{"state": "HEDGED"}]),
 }
 
 
@@ -1497,9 +1514,9 @@ def test_record_serving_follows_a_deployed_record_and_writes_only_changes(deploy
     assert rid in {r["requestId"] for r in deployments.store.deployed()}
 
     first = deployments.record_serving(rid, read(2), at(10), ServingSettings())
-    assert first is not None and first.kind.value == "RECORD"
+    assert first is not None and first[0] is None and first[1].kind.value == "RECORD"
     again = deployments.record_serving(rid, read(2), at(70), ServingSettings())
-    assert again is not None and again.kind.value == "NOTHING"
+    assert again is not None and again[1].kind.value == "NOTHING"
     deployments.record_serving(rid, read(1), at(130), ServingSettings())
 
     stored = ServingState.decode(deployments.store.get(rid)["serving"])
