@@ -91,7 +91,9 @@ class VertexDeploymentBackend:
     def read(self, endpoint: str) -> ObservedEndpoint:
         """One ``GetEndpoint`` (idempotent, so retried by api_core), as the serving rule reads
         it: the v1 ``Endpoint`` in its JSON form (camelCase), decoded bounded by
-        :meth:`ObservedEndpoint.from_json`."""
+        :meth:`ObservedEndpoint.from_json`. Enums are written by name, as the REST API writes
+        them (proto-plus writes them as integers by default, and an accelerator type read as
+        a number would be lost, so the fallback copied from the read would have no GPU)."""
         client = self._client(endpoint)
         found = call_vertex(
             "GetEndpoint",
@@ -99,7 +101,8 @@ class VertexDeploymentBackend:
                 name=endpoint, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
             ),
         )
-        return ObservedEndpoint.from_json(json.loads(type(found).to_json(found)))
+        text = type(found).to_json(found, use_integers_for_enums=False)
+        return ObservedEndpoint.from_json(json.loads(text))
 
     def operation(self, name: str) -> OperationStatus:
         """Read one DeployModel operation (``…/endpoints/E/operations/ID``)."""
