@@ -37,7 +37,13 @@ from flexjobs_local.cli_output import (
     out,
 )
 from flexjobs_local.messages import read_messages
-from flexjobs_local.views import list_view, rejection_lines, status_json, status_view
+from flexjobs_local.views import (
+    deployment_view,
+    list_view,
+    rejection_lines,
+    status_json,
+    status_view,
+)
 from shared.domain.model.kinds import KINDS
 from shared.domain.model.states import DeploymentState, JobState
 from shared.kernel.errors import FlexjobsError
@@ -242,8 +248,10 @@ def status(
     fmt: FormatOpt = OutputFormat.table,
     as_json: JsonOpt = False,
 ) -> int:
-    """A request's record, attempts, latest checkpoint, cost and savings; exit 1 if unknown."""
-    found = _client(ctx).status(request_id)
+    """A request's record, attempts, latest checkpoint, cost and savings (a deployment's
+    serving: phase, hedges, fallback, call in flight, newest changes); exit 1 if unknown."""
+    client = _client(ctx)
+    found = client.status(request_id)
     fmt = chosen(fmt, as_json)
     if found.rejected:
         if fmt is not OutputFormat.table:
@@ -252,6 +260,10 @@ def status(
         for line in rejection_lines(found):
             console.print(line, markup=False)
         return NOT_SUCCEEDED
+    if found.collection == "deployments":
+        now = client.clock()
+        emit(status_json(found), fmt, lambda: deployment_view(found.record, now))
+        return 0
     attempts = [a.document for a in found.attempts]
     emit(status_json(found), fmt, lambda: status_view(found.record, attempts))
     return 0

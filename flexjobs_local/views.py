@@ -14,7 +14,12 @@ from rich.table import Table
 from rich.text import Text
 
 # The figures read the same here and on the status page.
-from shared.status.display import duration, gpu_hours, serving_text, usd, when
+from shared.status.display import duration, gpu_hours, serving_history, serving_text, usd, when
+from shared.status.serving_chart import layout, serving_facts
+
+#: ``status`` of a deployment lists this many of its newest serving-capacity changes (the
+#: record keeps 40; the status page shows them all).
+RECENT_CHANGES = 5
 
 STATE_STYLES = {
     "SUCCEEDED": "green",
@@ -27,6 +32,7 @@ STATE_STYLES = {
     "ACCEPTED": "blue",
     "DEPLOYED": "green",
     "DEPLOYING": "cyan",
+    "UNDEPLOYED": "yellow",
 }
 
 
@@ -110,6 +116,47 @@ def status_view(record: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]
             str(a.get("errorClass") or "-"),
         )
     return Group(head, table) if attempts else Group(head)
+
+
+def deployment_view(record: Mapping[str, Any], now: datetime) -> Group:
+    """A deployment's record; its serving as the tick recorded it (phase and since when,
+    hedges, the fallback, the call in flight: the status page's words), the chart's summary
+    and its newest changes."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    serving = mapping(record.get("serving"))
+    rows: list[tuple[str, Any]] = [
+        ("request", record.get("requestId")),
+        ("kind", record.get("kind")),
+        ("state", state_text(record.get("state"))),
+        ("reason", record.get("reason")),
+        ("display name", record.get("displayName")),
+        ("endpoint", record.get("endpoint")),
+        ("model", record.get("model")),
+        ("deployed model", record.get("deployedModelId")),
+        ("serving", serving_text(record)),
+        *serving_facts(serving, now),
+        ("created", when(record.get("createdAt"))),
+        ("deployed", when(record.get("deployedAt"))),
+        ("ended", when(record.get("endedAt"))),
+    ]
+    for label, value in rows:
+        if value is not None and value != "-":
+            head.add_row(label, value if isinstance(value, Text) else Text(str(value)))
+    changes = serving_history(serving)
+    if not changes:
+        return Group(head)
+    table = Table(
+        title=f"serving capacity, newest first (last {min(len(changes), RECENT_CHANGES)})",
+        title_justify="left",
+    )
+    for column in ("when", "Spot", "on-demand", "required", "cause"):
+        table.add_column(column)
+    for change in changes[:RECENT_CHANGES]:
+        # Text, not markup: a cause may hold square brackets (a display name's tag).
+        table.add_row(*(Text(cell) for cell in change))
+    return Group(head, Text(layout(serving, now).summary), table)
 
 
 def status_json(found: Status) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.domain.serving.model import HISTORY_LIMIT, Change
+
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
@@ -103,19 +105,28 @@ def serving_text(record: Mapping[str, Any]) -> str:
     return f"{text} ({phase[:32]})" if isinstance(phase, str) and phase else text
 
 
-def _stamp(value: Any) -> datetime | None:
-    """An RFC 3339 text as the serving history stores it, or None."""
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
+def serving_changes(serving: Mapping[str, Any]) -> tuple[Change, ...]:
+    """The recorded serving-capacity changes as stored (oldest first): at most the last
+    :data:`HISTORY_LIMIT`, each read as the tick reads it (``Change.decode``: counts that are
+    not counts read 0, a cause is clipped), one without a time left out. The map comes from
+    Firestore and may be edited by hand: this never raises.
+
+    Examples:
+        >>> at = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+        >>> [c.capacity.spot for c in serving_changes({"history": [
+        ...     {"at": at.isoformat(), "spot": 1}, {"at": "yesterday", "spot": 2}, "x"]})]
+        [1]
+    """
+    history = serving.get("history")
+    if not isinstance(history, list):
+        return ()
+    decoded = (Change.decode(item) for item in history[-HISTORY_LIMIT:])
+    return tuple(change for change in decoded if change is not None)
 
 
 def serving_history(serving: Mapping[str, Any]) -> list[tuple[str, ...]]:
     """The recorded serving-capacity changes, newest first, as text: (when, Spot, on-demand,
-    required, cause). The stored history is bounded (40 changes); each cause is clipped.
+    required, cause); see :func:`serving_changes`.
 
     Examples:
         >>> at = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -123,18 +134,13 @@ def serving_history(serving: Mapping[str, Any]) -> list[tuple[str, ...]]:
         ...     {"at": at.isoformat(), "spot": 1, "onDemand": 0, "required": 2, "cause": "x"}]})
         [('2026-12-01 10:00:00Z', '1', '0', '2', 'x')]
     """
-    history = serving.get("history")
-    rows = []
-    for change in reversed(history[-40:] if isinstance(history, list) else []):
-        if not isinstance(change, Mapping):
-            continue
-        counts: list[Any] = [change.get(k) for k in ("spot", "onDemand", "required")]
-        cause = change.get("cause")
-        rows.append(
-            (
-                when(_stamp(change.get("at"))),
-                *(str(int(c)) if _number(c) else "-" for c in counts),
-                cause[:160] if isinstance(cause, str) else "",
-            )
+    return [
+        (
+            when(change.at),
+            str(change.capacity.spot),
+            str(change.capacity.on_demand),
+            str(change.capacity.required),
+            change.cause,
         )
-    return rows
+        for change in reversed(serving_changes(serving))
+    ]

@@ -138,6 +138,10 @@ DEPLOYMENT_FIELDS: Final = (
     "updatedAt",
     "nextAttemptAt",
     "quotaRetries",
+    # Its notifications (DEPLOYED, FAILED, HEDGED, RESTORED, UNDEPLOYED): the published ones
+    # and those still owed, each list bounded by MAX_NOTIFIED.
+    "outbox",
+    "notified",
 )
 #: A job page reads at most this many attempts (retry budgets keep real jobs far below it).
 MAX_ATTEMPTS: Final = 200

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState
@@ -261,7 +261,7 @@ def attempt_rows(attempts: Sequence[Mapping[str, Any]]) -> list[AttemptRow]:
 
 @dataclass(frozen=True)
 class NotificationRow:
-    """A notification the job produced: published, or still in its outbox."""
+    """A notification a job or a deployment produced: published, or still in its outbox."""
 
     state: str
     attempt: int
@@ -269,8 +269,18 @@ class NotificationRow:
     published: bool
 
 
-def notifications(record: JobRecord) -> list[NotificationRow]:
-    """What the job notified (oldest first), then what it has yet to publish."""
+class Notifying(Protocol):
+    """A record that notifies through its outbox: a job's or a deployment's."""
+
+    @property
+    def notified(self) -> tuple[dict[str, Any], ...]: ...
+
+    @property
+    def outbox(self) -> tuple[dict[str, Any], ...]: ...
+
+
+def notifications(record: Notifying) -> list[NotificationRow]:
+    """What the record notified (oldest first), then what it has yet to publish."""
     return [
         NotificationRow(
             state=str(m.get("state") or "?"),

@@ -43,8 +43,22 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
-#: How the timeline fills each span: as SVG attributes, so the picture holds without CSS.
-FILLS = {"queued": "url(#pattern-queued)", "running": "#2b6cb0", "lost": "url(#pattern-lost)"}
+#: How the charts fill (or stroke) each kind of shape: as SVG attributes, so the pictures
+#: hold without CSS. The job timeline's spans; then the serving chart's replicas (on-demand
+#: striped, so that it reads from Spot without colour), its shading where fewer replicas
+#: served than required, the required line and the marks.
+FILLS = {
+    "queued": "url(#pattern-queued)",
+    "running": "#2b6cb0",
+    "lost": "url(#pattern-lost)",
+    "spot": "#2b6cb0",
+    "onDemand": "url(#pattern-on-demand)",
+    "short": "#fde2e2",
+    "required": "#1d2430",
+    "hedge": "#c05621",
+    "failed": "#c53030",
+    "restore": "#276749",
+}
 
 
 _KNOWN_STATES = {*JOB_STATES, *(s.value for s in DeploymentState)}

@@ -9,7 +9,8 @@ script anywhere), served by the HTTP function ``status_page``:
 ``/jobs/<requestId>``           the record, its attempts as an SVG timeline, the attempts'
                                 table and the notifications it produced
 ``/deployments``                Spot deployments, newest first (``limit``, ``cursor``)
-``/deployments/<requestId>``    one deployment
+``/deployments/<requestId>``    one deployment: the record, its serving capacity as an SVG
+                                step chart, the changes' table and its notifications
 ``/api/jobs``                   the list and the totals as JSON (same parameters)
 ``/api/jobs/<requestId>``       the record, its attempts and notifications as JSON
 ``/assets/status.css``          the stylesheet (so that no style is inline)
@@ -36,8 +37,9 @@ from urllib.parse import urlencode
 from werkzeug.wrappers import Request, Response
 
 from shared.domain.model.ids import check_request_id
-from shared.domain.model.records import JobRecord
+from shared.domain.model.records import DeploymentRecord, JobRecord
 from shared.domain.policy.pricing import PriceTable
+from shared.domain.serving.model import HISTORY_LIMIT
 from shared.kernel.errors import FieldError, InvalidRequest, StoreUnavailable
 from shared.kernel.logs import get_logger
 from shared.status.display import (
@@ -82,6 +84,8 @@ from shared.status.page import (
     when_text,
 )
 from shared.status.ports import JobViews
+from shared.status.serving_chart import layout as serving_layout
+from shared.status.serving_chart import serving_facts
 from shared.status.timeline import attempt_times, layout
 
 log = get_logger("status_page")
@@ -375,9 +379,9 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
     raw = site.views.deployment(request_id)
     if raw is None:
         raise NotFound(request_id)
+    now = site.clock()
     row = deployment_row(raw)
-    stored = raw.get("serving")
-    serving: Mapping[str, Any] = stored if isinstance(stored, Mapping) else {}
+    record = DeploymentRecord.decode(raw)
     facts: list[tuple[str, Any]] = [
         ("display name", row.display_name),
         ("endpoint", row.endpoint),
@@ -386,7 +390,7 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
         ("operation", raw.get("operation")),
         ("deployed model id", raw.get("deployedModelId")),
         ("serving", serving_text(raw)),
-        ("time short of replicas", duration(serving.get("shortSeconds"))),
+        *serving_facts(record.serving, now),
         ("reason", row.reason),
         ("error code", raw.get("errorCode")),
         ("created", when_text(row.created_at)),
@@ -398,11 +402,15 @@ def _deployment_page(request_id: str, site: StatusSite) -> Response:
     return html_page(
         "deployment.html",
         dict(
-            now=site.clock(),
+            now=now,
             request_id=row.request_id,
             state=row.state,
             facts=[(label, str(value)) for label, value in facts if value not in (None, "", "-")],
-            history=serving_history(serving),
+            chart=serving_layout(record.serving, now),
+            fills=FILLS,
+            history=serving_history(record.serving),
+            history_limit=HISTORY_LIMIT,
+            notes=notifications(record),
         ),
     )
 

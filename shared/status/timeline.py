@@ -30,7 +30,7 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,12 +38,19 @@ from typing import Any
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.policy.checkpoints import FILE_SUFFIXES, step_of
 from shared.kernel.regions import is_region
+from shared.status.chart import (
+    AXIS_HEIGHT,
+    RIGHT_PAD,
+    WIDTH,
+    Legend,
+    Scale,
+    Tick,
+    axis_ticks,
+    time_scale,
+)
 from shared.status.display import duration
 
-WIDTH = 960
 LABEL_WIDTH = 132  # the lane titles ("attempt 12", its strategy) left of the plot
-RIGHT_PAD = 24
-AXIS_HEIGHT = 30
 LANE_HEIGHT = 58
 BAR_TOP = 16  # the spans' top, inside a lane (a checkpoint's words go above them)
 BAR_HEIGHT = 20
@@ -52,12 +59,6 @@ LEGEND_HEIGHT = 34
 MIN_WIDTH = 1.5
 # Room a span needs for its words inside it; a narrower span says them in its tooltip only.
 LABEL_ROOM = 92
-# Axis steps, in seconds: the first giving at most this many intervals is used.
-_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
-_MAX_INTERVALS = 8
-
-#: A time's x in the picture.
-Scale = Callable[[datetime], float]
 
 
 @dataclass(frozen=True)
@@ -112,19 +113,6 @@ class Mark:
 
 
 @dataclass(frozen=True)
-class Tick:
-    """A vertical tick with words: a checkpoint on a lane, or a time on the axis."""
-
-    x: float
-    y1: float
-    y2: float
-    label: str
-    label_x: float
-    label_y: float
-    anchor: str = "middle"  # text-anchor of the label: kept inside the picture at its edges
-
-
-@dataclass(frozen=True)
 class Lane:
     number: int
     y: float
@@ -137,29 +125,6 @@ class Lane:
     checkpoints: tuple[Tick, ...]
     region: str = ""
     region_y: float = 0.0
-
-
-@dataclass(frozen=True)
-class Legend:
-    """One key of the legend: a swatch drawn like ``kind`` and its words."""
-
-    kind: str
-    x: float
-    y: float
-    width: float
-    height: float
-    label: str
-    label_x: float
-    label_y: float
-
-    @property
-    def mid_x(self) -> float:
-        """Where a tick-shaped key (the checkpoint's) is drawn."""
-        return self.x + self.width / 2
-
-    @property
-    def bottom(self) -> float:
-        return self.y + self.height
 
 
 @dataclass(frozen=True)
@@ -181,16 +146,12 @@ def layout(attempts: Sequence[AttemptTimes], now: datetime, width: int = WIDTH) 
     ordered = sorted(attempts, key=lambda a: a.number)
     start, end = _bounds(ordered, now)
     left, right = float(LABEL_WIDTH), float(width - RIGHT_PAD)
-    scale = (right - left) / max((end - start).total_seconds(), 1.0)
-
-    def x(at: datetime) -> float:
-        return round(left + (at - start).total_seconds() * scale, 1)
-
+    x = time_scale(start, end, left, right)
     lanes = tuple(
         _lane(a, AXIS_HEIGHT + i * LANE_HEIGHT, x, now, right) for i, a in enumerate(ordered)
     )
     bottom = AXIS_HEIGHT + len(lanes) * LANE_HEIGHT
-    axis = _axis(start, end, x, bottom)
+    axis = axis_ticks(start, end, x, AXIS_HEIGHT, bottom)
     legend = tuple(
         Legend(kind, left + i * 150, bottom + 12, 28, 12, words, left + i * 150 + 34, bottom + 22)
         for i, (kind, words) in enumerate(
@@ -301,28 +262,6 @@ def _span(kind: str, begin: datetime, end: datetime, y: float, x: Scale) -> Span
     inside = kind != "lost" and width >= LABEL_ROOM
     left = x(begin)
     return Span(kind, left, y, width, BAR_HEIGHT, seconds, label, inside, left + 6, y + 14)
-
-
-def _axis(start: datetime, end: datetime, x: Scale, bottom: float) -> tuple[Tick, ...]:
-    span = (end - start).total_seconds()
-    step = next((s for s in _STEPS if span / s <= _MAX_INTERVALS), _STEPS[-1])
-    ticks = []
-    offset = 0
-    while offset <= span:
-        label = "+0" if offset == 0 else "+" + _compact(offset)
-        at = x(start + timedelta(seconds=offset))
-        ticks.append(Tick(at, AXIS_HEIGHT - 6, bottom, label, at, AXIS_HEIGHT - 10))
-        offset += step
-    return tuple(ticks)
-
-
-def _compact(seconds: int) -> str:
-    """``15m``, ``2h``, ``1d``, ``1h30m``: an axis label."""
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
-    return "".join(parts) or "0"
 
 
 def _summary(attempts: Sequence[AttemptTimes]) -> str:

@@ -476,3 +476,58 @@ def test_a_followed_deployment_shows_its_serving_capacity_and_history(
     assert "1/2 replicas (DEFICIT)" in detail
     rows = re.findall(r"<tr><td>(.*?)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", detail)
     assert [r[1:] for r in rows] == [("1", "0", "2"), ("2", "0", "2")]  # newest first
+
+
+def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_notifications(
+    client, tracker, clock, post_event
+):
+    """Spot loses both nodes, is hedged past the grace period, the fallback serves, Spot comes
+    back and after the hold the fallback is undeployed: the page draws it and lists
+    DEPLOYED, HEDGED, RESTORED; a cause holding markup (a hand edit) is shown as text."""
+    from shared.app.deploy import refresh_deployments
+
+    deployments = tracker.deployments
+    body = load("deploy_request")
+    body["deployModel"]["deployedModel"]["dedicatedResources"]["minReplicaCount"] = 2
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
+    refresh_deployments(deployments)
+    model = deployments.store.store.get("deploy-1")["deployedModelId"]
+
+    def ticks(count: int = 1) -> None:
+        for _ in range(count):
+            clock.advance(60)
+            refresh_deployments(deployments)
+
+    deployments.backend.set_available(ENDPOINT, model, 0)
+    ticks(6)  # past the grace period: hedged
+    hedged = page(client, "/deployments/deploy-1")
+    assert "<dt>phase</dt><dd>HEDGED since " in hedged
+    assert "<dt>call in flight</dt><dd>DeployModel since " in hedged
+    deployments.backend.finish(next(iter(deployments.backend._pending)))
+    ticks()  # the fallback serves: traffic follows
+    deployments.backend.set_available(ENDPOINT, model, 2)
+    ticks(33)  # the hold, traffic back to Spot, the fallback's UndeployModel
+    deployments.backend.finish(next(iter(deployments.backend._undeploys)))
+    ticks(2)
+    stored = deployments.store.store.records["deploy-1"]
+    assert stored["serving"]["phase"] == "SERVING"
+    stored["serving"]["history"][0]["cause"] = "<script>alert('cause')</script>"
+
+    detail = page(client, "/deployments/deploy-1")
+    svg = detail[detail.index('<svg class="timeline serving"') : detail.index("</svg>")]
+    assert svg.count('data-kind="spot"') >= 2 and 'data-kind="onDemand"' in svg
+    assert 'data-kind="short"' in svg and 'class="required" data-kind="required"' in svg
+    assert re.findall(r'<line class="mark mark-(\w+)" data-kind=', svg) == ["hedge", "restore"]
+    assert "style=" not in svg and "<script" not in svg
+    assert "&lt;script&gt;alert(&#39;cause&#39;)&lt;/script&gt;" in detail  # text, not markup
+    # The summary is the chart's words for screen readers, and under it for everyone.
+    desc = re.search(r'<desc id="serving-desc">(.*?)</desc>', svg)
+    assert desc and "hedge at " in desc[1] and "restored at " in desc[1]
+    assert "<dt>hedges</dt><dd>1</dd>" in detail
+    notes = detail[detail.index("<h2>Notifications</h2>") :]
+    assert re.findall(r'<span class="state state-\w+">(\w+)</span>', notes) == [
+        "DEPLOYED",
+        "HEDGED",
+        "RESTORED",
+    ]  # newest last

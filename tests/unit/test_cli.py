@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -521,3 +522,61 @@ def test_status_and_list_show_a_deployments_serving_capacity(
     assert "1/2 replicas (DEFICIT)" in capsys.readouterr().out
     assert main(["--project", "p", "list"]) == 0
     assert "1/2 replicas" in capsys.readouterr().out
+
+
+def test_status_of_a_deployment_shows_its_serving_phase_hedges_fallback_and_newest_changes(
+    stores: _Stores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    t0 = now - timedelta(hours=2)
+
+    def change(minutes: int, spot: int, on_demand: int, cause: str) -> dict[str, Any]:
+        at = (t0 + timedelta(minutes=minutes)).isoformat()
+        return {"at": at, "spot": spot, "onDemand": on_demand, "required": 2, "cause": cause}
+
+    history = [change(i, 2, 0, f"old change {i}") for i in range(3)] + [
+        change(10, 0, 0, "serving 2+0 -> 0+0 of 2 (Spot+on-demand)"),
+        change(15, 0, 0, "hedge: 2 on-demand replica(s) after 300 s with 0 of 2 Spot replicas"),
+        change(30, 0, 2, "serving 0+0 -> 0+2 of 2; hedged: traffic [follows] the replicas"),
+        change(40, 1, 2, "serving 0+2 -> 1+2 of 2 (Spot+on-demand)"),
+        change(50, 1, 1, "MutateDeployedModel done"),
+    ]
+    serving = {
+        "spotDeployedModelId": "111",
+        "phase": "HEDGED",
+        "since": (t0 + timedelta(minutes=15)).isoformat(),
+        "accountedAt": (t0 + timedelta(minutes=50)).isoformat(),
+        "last": {"spot": 1, "onDemand": 1, "required": 2},
+        "fallbackDeployedModelId": "222",
+        "fallbackReplicas": 1,
+        "hedges": 1,
+        "history": history,
+        "pending": {"call": "MutateDeployedModel", "operation": "projects/p/ops/9", "at": None},
+    }
+    stores.deployments.create(
+        "dep",
+        {
+            "requestId": "dep",
+            "state": "DEPLOYED",
+            "spot": True,
+            "createdAt": t0,
+            "serving": serving,
+        },
+    )
+    assert main(["--project", "p", "status", "dep"]) == 0
+    text = capsys.readouterr().out
+    assert "2/2 replicas (1 Spot, 1 on-demand) (HEDGED)" in text
+    assert re.search(r"phase\s+HEDGED since \S+ \S+Z \(1h45m\)", text)
+    assert re.search(r"hedges\s+1 *\n", text) and re.search(
+        r"fallback\s+222 \(1 replica\(s\)\)", text
+    )
+    assert "MutateDeployedModel: projects/p/ops/9" in text
+    assert "hedge at " in text  # the chart's summary
+    assert "traffic [follows] the replicas" in text  # a cause is text, never markup
+    assert "MutateDeployedModel done" in text and "serving 2+0 -> 0+0" in text
+    assert "old change" not in text  # the five newest only
+    assert text.index("MutateDeployedModel done") < text.index("serving 2+0 -> 0+0")  # newest first
+    assert main(["--project", "p", "status", "dep", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["serving"]["hedges"] == 1
