@@ -48,6 +48,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from shared.domain.serving.model import Change, Phase, ServingState
+from shared.domain.serving.rule import HEDGE_CAUSE, HEDGE_FAILED_CAUSE, RESTORED_CAUSE
 from shared.status.chart import (
     AXIS_HEIGHT,
     RIGHT_PAD,
@@ -78,9 +79,9 @@ _LEVELS = 4
 #: hedge or a restore. A restore is marked when the fallback is gone ("restored"), the moment
 #: RESTORED is notified, not at each of its steps ("restore: traffic back to Spot", ...).
 MARKS: Final = (
-    ("hedge:", "hedge", "hedge"),
-    ("hedge failed:", "failed", "hedge failed"),
-    ("restored:", "restore", "restored"),
+    (HEDGE_CAUSE, "hedge", "hedge"),
+    (HEDGE_FAILED_CAUSE, "failed", "hedge failed"),
+    (RESTORED_CAUSE, "restore", "restored"),
 )
 #: The legend: (kind, words). Spot, on-demand and short are swatches filled as the plot;
 #: required is a line, hedge and restore are marks.

@@ -69,6 +69,12 @@ HEDGED: Final = "HEDGED"
 RESTORED: Final = "RESTORED"
 UNDEPLOYED: Final = "UNDEPLOYED"
 
+#: How the history's causes of a hedge, a failed hedge and a restore begin (the status page's
+#: chart marks them by these words: one place for both).
+HEDGE_CAUSE: Final = "hedge:"
+HEDGE_FAILED_CAUSE: Final = "hedge failed:"
+RESTORED_CAUSE: Final = "restored:"
+
 
 def fallback_display_name(spot: ObservedModel) -> str:
     """The fallback's display name: the Spot model's (which carries the deployment's tag),
@@ -179,7 +185,7 @@ def hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState
         fallback_name=None,
         fallback_replicas=0,
     )
-    return _with_change(failed, now, state.last, f"hedge failed: {cause}")
+    return _with_change(failed, now, state.last, f"{HEDGE_FAILED_CAUSE} {cause}")
 
 
 def _no_call(state: ServingState) -> ServingState:
@@ -484,7 +490,10 @@ def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step
             fallback_replicas=0,
         )
         return _Step(
-            ActionKind.NOTHING, served, "restored: the fallback is undeployed", notice=RESTORED
+            ActionKind.NOTHING,
+            served,
+            f"{RESTORED_CAUSE} the fallback is undeployed",
+            notice=RESTORED,
         )
     if state.phase in (Phase.SERVING, Phase.DEFICIT):
         return _unhedged(read, state, spot)
@@ -516,7 +525,7 @@ def _unhedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
         hedges=state.hedges + 1,
     )
     reason = (
-        f"hedge: {deficit} on-demand replica(s) after {_elapsed(since, now):.0f} s"
+        f"{HEDGE_CAUSE} {deficit} on-demand replica(s) after {_elapsed(since, now):.0f} s"
         f" with {spot.available} of {cap.required} Spot replicas"
     )
     fallback = Fallback(spot.model, name, spot.machine, deficit)
