@@ -13,6 +13,21 @@ AWS zones) for a deployment of N required replicas (N = 1 on the 1-node traces, 
   after it;
 * **over-provisioned Spot (N+1)**: N+1 Spot replicas deployed once.
 
+Then, on the same minutes, the designs that could meet issue 24's targets, each in one
+comparison table (:func:`print_comparison`: per trace group, the worst trace's shares, the
+mean and max cost, the targets computed) with the cost bound each implies:
+
+* **hedging under the best** ``--sensitivity`` **settings**: the product's rule, as above;
+* **a warm on-demand standby** (:func:`standby`, a model of a design not built): one
+  on-demand replica always deployed, with a share by replicas or at 0% until Spot is short;
+  traffic follows the replicas at the next tick, the standby grows to the deficit
+  (``MutateDeployedModel``, :data:`GROW_SECONDS`) and shrinks back after the hold;
+* **Spot spread over the region's zones** plus the product's rule (:class:`ZonedPool`: the
+  best case of Vertex's placement, an assumption), and **Spot fallback first** (the rule's
+  hedge deployed as Spot in another zone with capacity, on-demand only when none has; a model
+  of a design not built), on the traces whose collection holds other zones of their region
+  (:func:`regions`: GCP us-central1 a/b/c and the AWS 1-node traces).
+
 The model, worst case wherever a choice flatters:
 
 * **Capacity** at each minute is the *lowest* trace value within that minute (a 30-second dip
@@ -153,11 +168,12 @@ class ZonedPool:
     """The Spot nodes of one deployed model spread over a region's zones, zone 0 first.
 
     Vertex chooses the zones of a deployed model's nodes and documents no rule for it, so
-    this is the **best case**, an assumption: the nodes start spread round-robin over the
+    this is an assumption in spread's favour: the nodes start spread round-robin over the
     zones (N = 1 has one node, in zone 0), each zone reclaims and restarts its own nodes as
     :class:`SpotPool` does, and a node whose restart in its zone fails is placed anew at
-    once in the zone with the most spare capacity, if one has any, serving
-    :data:`REPLACE_SECONDS` later (without waiting for its six restarts).
+    once in the other zone with the most spare capacity, if one has any, serving
+    :data:`REPLACE_SECONDS` later (without waiting for its six restarts): Vertex is taken
+    to know at once where capacity is.
     """
 
     def __init__(self, zones: int, replicas: int) -> None:
@@ -715,18 +731,24 @@ def designs(
     (grace, hold, deploy), best = max(variants, key=score)
     faster = ", a DeployModel faster than the worst case" if deploy < DEPLOY_SECONDS else ""
     out = [
-        Design("always on-demand", by_policy["always on-demand"], "1", _one, _one),
-        Design("plain Spot", by_policy["plain Spot"], "r", spot_bound, spot_bound),
-        Design("Spot + hedging (the product)", by_policy["Spot + hedging"], "r", *_spot2),
         Design(
-            "Spot N+1", by_policy["Spot N+1"], "r; held: r(N+1)/N", spot_bound, _over_provisioned
+            "always on-demand", by_policy["always on-demand"], "1", on_demand_bound, on_demand_bound
+        ),
+        Design("plain Spot", by_policy["plain Spot"], "r", spot_bound, spot_bound),
+        Design("Spot + hedging (the product)", by_policy["Spot + hedging"], "r", *SPOT_BOUNDS),
+        Design(
+            "Spot N+1",
+            by_policy["Spot N+1"],
+            "r; held: r(N+1)/N",
+            spot_bound,
+            over_provisioned_held,
         ),
         Design(
             f"hedging, grace {grace} s, hold {hold} s, DeployModel {deploy // 60} min "
             f"(best of --sensitivity{faster})",
             best,
             "r",
-            *_spot2,
+            *SPOT_BOUNDS,
         ),
     ]
     for proportional in (True, False):
@@ -736,8 +758,8 @@ def designs(
                 f"{label} (model, not built)",
                 [standby(t.name, caps, p, p, cfg, proportional) for t, caps, p in loaded],
                 "r + (1-r)/N; held: r + 1/N",
-                _standby_floor,
-                _standby_held,
+                standby_floor,
+                standby_held,
             )
         )
     zoned = [(t, caps, p) for t, caps, p in loaded if t.name in zones]
@@ -750,30 +772,30 @@ def designs(
         for t, caps, p in zoned
     ]
     out.append(
-        Design("Spot spread over zones + hedging (best-case placement)", spread, "r", *_spot2)
+        Design("Spot spread over zones + hedging (best-case placement)", spread, "r", *SPOT_BOUNDS)
     )
-    out.append(Design("hedging, Spot fallback first (model, not built)", first, "r", *_spot2))
+    out.append(Design("hedging, Spot fallback first (model, not built)", first, "r", *SPOT_BOUNDS))
     return out
 
 
-def _one(r: float, n: int) -> float:
+def on_demand_bound(r: float, n: int) -> float:
     return 1.0
 
 
-def _over_provisioned(r: float, n: int) -> float:
+def over_provisioned_held(r: float, n: int) -> float:
     return r * (n + 1) / n
 
 
-def _standby_floor(r: float, n: int) -> float:
+def standby_floor(r: float, n: int) -> float:
     """One on-demand replica always, at best N - 1 on Spot (the standby covering one lost)."""
     return (1 + r * (n - 1)) / n
 
 
-def _standby_held(r: float, n: int) -> float:
+def standby_held(r: float, n: int) -> float:
     return r + 1 / n
 
 
-_spot2 = (spot_bound, spot_bound)
+SPOT_BOUNDS = (spot_bound, spot_bound)
 
 
 def verdicts(
