@@ -13,6 +13,21 @@ AWS zones) for a deployment of N required replicas (N = 1 on the 1-node traces, 
   after it;
 * **over-provisioned Spot (N+1)**: N+1 Spot replicas deployed once.
 
+Then, on the same minutes, the designs that could meet issue 24's targets, each in one
+comparison table (:func:`print_comparison`: per trace group, the worst trace's shares, the
+mean and max cost, the targets computed) with the cost bound each implies:
+
+* **hedging under the best** ``--sensitivity`` **settings**: the product's rule, as above;
+* **a warm on-demand standby** (:func:`standby`, a model of a design not built): one
+  on-demand replica always deployed, with a share by replicas or at 0% until Spot is short;
+  traffic follows the replicas at the next tick, the standby grows to the deficit
+  (``MutateDeployedModel``, :data:`GROW_SECONDS`) and shrinks back after the hold;
+* **Spot spread over the region's zones** plus the product's rule (:class:`ZonedPool`: the
+  best case of Vertex's placement, an assumption), and **Spot fallback first** (the rule's
+  hedge deployed as Spot in another zone with capacity, on-demand only when none has; a model
+  of a design not built), on the traces whose collection holds other zones of their region
+  (:func:`regions`: GCP us-central1 a/b/c and the AWS 1-node traces).
+
 The model, worst case wherever a choice flatters:
 
 * **Capacity** at each minute is the *lowest* trace value within that minute (a 30-second dip
@@ -45,7 +60,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -61,6 +76,7 @@ from shared.domain.serving.model import (
     ServingState,
 )
 from shared.domain.serving.rule import decide, start
+from shared.domain.serving.split import hedged_split
 
 MINUTE = 60
 TICK_SECONDS = 60
@@ -148,6 +164,48 @@ class SpotPool:
         return sum(n.status == "UP" for n in self.nodes)
 
 
+class ZonedPool:
+    """The Spot nodes of one deployed model spread over a region's zones, zone 0 first.
+
+    Vertex chooses the zones of a deployed model's nodes and documents no rule for it, so
+    this is an assumption in spread's favour: the nodes start spread round-robin over the
+    zones (N = 1 has one node, in zone 0), each zone reclaims and restarts its own nodes as
+    :class:`SpotPool` does, and a node whose restart in its zone fails is placed anew at
+    once in the other zone with the most spare capacity, if one has any, serving
+    :data:`REPLACE_SECONDS` later (without waiting for its six restarts): Vertex is taken
+    to know at once where capacity is.
+    """
+
+    def __init__(self, zones: int, replicas: int) -> None:
+        self.zones = [SpotPool(0) for _ in range(zones)]
+        for i in range(replicas):
+            self.zones[i % zones].nodes.append(Node())
+
+    def holding(self) -> int:
+        return sum(z.holding() for z in self.zones)
+
+    def available(self) -> int:
+        return sum(z.available() for z in self.zones)
+
+    def step(self, t: int, capacities: Sequence[int]) -> None:
+        for zone, capacity in zip(self.zones, capacities, strict=True):
+            zone.step(t, capacity)
+        for home, zone in enumerate(self.zones):
+            failed = [n for n in zone.nodes if n.status == "EXHAUSTED" or n.status == "DOWN"]
+            for node in [n for n in failed if n.status == "EXHAUSTED" or n.attempts]:
+                # Its own zone is left to its restarts (5 minutes, not a new placement's 15).
+                spare = {
+                    i: c - z.holding()
+                    for i, (z, c) in enumerate(zip(self.zones, capacities, strict=True))
+                    if i != home
+                }
+                best = max(spare, key=lambda i: spare[i], default=None)
+                if best is None or spare[best] <= 0:
+                    continue
+                zone.nodes.remove(node)
+                self.zones[best].nodes.append(Node("BOOTING", t + REPLACE_SECONDS))
+
+
 # --- one replay -----------------------------------------------------------------------------
 
 
@@ -206,14 +264,54 @@ def spot_only(name: str, caps: list[int], probe: int, n: int, extra: int, label:
 
 @dataclass
 class Fallback:
-    """The on-demand fallback on the simulated endpoint: its replicas and when each serves."""
+    """The fallback on the simulated endpoint: its replicas and when each serves. On-demand
+    (``ready``), or Spot in another zone (``pool``, that zone's nodes, restarted as any)."""
 
     display_name: str
-    ready: list[int]  # the time each replica serves
+    ready: list[int]  # the time each on-demand replica serves
     listed_at: int  # when its DeployModel operation is done and GetEndpoint lists it
+    pool: SpotPool | None = None
+    zone: int = 0
 
     def available(self, t: int) -> int:
+        if self.pool is not None:
+            return self.pool.available()
         return sum(r <= t for r in self.ready)
+
+    def replicas(self) -> int:
+        return len(self.pool.nodes) if self.pool is not None else len(self.ready)
+
+    def grow(self, replicas: int, ready: int) -> None:
+        """``MutateDeployedModel`` to ``replicas``: the replicas added serve at ``ready``."""
+        more = max(replicas - self.replicas(), 0)
+        if self.pool is not None:
+            self.pool.nodes.extend(Node("BOOTING", ready) for _ in range(more))
+        else:
+            self.ready.extend([ready] * more)
+
+
+def deployed(name: str, replicas: int, t: int, zone: int | None, seconds: int) -> Fallback:
+    """The fallback a ``DeployModel`` at ``t`` puts on the endpoint, listed and serving
+    ``seconds`` later: on-demand, or Spot in ``zone`` (its nodes billed from the call)."""
+    fallback = Fallback(name, [], t + seconds)
+    if zone is None:
+        fallback.ready = [t + seconds] * replicas
+    else:
+        fallback.pool, fallback.zone = SpotPool(0), zone
+    fallback.grow(replicas, t + seconds)
+    return fallback
+
+
+def spot_zone(region: Sequence[int], probe: int, replicas: int) -> int | None:
+    """The zone a Spot fallback goes to: of the region's other zones (``region[0]`` is the
+    Spot model's), the one with the most capacity at the call, if it grants all ``replicas``
+    (an assumption in the design's favour: Vertex is told, or finds, the zone); else None,
+    and the fallback is on-demand."""
+    others = range(1, len(region))
+    best = max(others, key=lambda z: region[z], default=None)
+    if best is None or granted(region[best], probe, replicas) < replicas:
+        return None
+    return best
 
 
 def hedged(
@@ -223,10 +321,21 @@ def hedged(
     n: int,
     cfg: ServingSettings,
     deploy_seconds: int = DEPLOY_SECONDS,
+    label: str = "Spot + hedging",
+    zones: Sequence[list[int]] = (),
+    spread: bool = False,
+    spot_fallback: bool = False,
 ) -> Run:
-    """Spot with the product's rule: a read, a decision, its call, then the write."""
-    run = Run("Spot + hedging", name, n)
-    pool = SpotPool(n)
+    """Spot with the product's rule: a read, a decision, its call, then the write.
+
+    ``zones`` are the region's other zones' capacities, minute by minute (the same trace
+    collection, so the same minutes): with ``spread``, the Spot model's nodes are placed over
+    the region as :class:`ZonedPool` models it; with ``spot_fallback``, the rule's hedge is
+    deployed as Spot in another zone that has capacity at the call, on-demand only when none
+    has (a design not built: the product's DeployModel is on-demand).
+    """
+    run = Run(label, name, n)
+    pool: SpotPool | ZonedPool = ZonedPool(1 + len(zones), n) if spread else SpotPool(n)
     fallback: Fallback | None = None
     split = {SPOT_ID: 100}
 
@@ -235,8 +344,10 @@ def hedged(
             ObservedModel(SPOT_ID, "m", "served [flexjobs b]", MACHINE, True, n, pool.available())
         ]
         if fallback is not None and fallback.listed_at <= t:
-            replicas = len(fallback.ready)
+            replicas = fallback.replicas()
             available = fallback.available(t)
+            # Reported as on-demand even when the model deploys it as Spot: the rule adopts
+            # its fallback by display name among on-demand models, and knows no other kind.
             models.append(
                 ObservedModel(
                     FALLBACK_ID, "m", fallback.display_name, MACHINE, False, replicas, available
@@ -248,7 +359,13 @@ def hedged(
     state: ServingState | None = None
     for m, value in enumerate(caps):
         t = m * MINUTE
-        pool.step(t, granted(value, probe, n))
+        region = [value, *(z[m] for z in zones)]
+        if isinstance(pool, ZonedPool):
+            pool.step(t, [granted(v, probe, n) for v in region])
+        else:
+            pool.step(t, granted(value, probe, n))
+        if fallback is not None and fallback.pool is not None:
+            fallback.pool.step(t, granted(region[fallback.zone], probe, fallback.replicas()))
         spot_up = pool.available()
         od_up = fallback.available(t) if fallback else 0
         served = [(spot_up, split.get(SPOT_ID, 0)), (od_up, split.get(FALLBACK_ID, 0))]
@@ -263,14 +380,14 @@ def hedged(
             continue
         action = decide(observed, state, now, cfg)
         if action.deploy is not None:
-            replicas = action.deploy.replicas
-            ready = [t + deploy_seconds] * replicas
-            fallback = Fallback(action.deploy.display_name, ready, t + deploy_seconds)
+            zone = spot_zone(region, probe, action.deploy.replicas) if spot_fallback else None
+            fallback = deployed(
+                action.deploy.display_name, action.deploy.replicas, t, zone, deploy_seconds
+            )
             run.hedges += 1
             run.hedge_minutes.append(m)
         if action.resize is not None and fallback is not None:
-            grow = action.resize - len(fallback.ready)
-            fallback.ready.extend([t + deploy_seconds] * max(grow, 0))
+            fallback.grow(action.resize, t + deploy_seconds)
         if action.split is not None:
             split = dict(action.split)
         if action.undeploy is not None:
@@ -281,7 +398,81 @@ def hedged(
         state = action.state
         # Billed from the call that deploys a replica to its undeploy (worst case: the minute
         # of the call counts whole).
-        run.on_demand_node_seconds += (len(fallback.ready) if fallback else 0) * MINUTE
+        if fallback is not None and fallback.pool is not None:
+            run.spot_node_seconds += fallback.pool.holding() * MINUTE
+        elif fallback is not None:
+            run.on_demand_node_seconds += len(fallback.ready) * MINUTE
+    return run
+
+
+#: ``MutateDeployedModel`` adding replicas to a deployed model: Vertex publishes no latency
+#: for it, and each replica it adds is a new node provisioned as a DeployModel's are (a VM, the
+#: container pulled, the model loaded), so its slow end is taken as DeployModel's, never as
+#: fast as a restarted node's boot (:data:`RESTART_BOOT`). An assumption, the worst case.
+GROW_SECONDS = DEPLOY_SECONDS
+STANDBY_ID = "3"
+
+
+def standby(
+    name: str, caps: list[int], probe: int, n: int, cfg: ServingSettings, proportional: bool
+) -> Run:
+    """A warm on-demand standby, **a model of a design not built yet** (the product's rule
+    undeploys its fallback after the hold, and would adopt a standby as one).
+
+    One on-demand replica is deployed on the endpoint beside the N Spot replicas, and billed,
+    for the whole trace. ``proportional``: it always takes a share of the traffic in proportion
+    to its replicas; else it gets 0% until Spot is short. Each tick, traffic follows the
+    replicas each model can serve (the product's :func:`~shared.domain.serving.split.
+    hedged_split`, one ``UpdateEndpoint``), so a Spot loss moves its share to the standby at
+    the next minute. Once Spot has been short for the grace period (the rule's hedge timing),
+    the standby is grown to the deficit (``MutateDeployedModel``, serving
+    :data:`GROW_SECONDS` later, billed from the call); once Spot has served all its replicas
+    for the hold period, it is shrunk back to one replica (at the call) and, at 0%, its traffic
+    goes back to Spot.
+    """
+    label = "warm standby, share by replicas" if proportional else "warm standby at 0%"
+    run = Run(f"{label} (model)", name, n)
+    pool = SpotPool(n)
+    ready = [0]  # the standby's replicas, the time each serves: the first was there before
+    ours = (SPOT_ID, STANDBY_ID)
+    split: dict[str, int] = {SPOT_ID: 100}
+    if proportional:
+        split = dict(hedged_split(ObservedEndpoint("e", (), split), ours, (n, 1)) or split)
+    short_since: int | None = None
+    # Spot served all its replicas long before the trace: the standby starts at its base.
+    healthy_since: int | None = -int(cfg.hold_seconds)
+    for m, value in enumerate(caps):
+        t = m * MINUTE
+        pool.step(t, granted(value, probe, n))
+        spot_up = pool.available()
+        standby_up = sum(r <= t for r in ready)
+        served = [(spot_up, split.get(SPOT_ID, 0)), (standby_up, split.get(STANDBY_ID, 0))]
+        serving = sum(up for up, share in served if share > 0)
+        starved = any(share > 0 and up == 0 for up, share in served)
+        run.measure(serving, starved, spot_up, standby_up, granted(value, probe, n))
+        run.spot_node_seconds += pool.holding() * MINUTE
+        # The tick: one read, then at most one change of traffic and one of size.
+        if spot_up < n:
+            short_since = t if short_since is None else short_since
+            healthy_since = None
+        else:
+            healthy_since = t if healthy_since is None else healthy_since
+            short_since = None
+        restored = healthy_since is not None and t - healthy_since >= cfg.hold_seconds
+        if proportional or not restored:
+            observed = ObservedEndpoint("e", (), split)
+            moved = hedged_split(observed, ours, (spot_up, standby_up))
+            if moved is not None:
+                split = dict(moved)
+        elif split.get(STANDBY_ID, 0) and spot_up:
+            split = {SPOT_ID: 100}
+        if short_since is not None and t - short_since >= cfg.grace_seconds:
+            grow = n - spot_up - len(ready)
+            if grow > 0:
+                ready.extend([t + GROW_SECONDS] * grow)
+        if restored and len(ready) > 1:
+            del ready[1:]
+        run.on_demand_node_seconds += len(ready) * MINUTE
     return run
 
 
@@ -408,8 +599,28 @@ VARIANTS = (
 )
 
 
+Variant = tuple[int, int, int]
+
+
+def sensitivity(
+    loaded: list[tuple[Trace, list[int], int]], default: list[Run]
+) -> list[tuple[Variant, list[Run]]]:
+    """Hedging (the product's rule) replayed under each of :data:`VARIANTS`; the first, the
+    product's defaults, is the default run's own."""
+    out: list[tuple[Variant, list[Run]]] = []
+    for grace, hold, deploy in VARIANTS:
+        cfg = ServingSettings(grace_seconds=grace, hold_seconds=hold)
+        if cfg == ServingSettings() and deploy == DEPLOY_SECONDS:
+            runs = [r for r in default if r.policy == "Spot + hedging"]
+        else:
+            label = f"hedging, grace {grace} s, hold {hold} s, DeployModel {deploy // 60} min"
+            runs = [hedged(t.name, caps, p, p, cfg, deploy, label) for t, caps, p in loaded]
+        out.append(((grace, hold, deploy), runs))
+    return out
+
+
 def print_sensitivity(
-    loaded: list[tuple[Trace, list[int], int]], prices: PriceTable, accelerator: str
+    variants: list[tuple[Variant, list[Run]]], prices: PriceTable, accelerator: str
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -419,9 +630,7 @@ def print_sensitivity(
     table = Table(title="Hedging under other settings (worst trace / mean over the traces)")
     for column in ("grace s", "hold s", "DeployModel min", "all required", "at least one", "cost"):
         table.add_column(column, justify="right")
-    for grace, hold, deploy in VARIANTS:
-        cfg = ServingSettings(grace_seconds=grace, hold_seconds=hold)
-        runs = [hedged(t.name, caps, p, p, cfg, deploy) for t, caps, p in loaded]
+    for (grace, hold, deploy), runs in variants:
         full = [r.full / r.minutes for r in runs]
         any_ = [r.any / r.minutes for r in runs]
         cost = [r.vs_on_demand(spot_rate, standard_rate) for r in runs]
@@ -434,6 +643,301 @@ def print_sensitivity(
             f"{max(cost):.2f}x / {sum(cost) / len(cost):.2f}x",
         )
     Console(width=max(Console().width, 110)).print(table)
+
+
+# --- the designs side by side ---------------------------------------------------------------
+
+#: Issue 24's targets, on every trace: at least one replica serving, all required serving,
+#: and the cost against always-on-demand (where Spot/on-demand allows it: see the bounds).
+TARGET_ANY = 0.999
+TARGET_FULL = 0.99
+TARGET_COST = 0.5
+
+
+@dataclass
+class Design:
+    """One design replayed: its runs, and its cost bound as a share of always-on-demand at
+    Spot/on-demand ``r`` for N replicas: ``floor`` is the least it can cost while serving all
+    N (the cheapest mix its design allows), ``held`` what it costs when Spot never fails."""
+
+    label: str
+    runs: list[Run]
+    formula: str
+    floor: Callable[[float, int], float]
+    held: Callable[[float, int], float]
+
+
+def spot_bound(r: float, n: int) -> float:
+    """Every required replica on Spot: no design that pays for N replicas does better."""
+    return r
+
+
+def group(trace: str) -> str:
+    """``1-node GCP``, ``1-node AWS``, ``4-node AWS``: the comparison's trace groups."""
+    parts = trace.split("/")
+    return f"{parts[1]} {parts[2].split('-')[0].upper()}"
+
+
+def regions(
+    loaded: list[tuple[Trace, list[int], int]],
+) -> dict[tuple[str, str], list[tuple[Trace, list[int], int]]]:
+    """The traces by region and collection: one folder holds traces with the same start, gap
+    and length, so a region's zones in one folder are the same minutes. GCP us-central1 a/b/c,
+    and AWS us-east-1 b/c/d (intel), us-east-1 c/f and us-west-2 b/c (V100) have siblings;
+    us-east1-b and the 4-node traces are alone in theirs."""
+    out: dict[tuple[str, str], list[tuple[Trace, list[int], int]]] = {}
+    for item in loaded:
+        out.setdefault((item[0].name.rsplit("/", 1)[0], item[0].region), []).append(item)
+    return out
+
+
+def region_zones(loaded: list[tuple[Trace, list[int], int]]) -> dict[str, list[list[int]]]:
+    """For each trace with siblings (see :func:`regions`), its region's other zones' capacities."""
+    zones: dict[str, list[list[int]]] = {}
+    for members in regions(loaded).values():
+        for trace, _, _ in members:
+            others = [caps for other, caps, _ in members if other is not trace]
+            if others:
+                zones[trace.name] = others
+    return zones
+
+
+def designs(
+    loaded: list[tuple[Trace, list[int], int]],
+    runs: list[Run],
+    variants: list[tuple[Variant, list[Run]]],
+    prices: PriceTable,
+    accelerator: str,
+) -> list[Design]:
+    """The four policies, then the designs that could meet the targets, all on the same
+    minutes. The best ``--sensitivity`` row is the one meeting the most targets per group,
+    then with the best worst-trace shares, then the lowest mean cost."""
+    cfg = ServingSettings()
+    zones = region_zones(loaded)
+    by_policy: dict[str, list[Run]] = {}
+    for run in runs:
+        key = "Spot N+1" if run.policy.startswith("Spot N+1") else run.policy
+        by_policy.setdefault(key, []).append(run)
+
+    def score(item: tuple[Variant, list[Run]]) -> tuple[int, float, float, float]:
+        rows = verdicts(item[1], prices, accelerator)
+        passed = sum(sum(row[-3:]) for row in rows.values())
+        full = min(r.full / r.minutes for r in item[1])
+        any_ = min(r.any / r.minutes for r in item[1])
+        rates = prices.rates[accelerator]
+        cost = [r.vs_on_demand(float(rates.spot), float(rates.standard)) for r in item[1]]
+        return passed, full, any_, -sum(cost) / len(cost)
+
+    (grace, hold, deploy), best = max(variants, key=score)
+    faster = ", a DeployModel faster than the worst case" if deploy < DEPLOY_SECONDS else ""
+    out = [
+        Design(
+            "always on-demand", by_policy["always on-demand"], "1", on_demand_bound, on_demand_bound
+        ),
+        Design("plain Spot", by_policy["plain Spot"], "r", spot_bound, spot_bound),
+        Design("Spot + hedging (the product)", by_policy["Spot + hedging"], "r", *SPOT_BOUNDS),
+        Design(
+            "Spot N+1",
+            by_policy["Spot N+1"],
+            "r; held: r(N+1)/N",
+            spot_bound,
+            over_provisioned_held,
+        ),
+        Design(
+            f"hedging, grace {grace} s, hold {hold} s, DeployModel {deploy // 60} min "
+            f"(best of --sensitivity{faster})",
+            best,
+            "r",
+            *SPOT_BOUNDS,
+        ),
+    ]
+    for proportional in (True, False):
+        label = "warm standby, share by replicas" if proportional else "warm standby at 0%"
+        out.append(
+            Design(
+                f"{label} (model, not built)",
+                [standby(t.name, caps, p, p, cfg, proportional) for t, caps, p in loaded],
+                "r + (1-r)/N; held: r + 1/N",
+                standby_floor,
+                standby_held,
+            )
+        )
+    zoned = [(t, caps, p) for t, caps, p in loaded if t.name in zones]
+    spread = [
+        hedged(t.name, caps, p, p, cfg, label="spread", zones=zones[t.name], spread=True)
+        for t, caps, p in zoned
+    ]
+    first = [
+        hedged(t.name, caps, p, p, cfg, label="first", zones=zones[t.name], spot_fallback=True)
+        for t, caps, p in zoned
+    ]
+    out.append(
+        Design("Spot spread over zones + hedging (best-case placement)", spread, "r", *SPOT_BOUNDS)
+    )
+    out.append(Design("hedging, Spot fallback first (model, not built)", first, "r", *SPOT_BOUNDS))
+    return out
+
+
+def on_demand_bound(r: float, n: int) -> float:
+    return 1.0
+
+
+def over_provisioned_held(r: float, n: int) -> float:
+    return r * (n + 1) / n
+
+
+def standby_floor(r: float, n: int) -> float:
+    """One on-demand replica always, at best N - 1 on Spot (the standby covering one lost)."""
+    return (1 + r * (n - 1)) / n
+
+
+def standby_held(r: float, n: int) -> float:
+    return r + 1 / n
+
+
+SPOT_BOUNDS = (spot_bound, spot_bound)
+
+
+def verdicts(
+    runs: list[Run], prices: PriceTable, accelerator: str
+) -> dict[str, tuple[int, float, float, float, float, bool, bool, bool]]:
+    """Per trace group: traces, worst share with at least one and with all required, mean and
+    max cost against always-on-demand, and whether each target holds on its every trace."""
+    rates = prices.rates[accelerator]
+    spot_rate, standard_rate = float(rates.spot), float(rates.standard)
+    grouped: dict[str, list[Run]] = {}
+    for run in runs:
+        grouped.setdefault(group(run.trace), []).append(run)
+    out = {}
+    for name, members in grouped.items():
+        any_ = min(r.any / r.minutes for r in members)
+        full = min(r.full / r.minutes for r in members)
+        cost = [r.vs_on_demand(spot_rate, standard_rate) for r in members]
+        mean, worst = sum(cost) / len(cost), max(cost)
+        verdict = (any_ >= TARGET_ANY, full >= TARGET_FULL, worst <= TARGET_COST)
+        out[name] = (len(members), any_, full, mean, worst, *verdict)
+    return out
+
+
+def spot_ceiling(region: Sequence[list[int]], probe: int) -> float:
+    """The share of minutes in which some zone of ``region`` grants one of N = ``probe``
+    replicas."""
+    minutes = len(region[0])
+    up = sum(any(granted(z[m], probe, probe) >= 1 for z in region) for m in range(minutes))
+    return up / minutes if minutes else 0.0
+
+
+def smallest_n(bound: Callable[[float, int], float], r: float, limit: int = 1000) -> int | None:
+    """The fewest required replicas at which ``bound`` is within :data:`TARGET_COST`."""
+    return next((n for n in range(1, limit + 1) if bound(r, n) <= TARGET_COST), None)
+
+
+def print_comparison(
+    found: list[Design],
+    loaded: list[tuple[Trace, list[int], int]],
+    prices: PriceTable,
+    accelerator: str,
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 150))
+    rates = prices.rates[accelerator]
+    r = float(rates.spot) / float(rates.standard)
+    totals: dict[str, int] = {}
+    for trace, _, _ in loaded:
+        totals[group(trace.name)] = totals.get(group(trace.name), 0) + 1
+    table = Table(
+        title=f"The designs side by side (worst trace of each group; cost priced as {accelerator})"
+    )
+    for column in (
+        "design",
+        "traces",
+        ">=1 worst",
+        "all worst",
+        "cost mean",
+        "cost max",
+        f">=1 {TARGET_ANY:.1%}",
+        f"all {TARGET_FULL:.0%}",
+        f"cost {TARGET_COST}x",
+    ):
+        table.add_column(column, justify="left" if column == "design" else "right")
+    mark = {True: "PASS", False: "FAIL"}
+    verdict_lines = []
+    for design in found:
+        rows = verdicts(design.runs, prices, accelerator)
+        for i, name in enumerate(totals):
+            if name not in rows:
+                table.add_row(
+                    design.label if i == 0 else "", f"{name} 0/{totals[name]}", *["-"] * 7
+                )
+                continue
+            count, any_, full, mean, worst, ok_any, ok_full, ok_cost = rows[name]
+            table.add_row(
+                design.label if i == 0 else "",
+                f"{name} {count}/{totals[name]}",
+                f"{any_:.3%}",
+                f"{full:.3%}",
+                f"{mean:.2f}x",
+                f"{worst:.2f}x",
+                mark[ok_any],
+                mark[ok_full],
+                mark[ok_cost],
+            )
+        table.add_section()
+        ran = sum(row[0] for row in rows.values())
+        every = ran == len(loaded) and all(all(row[-3:]) for row in rows.values())
+        verdict_lines.append(
+            f"  {design.label}: "
+            + ("meets all three targets on every trace" if every else "does not")
+            + ("" if ran == len(loaded) else f" (replayed on {ran} of {len(loaded)} traces)")
+        )
+    console.print(table)
+    console.print("All three of issue 24's targets on every trace (computed from the table):")
+    for line in verdict_lines:
+        console.print(line)
+    console.print(
+        "Spot anywhere in the region: the share of minutes in which at least one of the "
+        "region's traced zones has Spot capacity, the most any design serving from Spot alone "
+        f"could reach with at least one replica (placed at once, anywhere); {TARGET_ANY:.1%} "
+        "needs on-demand wherever it is lower:"
+    )
+    for members in regions(loaded).values():
+        names = ", ".join(short(t.name).split(" ", 2)[2] for t, _, _ in members)
+        ceiling = spot_ceiling([caps for _, caps, _ in members], members[0][2])
+        console.print(f"  {group(members[0][0].name)} {names}: {ceiling:.3%}")
+    bound = Table(
+        title=f"The cost bound each design implies (share of always-on-demand; r = Spot/on-demand"
+        f" = {r:.2f} for {accelerator})"
+    )
+    for column in (
+        "design",
+        "bound",
+        "N=1",
+        "N=4",
+        f"N for <= {TARGET_COST}x",
+        "measured mean",
+    ):
+        bound.add_column(column, justify="left" if column in ("design", "bound") else "right")
+    for design in found:
+        cost = [run.vs_on_demand(float(rates.spot), float(rates.standard)) for run in design.runs]
+        cells = [
+            f"{design.floor(r, n):.2f}"
+            + (f" ({design.held(r, n):.2f})" if design.held(r, n) != design.floor(r, n) else "")
+            for n in (1, 4)
+        ]
+        need = [smallest_n(design.floor, r), smallest_n(design.held, r)]
+        reach = "never" if need[0] is None else f">= {need[0]}"
+        if need[1] != need[0]:
+            reach += f" (held: {'never' if need[1] is None else f'>= {need[1]}'})"
+        bound.add_row(design.label, design.formula, *cells, reach, f"{sum(cost) / len(cost):.2f}x")
+    console.print(bound)
+    console.print(
+        "floor: the least the design can cost while serving all N replicas (each replica-minute"
+        " on Spot at r or on-demand at 1, and what the design always keeps); held: its cost when"
+        " Spot never fails, in brackets where it differs. A design whose floor exceeds "
+        f"{TARGET_COST}x cannot meet the cost target at these prices, whatever the traces."
+    )
 
 
 def plot(runs: list[Run], trace: str, output: Path) -> Path:
@@ -516,9 +1020,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         caps = minute_values(trace, QUICK_MINUTES if args.quick else None)
         loaded.append((trace, caps, probe))
         runs.extend(policies(trace.name, caps, probe, probe, cfg))
+    variants = sensitivity(loaded, runs)
+    found = designs(loaded, runs, variants, prices, accelerator)
     print_report(runs, prices, accelerator, time.perf_counter() - began)
     if args.sensitivity:
-        print_sensitivity(loaded, prices, accelerator)
+        print_sensitivity(variants, prices, accelerator)
+    print_comparison(found, loaded, prices, accelerator)
     busiest = max((r for r in runs if r.policy == "Spot + hedging"), key=lambda r: r.hedges)
     print(f"plot: {plot(runs, busiest.trace, args.output)}")
     return 0

@@ -6,16 +6,27 @@ from __future__ import annotations
 from benchmarks.capacity.traces import Trace
 from benchmarks.serving import (
     DEPLOY_SECONDS,
+    GROW_SECONDS,
     REPLACE_SECONDS,
     RESTART_ATTEMPTS,
     RESTART_BOOT,
     SpotPool,
+    ZonedPool,
     granted,
     hedged,
     minute_values,
     policies,
+    region_zones,
+    smallest_n,
+    spot_ceiling,
     spot_only,
+    spot_zone,
+    standby,
+    standby_floor,
+    standby_held,
+    verdicts,
 )
+from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import ServingSettings
 
 CFG = ServingSettings()
@@ -84,3 +95,103 @@ def test_every_policy_replays_the_same_minutes_and_on_demand_is_the_unit_of_cost
     on_demand = runs[0]
     assert on_demand.vs_on_demand(0.4, 1.0) == 1.0
     assert (on_demand.full, on_demand.any) == (len(caps), len(caps))
+
+
+# --- the designs side by side ----------------------------------------------------------------
+
+GRACE, HOLD = int(CFG.grace_seconds) // 60, int(CFG.hold_seconds) // 60
+OUTAGE = [1] * 60 + [0] * 120 + [1] * 60
+
+
+def test_a_warm_standby_with_its_share_keeps_one_replica_serving_through_an_outage():
+    run = standby("t", OUTAGE, 1, 1, CFG, proportional=True)
+    assert run.any == run.minutes
+    # The minute the Spot replica goes, its share still reaches it; the next tick shifts it.
+    assert run.full == run.minutes - 1
+    # The standby is billed for every minute, whatever Spot does: N = 1 pays a whole replica.
+    assert run.on_demand_node_seconds == run.minutes * 60
+
+
+def test_a_warm_standby_at_zero_percent_loses_the_minute_before_the_shift():
+    run = standby("t", OUTAGE, 1, 1, CFG, proportional=False)
+    assert run.any == run.full == run.minutes - 1
+
+
+def test_a_standby_grows_to_the_deficit_after_the_grace_period_and_shrinks_after_the_hold():
+    caps = [4] * 60 + [0] * 120 + [4] * 60
+    run = standby("t", caps, 4, 4, CFG, proportional=True)
+    assert run.any == run.minutes
+    # Short of all four from the loss until the grown replicas serve: the grace period, then
+    # the MutateDeployedModel.
+    assert run.full == run.minutes - GRACE - GROW_SECONDS // 60
+    # Three more replicas billed from the grow call until the hold after Spot is back (its
+    # nodes placed anew 15 minutes after capacity returns).
+    call, back = 60 + GRACE, 180 + REPLACE_SECONDS // 60
+    assert run.on_demand_node_seconds == (run.minutes + 3 * (back + HOLD - call)) * 60
+
+
+def test_a_spread_node_whose_zone_is_gone_is_placed_anew_in_a_zone_with_capacity():
+    pool = ZonedPool(2, 1)
+    pool.step(0, [0, 1])  # zone 0 reclaims it; its first restart is a minute later
+    pool.step(60, [0, 1])  # that restart fails: placed anew in zone 1
+    assert [len(z.nodes) for z in pool.zones] == [0, 1]
+    pool.step(60 + REPLACE_SECONDS - 60, [0, 1])
+    assert pool.available() == 0
+    pool.step(60 + REPLACE_SECONDS, [0, 1])
+    assert pool.available() == 1
+    # With no capacity anywhere, it stays where it is.
+    stuck = ZonedPool(2, 1)
+    for t in range(0, 600, 60):
+        stuck.step(t, [0, 0])
+    assert [len(z.nodes) for z in stuck.zones] == [1, 0] and stuck.available() == 0
+
+
+def test_a_spot_fallback_goes_to_another_zone_with_capacity_else_on_demand():
+    assert spot_zone([0, 0, 1], 1, 1) == 2
+    assert spot_zone([1, 0, 0], 1, 1) is None  # the Spot model's own zone is never chosen
+    assert spot_zone([0], 1, 1) is None
+    assert spot_zone([0, 3], 4, 4) is None  # a zone must grant every replica asked for
+
+
+def test_spot_fallback_first_pays_no_on_demand_and_dies_with_its_zone():
+    caps = [1] * 60 + [0] * 120 + [1] * 60
+    other = [1] * 240
+    run = hedged("t", caps, 1, 1, CFG, zones=[other], spot_fallback=True)
+    assert run.hedges == 1 and run.on_demand_node_seconds == 0
+    assert run.any == run.minutes - GRACE - DEPLOY_SECONDS // 60 - 1
+    # The other zone goes too, once the fallback serves: the rule hedges once, so nothing
+    # serves until Spot comes back in the first zone.
+    lost = [1] * 100 + [0] * 80 + [1] * 60
+    dark = hedged("t", caps, 1, 1, CFG, zones=[lost], spot_fallback=True)
+    assert dark.any < run.any - 70
+
+
+def test_zone_siblings_are_the_same_collection_in_the_same_region():
+    def trace(name):
+        return (Trace(name, 60.0, (1, 1)), [1, 1], 1)
+
+    loaded = [
+        trace("preemption/1-node/gcp-x/us-central1-a_c3.json"),
+        trace("preemption/1-node/gcp-x/us-central1-b_c3.json"),
+        trace("preemption/1-node/gcp-x/us-east1-b_c3.json"),
+        trace("preemption/1-node/gcp-y/us-central1-c_c3.json"),
+    ]
+    zones = region_zones(loaded)
+    assert sorted(zones) == [loaded[0][0].name, loaded[1][0].name]
+
+
+def test_the_region_ceiling_counts_minutes_with_capacity_in_any_zone():
+    assert spot_ceiling([[1, 0, 0, 1], [0, 0, 1, 1]], 1) == 0.75
+    assert spot_ceiling([[4, 3, 0, 0]], 4) == 0.5  # N = 4: one replica of four needs 1 of 4
+
+
+def test_targets_and_bounds_are_computed_not_written_down():
+    prices = PriceTable.default()
+    runs = policies("preemption/1-node/gcp-x/us-central1-a_c3.json", [1] * 100, 1, 1, CFG)
+    on_demand = verdicts([runs[0]], prices, "NVIDIA_L4")["1-node GCP"]
+    assert on_demand[-3:] == (True, True, False)  # serves always, costs 1x
+    # The standby pays one on-demand replica of N always: r + 1/N with Spot never failing,
+    # (1 + r(N-1))/N at best; 0.5x needs N >= 10 and N >= 6 at r = 0.4.
+    assert smallest_n(standby_held, 0.4) == 10
+    assert smallest_n(standby_floor, 0.4) == 6
+    assert smallest_n(standby_floor, 0.5) is None
