@@ -106,7 +106,7 @@ def test_a_held_head_keeps_lower_priority_off_what_it_waits_for():
     assert ids(plan.admitted) == ["b-elsewhere-low"]
 
 
-def test_same_priority_elsewhere_goes_within_its_own_nominal_but_never_borrows():
+def test_same_priority_elsewhere_goes_within_its_nominal_or_to_catch_up_never_past():
     queues = read_queues(
         {
             "queues": [
@@ -123,10 +123,14 @@ def test_same_priority_elsewhere_goes_within_its_own_nominal_but_never_borrows()
     assert ids(plan.admitted) == ["b-small"]
     assert ids(h.workload for h in plan.held) == ["a-next"]
     # b's head of 8 does not fit (a holds 10 of 16); a's next of the same priority would
-    # borrow what b waits for: held too.
+    # borrow what b waits for, and would leave a's share (100 + 12) / 10 above b's with its
+    # head admitted (8): held too.
     waiting = [work("b-big", "b", 8), work("a-borrow", "a", 2, minute=1)]
-    plan = admit(queues, Standing(usage={"a": {R: 10}}), waiting)
+    plan = admit(queues, Standing(usage={"a": {R: 10}}, decayed={"a": 100.0}), waiting)
     assert ids(plan.admitted) == []
+    # Without that history a's share would be 12 / 10, below b's 8: it catches up, and goes.
+    plan = admit(queues, Standing(usage={"a": {R: 10}}), waiting)
+    assert ids(plan.admitted) == ["a-borrow"]
     # b goes first (share 6 against a's (100 + 4) / 10) and is held; a's next fits within
     # a's own nominal, so it goes beside b's held head.
     plan = admit(
