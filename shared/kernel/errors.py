@@ -39,12 +39,27 @@ class InvalidRequest(FlexjobsError, ValueError):
     """
 
     retryable = False
+    #: What the message says is invalid.
+    what = "invalid request"
 
     def __init__(self, errors: list[FieldError]) -> None:
         self.errors = list(errors)
         summary = "; ".join(f"{e.path}: {e.message}" for e in self.errors[:5])
         more = f" (+{len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
-        super().__init__(f"invalid request: {summary}{more}")
+        super().__init__(f"{self.what}: {summary}{more}")
+
+
+class InvalidConfiguration(InvalidRequest):
+    """A file an operator deploys (the queue file) that does not validate: every problem at
+    its path, as for a request. A request read against it could never succeed either, so it is
+    never retryable.
+
+    Examples:
+        >>> str(InvalidConfiguration([FieldError("queues[0].name", "is required")]))
+        'invalid configuration: queues[0].name: is required'
+    """
+
+    what = "invalid configuration"
 
 
 @contextmanager

@@ -97,21 +97,36 @@ def attempt_spec(
 
 def gpu_shape(kind: str, spec: dict[str, Any]) -> tuple[str | None, int]:
     """The accelerator type and the total GPUs all pools hold at once (validated bodies)."""
-    accelerator: str | None = None
-    total = 0
+    by_type = gpus_by_accelerator(kind, spec)
+    return next(iter(by_type), None), sum(by_type.values())
+
+
+def gpus_by_accelerator(kind: str, spec: dict[str, Any]) -> dict[str, int]:
+    """The GPUs all pools hold at once, by accelerator type in the order the pools name them:
+    replicas x accelerators over every worker pool, times the parallel trials of a tuning job
+    (validated bodies). What a request asks of each Vertex GPU quota.
+
+    Examples:
+        >>> pool = {"machineSpec": {"acceleratorType": "NVIDIA_L4", "acceleratorCount": 2},
+        ...         "replicaCount": 3}
+        >>> gpus_by_accelerator("customJob", {"jobSpec": {"workerPoolSpecs": [pool]}})
+        {'NVIDIA_L4': 6}
+    """
+    totals: dict[str, int] = {}
     for pool in _pools(kind, spec):
         machine = pool.get("machineSpec") or {}
         count = machine.get("acceleratorCount") or 0
         replicas = pool.get("replicaCount") or 0
         if machine.get("acceleratorType") and isinstance(count, int) and isinstance(replicas, int):
-            accelerator = accelerator or str(machine["acceleratorType"])
-            total += count * replicas
+            name = str(machine["acceleratorType"])
+            totals[name] = totals.get(name, 0) + count * replicas
     declared = kind_named(kind)
     if declared is not None and declared.parallel_field is not None:
         # Trials run side by side, each on the pools' GPUs (a tuning job's parallelTrialCount).
         parallel = spec.get(declared.parallel_field)
-        total *= parallel if isinstance(parallel, int) and parallel > 0 else 1
-    return accelerator, total
+        times = parallel if isinstance(parallel, int) and parallel > 0 else 1
+        totals = {name: gpus * times for name, gpus in totals.items()}
+    return totals
 
 
 def seconds_between(start: datetime | None, end: datetime | None) -> float:

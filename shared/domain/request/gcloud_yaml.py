@@ -51,7 +51,7 @@ MAX_DEPTH: Final = 64
 DEFAULT_MAX_BYTES: Final = 256 * 1024
 
 
-class _NoAliasLoader(yaml.SafeLoader):
+class NoAliasLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing anchors and aliases, and more than :data:`MAX_NODES`
     nodes, as it composes the document (before anything is built of it)."""
 
@@ -110,7 +110,7 @@ def parse_gcloud_config(
         problem = f"the config is {size} bytes; it becomes one message of at most {max_bytes}"
         raise InvalidRequest([FieldError("$", problem)])
     try:
-        document = yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader: no Python tags
+        document = yaml.load(text, Loader=NoAliasLoader)  # a SafeLoader: no Python tags
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
