@@ -545,6 +545,7 @@ class InMemoryDeploymentBackend:
         # long-running MutateDeployedModel and UndeployModel operations until finish().
         self.calls: list[tuple[str, str, Any]] = []
         self.call_fails_with: Exception | None = None
+        self.templates: list[Any] = []  # each fallback's template (the requested deployedModel)
         self.etags: dict[str, str] = {}
         self._mutations: dict[str, tuple[str, str, int]] = {}
         self._undeploys: dict[str, tuple[str, str]] = {}
@@ -577,9 +578,10 @@ class InMemoryDeploymentBackend:
         self.splits[endpoint] = dict(split)
         self._changed(endpoint)
 
-    def deploy_fallback(self, endpoint: str, fallback: Any) -> str:
+    def deploy_fallback(self, endpoint: str, fallback: Any, template: Any = None) -> str:
         """DeployModel of an on-demand model with an empty split (the split is not updated)."""
         self.calls.append(("DeployModel", endpoint, fallback.display_name))
+        self.templates.append(template)
         if self.call_fails_with is not None:
             raise self.call_fails_with
         number = next(self._ids)

@@ -306,7 +306,10 @@ def _hedge(
         return None if found is None or found.spot else found.id
 
     def create() -> str:
-        return ports.backend.deploy_fallback(endpoint, fallback)
+        template = record.request.get("deployedModel")
+        return ports.backend.deploy_fallback(
+            endpoint, fallback, template if isinstance(template, dict) else None
+        )
 
     def recorded(token: str, made: str, adopted: bool) -> Outcome:
         now = ports.clock()

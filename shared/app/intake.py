@@ -23,7 +23,7 @@ from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
 from shared.app.steps.exactly_once import Outcome
 from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.situations import situation_for_first_attempt
-from shared.domain.decisions.submissions import tombstone_claimed
+from shared.domain.decisions.submissions import TOMBSTONE_REASON, tombstone_claimed
 from shared.domain.model.ids import check_request_id
 from shared.domain.model.kinds import DEPLOY_MODEL
 from shared.domain.model.records import JobRecord
@@ -130,7 +130,14 @@ def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:
 
 
 def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
-    """Deploy a ``deployModel`` request on Spot VMs exactly once."""
+    """Deploy a ``deployModel`` request on Spot VMs exactly once; not at all when its cancel
+    came first (Pub/Sub keeps no order: the cancel left a tombstone under its requestId)."""
+    request_id = cmd.request.request_id
+    earlier = intake.store.get(request_id)
+    if earlier is not None and earlier.reason == TOMBSTONE_REASON:
+        with request_context(request_id):
+            log.info("deployment cancelled before it arrived: nothing deployed")
+        return Outcome.CANCELLED
     return submit_deployment(cmd.request, _deployments_of(intake))
 
 

@@ -276,9 +276,13 @@ class DeploymentBackend(Protocol):
         """One ``GetEndpoint`` read: the deployed models, their replicas, the traffic split."""
         ...
 
-    def deploy_fallback(self, endpoint: str, fallback: Fallback) -> str:
+    def deploy_fallback(
+        self, endpoint: str, fallback: Fallback, template: Mapping[str, Any] | None = None
+    ) -> str:
         """Start DeployModel of an on-demand fallback without traffic; the operation's name.
-        Never retried in-process (a call that timed out may have started it)."""
+        ``template`` is the deployment's requested ``deployedModel`` (service account,
+        logging and the like are copied from it). Never retried in-process (a call that
+        timed out may have started it)."""
         ...
 
     def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:

@@ -129,6 +129,9 @@ def test_a_spot_deployment_short_past_the_grace_period_is_hedged_once_and_notifi
     assert (state.phase.value, state.hedges, state.operation_call) == ("HEDGED", 1, "DeployModel")
     assert state.operation  # the operation the next ticks follow
     assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]
+    # The fallback is deployed from the deployment's own requested deployedModel.
+    request = deployments.store.get("s-1").request
+    assert deployments.backend.templates == [request["deployedModel"]]
     for _ in range(20):  # the DeployModel runs for many ticks: never sent again
         clock.advance(60)
         refresh_deployments(deployments)
@@ -551,3 +554,104 @@ def test_a_hedge_that_never_reached_vertex_is_released_and_sent_by_the_next_tick
     refresh_deployments(deployments)  # no new grace period: the deficit is as old as it was
     assert [c[0] for c in deployments.backend.calls] == ["DeployModel", "DeployModel"]
     assert serving(deployments, "s-1").hedges == 1
+
+
+# --- review (adversarial): failing tests, one per finding -------------------------------
+
+
+def test_a_hedge_of_one_deployment_does_not_pause_another_on_the_same_endpoint(
+    post_event, deployments, clock
+):
+    """(h)/(f) Two flexjobs deployments on one endpoint: each baseline counts the other's models as
+    "others": deploying s-2 already pauses s-1 (added [s-2 model]); s-1's fallback would pause s-2;
+    which pauses and stops hedging until someone sends {"resume": "s-2"}."""
+    model = deploy(post_event, deployments, "s-1")
+    deploy(post_event, deployments, "s-2")
+    clock.advance(60)
+    refresh_deployments(deployments)
+    # Deploying s-2 (a flexjobs deployment, not a hand edit) must not pause s-1.
+    first = serving(deployments, "s-1")
+    assert first.phase.value == "SERVING", first.history[-1].cause
+    hedge(deployments, clock, model)
+    fallback_serves(deployments, clock)
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert serving(deployments, "s-2").phase.value == "SERVING", (
+        serving(deployments, "s-2").history[-1].cause
+    )
+
+
+def test_a_notification_queued_while_an_alike_one_is_published_is_not_lost(
+    post_event, deployments, clock
+):
+    """(e) Messages carry no id (requestId, state, attempt, reason) and drop_from_outbox drops
+    every message equal to one published: a RESTORED queued by another tick while an earlier,
+    identical RESTORED ("restored: the fallback is undeployed") was being published is
+    dropped unpublished."""
+    from shared.domain.model.changes import DeploymentChange
+
+    deploy(post_event, deployments, "s-1")
+    message = {
+        "requestId": "s-1",
+        "state": "RESTORED",
+        "attempt": 0,
+        "reason": "restored: the fallback is undeployed",
+        "kind": "deployModel",
+        "at": "2026-12-01T12:00:00+00:00",
+    }
+    store = deployments.store
+    store.store.transact(
+        "s-1", lambda raw: DeploymentChange({"outbox": [message], "outboxPending": True})
+    )
+    published = list(store.get("s-1").outbox)  # tick A reads the outbox and publishes it
+    store.store.transact(  # tick B: the next incident's RESTORED is queued meanwhile
+        "s-1",
+        lambda raw: DeploymentChange(
+            {
+                "outbox": [*raw["outbox"], {**message, "at": "2026-12-01T13:00:00+00:00"}],
+                "outboxPending": True,
+            }
+        ),
+    )
+    store.drop_from_outbox("s-1", published)  # tick A forgets what it published
+    assert len(store.get("s-1").outbox) == 1, "the second RESTORED was never published"
+
+
+def test_a_tick_that_died_between_the_hedge_claim_and_its_call_hedges_again_after_the_limit(
+    post_event, deployments, clock
+):
+    """A claim nobody answered (the instance died at the call, or before Vertex's answer)
+    cannot tell a call never sent from one that will land: exactly once wins over speed, so
+    the claim holds until OPERATION_LIMIT_SECONDS, then a new grace period, then a hedge."""
+    from shared.domain.serving.rule import OPERATION_LIMIT_SECONDS
+
+    class Killed(BaseException):
+        pass
+
+    model = deploy(post_event, deployments, "s-1")
+    deployments.backend.call_fails_with = Killed()  # the instance dies at the call
+    with pytest.raises(Killed):
+        hedge(deployments, clock, model)
+    deployments.backend.call_fails_with = None
+    for _ in range(int(OPERATION_LIMIT_SECONDS // 60) - 1):
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls].count("DeployModel") == 1
+    for _ in range(7):  # the limit, then the grace period
+        clock.advance(60)
+        refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls].count("DeployModel") == 2
+
+
+def test_a_cancel_that_arrives_before_its_deploy_request_is_kept(post_event, deployments, clock):
+    """(g) docs/contract.md, Tombstones: a cancel for a requestId not seen yet leaves a
+    tombstone, and the request arriving later (Pub/Sub keeps no order) creates nothing. The
+    tombstone is in jobs/{id}; deploy_model never looks at it, so the model is deployed and
+    serves, and the owner's cancel is lost."""
+    cancel(post_event, "s-9")
+    body = load("deploy_request")
+    body["requestId"] = "s-9"
+    body["deployModel"]["endpoint"] = ENDPOINT
+    response = post_event("handle_job_request", pubsub_cloud_event(body))
+    assert response.status_code == 200
+    assert deployments.backend.deployed == [], "deployed after its cancel"

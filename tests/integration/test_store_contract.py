@@ -1287,7 +1287,7 @@ def test_apply_operation_moves_a_deploying_record(deployments, unique):
         "deployedModelId": "9001",
         "updatedAt": at(11),
         "deployedAt": at(11),
-        "outbox": [{**notice, "kind": "deployModel"}],
+        "outbox": [{**notice, "kind": "deployModel", "at": at(11).isoformat()}],
         "outboxPending": True,
     }
     assert rid in {r["requestId"] for r in deployments.store.with_outbox()}
@@ -1312,7 +1312,7 @@ def test_apply_operation_records_a_failed_operation(deployments, unique):
         "errorCode": 9,
         "updatedAt": at(11),
         "endedAt": at(11),
-        "outbox": [{**notice, "kind": "deployModel"}],
+        "outbox": [{**notice, "kind": "deployModel", "at": at(11).isoformat()}],
         "outboxPending": True,
     }
     deployments.drop_from_outbox(rid, deployments.store.get(rid)["outbox"])

@@ -58,6 +58,7 @@ def test_done_operation_moves_deploying_to_deployed():
         "attempt": 0,
         "reason": None,
         "kind": "deployModel",
+        "at": NOW.isoformat(),
     }
     assert change.fields == {
         "state": "DEPLOYED",

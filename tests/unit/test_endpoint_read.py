@@ -15,7 +15,8 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from shared.adapters.vertex.endpoints import VertexDeploymentBackend
-from shared.domain.serving.model import ServingSettings
+from shared.domain.serving.model import Fallback, ServingSettings
+from shared.domain.serving.model import MachineSpec as ServingMachine
 from shared.domain.serving.rule import decide, start
 from shared.kernel.config import Settings
 
@@ -103,3 +104,45 @@ def test_the_fallback_copied_from_a_read_keeps_the_spot_models_accelerator() -> 
     sent = client.calls[-1]["deployed_model"].dedicated_resources
     assert sent.spot is False
     assert sent.machine_spec == spot.dedicated_resources.machine_spec
+
+
+def test_the_fallback_runs_as_the_requested_deployed_model_does_on_demand() -> None:
+    """The requested deployedModel is the template: its service account and logging are the
+    fallback's too; Spot, the replica counts, the id and the name are the fallback's own."""
+    client = _DeployingClient(Endpoint(name=NAME))
+    backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
+    template = {
+        "model": "projects/p/locations/us-central1/models/m",
+        "displayName": "served",
+        "id": "123",
+        "serviceAccount": "serving@p.iam.gserviceaccount.com",
+        "disableContainerLogging": True,
+        "dedicatedResources": {
+            "machineSpec": {"machineType": "g2-standard-8"},
+            "minReplicaCount": 4,
+            "spot": True,
+        },
+    }
+    fallback = Fallback(
+        "projects/p/locations/us-central1/models/m",
+        "served [flexjobs s-1] (on-demand fallback)",
+        ServingMachine("g2-standard-8", "NVIDIA_L4", 1),
+        2,
+    )
+
+    backend.deploy_fallback(NAME, fallback, template)
+
+    sent = client.calls[-1]["deployed_model"]
+    assert (sent.service_account, sent.disable_container_logging) == (
+        "serving@p.iam.gserviceaccount.com",
+        True,
+    )
+    assert (sent.id, sent.display_name) == ("", fallback.display_name)
+    resources = sent.dedicated_resources
+    assert (resources.spot, resources.min_replica_count, resources.max_replica_count) == (
+        False,
+        2,
+        2,
+    )
+    assert resources.machine_spec.accelerator_count == 1
+    assert "traffic_split" not in client.calls[-1]  # no traffic until it serves

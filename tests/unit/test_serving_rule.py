@@ -774,3 +774,118 @@ def test_the_spot_models_replicas_changed_by_hand_pause_the_deployment():
     assert (paused.kind, paused.state.phase) == (ActionKind.PAUSE, Phase.PAUSED_BY_HAND)
     assert "required replicas were changed by hand (4 -> 40)" in paused.state.history[-1].cause
     assert ActionKind.HEDGE not in [tick(5).kind for _ in range(3)]
+
+
+# --- review (adversarial): failing tests, one per finding -------------------------------
+
+
+def test_fallback_names_of_two_deployments_with_long_display_names_never_collide():
+    """(h) The tag sits at the end of a Spot model's display name; fallback_display_name clips
+    the name to 107 characters before the suffix, so a long name loses its tag and two
+    deployments' fallbacks get the same name: _adopt then takes the other's fallback."""
+    from shared.domain.decisions.deploy_model import tagged_display_name
+
+    long = "x" * 200
+    a = ObservedModel("1", MODEL, tagged_display_name(long, "a"), MACHINE, True, 2, 0)
+    b = ObservedModel("2", MODEL, tagged_display_name(long, "b"), MACHINE, True, 2, 0)
+    b_fallback = ObservedModel("3", MODEL, fallback_display_name(b), MACHINE, False, 2, 2)
+    read = ObservedEndpoint("e", (a, b, b_fallback), {"1": 50, "2": 50})
+    state = replace(start("1", read, T0), phase=Phase.DEFICIT, since=T0)
+    action = decide(read, state, T0 + MINUTE)
+    assert action.state.fallback_id != "3", "deployment a adopted deployment b's fallback"
+    assert fallback_display_name(a) != fallback_display_name(b)
+
+
+def test_undeploy_never_moves_traffic_to_a_model_with_no_replicas():
+    """(c) A cancel's first step gives the pool to the endpoint's other models by their
+    available replicas, else by their shares, else equally: a model with no replica gets
+    all of the endpoint's traffic."""
+    from shared.domain.serving.rule import begin_undeploy
+
+    other = ObservedModel("333", "other", "other", MACHINE, False, 1, 0)
+    read = ObservedEndpoint("e", (spot_model(4), other), {SPOT_ID: 100})
+    state = begin_undeploy(start(SPOT_ID, read, T0), T0)
+    action = decide(read, state, T0 + MINUTE)
+    if action.split is not None:
+        assert action.split.get("333", 0) == 0, f"traffic to a model with 0 replicas: {action}"
+
+
+def test_a_split_written_on_an_endpoint_past_max_models_sums_to_100():
+    """(c)/(h) from_json keeps MAX_MODELS models and drops the shares of the rest; a SHIFT
+    computed from that read writes a split that does not sum to 100 (and would take their
+    traffic from models flexjobs does not own)."""
+    models = [
+        {
+            "id": SPOT_ID,
+            "model": MODEL,
+            "displayName": "served [flexjobs s-1]",
+            "dedicatedResources": {
+                "machineSpec": {"machineType": "g2"},
+                "spot": True,
+                "minReplicaCount": 4,
+            },
+            "status": {"availableReplicaCount": 0},
+        },
+        {
+            "id": FALLBACK_ID,
+            "model": MODEL,
+            "displayName": "served [flexjobs s-1] (on-demand fallback)",
+            "dedicatedResources": {"machineSpec": {"machineType": "g2"}, "minReplicaCount": 4},
+            "status": {"availableReplicaCount": 4},
+        },
+    ]
+    models += [{"id": f"o{i}", "displayName": f"o{i}"} for i in range(MAX_MODELS)]
+    split = {SPOT_ID: 36, **{f"o{i}": 1 for i in range(MAX_MODELS)}}
+    read = ObservedEndpoint.from_json(
+        {"name": "e", "deployedModels": models, "trafficSplit": split, "etag": "1"}
+    )
+    # The baseline taken as resume takes it: the fallback is ours, 62 others are read.
+    state = resume(
+        replace(start(SPOT_ID, read, T0), phase=Phase.PAUSED_BY_HAND, fallback_id=FALLBACK_ID),
+        read,
+        T0,
+    )
+    assert state.phase is Phase.HEDGED
+    action = decide(read, state, T0 + MINUTE)
+    if action.split is not None:
+        assert sum(action.split.values()) == 100, f"split sums to {sum(action.split.values())}"
+    else:
+        assert action.kind in (ActionKind.PAUSE, ActionKind.NOTHING, ActionKind.RECORD)
+
+
+def test_an_undeploy_on_an_endpoint_past_max_models_never_leaves_its_fallback():
+    """(b) With MAX_MODELS other models, the fallback (deployed last) is past what from_json
+    reads: the undeploy takes the Spot model down and calls the deployment UNDEPLOYED, and
+    the on-demand fallback it recorded stays on the endpoint, paid for, followed by nobody."""
+    from shared.domain.serving.rule import begin_undeploy
+
+    others = [{"id": f"o{i}", "displayName": f"o{i}"} for i in range(MAX_MODELS)]
+    fallback = {
+        "id": FALLBACK_ID,
+        "displayName": "served [flexjobs s-1] (on-demand fallback)",
+        "dedicatedResources": {"minReplicaCount": 2},
+        "status": {"availableReplicaCount": 2},
+    }
+    split = {f"o{i}": (100 - MAX_MODELS) + 1 if i == 0 else 1 for i in range(MAX_MODELS)}
+    read = ObservedEndpoint.from_json(
+        {"name": "e", "deployedModels": [*others, fallback], "trafficSplit": split}
+    )  # the Spot model is already gone; the fallback is the 65th model
+    state = replace(
+        begin_undeploy(start(SPOT_ID, ObservedEndpoint("e", (spot_model(2, 2),), {}), T0), T0),
+        fallback_id=FALLBACK_ID,
+        fallback_name=fallback["displayName"],
+        fallback_replicas=2,
+    )
+    action = decide(read, state, T0 + MINUTE)
+    assert action.state.phase is not Phase.UNDEPLOYED, "fallback 222 left on the endpoint"
+
+
+def test_the_flexjobs_name_pattern_is_the_deployment_tags_form():
+    from shared.domain.decisions.deploy_model import tagged_display_name
+
+    for request_id in ("s-1", "Team/Run 7", "x" * 300):
+        name = tagged_display_name("served", request_id)
+        spot = ObservedModel("1", MODEL, name, MACHINE, True, 1, 1)
+        assert spot.flexjobs
+        assert replace(spot, display_name=fallback_display_name(spot)).flexjobs
+    assert not replace(spot_model(1), display_name="canary").flexjobs

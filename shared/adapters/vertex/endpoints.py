@@ -131,8 +131,11 @@ class VertexDeploymentBackend:
             name=name, done=True, deployed_model_id=str(response.deployed_model.id) or None
         )
 
-    def deploy_fallback(self, endpoint: str, fallback: Fallback) -> str:
-        """Start DeployModel of the on-demand fallback: the Spot model's model and machine,
+    def deploy_fallback(
+        self, endpoint: str, fallback: Fallback, template: Mapping[str, Any] | None = None
+    ) -> str:
+        """Start DeployModel of the on-demand fallback: the Spot model's model and machine (and,
+        from ``template``, the deployment's requested ``deployedModel``, the rest of it),
         ``dedicatedResources.spot = false``, ``fallback.replicas`` as its min, max and
         required replica count, and an empty ``traffic_split`` ("If this field is empty,
         then the Endpoint's trafficSplit is not updated": no traffic to it yet).
@@ -145,16 +148,20 @@ class VertexDeploymentBackend:
         if fallback.machine.accelerator_type:
             machine.accelerator_type = fallback.machine.accelerator_type  # type: ignore[assignment]
             machine.accelerator_count = fallback.machine.accelerator_count
-        deployed = DeployedModel(
-            model=fallback.model,
-            display_name=fallback.display_name,
-            dedicated_resources=DedicatedResources(
-                machine_spec=machine,
-                min_replica_count=fallback.replicas,
-                max_replica_count=fallback.replicas,
-                required_replica_count=fallback.replicas,
-                spot=False,
-            ),
+        # The deployment's own DeployedModel as requested (validated at intake) is the
+        # template: the fallback runs as the Spot model does (its service account, logging,
+        # autoscaling), on demand, sized to the deficit, under its own name.
+        deployed = DeployedModel.from_json(json.dumps(dict(template or {})))
+        deployed.id = ""
+        deployed.model = fallback.model
+        deployed.display_name = fallback.display_name
+        deployed.dedicated_resources = DedicatedResources(
+            machine_spec=machine,
+            min_replica_count=fallback.replicas,
+            max_replica_count=fallback.replicas,
+            required_replica_count=fallback.replicas,
+            autoscaling_metric_specs=deployed.dedicated_resources.autoscaling_metric_specs,
+            spot=False,
         )
         client = self._client(endpoint)
         started = call_vertex(

@@ -45,7 +45,8 @@ def with_notice(
     fails (the tick publishes every pending outbox).
 
     A deployment's message is the jobs' (``requestId``, ``state``, ``attempt``, ``reason``),
-    with ``kind: "deployModel"`` and ``attempt`` 0 (a deployment has no attempts). Its
+    with ``kind: "deployModel"``, ``attempt`` 0 (a deployment has no attempts) and ``at``, the
+    change's ``updatedAt``. Its
     outbox keeps the newest :data:`MAX_NOTIFIED`: a zone that flaps for days while Pub/Sub is
     down must not grow the record without bound.
 
@@ -57,6 +58,11 @@ def with_notice(
         ('HEDGED', 0, 'deployModel', '2 on-demand replicas')
     """
     message = {**notification(record.request_id, state, 0, clip(reason)), "kind": DEPLOY_MODEL.name}
+    at = fields.get("updatedAt")
+    if isinstance(at, datetime):
+        # When it was owed: two notifications alike (a second RESTORED) stay two messages, so
+        # forgetting the one published never forgets the other.
+        message["at"] = at.isoformat()
     outbox = [*record.outbox, message][-MAX_NOTIFIED:]
     return {**fields, "outbox": outbox, "outboxPending": True}
 

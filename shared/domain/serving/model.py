@@ -25,6 +25,7 @@ deployment's record).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -103,6 +104,12 @@ class Phase(StrEnum):
     UNDEPLOYED = "UNDEPLOYED"
 
 
+#: A deployed model another flexjobs deployment owns: its display name ends with a deployment's
+#: tag (``[flexjobs <label>]``, :func:`shared.domain.decisions.deploy_model.deployment_tag`; a
+#: unit test holds the two to the same form), or with that tag and the fallback's suffix.
+FLEXJOBS_NAME: Final = re.compile(r".*\[flexjobs [a-z0-9_-]{1,63}\]( \(on-demand fallback\))?")
+
+
 @dataclass(frozen=True)
 class MachineSpec:
     """``DedicatedResources.machine_spec``: what one replica runs on (the fallback copies it)."""
@@ -128,6 +135,11 @@ class ObservedModel:
     required: int
     available: int
 
+    @property
+    def flexjobs(self) -> bool:
+        """The model carries a flexjobs deployment's tag (this deployment's or another's)."""
+        return FLEXJOBS_NAME.fullmatch(self.display_name) is not None
+
 
 @dataclass(frozen=True)
 class ObservedEndpoint:
@@ -150,6 +162,9 @@ class ObservedEndpoint:
     models: tuple[ObservedModel, ...]
     traffic_split: Mapping[str, int] = field(default_factory=dict)
     etag: str = ""
+    # The endpoint lists more than MAX_MODELS models: the read is not the whole endpoint, so
+    # no split written from it could keep every other model's share.
+    truncated: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traffic_split", _frozen(self.traffic_split))
@@ -168,7 +183,9 @@ class ObservedEndpoint:
         ``MessageToDict`` or the REST API write it), bounded: at most :data:`MAX_MODELS`
         models, every string clipped, counts that are not int32 read as 0."""
         models: list[ObservedModel] = []
-        for item in list(raw.get("deployedModels") or [])[:MAX_MODELS]:
+        listed = raw.get("deployedModels")
+        listed = listed if isinstance(listed, list) else []
+        for item in listed[:MAX_MODELS]:
             if not isinstance(item, Mapping):
                 continue
             resources = item.get("dedicatedResources")
@@ -200,7 +217,8 @@ class ObservedEndpoint:
         known = {m.id for m in models}
         # Only ids of the models read count: the split of a model past MAX_MODELS is unknown.
         shares = {str(k): _count(v) for k, v in split.items() if str(k) in known}
-        return cls(_name(raw.get("name")), tuple(models), shares, _name(raw.get("etag")))
+        truncated = len(listed) > MAX_MODELS
+        return cls(_name(raw.get("name")), tuple(models), shares, _name(raw.get("etag")), truncated)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from shared.domain.model.values import clip
 from shared.domain.serving.model import (
     DEPLOY_CALL,
     MAX_CAUSE,
+    MAX_MODELS,
     MAX_NAME,
     MUTATE_CALL,
     UNDEPLOY_CALL,
@@ -86,11 +87,19 @@ def fallback_display_name(spot: ObservedModel) -> str:
         >>> fallback_display_name(spot)
         'served [flexjobs s-1] (on-demand fallback)'
     """
-    return spot.display_name[: 128 - len(FALLBACK_SUFFIX)] + FALLBACK_SUFFIX
+    room = 128 - len(FALLBACK_SUFFIX)
+    # The tag ends the Spot model's name: a long name loses its start, never its tag, so two
+    # deployments' fallbacks never share a name.
+    return spot.display_name[-room:] + FALLBACK_SUFFIX
 
 
 def _others(observed: ObservedEndpoint, ours: tuple[str, ...]) -> dict[str, int]:
-    return {m.id: observed.share(m.id) for m in observed.models if m.id not in ours}
+    """The baseline of the endpoint's other models: those no flexjobs deployment owns.
+    Another flexjobs deployment's models come and go, and move traffic between themselves,
+    by its own rule: they are not a hand edit of this one."""
+    return {
+        m.id: observed.share(m.id) for m in observed.models if m.id not in ours and not m.flexjobs
+    }
 
 
 def _pool(observed: ObservedEndpoint, ours: tuple[str, ...]) -> int:
@@ -278,7 +287,10 @@ def _hand_edit(
         return f"deployed models changed by hand (added {added}, removed {gone})"
     if others != dict(state.others):
         return "the traffic split of other deployed models was changed by hand"
-    if _pool(observed, ours) != state.pool:
+    if _pool(observed, ours) < state.pool:
+        # A larger pool, with every other model's share as it was, came from another flexjobs
+        # deployment leaving the endpoint (its cancel gives its traffic to the models that
+        # serve): taken as the new pool by the caller. A smaller one was taken by hand.
         return f"the traffic of this deployment was changed by hand ({state.pool}% before)"
     return None
 
@@ -448,22 +460,26 @@ def _undeploying(read: _Read, state: ServingState, spot: ObservedModel | None) -
         )
         return _Step(ActionKind.NOTHING, gone, "undeployed", notice=UNDEPLOYED)
     ours = tuple(m.id for m in present)
-    others = [m for m in observed.models if m.id not in ours]
+    serving = [m for m in observed.models if m.id not in ours and m.available > 0]
     pool = sum(observed.share(i) for i in ours)
     split = {k: v for k, v in observed.traffic_split.items() if k not in ours}
-    if pool and others:
-        weights = [m.available for m in others]
-        if not any(weights):
-            weights = [observed.share(m.id) for m in others]
-        if not any(weights):
-            weights = [1] * len(others)
-        for model, part in zip(others, largest_remainder(pool, weights), strict=True):
+    if pool and serving:
+        # Never to a model with no replica: the traffic goes where replicas serve it.
+        weights = [m.available for m in serving]
+        for model, part in zip(serving, largest_remainder(pool, weights), strict=True):
             split[model.id] = split.get(model.id, 0) + part
         moved = {k: v for k, v in sorted(split.items()) if v > 0}
         return _Step(ActionKind.SHIFT, state, "undeploy: traffic to the other models", moved)
     if fallback is not None and spot is not None and observed.share(fallback.id):
         split[spot.id] = pool
         return _Step(ActionKind.SHIFT, state, "undeploy: the fallback's traffic to Spot", split)
+    others = [m for m in observed.models if m.id not in ours]
+    if pool and others and len(present) == 1:
+        # No other model serves, and ours is not the endpoint's last (an UndeployModel of a
+        # model with traffic is refused then): the endpoint takes no traffic ("map must be
+        # empty if the Endpoint is to not accept any traffic"), rather than send it to a
+        # model with no replica.
+        return _Step(ActionKind.SHIFT, state, "undeploy: nothing else serves: no traffic", {})
     target = present[0]
     return _Step(ActionKind.UNDEPLOY, state, f"undeploy {target.id}", undeploy=target.id)
 
@@ -471,8 +487,25 @@ def _undeploying(read: _Read, state: ServingState, spot: ObservedModel | None) -
 def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
     if state.phase is Phase.UNDEPLOYED:
         return _Step(ActionKind.NOTHING, state, "undeployed")
+    if read.observed.truncated:
+        # Past MAX_MODELS the read is not the whole endpoint: a split written from it would
+        # drop the shares it did not read, and a model of ours may be among them.
+        why = f"the endpoint has more than {MAX_MODELS} deployed models"
+        if state.phase in (Phase.UNDEPLOYING, Phase.PAUSED_BY_HAND):
+            return _Step(ActionKind.NOTHING, state, f"{why}: waiting")
+        paused = replace(state, phase=Phase.PAUSED_BY_HAND, since=read.now)
+        return _Step(ActionKind.PAUSE, paused, f"{why}: not hedged")
     if state.phase is Phase.UNDEPLOYING:
         return _undeploying(read, state, spot)
+    ours = (state.spot_id,) + ((read.fallback.id,) if read.fallback else ())
+    grown = _pool(read.observed, ours)
+    if (
+        state.phase is not Phase.PAUSED_BY_HAND
+        and grown > state.pool
+        and _others(read.observed, ours) == dict(state.others)
+    ):
+        # Another flexjobs deployment left and gave its traffic to ours (see _hand_edit).
+        state = replace(state, pool=grown)
     if state.phase is Phase.PAUSED_BY_HAND:
         return _Step(ActionKind.NOTHING, state, "paused after a hand edit: recording only")
     edit = _hand_edit(read.observed, state, read.settings, read.now)
