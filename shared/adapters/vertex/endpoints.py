@@ -49,6 +49,22 @@ class VertexDeploymentBackend:
     def _client(self, resource_name: str) -> Any:
         return self._clients.get(ENDPOINT_SERVICE, location_of(resource_name))
 
+    def _start(self, what: str, method: str, **request: Any) -> str:
+        """Start one long-running EndpointService call; its operation's name at once.
+
+        Never retried in-process (``retry=None``): a call that timed out may have started,
+        and only a later read can tell (``creates=True`` makes that OutcomeUnknown).
+        """
+        client = self._client(str(request["endpoint"]))
+        call = getattr(client, method)
+        started = call_vertex(
+            what,
+            lambda: call(**request, retry=None, timeout=self._settings.call_timeout_seconds),
+            creates=True,
+        )
+        # An api_core Operation future; its raw operations_pb2.Operation has the name.
+        return str(started.operation.name)
+
     def find(self, endpoint: str, request_id: str) -> str | None:
         """The id of the deployed model on ``endpoint`` whose display name carries the tag."""
         client = self._client(endpoint)
@@ -73,20 +89,13 @@ class VertexDeploymentBackend:
         deployed = _deployed_model(request)
         deployed.display_name = tagged_display_name(deployed.display_name, request.request_id)
         split = request.spec.get("trafficSplit") or {}
-        client = self._client(endpoint)
-        started = call_vertex(
+        return self._start(
             "DeployModel",
-            lambda: client.deploy_model(
-                endpoint=endpoint,
-                deployed_model=deployed,
-                traffic_split={str(k): int(v) for k, v in split.items()},
-                retry=None,
-                timeout=self._settings.call_timeout_seconds,
-            ),
-            creates=True,
+            "deploy_model",
+            endpoint=endpoint,
+            deployed_model=deployed,
+            traffic_split={str(k): int(v) for k, v in split.items()},
         )
-        # An api_core Operation future; its raw operations_pb2.Operation has the name.
-        return str(started.operation.name)
 
     def read(self, endpoint: str) -> ObservedEndpoint:
         """One ``GetEndpoint`` (idempotent, so retried by api_core), as the serving rule reads
@@ -163,18 +172,12 @@ class VertexDeploymentBackend:
             autoscaling_metric_specs=deployed.dedicated_resources.autoscaling_metric_specs,
             spot=False,
         )
-        client = self._client(endpoint)
-        started = call_vertex(
+        return self._start(
             "DeployModel",
-            lambda: client.deploy_model(
-                endpoint=endpoint,
-                deployed_model=deployed,
-                retry=None,
-                timeout=self._settings.call_timeout_seconds,
-            ),
-            creates=True,
+            "deploy_model",
+            endpoint=endpoint,
+            deployed_model=deployed,
         )
-        return str(started.operation.name)
 
     def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
         """``UpdateEndpoint`` with update mask ``traffic_split`` and the read's ``etag``
@@ -215,32 +218,20 @@ class VertexDeploymentBackend:
         paths = [
             f"dedicated_resources.{field}_replica_count" for field in ("min", "max", "required")
         ]
-        client = self._client(endpoint)
-        started = call_vertex(
+        return self._start(
             "MutateDeployedModel",
-            lambda: client.mutate_deployed_model(
-                endpoint=endpoint,
-                deployed_model=deployed,
-                update_mask=field_mask_pb2.FieldMask(paths=paths),
-                retry=None,
-                timeout=self._settings.call_timeout_seconds,
-            ),
-            creates=True,
+            "mutate_deployed_model",
+            endpoint=endpoint,
+            deployed_model=deployed,
+            update_mask=field_mask_pb2.FieldMask(paths=paths),
         )
-        return str(started.operation.name)
 
     def undeploy(self, endpoint: str, deployed_model_id: str) -> str:
         """Start UndeployModel with no ``traffic_split``: the model has none (the rule only
         undeploys a model without traffic), and the endpoint's split is left as it is."""
-        client = self._client(endpoint)
-        started = call_vertex(
+        return self._start(
             "UndeployModel",
-            lambda: client.undeploy_model(
-                endpoint=endpoint,
-                deployed_model_id=deployed_model_id,
-                retry=None,
-                timeout=self._settings.call_timeout_seconds,
-            ),
-            creates=True,
+            "undeploy_model",
+            endpoint=endpoint,
+            deployed_model_id=deployed_model_id,
         )
-        return str(started.operation.name)
