@@ -16,8 +16,23 @@ figure. ``--ci`` runs small sizes (under a minute of ticks); the default is the 
    of Python allocations; tracemalloc slows it, so its wall time is not the one printed).
    Firestore reads are the documents the server returned (``benchmarks.counting``); Vertex
    calls come from the simulator's call log.
-2. **Control-plane cost per job** (``benchmarks/control_plane_prices.yaml``): see
-   :mod:`benchmarks.costs`.
+2. **The status page and ``flexjobs list``** at 100,000 records (``--ci`` 2,000; a tenth
+   RUNNING, the rest ended over the last week), seeded in batches for at most 3 minutes (the
+   figure printed says how many fitted), each page served in this process by
+   ``shared.status.site.serve`` with the totals read for every request (``totals_seconds=0``,
+   the worst case): ``/``, a filtered list, the last page by its cursor, a job page, the
+   totals alone, and ``Client.jobs`` (``flexjobs list``); min, median and p95 of the server
+   time.
+3. **Control-plane cost of one job's life**: one Spot job through the real handlers (fresh
+   request; RUNNING; preemption and retry; RUNNING; SUCCEEDED; each state change as the
+   simulator's 3 hint copies), every Firestore read and write counted, Vertex calls from the
+   call log, Pub/Sub requests with their sizes, each handler call's wall time and CPU; plus
+   the job's share of an hour of steady ticks at the largest N measured. Priced with
+   ``benchmarks/control_plane_prices.yaml`` (:mod:`benchmarks.costs`) against 1 hour of one
+   A100 at the cheapest price of ``prices.yaml``.
+
+Not measured here yet: intake's CPU per request against a client-library floor (issue 26's
+third scenario).
 """
 
 from __future__ import annotations
@@ -110,9 +125,12 @@ def seed_tick(stack: LocalStack, count: int, prefix: str) -> list[str]:
             record.pop(name, None)
         seen = listed[job.name]
         ran = observe(JobRecord.decode(record), seen, datetime.now(UTC))
-        assert ran is not None, f"{job.name} did not move its record to RUNNING"
-        record.update(ran.record)
-        attempt = {**change.attempt, **ran.attempt}
+        attempt = dict(change.attempt)
+        if ran is not None:
+            record.update(ran.record)
+            attempt.update(ran.attempt)
+        # A job the create already reported RUNNING was recorded RUNNING by the submission.
+        assert record["state"] == "RUNNING", f"{job.name}: the record is {record['state']}"
         ref = db.collection("jobs").document(doc_id(request.request_id))
         batch.set(ref, record)
         batch.set(ref.collection("attempts").document("1"), attempt)
@@ -125,6 +143,16 @@ def seed_tick(stack: LocalStack, count: int, prefix: str) -> list[str]:
 
 
 # --- one tick, in a process of its own -------------------------------------------------------
+
+
+def rss_high_water_mib() -> float:
+    """This process's peak RSS (``VmHWM``), its own: Linux keeps ``ru_maxrss`` across execve,
+    so a child's would include its parent's at the fork."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def tick_child(traced: bool) -> dict[str, Any]:
@@ -154,7 +182,7 @@ def tick_child(traced: bool) -> dict[str, Any]:
             rejections=FirestoreRejectionLog(store),
         )
         tracker = build_tracker(settings, ports=ports)
-        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rss_before = rss_high_water_mib()
         if traced:
             tracemalloc.start()
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -169,7 +197,7 @@ def tick_child(traced: bool) -> dict[str, Any]:
         "cpu": cpu,
         "traced_peak_mib": peak,
         "rss_before_mib": rss_before,
-        "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_peak_mib": rss_high_water_mib(),
         "reads": counts.billed_reads,
         "documents": counts.documents,
         "writes": counts.writes,
@@ -512,6 +540,155 @@ def print_cost(steps: list[Step], tick: TickResult | None) -> bool:
     return ratio < TARGET_RATIO
 
 
+# --- 2. the status page and flexjobs list at many records -------------------------------------
+
+STATUS_FRONT_MS = 300.0
+STATUS_JOB_MS = 50.0
+STATUS_TOTALS_MS = 500.0
+SEED_BUDGET_SECONDS = 180.0
+
+
+def status_records(now: datetime, count: int) -> Any:
+    """``count`` records as benchmarks/status.py builds them (the domain's ``new_record`` and
+    the lifecycle's fields): a tenth active, the rest ended over the last week."""
+    from datetime import timedelta
+
+    from benchmarks.status import records
+
+    active = count // 10
+    for i, (record, attempts) in enumerate(records(now, count)):
+        record["requestId"] = f"page-{i:06d}"
+        if i < active:
+            record["state"] = "RUNNING"
+            record.pop("endedAt", None)
+        else:
+            record["state"] = "SUCCEEDED" if i % 7 else "FAILED"
+            ended = now - timedelta(seconds=(i * 604_800 / count) % 604_800)
+            record["endedAt"] = ended
+            record["createdAt"] = min(record["createdAt"], ended)
+        attempts[-1]["state"] = record["state"]
+        yield record, attempts
+
+
+def seed_status(project: str, now: datetime, count: int) -> tuple[int, float, list[Any]]:
+    """Seed up to ``count`` records in batches, stopping after the seeding budget; returns how
+    many, the seconds taken, and each record's (createdAt, requestId) for the cursor."""
+    from google.cloud import firestore
+
+    from shared.domain.model.ids import doc_id
+
+    db = firestore.Client(project=project)
+    t0 = time.perf_counter()
+    batch, pending, seeded, keys = db.batch(), 0, 0, []
+    for record, attempts in status_records(now, count):
+        ref = db.collection("jobs").document(doc_id(record["requestId"]))
+        batch.set(ref, record)
+        for attempt in attempts:
+            batch.set(ref.collection("attempts").document(str(attempt["attempt"])), attempt)
+        keys.append((record["createdAt"], doc_id(record["requestId"]), record["requestId"]))
+        seeded += 1
+        pending += 1 + len(attempts)
+        if pending >= 450:
+            batch.commit()
+            batch, pending = db.batch(), 0
+            if time.perf_counter() - t0 > SEED_BUDGET_SECONDS:
+                break
+    if pending:
+        batch.commit()
+    return seeded, time.perf_counter() - t0, keys
+
+
+def status_at(count: int, repeats: int) -> dict[str, Any]:
+    from werkzeug.test import EnvironBuilder
+    from werkzeug.wrappers import Request
+
+    from flexjobs.client import Client
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.domain.policy.pricing import PriceTable
+    from shared.kernel.config import Settings
+    from shared.status import site as pages
+    from shared.status.listing import Cursor
+
+    config = StackConfig(functions=(), hints=False, checkpoints=False)
+    with LocalStack(config) as stack:
+        stack.apply_env()
+        now = datetime.now(UTC)
+        seeded, seconds, keys = seed_status(config.project, now, count)
+        settings = Settings.from_env()
+        views = FirestoreJobViews(FirestoreJobStore(settings))
+        # Totals read for every request: the worst case (the served page reuses them 30 s).
+        site = pages.StatusSite(views, PriceTable.default(), lambda: datetime.now(UTC),
+                                totals_seconds=0)  # fmt: skip
+        keys.sort(reverse=True)  # newest first, as the list pages
+        size = site.page_size
+        last = keys[-size - 1]  # the row just before the last page
+        cursor = Cursor(last[0], last[2]).token()
+        paths = {
+            "/ (first page, totals)": "/",
+            "/?state=RUNNING&age=7d (filtered)": "/?state=RUNNING&age=7d",
+            "/?cursor=... (the last page)": f"/?cursor={cursor}",
+            "/jobs/<id> (job page)": f"/jobs/{keys[len(keys) // 2][2]}",
+        }
+
+        def served(path: str) -> float:
+            where, _, query = path.partition("?")
+            environ = EnvironBuilder(path=where, query_string=query).get_environ()
+            response = pages.serve(Request(environ), site)
+            assert response.status_code == 200, (path, response.status_code)
+            return float(response.headers["Server-Timing"].split("dur=")[1])
+
+        def timed(step: Any) -> float:
+            t0 = time.perf_counter()
+            step()
+            return (time.perf_counter() - t0) * 1000
+
+        client = Client(project=config.project, settings=settings)
+        runs: dict[str, list[float]] = {}
+        for name, path in paths.items():
+            for _ in range(2):
+                served(path)
+            runs[name] = [served(path) for _ in range(repeats)]
+        runs["the totals (4 counts + the week's ended)"] = [
+            timed(lambda: pages._totals(site, datetime.now(UTC))) for _ in range(repeats)
+        ]
+        client.jobs()
+        runs["flexjobs list (20 rows)"] = [timed(client.jobs) for _ in range(repeats)]
+        runs["flexjobs list --state RUNNING"] = [
+            timed(lambda: client.jobs(states=("RUNNING",))) for _ in range(repeats)
+        ]
+    return {"asked": count, "seeded": seeded, "seconds": seconds, "runs": runs}
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def print_status(result: dict[str, Any]) -> list[bool]:
+    import statistics
+
+    print(
+        f"seeded {result['seeded']} of {result['asked']} records in {result['seconds']:.0f} s "
+        f"(a tenth RUNNING, the rest ended over 7 days; budget {SEED_BUDGET_SECONDS:.0f} s); "
+        "server time in this process, the totals read for every request, ms"
+    )
+    print(f"{'page':<42} {'min':>8} {'median':>8} {'p95':>8}")
+    runs = result["runs"]
+    for name, values in runs.items():
+        print(f"{name:<42} {min(values):8.1f} {statistics.median(values):8.1f} {p95(values):8.1f}")
+    checks = []
+    for name, target, label in (
+        ("/ (first page, totals)", STATUS_FRONT_MS, "p95 of /"),
+        ("/jobs/<id> (job page)", STATUS_JOB_MS, "p95 of a job page"),
+        ("the totals (4 counts + the week's ended)", STATUS_TOTALS_MS, "p95 of the totals"),
+    ):
+        got = p95(runs[name])
+        checks.append(got < target)
+        print(f"target {label}: {got:.1f} ms < {target:.0f} ms: {verdict(got < target)}")
+    return checks
+
+
 def main() -> int:
     exit_on_sigterm()
     parser = argparse.ArgumentParser()
@@ -519,7 +696,9 @@ def main() -> int:
     parser.add_argument("--ticks", type=int, nargs="*", help="N active jobs for the tick")
     parser.add_argument("--tick-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--no-tick", action="store_true", help="only the cost per job")
+    parser.add_argument("--no-tick", action="store_true", help="skip the tick")
+    parser.add_argument("--no-status", action="store_true", help="skip the status page")
+    parser.add_argument("--records", type=int, help="records for the status page")
     args = parser.parse_args()
     if args.tick_child:
         print(json.dumps(tick_child(args.traced)))
@@ -530,12 +709,18 @@ def main() -> int:
     print(f"== flexjobs scale benchmark ({size} size), {os.cpu_count()} cores ==")
     print("\n-- 1. the tick at N active jobs (a fresh process per tick) --", flush=True)
     results: list[TickResult] = []
+    checks: list[bool] = []
     for n in sizes:
-        results.extend(tick_at(n))
-    print()
-    checks = print_tick(results)
+        at_n = tick_at(n)
+        results.extend(at_n)
+        checks.extend(print_tick(at_n))
+        sys.stdout.flush()
     print(f"\ntick targets: {sum(checks)} of {len(checks)} PASS")
-    print("\n-- 2. control-plane cost of one job's life (benchmarks/control_plane_prices.yaml) --")
+    if not args.no_status:
+        records = args.records or (2000 if args.ci else 100_000)
+        print(f"\n-- 2. the status page and flexjobs list at {records} records --", flush=True)
+        checks.extend(print_status(status_at(records, 10 if args.ci else 20)))
+    print("\n-- 3. control-plane cost of one job's life (benchmarks/control_plane_prices.yaml) --")
     steps = job_life()
     steady = [r for r in results if r.label == "steady"]
     checks.append(print_cost(steps, steady[-1] if steady else None))
