@@ -1,0 +1,726 @@
+"""Scale benchmark (a script, not a test): prints its figures; run ``./dev bench scale``.
+
+Issue 26's measurements, each printed beside its target with PASS or FAIL computed from the
+figure. ``--ci`` runs small sizes (under a minute of ticks); the default is the full size.
+
+1. **The tick at N active jobs** (N = 1,000 and 10,000; ``--ci`` 200). N RUNNING records,
+   built by the domain (``new_record``, ``submission_change`` on the job the simulator created,
+   then ``observe`` of it RUNNING), written to the Firestore emulator in batches; their jobs
+   created in the simulator over gRPC by the product's own ``VertexJobBackend.create`` (with
+   the labels intake puts on them), so the tick's paged ``ListCustomJobs`` shows them. The real
+   tick (``shared.app.lifecycle.reconcile`` on ``shared.bootstrap.build_tracker``, the
+   production wiring, with its Firestore client's channel counted) then runs in a fresh
+   subprocess per tick, so the memory figure is the function's: steady (nothing changed), and
+   with 1% of the jobs preempted in the simulator. Each tick is run once plain (wall time,
+   peak RSS) and once more on an equivalent state under ``tracemalloc`` (the tick's own peak
+   of Python allocations; tracemalloc slows it, so its wall time is not the one printed).
+   Firestore reads are the documents the server returned (``benchmarks.counting``); Vertex
+   calls come from the simulator's call log.
+2. **The status page and ``flexjobs list``** at 100,000 records (``--ci`` 2,000; a tenth
+   RUNNING, the rest ended over the last week), seeded in batches for at most 3 minutes (the
+   figure printed says how many fitted), each page served in this process by
+   ``shared.status.site.serve`` with the totals read for every request (``totals_seconds=0``,
+   the worst case): ``/``, a filtered list, the last page by its cursor, a job page, the
+   totals alone, and ``Client.jobs`` (``flexjobs list``); min, median and p95 of the server
+   time.
+3. **Control-plane cost of one job's life**: one Spot job through the real handlers (fresh
+   request; RUNNING; preemption and retry; RUNNING; SUCCEEDED; each state change as the
+   simulator's 3 hint copies), every Firestore read and write counted, Vertex calls from the
+   call log, Pub/Sub requests with their sizes, each handler call's wall time and CPU; plus
+   the job's share of an hour of steady ticks at the largest N measured. Priced with
+   ``benchmarks/control_plane_prices.yaml`` (:mod:`benchmarks.costs`) against 1 hour of one
+   A100 at the cheapest price of ``prices.yaml``.
+
+Not measured here yet: intake's CPU per request against a client-library floor (issue 26's
+third scenario).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from flexjobs_local.procs import exit_on_sigterm
+from flexjobs_local.stack import LocalStack, StackConfig
+
+MIB = 1024 * 1024
+# Issue 26's targets for the tick (at N = 10,000; printed for every N).
+TICK_MEMORY_MIB = 256.0
+TICK_WALL_SECONDS = 60.0
+CHANGED_SHARE = 0.01
+
+
+def tick_request(request_id: str) -> dict[str, Any]:
+    """The seed example, running for ever (the simulator reads ``sleep N``)."""
+    from tests.events import load
+
+    body: dict[str, Any] = copy.deepcopy(load("seed_request"))
+    body["requestId"] = request_id
+    body["customJob"]["displayName"] = request_id
+    body["customJob"]["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["args"] = ["100000000"]
+    return body
+
+
+def seed_tick(stack: LocalStack, count: int, prefix: str) -> list[str]:
+    """``count`` RUNNING jobs: created in the simulator, recorded as the lifecycle records them.
+
+    Returns the Vertex job names.
+    """
+    from google.cloud import firestore
+
+    from shared.adapters.vertex.jobs import VertexJobBackend
+    from shared.domain.decisions.jobs import observe
+    from shared.domain.decisions.submissions import Submission, new_record, submission_change
+    from shared.domain.model.ids import doc_id, labels_for
+    from shared.domain.model.records import JobRecord
+    from shared.domain.request.message import parse_request
+    from shared.kernel.config import Settings
+
+    settings = Settings.from_env()
+    backend = VertexJobBackend(settings)
+    location = settings.location
+
+    def create(i: int) -> tuple[Any, Any, datetime]:
+        request_id = f"{prefix}-{i:05d}"
+        request = parse_request(tick_request(request_id), {}, f"m-{request_id}")
+        created = datetime.now(UTC)
+        job = backend.create(request, labels_for(request_id, 1), location)
+        return request, job, created
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        made = list(pool.map(create, range(count)))
+    names = {job.name for _, job, _ in made}
+    # One paged listing: every job as Vertex now reports it (RUNNING once placed).
+    deadline = time.monotonic() + 300
+    while True:
+        listed = {j.name: j for j in backend.list_labelled(location) if j.name in names}
+        running = [j for j in listed.values() if j.state == "JOB_STATE_RUNNING"]
+        if len(running) == count:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(running)} of {count} jobs RUNNING after 300 s")
+        time.sleep(1.0)
+
+    db = firestore.Client(project=settings.project)
+    batch, pending = db.batch(), 0
+    for request, job, created in made:
+        record = new_record(request, location, created)
+        sub = Submission(request.request_id, 1, job, request.strategy, location)
+        change = submission_change(JobRecord.decode(record), sub, created)
+        record.update(change.record)
+        for name in change.deletes:
+            record.pop(name, None)
+        seen = listed[job.name]
+        ran = observe(JobRecord.decode(record), seen, datetime.now(UTC))
+        attempt = dict(change.attempt)
+        if ran is not None:
+            record.update(ran.record)
+            attempt.update(ran.attempt)
+        # A job the create already reported RUNNING was recorded RUNNING by the submission.
+        assert record["state"] == "RUNNING", f"{job.name}: the record is {record['state']}"
+        ref = db.collection("jobs").document(doc_id(request.request_id))
+        batch.set(ref, record)
+        batch.set(ref.collection("attempts").document("1"), attempt)
+        pending += 2
+        if pending >= 400:
+            batch.commit()
+            batch, pending = db.batch(), 0
+    batch.commit()
+    return sorted(names)
+
+
+# --- one tick, in a process of its own -------------------------------------------------------
+
+
+def rss_high_water_mib() -> float:
+    """This process's peak RSS (``VmHWM``), its own: Linux keeps ``ru_maxrss`` across execve,
+    so a child's would include its parent's at the fork."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def tick_child(traced: bool) -> dict[str, Any]:
+    """Run one real tick in this (fresh) process; its figures as JSON-able values."""
+    import logging
+
+    from benchmarks.counting import DocumentCounter, counted_firestore
+    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+    from shared.app import lifecycle
+    from shared.app.commands import Reconcile
+    from shared.bootstrap import Ports, build_tracker
+    from shared.kernel.config import Settings
+    from shared.kernel.logs import configure
+
+    configure()  # the function's logging, written where nobody reads it
+    with open(os.devnull, "w") as sink:
+        for handler in logging.getLogger("flexjobs").handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(sink)
+        settings = Settings.from_env()
+        counter = DocumentCounter()
+        store = FirestoreJobStore(settings, client=counted_firestore(settings.project, counter))
+        ports = Ports(
+            job_store=store,
+            deployment_store=FirestoreDeploymentStore(store),
+            rejections=FirestoreRejectionLog(store),
+        )
+        tracker = build_tracker(settings, ports=ports)
+        rss_before = rss_high_water_mib()
+        if traced:
+            tracemalloc.start()
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        changed = lifecycle.reconcile(Reconcile(), tracker)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        peak = tracemalloc.get_traced_memory()[1] / MIB if traced else None
+        tracemalloc.stop()
+    counts = counter.take()
+    return {
+        "changed": changed,
+        "wall": wall,
+        "cpu": cpu,
+        "traced_peak_mib": peak,
+        "rss_before_mib": rss_before,
+        "rss_peak_mib": rss_high_water_mib(),
+        "reads": counts.billed_reads,
+        "documents": counts.documents,
+        "writes": counts.writes,
+        "rpcs": dict(counts.rpcs),
+    }
+
+
+def run_tick(stack: LocalStack, traced: bool) -> dict[str, Any]:
+    stack.simulator.clear_calls()
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--tick-child", *(["--traced"] * traced)],
+        capture_output=True, text=True, check=False, timeout=900,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"tick child failed: {out.stderr[-3000:]}")
+    figures: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    calls = Counter(str(c.get("method", "?")).rsplit("/", 1)[-1] for c in stack.simulator.calls())
+    figures["vertex"] = dict(calls)
+    return figures
+
+
+def preempt(stack: LocalStack, names: list[str]) -> None:
+    for name in names:
+        stack.simulator.preempt(name)
+    for name in names:
+        stack.simulator.wait_for_job(name, "JOB_STATE_FAILED", timeout=120)
+
+
+@dataclasses.dataclass
+class TickResult:
+    n: int
+    label: str
+    plain: dict[str, Any]
+    traced: dict[str, Any]
+    changed_jobs: int
+
+
+def tick_at(n: int) -> list[TickResult]:
+    config = StackConfig(
+        functions=(),
+        hints=False,
+        checkpoints=False,
+        default_capacity=10_000_000,
+        time_factor=60.0,
+    )
+    with LocalStack(config) as stack:
+        stack.apply_env()
+        t0 = time.perf_counter()
+        names = seed_tick(stack, n, f"tick{n}")
+        print(f"  seeded {n} RUNNING jobs in {time.perf_counter() - t0:.0f} s", flush=True)
+        first = run_tick(stack, traced=False)  # settles whatever seeding left (expected: none)
+        print(f"  first tick: {summary(first)}", flush=True)
+        results = [TickResult(n, "first tick after seeding", first, {}, 0)]
+        steady = run_tick(stack, traced=False)
+        steady_traced = run_tick(stack, traced=True)
+        results.append(TickResult(n, "steady", steady, steady_traced, 0))
+        k = max(1, round(n * CHANGED_SHARE))
+        # Two disjoint 1% sets: one for the plain tick, one for the traced one.
+        preempt(stack, names[:k])
+        changed = run_tick(stack, traced=False)
+        preempt(stack, names[k : 2 * k])
+        changed_traced = run_tick(stack, traced=True)
+        results.append(TickResult(n, f"{k} preempted (1%)", changed, changed_traced, k))
+    return results
+
+
+def summary(f: dict[str, Any]) -> str:
+    return (
+        f"wall {f['wall']:.1f} s, reads {f['reads']}, writes {f['writes']}, "
+        f"changed {f['changed']}, Vertex {fmt(f['vertex'])}"
+    )
+
+
+def fmt(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def print_tick(results: list[TickResult]) -> list[bool]:
+    checks: list[bool] = []
+    for r in results:
+        p = r.plain
+        print(
+            f"N={r.n:<6} {r.label:<26} wall {p['wall']:6.1f} s  cpu {p['cpu']:6.1f} s  "
+            f"RSS peak {p['rss_peak_mib']:6.1f} MiB (before tick {p['rss_before_mib']:.1f})"
+            + (
+                f"  tracemalloc peak {r.traced['traced_peak_mib']:6.1f} MiB"
+                if r.traced.get("traced_peak_mib") is not None
+                else ""
+            )
+        )
+        print(
+            f"{'':8} reads {p['reads']} (documents returned {p['documents']}), writes "
+            f"{p['writes']}, records changed {p['changed']}; Firestore RPCs {fmt(p['rpcs'])}"
+        )
+        print(f"{'':8} Vertex calls: {fmt(p['vertex'])}")
+        if not r.traced:
+            continue
+        bound = r.n // 20 + r.changed_jobs
+        memory = max(p["rss_peak_mib"], r.traced["traced_peak_mib"])
+        lists = {m: c for m, c in p["vertex"].items() if m.startswith("List")}
+        others = {m: c for m, c in p["vertex"].items() if not m.startswith("List")}
+        for what, ok, text in (
+            (
+                "reads",
+                p["reads"] <= bound,
+                f"{p['reads']} <= {bound} (N/20" + (" + changed)" if r.changed_jobs else ")"),
+            ),
+            (
+                "peak memory",
+                memory < TICK_MEMORY_MIB,
+                f"{memory:.1f} MiB < {TICK_MEMORY_MIB:.0f}",
+            ),
+            ("wall", p["wall"] < TICK_WALL_SECONDS, f"{p['wall']:.1f} s < 60"),
+            (
+                "Vertex calls",
+                not others if not r.changed_jobs else True,
+                f"only the listing's pages ({fmt(lists)})"
+                + (f"; besides: {fmt(others)}" if others else ""),
+            ),
+        ):
+            if what == "Vertex calls" and r.changed_jobs:
+                print(f"{'':8} target {what}: {text} (not a target with changes)")
+                continue
+            checks.append(ok)
+            print(f"{'':8} target {what}: {text}: {verdict(ok)}")
+    return checks
+
+
+# --- 2. one job's life, counted, and its control-plane cost ----------------------------------
+
+LIFE_RUN_SECONDS = 600  # simulated: 10 s of wall time at the stack's time factor 60
+HINT_BYTES = 2048
+HINT_COPIES = 3  # ml_job log entries per state change, as the simulator publishes them
+INTAKE_ALLOCATION = ("handle_job_request", 1.0, 0.5)  # vCPU, GiB (infra/functions.tf)
+EVENT_ALLOCATION = ("handle_job_event", 1.0, 1.0)
+TICK_ALLOCATION = ("handle_scheduler_tick", 1.0, 0.5)
+TICKS_PER_HOUR = 60
+TARGET_RATIO = 0.001  # 0.1% of the job's GPU cost
+
+
+class CountingNotifier:
+    """The product's notifier, counting each publish and its size."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sizes: list[int] = []
+
+    def notify(self, message: Any) -> None:
+        self.sizes.append(len(json.dumps(message).encode()))
+        self.inner.notify(message)
+
+
+@dataclasses.dataclass
+class Step:
+    name: str
+    ops: Any  # costs.Operations
+    cpu: float
+    vertex: dict[str, int]
+
+
+def job_life() -> list[Step]:
+    """One Spot job's life through the real handlers (production wiring, counted channels):
+    the fresh request; RUNNING; a preemption and its retry; RUNNING again; SUCCEEDED. Each
+    state change is delivered as the simulator's 3 hint copies, each one handler call."""
+    import logging
+
+    from benchmarks.costs import Invocation, Operations
+    from benchmarks.counting import DocumentCounter, counted_firestore
+    from benchmarks.economy import hint_message, request_message
+    from benchmarks.recovery import spot_request
+    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.pubsub import PubsubNotifier
+    from shared.app import intake as intake_service
+    from shared.app import lifecycle
+    from shared.bootstrap import Ports, build_intake, build_tracker
+    from shared.kernel.config import Settings
+    from shared.kernel.logs import configure
+
+    config = StackConfig(functions=(), hints=False, checkpoints=False, time_factor=60.0)
+    with LocalStack(config) as stack, open(os.devnull, "w") as sink:
+        stack.apply_env()
+        configure()
+        for handler in logging.getLogger("flexjobs").handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(sink)
+        # Backoff 0 (the retry is created by the preemption's hint) and a 1 s hint window.
+        settings = dataclasses.replace(
+            Settings.from_env(), backoff_base_seconds=0.0, hint_coalesce_seconds=1.0
+        )
+        counter = DocumentCounter()
+        store = FirestoreJobStore(settings, client=counted_firestore(settings.project, counter))
+        notifier = CountingNotifier(PubsubNotifier(settings))
+        ports = Ports(
+            job_store=store,
+            deployment_store=FirestoreDeploymentStore(store),
+            rejections=FirestoreRejectionLog(store),
+            notifier=notifier,
+        )
+        intake = build_intake(settings, ports=ports)
+        tracker = build_tracker(settings, ports=ports)
+        sim = stack.simulator
+        steps: list[Step] = []
+
+        def measured(name: str, allocation: tuple[str, float, float], calls: list[Any]) -> None:
+            counter.take()
+            sim.clear_calls()
+            notifier.sizes.clear()
+            ops, cpu = Operations(), 0.0
+            for call in calls:
+                cpu0, t0 = time.process_time(), time.perf_counter()
+                size = call()
+                ops.invocations.append(
+                    Invocation(time.perf_counter() - t0, allocation[1], allocation[2])
+                )
+                cpu += time.process_time() - cpu0
+                # The message that started the call: its publish and its push delivery.
+                ops.pubsub_request_bytes += [size, size]
+            counts = counter.take()
+            ops.reads, ops.writes = counts.billed_reads, counts.writes
+            # Each notification: its publish, and one push delivery to one subscriber.
+            ops.pubsub_request_bytes += [b for b in notifier.sizes for _ in range(2)]
+            vertex = Counter(str(c.get("method", "?")).rsplit("/", 1)[-1] for c in sim.calls())
+            ops.vertex_calls = sum(vertex.values())
+            steps.append(Step(name, ops, cpu, dict(vertex)))
+
+        request_id = f"life-{os.getpid()}"
+        body = spot_request(request_id)
+        pool = body["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+        pool["containerSpec"]["env"] = [
+            {"name": "FLEXJOBS_SIM_RUN_SECONDS", "value": str(LIFE_RUN_SECONDS)}
+        ]
+        submitted = request_message(request_id, body)
+        size = len(submitted.message.data)
+
+        def submit() -> int:
+            intake_service.submit_job(submitted, intake)
+            return size
+
+        measured("fresh request", INTAKE_ALLOCATION, [submit])
+
+        def job() -> str:
+            record = store.get(request_id)
+            assert record is not None and record.get("vertexJob"), record
+            return str(record["vertexJob"])
+
+        def hints(name: str) -> list[Any]:
+            def one() -> int:
+                message = hint_message(name)
+                lifecycle.track_job(message, tracker)
+                # Production's hint is the ml_job LogEntry the sink publishes: 2 KiB assumed.
+                return max(len(message.message.data), HINT_BYTES)
+
+            return [one] * HINT_COPIES
+
+        def state() -> tuple[str, int]:
+            record = store.get(request_id) or {}
+            return str(record.get("state")), int(record.get("attempt") or 0)
+
+        first = job()
+        sim.wait_for_job(first, "JOB_STATE_RUNNING", timeout=120)
+        time.sleep(settings.hint_coalesce_seconds + 0.5)
+        measured("state change: RUNNING", EVENT_ALLOCATION, hints(first))
+        sim.preempt(first)
+        sim.wait_for_job(first, "JOB_STATE_FAILED", timeout=120)
+        time.sleep(settings.hint_coalesce_seconds + 0.5)
+        measured("preemption -> attempt 2", EVENT_ALLOCATION, hints(first))
+        assert state()[1] == 2, state()
+        second = job()
+        sim.wait_for_job(second, "JOB_STATE_RUNNING", timeout=120)
+        time.sleep(settings.hint_coalesce_seconds + 0.5)
+        measured("state change: RUNNING (2)", EVENT_ALLOCATION, hints(second))
+        sim.wait_for_job(second, "JOB_STATE_SUCCEEDED", timeout=120)
+        time.sleep(settings.hint_coalesce_seconds + 0.5)
+        measured("SUCCEEDED", EVENT_ALLOCATION, hints(second))
+        assert state() == ("SUCCEEDED", 2), state()
+    # The benchmark's own reads (store.get between steps) are dropped by each step's first take.
+    return steps
+
+
+def tick_share(tick: TickResult, hours: float) -> tuple[Any, float]:
+    """One job's share of the ticks over ``hours``: each steady tick's reads, writes, CPU and
+    billed time divided by the N jobs it reconciles."""
+    from benchmarks.costs import Invocation, Operations
+
+    ticks = round(TICKS_PER_HOUR * hours)
+    p, n = tick.plain, tick.n
+    ops = Operations(
+        reads=math.ceil(p["reads"] * ticks / n),
+        writes=math.ceil(p["writes"] * ticks / n),
+        pubsub_request_bytes=[],
+        vertex_calls=0,
+        invocations=[Invocation(p["wall"] * ticks / n, TICK_ALLOCATION[1], TICK_ALLOCATION[2])],
+    )
+    return ops, p["cpu"] * ticks / n
+
+
+def print_cost(steps: list[Step], tick: TickResult | None) -> bool:
+    from benchmarks.costs import Operations, dollars, gpu_dollars, load_prices
+
+    prices = load_prices()
+    hours = 1.0
+    total, cpu = Operations(), 0.0
+    print(f"{'step':<28} {'reads':>6} {'writes':>6} {'Pub/Sub req':>11} {'Vertex':>6} "
+          f"{'calls':>5} {'CPU ms':>8} {'USD':>11}")  # fmt: skip
+    rows = [(s.name, s.ops, s.cpu) for s in steps]
+    if tick is not None:
+        share, share_cpu = tick_share(tick, hours)
+        rows.append((f"ticks, 1 h (N={tick.n} share)", share, share_cpu))
+    for name, ops, step_cpu in rows:
+        total, cpu = total + ops, cpu + step_cpu
+        print(
+            f"{name:<28} {ops.reads:>6} {ops.writes:>6} {len(ops.pubsub_request_bytes):>11} "
+            f"{ops.vertex_calls:>6} {len(ops.invocations):>5} {step_cpu * 1000:>8.1f} "
+            f"{dollars(ops, prices).total:>11.7f}"
+        )
+    priced = dollars(total, prices)
+    gpu, strategy = gpu_dollars("NVIDIA_TESLA_A100", 1, hours)
+    ratio = priced.total / gpu
+    print(
+        f"one job's life: ${priced.total:.7f} (Firestore ${priced.firestore:.7f}, Pub/Sub "
+        f"${priced.pubsub:.7f}, Vertex API ${priced.vertex:.2f}, functions "
+        f"${priced.functions:.7f}; CPU {cpu * 1000:.0f} ms)"
+    )
+    print(
+        f"GPU: 1 h of 1 NVIDIA_TESLA_A100 at the cheapest price of prices.yaml ({strategy}) "
+        f"${gpu:.2f}; control plane / GPU = {ratio * 100:.4f}% (target < "
+        f"{TARGET_RATIO * 100:.1f}%): {verdict(ratio < TARGET_RATIO)}"
+    )
+    return ratio < TARGET_RATIO
+
+
+# --- 2. the status page and flexjobs list at many records -------------------------------------
+
+STATUS_FRONT_MS = 300.0
+STATUS_JOB_MS = 50.0
+STATUS_TOTALS_MS = 500.0
+SEED_BUDGET_SECONDS = 180.0
+
+
+def status_records(now: datetime, count: int) -> Any:
+    """``count`` records as benchmarks/status.py builds them (the domain's ``new_record`` and
+    the lifecycle's fields): a tenth active, the rest ended over the last week."""
+    from datetime import timedelta
+
+    from benchmarks.status import records
+
+    active = count // 10
+    for i, (record, attempts) in enumerate(records(now, count)):
+        record["requestId"] = f"page-{i:06d}"
+        if i < active:
+            record["state"] = "RUNNING"
+            record.pop("endedAt", None)
+        else:
+            record["state"] = "SUCCEEDED" if i % 7 else "FAILED"
+            ended = now - timedelta(seconds=(i * 604_800 / count) % 604_800)
+            record["endedAt"] = ended
+            record["createdAt"] = min(record["createdAt"], ended)
+        attempts[-1]["state"] = record["state"]
+        yield record, attempts
+
+
+def seed_status(project: str, now: datetime, count: int) -> tuple[int, float, list[Any]]:
+    """Seed up to ``count`` records in batches, stopping after the seeding budget; returns how
+    many, the seconds taken, and each record's (createdAt, requestId) for the cursor."""
+    from google.cloud import firestore
+
+    from shared.domain.model.ids import doc_id
+
+    db = firestore.Client(project=project)
+    t0 = time.perf_counter()
+    batch, pending, seeded, keys = db.batch(), 0, 0, []
+    for record, attempts in status_records(now, count):
+        ref = db.collection("jobs").document(doc_id(record["requestId"]))
+        batch.set(ref, record)
+        for attempt in attempts:
+            batch.set(ref.collection("attempts").document(str(attempt["attempt"])), attempt)
+        keys.append((record["createdAt"], doc_id(record["requestId"]), record["requestId"]))
+        seeded += 1
+        pending += 1 + len(attempts)
+        if pending >= 450:
+            batch.commit()
+            batch, pending = db.batch(), 0
+            if time.perf_counter() - t0 > SEED_BUDGET_SECONDS:
+                break
+    if pending:
+        batch.commit()
+    return seeded, time.perf_counter() - t0, keys
+
+
+def status_at(count: int, repeats: int) -> dict[str, Any]:
+    from werkzeug.test import EnvironBuilder
+    from werkzeug.wrappers import Request
+
+    from flexjobs.client import Client
+    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.domain.policy.pricing import PriceTable
+    from shared.kernel.config import Settings
+    from shared.status import site as pages
+    from shared.status.listing import Cursor
+
+    config = StackConfig(functions=(), hints=False, checkpoints=False)
+    with LocalStack(config) as stack:
+        stack.apply_env()
+        now = datetime.now(UTC)
+        seeded, seconds, keys = seed_status(config.project, now, count)
+        settings = Settings.from_env()
+        views = FirestoreJobViews(FirestoreJobStore(settings))
+        # Totals read for every request: the worst case (the served page reuses them 30 s).
+        site = pages.StatusSite(views, PriceTable.default(), lambda: datetime.now(UTC),
+                                totals_seconds=0)  # fmt: skip
+        keys.sort(reverse=True)  # newest first, as the list pages
+        size = site.page_size
+        last = keys[-size - 1]  # the row just before the last page
+        cursor = Cursor(last[0], last[2]).token()
+        paths = {
+            "/ (first page, totals)": "/",
+            "/?state=RUNNING&age=7d (filtered)": "/?state=RUNNING&age=7d",
+            "/?cursor=... (the last page)": f"/?cursor={cursor}",
+            "/jobs/<id> (job page)": f"/jobs/{keys[len(keys) // 2][2]}",
+        }
+
+        def served(path: str) -> float:
+            where, _, query = path.partition("?")
+            environ = EnvironBuilder(path=where, query_string=query).get_environ()
+            response = pages.serve(Request(environ), site)
+            assert response.status_code == 200, (path, response.status_code)
+            return float(response.headers["Server-Timing"].split("dur=")[1])
+
+        def timed(step: Any) -> float:
+            t0 = time.perf_counter()
+            step()
+            return (time.perf_counter() - t0) * 1000
+
+        client = Client(project=config.project, settings=settings)
+        runs: dict[str, list[float]] = {}
+        for name, path in paths.items():
+            for _ in range(2):
+                served(path)
+            runs[name] = [served(path) for _ in range(repeats)]
+        runs["the totals (4 counts + the week's ended)"] = [
+            timed(lambda: pages._totals(site, datetime.now(UTC))) for _ in range(repeats)
+        ]
+        client.jobs()
+        runs["flexjobs list (20 rows)"] = [timed(client.jobs) for _ in range(repeats)]
+        runs["flexjobs list --state RUNNING"] = [
+            timed(lambda: client.jobs(states=("RUNNING",))) for _ in range(repeats)
+        ]
+    return {"asked": count, "seeded": seeded, "seconds": seconds, "runs": runs}
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def print_status(result: dict[str, Any]) -> list[bool]:
+    import statistics
+
+    print(
+        f"seeded {result['seeded']} of {result['asked']} records in {result['seconds']:.0f} s "
+        f"(a tenth RUNNING, the rest ended over 7 days; budget {SEED_BUDGET_SECONDS:.0f} s); "
+        "server time in this process, the totals read for every request, ms"
+    )
+    print(f"{'page':<42} {'min':>8} {'median':>8} {'p95':>8}")
+    runs = result["runs"]
+    for name, values in runs.items():
+        print(f"{name:<42} {min(values):8.1f} {statistics.median(values):8.1f} {p95(values):8.1f}")
+    checks = []
+    for name, target, label in (
+        ("/ (first page, totals)", STATUS_FRONT_MS, "p95 of /"),
+        ("/jobs/<id> (job page)", STATUS_JOB_MS, "p95 of a job page"),
+        ("the totals (4 counts + the week's ended)", STATUS_TOTALS_MS, "p95 of the totals"),
+    ):
+        got = p95(runs[name])
+        checks.append(got < target)
+        print(f"target {label}: {got:.1f} ms < {target:.0f} ms: {verdict(got < target)}")
+    return checks
+
+
+def main() -> int:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ci", action="store_true", help="small sizes (under a minute)")
+    parser.add_argument("--ticks", type=int, nargs="*", help="N active jobs for the tick")
+    parser.add_argument("--tick-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-tick", action="store_true", help="skip the tick")
+    parser.add_argument("--no-status", action="store_true", help="skip the status page")
+    parser.add_argument("--records", type=int, help="records for the status page")
+    args = parser.parse_args()
+    if args.tick_child:
+        print(json.dumps(tick_child(args.traced)))
+        return 0
+
+    sizes = [] if args.no_tick else (args.ticks or ([200] if args.ci else [1000, 10_000]))
+    size = "ci" if args.ci else "full"
+    print(f"== flexjobs scale benchmark ({size} size), {os.cpu_count()} cores ==")
+    print("\n-- 1. the tick at N active jobs (a fresh process per tick) --", flush=True)
+    results: list[TickResult] = []
+    checks: list[bool] = []
+    for n in sizes:
+        at_n = tick_at(n)
+        results.extend(at_n)
+        checks.extend(print_tick(at_n))
+        sys.stdout.flush()
+    print(f"\ntick targets: {sum(checks)} of {len(checks)} PASS")
+    if not args.no_status:
+        records = args.records or (2000 if args.ci else 100_000)
+        print(f"\n-- 2. the status page and flexjobs list at {records} records --", flush=True)
+        checks.extend(print_status(status_at(records, 10 if args.ci else 20)))
+    print("\n-- 3. control-plane cost of one job's life (benchmarks/control_plane_prices.yaml) --")
+    steps = job_life()
+    steady = [r for r in results if r.label == "steady"]
+    checks.append(print_cost(steps, steady[-1] if steady else None))
+    print(f"\nall targets: {sum(checks)} of {len(checks)} PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
