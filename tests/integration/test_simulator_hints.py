@@ -248,7 +248,8 @@ def test_hints_can_be_dropped_repeated_and_delayed_reproducibly(
     assert len(texts) == 8 and all(texts.count(t) == 2 for t in texts)
 
     # Delayed: the QUEUED hint is held back, so the ones after it overtake it.
-    control.set_hints(True, repeat=0.0, delay=1.0, delay_seconds=3.0, seed=5)
+    # Held 10 s of wall time: long enough that a loaded machine still checks it while held.
+    control.set_hints(True, repeat=0.0, delay=1.0, delay_seconds=10.0, seed=5)
     name = create(jobs)
     control.set_hints(True, delay=0.0)
     control.advance(100)
