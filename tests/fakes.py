@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -17,7 +18,7 @@ from shared.app.ports import MAX_WATCHERS
 from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
 from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
-from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, doc_id
+from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_CLAIM, LABEL_REQUEST, doc_id
 from shared.domain.model.kinds import TRAINING, kind_named, training_kind_of
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import DeploymentState, JobState, from_vertex
@@ -295,7 +296,8 @@ class InMemoryJobBackend:
         return [
             job
             for job in self._in(location)
-            if job.name.split("/")[-2] in collections and job.labels == wanted
+            if job.name.split("/")[-2] in collections
+            and all(job.labels.get(k) == v for k, v in wanted.items())
         ]
 
     def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
@@ -845,3 +847,12 @@ class InMemoryJobViews:
 
 def _at_or_after(value: Any, since: datetime) -> bool:
     return isinstance(value, datetime) and value >= since
+
+
+def key_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A created job's labels without ``flexjobs-claim``, which must be a claim's token (32
+    hex digits, the token of the delivery whose create made it)."""
+    rest = dict(labels)
+    token = rest.pop(LABEL_CLAIM, "")
+    assert re.fullmatch(r"[0-9a-f]{32}", token), f"flexjobs-claim label {token!r}"
+    return rest

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -337,16 +338,25 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     by_name = {r.vertex_job: r for r in active if r.vertex_job}
     by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
     changed = 0
+    listed: list[VertexJob] = []
     for location, since in _listing_windows(active, ended, tracker.settings.location):
-        jobs = sweep.each(None, f"list {location}", _listed, tracker, location, since)
-        for job in jobs or []:
-            # A listed job belongs to the record that follows it, else to the request its
-            # label names (then it may be a stray).
-            record = by_name.get(job.name) or by_label.get(job.labels.get(LABEL_REQUEST, ""))
-            if record is None:
-                continue
-            state = sweep.each(record.request_id, "reconcile", _settle_listed, tracker, record, job)
-            changed += state is not None
+        listed += sweep.each(None, f"list {location}", _listed, tracker, location, since) or []
+    # A request's jobs side by side: one may show that another is a stray (is_stray).
+    by_request: dict[str, list[VertexJob]] = defaultdict(list)
+    for job in listed:
+        by_request[job.labels.get(LABEL_REQUEST, "")].append(job)
+    for job in listed:
+        # A listed job belongs to the record that follows it, else to the request its label
+        # names (then it may be a stray).
+        label = job.labels.get(LABEL_REQUEST, "")
+        record = by_name.get(job.name) or by_label.get(label)
+        if record is None:
+            continue
+        siblings = by_request[label]
+        state = sweep.each(
+            record.request_id, "reconcile", _settle_listed, tracker, record, job, siblings
+        )
+        changed += state is not None
     for record in active:
         if is_overdue(record, now):
             sweep.each(record.request_id, "overdue", _flag_overdue, tracker, record, now)
@@ -395,10 +405,12 @@ def _listing_windows(
     return [(loc, anchors[loc] - LIST_MARGIN) for loc in sorted(anchors)]
 
 
-def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str | None:
+def _settle_listed(
+    tracker: Tracker, record: JobRecord, job: VertexJob, siblings: list[VertexJob]
+) -> str | None:
     """Settle one listed job against the tick's (partial) read of its record: a job whose
     state moves the record on is settled on the record read whole; one that does not costs
-    no read at all."""
+    no read at all. ``siblings``: every listed job under the same request label."""
     request_id = record.request_id
     if record.vertex_job == job.name:
         moves = observe(record, job, tracker.clock()) is not None
@@ -415,7 +427,7 @@ def _settle_listed(tracker: Tracker, record: JobRecord, job: VertexJob) -> str |
                 # cannot keep one more pending cancel: say so, the wait goes on.
                 log.warning(f"not given up: {reason}", extra=_fields(job))
         return state
-    if is_stray(record, job):
+    if is_stray(record, job, tracker.clock(), siblings):
         # Created under one of this request's attempts but not the job its record follows (a
         # create that landed after its claim expired, a crash after a cancel): nothing will
         # ever follow it, so it is cancelled rather than left holding GPUs.

@@ -11,7 +11,7 @@ from shared.app import intake as intake_service
 from shared.app.commands import SubmitJob
 from shared.ingress.envelopes import PubsubMessage
 from tests.events import load, pubsub_cloud_event
-from tests.fakes import crash_on_next_record
+from tests.fakes import crash_on_next_record, key_labels
 
 
 def test_seed_request_creates_one_flex_start_job(intake, post_event):
@@ -19,7 +19,7 @@ def test_seed_request_creates_one_flex_start_job(intake, post_event):
 
     assert response.status_code == 200
     (request, labels), *_ = intake.backend.created
-    assert labels == {"flexjobs-request": "seed-1", "flexjobs-attempt": "1"}
+    assert key_labels(labels) == {"flexjobs-request": "seed-1", "flexjobs-attempt": "1"}
     scheduling = request.spec["jobSpec"]["scheduling"]
     assert scheduling["strategy"] == "FLEX_START"
     assert scheduling["maxWaitDuration"] == "1800s"

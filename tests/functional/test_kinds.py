@@ -10,6 +10,7 @@ import pytest
 from shared.app.deploy import refresh_deployments
 from shared.kernel.errors import QuotaExhausted
 from tests.events import load, pubsub_cloud_event
+from tests.fakes import key_labels
 from tests.functional.conftest import ENDPOINT
 
 
@@ -40,7 +41,7 @@ def test_training_kinds_get_flex_start_where_their_scheduling_lives(
         "maxWaitDuration": "86400s",
         "timeout": "604800s",
     }
-    assert labels == {"flexjobs-request": body["requestId"], "flexjobs-attempt": "1"}
+    assert key_labels(labels) == {"flexjobs-request": body["requestId"], "flexjobs-attempt": "1"}
     record = intake.store.store.get(body["requestId"])
     assert record["kind"] == request.kind
     assert f"/{collection}/" in record["vertexJob"]

@@ -20,6 +20,7 @@ from shared.domain.decisions.recovery import cancel_requested
 from shared.domain.model.states import JobState, from_vertex
 from shared.kernel.errors import BackendRejected, BackendUnavailable, PublishFailed
 from tests.events import load, published_at, pubsub_cloud_event
+from tests.fakes import key_labels
 
 SEED = "seed-1"
 OUTPUT = "gs://flexjobs-test/seed-1"
@@ -158,7 +159,10 @@ def test_preempted_job_resumes_at_once_from_the_latest_checkpoint(tracker, clock
     assert env_2["FLEXJOBS_ATTEMPT"] == "2"
     assert env_2["FLEXJOBS_RUN_ID"] == env_1["FLEXJOBS_RUN_ID"] == SEED
     assert "FLEXJOBS_RESUME_FROM" not in env_1
-    assert tracker.backend.created[1][1] == {"flexjobs-request": SEED, "flexjobs-attempt": "2"}
+    assert key_labels(tracker.backend.created[1][1]) == {
+        "flexjobs-request": SEED,
+        "flexjobs-attempt": "2",
+    }
     ended = tracker.store.get_attempt(SEED, 1)
     assert ended["state"] == "FAILED"
     assert ended["errorClass"] == "preempted"

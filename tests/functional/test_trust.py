@@ -122,6 +122,65 @@ def test_a_job_of_a_later_attempt_in_flight_is_no_stray(tracker, clock, post_eve
     assert tracker.backend.jobs[in_flight.name].state == "JOB_STATE_QUEUED"
 
 
+def test_a_late_create_of_an_expired_claim_is_cancelled_while_the_live_claim_holds(
+    tracker, clock, post_event
+):
+    # The soak's seed 455247: a retry's create was slower than its claim (it landed after the
+    # claim expired); the next claim looked up, found nothing, and created its own, whose
+    # answer was lost too, so that claim is kept. Both jobs sit under attempt 2 with nothing
+    # recorded: the late one must not wait for the live claim to expire (it could start).
+    preempted_and_retrying(tracker, clock, post_event, backoff=1)
+    ttl = tracker.settings.claim_ttl_seconds
+    tracker.backend.fail_with = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
+    assert tick(post_event, clock, 5) == 200  # claim 1 taken; its create outcome unknown
+    first_claim = current(tracker)["claim"]["token"]
+    tracker.backend.fail_with = None
+
+    tracker.backend.fail_after_create = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
+    assert tick(post_event, clock, ttl + 1) == 200  # claim 2: finds nothing, creates; lost
+    second_claim = current(tracker)["claim"]["token"]
+    (own,) = [n for n, j in tracker.backend.jobs.items() if j.labels.get("flexjobs-attempt") == "2"]
+    assert tracker.backend.jobs[own].labels["flexjobs-claim"] == second_claim != first_claim
+    # Claim 1's create lands now, late.
+    late = tracker.backend.create(
+        _request_of(tracker), {**labels_for(SEED, 2), "flexjobs-claim": first_claim}, "us-central1"
+    )
+
+    assert tick(post_event, clock, 1) == 200  # claim 2 still live: nothing recorded yet
+
+    assert (
+        current(tracker)["vertexJob"] != own and current(tracker)["claim"]["token"] == second_claim
+    )
+    assert tracker.backend.jobs[late.name].state == "JOB_STATE_CANCELLED"
+    assert tracker.backend.jobs[own].state == "JOB_STATE_QUEUED"  # the live claim's, kept
+
+    assert tick(post_event, clock, ttl) == 200  # claim 2 expired: its job is adopted
+    record = current(tracker)
+    assert (record["state"], record["attempt"], record["vertexJob"]) == ("QUEUED", 2, own)
+    assert live_jobs(tracker.backend) == {own: "JOB_STATE_QUEUED"}
+
+
+def test_a_job_of_an_expired_claim_is_kept_while_the_live_claim_made_none(
+    tracker, clock, post_event
+):
+    # The live claim may be about to adopt the one job there is: it is no stray.
+    preempted_and_retrying(tracker, clock, post_event, backoff=1)
+    tracker.backend.fail_with = OutcomeUnknown("CreateCustomJob: 504 deadline exceeded")
+    assert tick(post_event, clock, 5) == 200
+    first_claim = current(tracker)["claim"]["token"]
+    tracker.backend.fail_with = None
+    late = tracker.backend.create(
+        _request_of(tracker), {**labels_for(SEED, 2), "flexjobs-claim": first_claim}, "us-central1"
+    )
+
+    assert tick(post_event, clock, 1) == 200  # claim 1 still live
+
+    assert tracker.backend.jobs[late.name].state == "JOB_STATE_QUEUED"
+    assert tick(post_event, clock, tracker.settings.claim_ttl_seconds) == 200
+    assert current(tracker)["vertexJob"] == late.name  # adopted once the claim expired
+    assert len([c for c in tracker.backend.created if c[1]["flexjobs-attempt"] == "2"]) == 1
+
+
 # --- create errors, classified ----------------------------------------------------------
 
 

@@ -79,6 +79,7 @@ RETRIED = {
 }
 ENDED_BY_CHOICE = frozenset({"gave-up", "switch"})
 CONFIRMED = "mid-delivery kills confirmed (job made, not recorded)"
+SAVED = "preemptions of a job that checkpointed (harness)"
 
 
 @dataclass(frozen=True)
@@ -418,9 +419,11 @@ class Soak:
         finally:
             self.sim.clear_faults()
 
-    def preempt(self) -> None:
+    def preempt(self, *, saved_only: bool = False) -> bool:
         """Preempt one running SPOT job, one that checkpointed since it started if any (its
-        retry resumes from there)."""
+        retry resumes from there); ``saved_only``: only such a job, of a request nobody
+        cancels (so its retry runs). Returns whether one was preempted."""
+        cancelled = {label_value(p.rid) for p in self.plan if p.cancel_at is not None}
         running = [
             j
             for j in self.sim.jobs()
@@ -431,17 +434,30 @@ class Soak:
             for j in running
             if any(s > (j["_sim"]["resumedStep"] or 0) for s in j["_sim"]["checkpointSteps"])
         ]
-        if not running:
-            self.timeline.add("preempt: no SPOT job running")
-            return
+        if saved_only:
+            saved = [j for j in saved if job_request(j) not in cancelled]
+            running = []
+        if not saved and not running:
+            self.timeline.add("preempt: no SPOT job running" + (" with a checkpoint" * saved_only))
+            return False
         job = self.rng.choice(sorted(saved or running, key=lambda j: str(j["name"])))
         try:
             self.sim.preempt(job["name"])
         except SimulatorControlError:
-            return  # it ended meanwhile
+            return False  # it ended meanwhile
         self.preempted.add(job["name"])
         self.counts["preemptions (harness)"] += 1
+        if job in saved:
+            self.counts[SAVED] += 1
         self.timeline.add(f"preempt attempt {job_attempt(job)} {job['name']}", job_request(job))
+        return True
+
+    def preempt_saved(self, wait: float) -> None:
+        """Preempt a running SPOT job that checkpointed, waiting (bounded) for one: what makes
+        sure a run resumes from a checkpoint, whatever its draws."""
+        deadline = time.monotonic() + wait
+        while not self.preempt(saved_only=True) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
     def _armed(self, what: str, code: str, wait: float = 6.0, **kwargs: Any) -> None:
         """Arm a fault for a count of calls, wait until they took it (or ``wait`` passes)."""
@@ -560,8 +576,8 @@ class Soak:
                 halfway = True
                 if not self.counts[CONFIRMED]:
                     self.kill_mid_delivery()
-                if not self.counts["preemptions (harness)"]:
-                    self.preempt()
+                if not self.counts[SAVED]:
+                    self.preempt_saved(wait=self.cfg.chaos_seconds / 3)
             self.rng.choices(funcs, weights=weights)[0]()
             time.sleep(self.rng.uniform(0.2, 1.2))
 

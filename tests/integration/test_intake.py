@@ -15,6 +15,7 @@ from shared.app.commands import SubmitJob
 from shared.ingress.envelopes import PubsubMessage
 from shared.kernel.config import Settings
 from tests.events import load
+from tests.fakes import key_labels
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -56,7 +57,7 @@ def test_seed_example_yields_one_flex_start_job_and_its_record(stack, db):
     job = call["request"]["customJob"]
     assert job["jobSpec"]["scheduling"]["strategy"] == "FLEX_START"
     assert job["jobSpec"]["scheduling"]["maxWaitDuration"] == "1800s"
-    assert job["labels"] == {"flexjobs-request": "seed-1", "flexjobs-attempt": "1"}
+    assert key_labels(job["labels"]) == {"flexjobs-request": "seed-1", "flexjobs-attempt": "1"}
     attempt = db.collection("jobs").document("seed-1").collection("attempts").document("1").get()
     assert attempt.to_dict()["vertexJob"] == doc["vertexJob"]
 

@@ -14,6 +14,7 @@ import pytest
 from shared.adapters.vertex.jobs import ENDPOINT_SERVICE, build_gapic_client
 from shared.kernel.config import Settings
 from tests.events import load
+from tests.fakes import key_labels
 from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ def test_training_kind_reaches_the_simulator_with_flex_start_in_its_place(
     (sent,) = created(stack, method, kind, rid)
     assert sent[spec_key]["scheduling"]["strategy"] == "FLEX_START"
     assert sent[spec_key]["scheduling"]["maxWaitDuration"] == "86400s"
-    assert sent["labels"] == {"flexjobs-request": rid, "flexjobs-attempt": "1"}
+    assert key_labels(sent["labels"]) == {"flexjobs-request": rid, "flexjobs-attempt": "1"}
     job = stack.simulator.job(record["vertexJob"])
     assert job["displayName"] == body[kind]["displayName"]
 

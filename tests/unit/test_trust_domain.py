@@ -3,6 +3,7 @@ tombstones and pending cancels."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -103,6 +104,33 @@ def test_finish_takes_only_terminal_states():
 )
 def test_which_listed_jobs_are_strays(current, listed, stray):
     assert is_stray(current, listed) is stray
+
+
+LIVE = {"token": "b" * 32, "expiresAt": NOW + timedelta(seconds=60), "attempt": 2}
+
+
+def made_by(number: int, attempt: int, token: str) -> VertexJob:
+    listed = job(number, attempt)
+    return dataclasses.replace(listed, labels={**listed.labels, "flexjobs-claim": token})
+
+
+@pytest.mark.parametrize(
+    ("claim", "listed", "others", "stray"),
+    [
+        # The live claim made its own job: one an expired claim's create left is a stray.
+        (LIVE, made_by(5, 2, "a" * 32), [made_by(6, 2, "b" * 32)], True),
+        (LIVE, made_by(6, 2, "b" * 32), [made_by(5, 2, "a" * 32)], False),  # the holder's own
+        (LIVE, made_by(5, 2, "a" * 32), [], False),  # the holder may be adopting it
+        (LIVE, job(5, 2), [made_by(6, 2, "b" * 32)], True),  # made before claims were labelled
+        ({**LIVE, "expiresAt": NOW}, made_by(5, 2, "a" * 32), [made_by(6, 2, "b" * 32)], False),
+        ({**LIVE, "attempt": 3}, made_by(5, 2, "a" * 32), [made_by(6, 2, "b" * 32)], False),
+        (LIVE, made_by(5, 2, "a" * 32), [made_by(6, 3, "b" * 32)], False),  # another attempt
+    ],
+)
+def test_a_job_the_live_claim_superseded_is_a_stray(claim, listed, others, stray):
+    current = record(state="RETRYING", vertexJob=JOB + "1", claim=claim)
+    assert is_stray(current, listed, NOW, [listed, *others]) is stray
+    assert is_stray(current, listed) is False  # without the listing: left to the claim
 
 
 # --- parked and due submissions -------------------------------------------------------------

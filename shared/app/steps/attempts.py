@@ -35,7 +35,7 @@ from shared.domain.decisions.recovery import (
 )
 from shared.domain.decisions.submissions import refused_away, region_chosen
 from shared.domain.model.changes import Change
-from shared.domain.model.ids import LABEL_REQUEST, label_value, labels_for
+from shared.domain.model.ids import LABEL_CLAIM, LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
 from shared.domain.model.strategies import Strategy
 from shared.domain.model.values import clip
@@ -250,7 +250,10 @@ def submit_attempt(
             strategy=plan.strategy,
             max_wait_seconds=plan.max_wait_seconds,
         )
-        return backend.create(replace(request, spec=body), labels, plan.location)
+        # Which claim made it: the tick cancels a job an expired claim left once the live
+        # claim's own job shows (is_stray), without waiting for that claim to expire.
+        made_by = {LABEL_CLAIM: claimed[0].token} if claimed and claimed[0].token else {}
+        return backend.create(replace(request, spec=body), {**labels, **made_by}, plan.location)
 
     def record(token: str, job: VertexJob, adopted: bool) -> Outcome:
         strategy, extra = plan.strategy, prepared().record_extra

@@ -7,6 +7,7 @@ The Firestore adapter and the in-memory fake both apply these, so the rules of t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -14,7 +15,7 @@ from typing import Any
 
 from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
-from shared.domain.model.ids import LABEL_ATTEMPT, label_value
+from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_CLAIM, label_value
 from shared.domain.model.kinds import TRAINING_KINDS
 from shared.domain.model.records import (
     MAX_LOCATIONS_USED,
@@ -382,12 +383,22 @@ def tombstone_claimed(
     return Change(current.state, {**fields, "expireAt": None, "updatedAt": now})
 
 
-def is_stray(record: JobRecord, job: VertexJob) -> bool:
+def is_stray(
+    record: JobRecord,
+    job: VertexJob,
+    now: datetime | None = None,
+    listed: Iterable[VertexJob] = (),
+) -> bool:
     """Is ``job``, listed under ``record``'s request label, a job nothing will ever follow?
 
     A live job is a stray when its attempt label names an attempt the record has settled with
-    another job, or an attempt the request has moved past. A job of a later attempt than the
-    record's is a submission in flight, and never a stray.
+    another job, or an attempt the request has moved past. A job of the attempt in flight (a
+    later attempt than the record's, or the record's own before it names a job) is left to
+    the delivery that claims it, with one exception: when the live claim's own create made a
+    job (``listed`` holds one labelled with its token, ``LABEL_CLAIM``), that delivery will
+    record its own job or none, so a job an expired claim's create left (a create that landed
+    after its claim ran out) is a stray now, not only once the claim expires: cancelled while
+    it is still queued.
 
     Examples:
         >>> raw = {"attempt": 1, "vertexJob": "p/customJobs/1", "state": "QUEUED"}
@@ -406,7 +417,28 @@ def is_stray(record: JobRecord, job: VertexJob) -> bool:
     if record.state.terminal:
         return True
     attempt = record.attempt
-    return job_attempt < attempt or (job_attempt == attempt and bool(record.vertex_job))
+    if job_attempt < attempt or (job_attempt == attempt and bool(record.vertex_job)):
+        return True
+    return now is not None and _superseded(record, job, job_attempt, now, listed)
+
+
+def _superseded(
+    record: JobRecord, job: VertexJob, job_attempt: int, now: datetime, listed: Iterable[VertexJob]
+) -> bool:
+    """Did the live claim of ``job``'s attempt create a job of its own, so ``job`` (made under
+    another claim) is one it will never record?"""
+    claim = record.claim
+    if claim is None or claim.token is None or not claim.live(now) or claim.attempt != job_attempt:
+        return False
+    holder = claim.token
+    if job.labels.get(LABEL_CLAIM) == holder:
+        return False
+    return any(
+        other.name != job.name
+        and other.labels.get(LABEL_CLAIM) == holder
+        and other.labels.get(LABEL_ATTEMPT) == str(job_attempt)
+        for other in listed
+    )
 
 
 def next_placement(record: JobRecord, default_location: str) -> Placement:

@@ -27,6 +27,10 @@ from shared.kernel.errors import FieldError
 #: The Vertex labels that identify one attempt of one request: the idempotency key.
 LABEL_REQUEST = "flexjobs-request"
 LABEL_ATTEMPT = "flexjobs-attempt"
+#: Which delivery's create made the job: its claim's token (32 hex digits). Not part of the
+#: key (a lookup matches the two labels above): it lets the tick tell, while a claim is live
+#: and nothing is recorded, the live holder's own job from one an expired claim's create left.
+LABEL_CLAIM = "flexjobs-claim"
 
 MAX_DOC_ID_BYTES = 200
 #: The longest requestId flexjobs takes, in UTF-8 bytes. It is copied into the record, its

@@ -148,6 +148,9 @@ TICK_FIELDS: tuple[str, ...] = (
     "capacity",
     "yielding",
     "cancelRequested",
+    # The live claim's token: a job of the attempt in flight that another create superseded
+    # is a stray (is_stray), so the tick cancels it before the holder's claim expires.
+    "claim",
 )
 
 
