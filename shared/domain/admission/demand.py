@@ -8,7 +8,7 @@ in the request's region, on the pool its strategy draws on (:func:`~.config.pool
 draws on the pool of the strategy its decision chose, so the caller passes the pool.
 
 **Inadmissible** (Kueue's word): a demand larger than its queue could ever hold with all it
-could borrow (:func:`~.quota.most_ever`), or larger than the project's quota where that is
+could borrow (:func:`~.quota.out_of_reach`), or larger than the project's quota where that is
 known, can never be admitted. It is refused at intake rather than left waiting for ever.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.domain.admission.config import DEFAULT_QUEUE, Pool, Queues, Resource
-from shared.domain.admission.quota import Ceiling, Demand, most_ever
+from shared.domain.admission.quota import Ceiling, Demand, out_of_reach
 from shared.domain.model.values import show
 from shared.domain.request.attempts import gpus_by_accelerator
 from shared.kernel.errors import FieldError, InvalidRequest
@@ -80,25 +80,18 @@ def check_request(
     if target.priority_of(priority) is None:
         problem = f"{show(priority)} is not allowed in queue {name!r} ({target.allowed()})"
         errors.append(FieldError("priority", problem))
-    for resource, gpus in sorted(demand.items()):
-        most = most_ever(queues, target, resource)
-        limit = ceiling.limit(resource) if ceiling is not None else None
-        if most is not None and gpus > most:
-            errors.append(
-                FieldError(
-                    "queue",
-                    f"asks {gpus} GPUs of {resource}, more than queue {name!r} can ever hold "
-                    f"({most}): it could never be admitted",
-                )
+    for far in out_of_reach(queues, target, demand, ceiling):
+        if far.bound == "queue":
+            problem = (
+                f"asks {far.gpus} GPUs of {far.resource}, more than queue {name!r} can ever"
+                f" hold ({far.most}): it could never be admitted"
             )
-        elif limit is not None and gpus > limit:
-            errors.append(
-                FieldError(
-                    "queue",
-                    f"asks {gpus} GPUs of {resource}, more than the project's quota ({limit}): "
-                    "it could never be admitted until the quota is raised",
-                )
+        else:
+            problem = (
+                f"asks {far.gpus} GPUs of {far.resource}, more than the project's quota"
+                f" ({far.most}): it could never be admitted until the quota is raised"
             )
+        errors.append(FieldError("queue", problem))
     return errors
 
 

@@ -186,3 +186,40 @@ def most_ever(queues: Queues, queue: Queue, resource: Resource) -> int | None:
     if quota.borrowing_limit is not None:
         most = min(most, quota.nominal + quota.borrowing_limit)
     return most
+
+
+@dataclass(frozen=True)
+class OutOfReach:
+    """One resource a demand can never get: ``gpus`` asked, ``most`` the bound, and whose
+    bound it is (``"queue"``: the queue with all it could borrow; ``"project"``: the quota)."""
+
+    resource: Resource
+    gpus: int
+    most: int
+    bound: str
+
+
+def out_of_reach(
+    queues: Queues, queue: Queue, demand: Demand, ceiling: Ceiling | None
+) -> list[OutOfReach]:
+    """Every resource of ``demand`` larger than ``queue`` could ever hold, or than the
+    project's quota where it is known ([] when it may be admitted some day): the one test of
+    "inadmissible", for intake's refusal and the rule's setting aside alike.
+
+    Examples:
+        >>> from shared.domain.admission.config import Pool, read_queues
+        >>> r = {"region": "us-central1", "acceleratorType": "NVIDIA_L4", "pool": "PREEMPTIBLE"}
+        >>> qs = read_queues({"queues": [{"name": "a", "quotas": [{**r, "nominal": 8}]}]})
+        >>> l4 = Resource("us-central1", "NVIDIA_L4", Pool.PREEMPTIBLE)
+        >>> [(x.gpus, x.most, x.bound) for x in out_of_reach(qs, qs.queue("a"), {l4: 9}, None)]
+        [(9, 8, 'queue')]
+    """
+    found: list[OutOfReach] = []
+    for resource, gpus in sorted(demand.items()):
+        most = most_ever(queues, queue, resource)
+        limit = ceiling.limit(resource) if ceiling is not None else None
+        if most is not None and gpus > most:
+            found.append(OutOfReach(resource, gpus, most, "queue"))
+        elif limit is not None and gpus > limit:
+            found.append(OutOfReach(resource, gpus, limit, "project"))
+    return found

@@ -70,7 +70,7 @@ from shared.domain.admission.quota import (
     Shortfall,
     Usage,
     add,
-    most_ever,
+    out_of_reach,
     shortfalls,
 )
 
@@ -169,14 +169,7 @@ def queue_order(workloads: Sequence[Workload]) -> list[Workload]:
 def never_fits(queues: Queues, ceiling: Ceiling, workload: Workload) -> bool:
     """True when ``workload`` could never be admitted as the queues and quota stand."""
     queue = queues.queues.get(workload.queue)
-    if queue is None:
-        return True
-    for resource, gpus in workload.demand.items():
-        most = most_ever(queues, queue, resource)
-        limit = ceiling.limit(resource)
-        if (most is not None and gpus > most) or (limit is not None and gpus > limit):
-            return True
-    return False
+    return queue is None or bool(out_of_reach(queues, queue, workload.demand, ceiling))
 
 
 def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Plan:
