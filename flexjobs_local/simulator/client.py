@@ -106,6 +106,37 @@ class SimulatorControl:
         result: dict[str, Any] = self._call("GET", "/capacity")
         return result
 
+    # --- quota ---------------------------------------------------------------------------------
+
+    def set_quota(
+        self,
+        location: str,
+        accelerator_type: str,
+        pool: str,
+        limit: int | None,
+        project: str | None = None,
+    ) -> dict[str, Any]:
+        """Set the GPU quota of a pool ("preemptible" or "on-demand"); ``None`` removes it.
+
+        Without ``project`` the limit applies to each project on its own. Returns the quota
+        view.
+        """
+        body: dict[str, Any] = {
+            "location": location,
+            "acceleratorType": accelerator_type,
+            "pool": pool,
+            "limit": limit,
+        }
+        if project is not None:
+            body["project"] = project
+        result: dict[str, Any] = self._call("POST", "/quota", body)
+        return result
+
+    def quota(self) -> dict[str, Any]:
+        """``{"limits": [...], "usage": [...]}``: the limits set and the GPUs jobs hold."""
+        result: dict[str, Any] = self._call("GET", "/quota")
+        return result
+
     # --- faults and the call log ---------------------------------------------------------------
 
     def inject_faults(

@@ -9,6 +9,12 @@ GET      /capacity             ``{"defaultGpus", "pools": [{location, accelerato
                                inUse, explicit}]}``
 POST     /capacity             ``{"location", "acceleratorType", "gpus"}`` or
                                ``{"defaultGpus"}`` → same as GET
+GET      /quota                ``{"limits": [{project, location, acceleratorType, pool, metric,
+                               limit}], "usage": [{project, location, acceleratorType, pool,
+                               metric, gpus, limit}]}``: GPU quota (:mod:`.quota`)
+POST     /quota                ``{"location", "acceleratorType", "pool": "preemptible" or
+                               "on-demand", "limit": n or null, "project"?}`` → quota (null:
+                               unlimited again; no project: each project's own limit)
 GET      /faults               ``{"faults": [{code, remaining, methods, message, when,
                                lateSeconds, delaySeconds}]}``
 POST     /faults               ``{"code", "count", "methods"?, "when"?, "message"?,
@@ -111,6 +117,8 @@ class ControlApp:
             ("GET", "/healthz"): lambda b, q: {"status": "ok"},
             ("GET", "/capacity"): lambda b, q: engine.capacity(),
             ("POST", "/capacity"): self._set_capacity,
+            ("GET", "/quota"): lambda b, q: engine.quota(),
+            ("POST", "/quota"): self._set_quota,
             ("GET", "/faults"): lambda b, q: engine.faults(),
             ("POST", "/faults"): self._inject_faults,
             ("DELETE", "/faults"): lambda b, q: engine.clear_faults(),
@@ -151,6 +159,17 @@ class ControlApp:
             _field(body, "location", str),
             _field(body, "acceleratorType", str),
             _field(body, "gpus", int),
+        )
+
+    def _set_quota(self, body: Body, query: Query) -> Any:
+        if "limit" not in body:
+            raise BadRequest("missing field 'limit' (null for no limit)")
+        return self.engine.set_quota(
+            _field(body, "location", str),
+            _field(body, "acceleratorType", str),
+            _field(body, "pool", str),
+            _field(body, "limit", int, None),
+            _field(body, "project", str, None),
         )
 
     def _inject_faults(self, body: Body, query: Query) -> Any:

@@ -50,8 +50,9 @@ from flexjobs_local.simulator.endpoints import (
 )
 from flexjobs_local.simulator.faults import CallLog, FaultRule, Faults, fault_rule
 from flexjobs_local.simulator.jobs import JobQuery, Jobs
+from flexjobs_local.simulator.quota import Quota, pool_of
 from flexjobs_local.simulator.serving import SpotTrace
-from flexjobs_local.simulator.specs import KINDS, plan_job
+from flexjobs_local.simulator.specs import KINDS, plan_job, scheduling_of
 
 
 class Engine:
@@ -103,6 +104,7 @@ class Engine:
     def _reset_state(self) -> None:
         seed = self._seed
         self._capacity = Capacity(self._default_capacity)
+        self._quota = Quota()
         self._jobs = Jobs(
             self._runtime,
             self._capacity,
@@ -210,6 +212,30 @@ class Engine:
         with self._caught_up():
             return self._capacity.to_json()
 
+    # --- quota ---------------------------------------------------------------------------------
+
+    def set_quota(
+        self,
+        location: str,
+        accelerator_type: str,
+        pool: str,
+        limit: int | None,
+        project: str | None = None,
+    ) -> dict[str, Any]:
+        """Set (``None``: remove) the GPU quota of one pool; jobs already made keep running.
+
+        Raises:
+            SimError: INVALID_ARGUMENT (unknown type or pool, negative limit).
+        """
+        with self._caught_up():
+            self._quota.set_limit(location, accelerator_type, pool, limit, project)
+        return self.quota()
+
+    def quota(self) -> dict[str, Any]:
+        """``{"limits": [...], "usage": [...]}`` (see :meth:`.quota.Quota.to_json`)."""
+        with self._caught_up():
+            return self._quota.to_json(self._jobs.held_all())
+
     # --- call log and faults -------------------------------------------------------------------
 
     def record_call(
@@ -286,7 +312,8 @@ class Engine:
         """Create a CustomJob / HyperparameterTuningJob / TrainingPipeline; returns a copy.
 
         Raises:
-            SimError: INVALID_ARGUMENT with every problem found, joined by "; ".
+            SimError: INVALID_ARGUMENT with every problem found, joined by "; ";
+                RESOURCE_EXHAUSTED when its GPUs would pass a quota limit (:mod:`.quota`).
         """
         kind = KINDS[resource]
         project, location = parse_parent(parent)
@@ -297,7 +324,10 @@ class Engine:
             default_run_seconds=self._default_run_seconds,
             checkpoint_every=self._checkpoint_every,
         )
+        pool = pool_of(scheduling_of(plan.spec.scheduling).strategy)
         with self._caught_up():
+            held = self._jobs.held(project, location, pool)
+            self._quota.check(project, location, pool, plan.demand, held)
             job = self._jobs.create(kind, project, location, msg, plan)
             self._advance()
             return copy_message(job.msg)

@@ -29,6 +29,7 @@ from flexjobs_local.simulator.common import (
 )
 from flexjobs_local.simulator.failures import expiry_error, failure_error, timeout_error
 from flexjobs_local.simulator.job import Job
+from flexjobs_local.simulator.quota import pool_of
 from flexjobs_local.simulator.specs import KINDS, JobPlan, Kind, resume_of, scheduling_of
 
 
@@ -125,6 +126,32 @@ class Jobs:
         job.sync()
         self._runtime.emit(job.state_changed())
         return job
+
+    def held(self, project: str, location: str, pool: str) -> dict[str, int]:
+        """GPUs per accelerator type that the project's jobs not yet ended hold of a quota pool.
+
+        A job holds its whole demand from create to its end (QUEUED, PENDING, RUNNING and
+        CANCELLING), whether it runs yet or not: see :mod:`.quota`.
+        """
+        gpus: dict[str, int] = {}
+        for job in self._active:
+            if (
+                job.project == project
+                and job.location == location
+                and pool_of(job.strategy) == pool
+            ):
+                for accel, count in job.demand.items():
+                    gpus[accel] = gpus.get(accel, 0) + count
+        return gpus
+
+    def held_all(self) -> dict[tuple[str, str, str, str], int]:
+        """GPUs held per (project, location, accelerator type, pool), for the quota view."""
+        gpus: dict[tuple[str, str, str, str], int] = {}
+        for job in self._active:
+            for accel, count in job.demand.items():
+                key = (job.project, job.location, accel, pool_of(job.strategy))
+                gpus[key] = gpus.get(key, 0) + count
+        return gpus
 
     def find(self, resource: str, name: str) -> Job:
         """Raises SimError NOT_FOUND unless ``name`` is a job of ``resource``."""
