@@ -57,7 +57,7 @@ from shared.domain.request.machines import (
     DWS_ACCELERATORS,
     UNSPECIFIED_ACCELERATOR,
 )
-from shared.domain.request.message import MAX_DISPLAY_NAME, MAX_TOTAL_STEPS
+from shared.domain.request.message import MAX_DISPLAY_NAME, MAX_QUEUE_NAME, MAX_TOTAL_STEPS
 from shared.domain.request.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
 from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
 from shared.kernel.regions import REGION_PATTERN
@@ -342,6 +342,18 @@ class _Envelope(BaseModel):
     )
     schedule: Schedule | SkipJsonSchema[None] = Field(
         default=None, description="Cloud Scheduler runs: {slot} in requestId becomes the slot."
+    )
+    queue: Annotated[str, Field(min_length=1, max_length=MAX_QUEUE_NAME)] | SkipJsonSchema[None] = (
+        Field(
+            default=None,
+            description="The admission queue the request waits in (default: default).",
+        )
+    )
+    priority: (
+        Annotated[str, Field(min_length=1, max_length=MAX_QUEUE_NAME)] | int | SkipJsonSchema[None]
+    ) = Field(
+        default=None,
+        description="Its priority in the queue: an integer, or a class name the queue defines.",
     )
     deadline: str | SkipJsonSchema[None] = Field(
         default=None,

@@ -34,6 +34,23 @@ resource "google_firestore_index" "jobs_checkpoint_prefix_state" {
   }
 }
 
+# Admission (shared/adapters/firestore/job_store.py, WAITING): the records waiting for
+# admission, oldest first: admission.stage == WAITING, ordered by admission.waitingSince.
+resource "google_firestore_index" "jobs_admission_waiting" {
+  database    = google_firestore_database.default.name
+  collection  = "jobs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "admission.stage"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "admission.waitingSince"
+    order      = "ASCENDING"
+  }
+}
+
 # The status page's list filtered by state (shared/adapters/firestore/views.py,
 # JOBS_IN_STATES and JOBS_IN_STATES_SINCE): state in [chosen states], optionally createdAt >=
 # T, newest first (createdAt, then the document id, descending).

@@ -197,6 +197,54 @@ resource "google_logging_metric" "rejections" {
   }
 }
 
+resource "google_logging_metric" "admission_waits" {
+  name        = "flexjobs/admission_waits"
+  description = "Requests that started waiting in an admission queue, by queue."
+  filter      = "${local.log_source} AND jsonPayload.event=\"job.waiting\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+    labels {
+      key         = "queue"
+      value_type  = "STRING"
+      description = "The admission queue."
+    }
+  }
+  label_extractors = {
+    queue = "EXTRACT(jsonPayload.queue)"
+  }
+}
+
+resource "google_logging_metric" "admission_wait" {
+  name            = "flexjobs/admission_wait"
+  description     = "Seconds each admitted request waited in its admission queue, by queue."
+  filter          = "${local.log_source} AND jsonPayload.event=\"job.admitted\" AND jsonPayload.waitedSeconds>=0"
+  value_extractor = "EXTRACT(jsonPayload.waitedSeconds)"
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "DISTRIBUTION"
+    unit        = "s"
+    labels {
+      key         = "queue"
+      value_type  = "STRING"
+      description = "The admission queue."
+    }
+  }
+  label_extractors = {
+    queue = "EXTRACT(jsonPayload.queue)"
+  }
+  bucket_options {
+    exponential_buckets {
+      num_finite_buckets = 24
+      growth_factor      = 2
+      scale              = 1 # 1 s up to about 97 days
+    }
+  }
+}
+
 resource "google_logging_metric" "ticks" {
   name        = "flexjobs/ticks"
   description = "Scheduler ticks that finished their sweep."

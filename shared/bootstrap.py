@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         RejectionLog,
         StoredObjects,
     )
+    from shared.domain.admission.config import Queues
     from shared.status.ports import JobViews
 
 T = TypeVar("T")
@@ -154,6 +155,7 @@ def build_intake(
         deployments=build_deployments(settings, clock, ports),
         retry=retry_policy(settings, classify=False, jitter=ports.jitter),
         prices=ports.price_table(),
+        queues=admission_queues(settings),
     )
 
 
@@ -221,6 +223,30 @@ def retry_policy(
     return RetryPolicy(rules=rules, backoff=backoff)
 
 
+def admission_queues(settings: Settings) -> Queues | None:
+    """The admission queues of ``FLEXJOBS_QUEUES`` (a path, or the YAML text); None when
+    unset: admission is off.
+
+    Raises:
+        InvalidConfiguration: the file is too large or does not read; the instance then
+            fails to start, as it must: admission off by accident would let every team
+            past its quota.
+    """
+    from shared.domain.admission.config import MAX_FILE_BYTES, parse_queue_file
+
+    value = settings.queues
+    if not value:
+        return None
+    source = Path(value)
+    if len(value) < 4096 and source.is_file():
+        with source.open("rb") as file:
+            # One byte past the bound, so parse_queue_file refuses a file that is too large
+            # without this reading all of it.
+            data = file.read(MAX_FILE_BYTES + 1)
+        value = data.decode("utf-8", errors="replace")
+    return parse_queue_file(value)
+
+
 def build_tracker(
     settings: Settings | None = None,
     clock: Callable[[], datetime] = utc_now,
@@ -244,6 +270,7 @@ def build_tracker(
         clock=clock,
         deployments=build_deployments(settings, clock, ports),
         sleep=ports.sleep,
+        queues=admission_queues(settings),
     )
 
 

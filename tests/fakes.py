@@ -14,7 +14,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.app.ports import MAX_WATCHERS
+from shared.app.ports import MAX_WAITING, MAX_WATCHERS
 from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
 from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
@@ -119,6 +119,9 @@ class InMemoryJobStore:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.attempts: dict[tuple[str, int], dict[str, Any]] = {}
         self.series: dict[str, dict[str, Any]] = {}
+        # The admission ledger (admission/ledger), None until first written.
+        self.ledger: dict[str, Any] | None = None
+        self.ledger_version = 0
         self.versions: dict[str, int] = {}
         self._version = itertools.count(1)
         self.calls: Counter[str] = Counter()
@@ -257,6 +260,67 @@ class InMemoryJobStore:
             if write is not None:
                 _check_size(f"series/{doc_id(series)}", write)
                 self.series[series] = _stored(write)
+
+    def read_ledger(self) -> Stored | None:
+        with self._lock:
+            self._count("read_ledger", read=1)
+            if self.ledger is None:
+                return None
+            return Stored(copy.deepcopy(self.ledger), self.ledger_version)
+
+    def transact_ledger(
+        self,
+        request_id: str | None,
+        decide: Callable[
+            [dict[str, Any] | None, dict[str, Any] | None],
+            tuple[dict[str, Any] | None, Change | None] | None,
+        ],
+    ) -> bool:
+        with self._lock:
+            self._count("transact_ledger", read=1 + (request_id is not None))
+            record = self.jobs.get(request_id) if request_id is not None else None
+            decided = decide(copy.deepcopy(self.ledger), copy.deepcopy(record))
+            if decided is None:
+                return False
+            write, change = decided
+            if change is not None and record is None:
+                change = None
+            if write is None and change is None:
+                return False
+            # The batch commits whole or not at all: check every document before any write.
+            if write is not None:
+                _check_size("admission/ledger", write)
+            if change is not None and record is not None:
+                _check_size(f"jobs/{doc_id(str(request_id))}", change.applied_to(record))
+            if write is not None:
+                self.ops["write"] += 1
+                self.ledger = _stored(write)
+                self.ledger_version += 1
+            if change is not None and record is not None and request_id is not None:
+                self.ops["write"] += 1
+                record.update(_stored(change.record))
+                for name in change.deletes:
+                    record.pop(name, None)
+                self.versions[request_id] = next(self._version)
+            return True
+
+    def waiting_admission(self) -> list[Stored]:
+        with self._lock:
+            self._count("waiting_admission", query=1)
+            waiting = [
+                (rid, r)
+                for rid, r in self.jobs.items()
+                if isinstance(r.get("admission"), dict) and r["admission"].get("stage") == "WAITING"
+            ]
+            waiting.sort(key=lambda item: item[1]["admission"].get("waitingSince"))
+            return [
+                Stored(
+                    {k: copy.deepcopy(v) for k, v in r.items() if k in TICK_FIELDS},
+                    self.versions[rid],
+                    partial=True,
+                )
+                for rid, r in waiting[:MAX_WAITING]
+            ]
 
     def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         with self._lock:

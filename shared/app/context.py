@@ -16,6 +16,7 @@ from typing import Protocol
 from shared.app.ports import CheckpointStore, DeploymentBackend, JobBackend, Notifier, RejectionLog
 from shared.app.repository.deployments import DeploymentRecords
 from shared.app.repository.jobs import JobRecords
+from shared.domain.admission.config import Queues
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import RetryPolicy
 from shared.domain.request.validation import Validator
@@ -53,6 +54,8 @@ class Intake:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # Prices, for the capacity policy of AUTO requests; None leaves it no price to weigh.
     prices: PriceTable | None = None
+    # The admission queues (FLEXJOBS_QUEUES); None: admission is off.
+    queues: Queues | None = None
 
     def backoff(self, retry_number: int) -> float:
         """Seconds before a parked submission is tried again (full jitter, capped)."""
@@ -76,6 +79,8 @@ class Tracker:
 
     # Prices the attempts' cost; None leaves costs unpriced.
     prices: PriceTable | None = None
+    # The admission queues (FLEXJOBS_QUEUES); None: admission is off.
+    queues: Queues | None = None
 
     def backoff(self, retry_number: int) -> float:
         """Seconds before a submission parked for quota is tried again."""

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from shared.app.admission import demand_for, enter_queue
 from shared.app.cancel import cancel_job
 from shared.app.commands import CancelJob, CreateJob, DeployModel, ResumeServing, SubmitJob
 from shared.app.context import Deployments, Intake
@@ -21,6 +22,9 @@ from shared.app.ports import Claimed
 from shared.app.series import take_slot
 from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
 from shared.app.steps.exactly_once import Outcome
+from shared.domain.admission.config import Queues, read_queues
+from shared.domain.admission.demand import admission_of
+from shared.domain.admission.quota import Demand
 from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.situations import situation_for_first_attempt
 from shared.domain.decisions.submissions import TOMBSTONE_REASON, tombstone_claimed
@@ -32,7 +36,12 @@ from shared.domain.model.values import clip
 from shared.domain.request.attempts import gpu_shape
 from shared.domain.request.message import JobRequest, read_request_id
 from shared.domain.request.reading import Cancel, Resume, read_message
-from shared.kernel.errors import FieldError, InvalidRequest, UnreadableInput
+from shared.kernel.errors import (
+    FieldError,
+    InvalidRequest,
+    SubmissionInProgress,
+    UnreadableInput,
+)
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
@@ -46,6 +55,9 @@ MAX_REJECTION_ERRORS = 100
 
 
 Command = CancelJob | CreateJob | DeployModel | ResumeServing
+
+#: The queues when admission is off: the implicit ``default`` alone.
+NO_QUEUES = read_queues({})
 
 
 def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
@@ -91,6 +103,11 @@ def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
     """Submit attempt 1 of a training request exactly once, however often it is delivered."""
     request = cmd.request
     with request_context(request.request_id):
+        # The queue and priority first, before a scheduled slot is taken. Admission off,
+        # only the implicit default queue exists: a request naming another is refused
+        # rather than run unqueued as if its queue's limits applied.
+        options = request.options
+        admission_of(intake.queues or NO_QUEUES, options.get("queue"), options.get("priority"), {})
         skipped = take_slot(request, intake)
         if skipped is not None:
             return skipped
@@ -107,10 +124,28 @@ def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
         plan = AttemptPlan(attempt=1, strategy=request.strategy, location=location)
         if request.strategy == AUTO:
             plan = decided_plan(1, location, _first_situation(request, intake))
+        if intake.queues is not None:
+            demand = demand_for(request, plan.strategy, location)
+            if demand:  # a job with no GPUs holds no quota: never queued
+                return _wait_for_admission(request, demand, intake, intake.queues)
         outcome = submit_attempt(request, plan, claim, intake)
         if existing:
             return _already_claimed(request, existing[0], intake)
         return outcome
+
+
+def _wait_for_admission(
+    request: JobRequest, demand: Demand, intake: Intake, queues: Queues
+) -> Outcome:
+    """Admission is on: the request waits in its queue, and is created once admitted
+    (:mod:`shared.app.admission`); a duplicate finds its record as any delivery does."""
+    entered = enter_queue(request, demand, intake, queues)
+    if entered is not None:
+        return entered
+    found = intake.store.store.read(request.request_id)
+    if found is None:  # deleted between the create and this read: redeliver
+        raise SubmissionInProgress(f"request {request.request_id!r} record vanished")
+    return _already_claimed(request, Claimed(record=dict(found.raw), stored=found), intake)
 
 
 def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:

@@ -13,17 +13,12 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
+from shared.app import admission
 from shared.app.cancel import finish_cancel
 from shared.app.commands import Reconcile, TrackJob
 from shared.app.context import Tracker
 from shared.app.deploy import refresh_deployments
-from shared.app.ports import Claimed
-from shared.app.steps.attempts import (
-    AttemptPlan,
-    Prepared,
-    regional_plan,
-    submit_attempt,
-)
+from shared.app.steps.attempts import Prepared, submit_due
 from shared.app.steps.cancels import cancel_until_confirmed, drive_cancels
 from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import flush_outbox
@@ -38,7 +33,6 @@ from shared.domain.decisions.submissions import (
     checkpoints_under,
     is_overdue,
     is_stray,
-    next_placement,
     overdue_change,
     pending_attempt,
     progress_fields,
@@ -48,11 +42,9 @@ from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_REQUEST
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState
-from shared.domain.model.strategies import AUTO
 from shared.domain.model.values import parse_rfc3339
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.failures import FailureClass
-from shared.domain.request.message import JobRequest
 from shared.kernel.errors import HintDeferred
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
@@ -217,7 +209,16 @@ def settle_job(
     due = change.record.get("nextAttemptAt")
     if change.state is JobState.RETRYING and due is not None and due <= now:
         run_retry(tracker, request_id, after)
+    if change.state.terminal and tracker.queues is not None:
+        # Its GPUs are free again: give them back and admit what now fits, at once rather
+        # than at the next tick (which would also find the entry orphaned and drop it).
+        admission.release(tracker, tracker.queues, [request_id], _submitter(tracker))
     return change.state.value
+
+
+def _submitter(tracker: Tracker) -> admission.Submit:
+    """How the lifecycle creates an admitted request: as any due submission."""
+    return lambda request_id: run_retry(tracker, request_id)
 
 
 def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None) -> Outcome | None:
@@ -237,26 +238,8 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
         attempt = pending_attempt(record) if record is not None else None
         if record is None or attempt is None:
             return None
-        settings = tracker.settings
-
-        placement = next_placement(record, settings.location)
         prepare = functools.partial(_prepare, tracker, request_id, record, attempt)
-        if JobRequest(request_id, str(record.kind), record.request).strategy == AUTO:
-            # Across regions, the region is recorded first (the record moves on by a write).
-            plan, record = regional_plan(tracker, record, attempt, placement.location, prepare)
-        else:
-            plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
-        request = JobRequest(request_id, str(record.kind), record.request, location=plan.location)
-        claimed_on = record.stored
-
-        def claim() -> Claimed | None:
-            # None: not due, or another delivery is submitting it.
-            now = tracker.clock()
-            return tracker.store.claim_retry(
-                request_id, attempt, now, settings.claim_ttl_seconds, claimed_on
-            )
-
-        return submit_attempt(request, plan, claim, tracker)
+        return submit_due(tracker, record, attempt, prepare)
 
 
 def _cancel_left_behind(record: JobRecord, now: datetime) -> bool:
@@ -357,6 +340,9 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
             record.request_id, "reconcile", _settle_listed, tracker, record, job, siblings
         )
         changed += state is not None
+    if tracker.queues is not None:
+        queues = tracker.queues
+        sweep.each(None, "admission", admission.tick, tracker, queues, active, _submitter(tracker))
     for record in active:
         if is_overdue(record, now):
             sweep.each(record.request_id, "overdue", _flag_overdue, tracker, record, now)

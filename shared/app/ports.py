@@ -131,6 +131,37 @@ class JobStore(Protocol):
         as read (decided again on a fresh read when it is not)."""
         ...
 
+    def read_ledger(self) -> Stored | None:
+        """The admission ledger (``admission/ledger``) with its version; None when none
+        was ever written."""
+        ...
+
+    def transact_ledger(
+        self,
+        request_id: str | None,
+        decide: Callable[
+            [dict[str, Any] | None, dict[str, Any] | None],
+            tuple[dict[str, Any] | None, Change | None] | None,
+        ],
+    ) -> bool:
+        """Read the ledger (None when missing) and, with ``request_id``, that record (None
+        when missing); ``decide`` returns the ledger to write whole (None: leave it) and the
+        record's change (None: none), or None to write nothing. Both are written in one
+        batch, each only if still as read (decided again on a fresh read when not): an
+        admission and its record's are written together or not at all. True when it wrote.
+        """
+        ...
+
+    def waiting_admission(self) -> list[Stored]:
+        """The records waiting for admission (``admission.stage`` WAITING), of
+        :data:`~shared.domain.model.records.TICK_FIELDS` only, in pages; at most
+        :data:`MAX_WAITING`."""
+        ...
+
+
+#: Records read as waiting for admission at most, per pass: beyond them, the later arrivals
+#: wait for a later pass (the order is kept: they are read oldest first).
+MAX_WAITING = 5000
 
 #: More active jobs than this writing checkpoints under one prefix is a misconfiguration; a
 #: checkpoint upload updates the first ones found.

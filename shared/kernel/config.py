@@ -30,6 +30,7 @@ ENV_VARS = (
     "FLEXJOBS_BACKOFF_BASE_SECONDS",
     "FLEXJOBS_BACKOFF_CAP_SECONDS",
     "FLEXJOBS_FAILURE_RULES",
+    "FLEXJOBS_QUEUES",
     "FLEXJOBS_ALLOWED_IMAGE_PREFIXES",
     "FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS",
     "FLEXJOBS_MAX_GPUS_PER_JOB",
@@ -101,6 +102,9 @@ class Settings:
     backoff_cap_seconds: float = 1800.0
     # A failure-rule table (JSON or YAML text, or a path to one); None keeps the defaults.
     failure_rules: str | None = None
+    # The admission queue file (YAML text, or a path to one; shared.domain.admission.config);
+    # None: admission is off, and creates go straight to Vertex AI.
+    queues: str | None = None
     allowed_image_prefixes: tuple[str, ...] = field(default_factory=tuple)
     allowed_service_accounts: tuple[str, ...] = field(default_factory=tuple)
     max_gpus_per_job: int = 64
@@ -182,6 +186,7 @@ class Settings:
             backoff_base_seconds=float(e.get("FLEXJOBS_BACKOFF_BASE_SECONDS") or 60),
             backoff_cap_seconds=float(e.get("FLEXJOBS_BACKOFF_CAP_SECONDS") or 1800),
             failure_rules=e.get("FLEXJOBS_FAILURE_RULES") or None,
+            queues=e.get("FLEXJOBS_QUEUES") or None,
             allowed_image_prefixes=_split_csv(e.get("FLEXJOBS_ALLOWED_IMAGE_PREFIXES")),
             allowed_service_accounts=_split_csv(e.get("FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS")),
             max_gpus_per_job=int(e.get("FLEXJOBS_MAX_GPUS_PER_JOB") or 64),

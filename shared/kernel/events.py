@@ -31,6 +31,10 @@ class Event(StrEnum):
     JOB_PREEMPTED = "job.preempted"
     #: A request was refused for good, and recorded in ``rejections``.
     JOB_REJECTED = "job.rejected"
+    #: A request started waiting in its admission queue.
+    JOB_WAITING = "job.waiting"
+    #: A waiting request was admitted: its job is created next.
+    JOB_ADMITTED = "job.admitted"
     #: The scheduler tick finished its sweep.
     TICK_DONE = "tick.done"
 
@@ -57,6 +61,8 @@ FIELDS: Final[Mapping[Event, frozenset[str]]] = {
     ),
     Event.JOB_PREEMPTED: frozenset({"vertexJob", "attempt", "strategy"}),
     Event.JOB_REJECTED: frozenset({"errors", "count"}),
+    Event.JOB_WAITING: frozenset({"queue", "priority", "gpus"}),
+    Event.JOB_ADMITTED: frozenset({"queue", "priority", "gpus", "waitedSeconds"}),
     Event.TICK_DONE: frozenset({"changed", "failed"}),
 }
 

@@ -56,6 +56,8 @@ def test_schema_header_and_envelope():
         "regions",
         "checkpointSizeGb",
         "pinnedRegion",
+        "queue",
+        "priority",
         *KINDS,
     }
     # Every field the parser takes, and no other.
@@ -107,7 +109,7 @@ def test_seed_validates_against_the_schema():
     two_kinds = copy.deepcopy(SEED)
     two_kinds["deployModel"] = {}
     assert not validator.is_valid(two_kinds)
-    unknown = {**SEED, "priority": "high"}
+    unknown = {**SEED, "urgency": "high"}
     assert not validator.is_valid(unknown)
     wrong = copy.deepcopy(SEED)
     wrong["customJob"]["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = "X"

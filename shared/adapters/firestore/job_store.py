@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.app.ports import MAX_WATCHERS
+from shared.app.ports import MAX_WAITING, MAX_WATCHERS
 from shared.domain.model.changes import AnyChange, Change, Written
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
@@ -31,6 +31,8 @@ T = TypeVar("T")
 JOBS = "jobs"
 ATTEMPTS = "attempts"
 SERIES = "series"
+ADMISSION = "admission"
+LEDGER = "ledger"
 
 _TRANSIENT = (
     gexc.ServiceUnavailable,
@@ -93,6 +95,7 @@ ENDED_SINCE = Query(JOBS, (("endedAt", ">="),))
 DUE = Query(JOBS, (("nextAttemptAt", "<="),))
 WITH_OUTBOX = Query(JOBS, (("outboxPending", "=="),))
 WITH_PENDING_CANCELS = Query(JOBS, (("cancelPending", "=="),))
+WAITING = Query(JOBS, (("admission.stage", "=="),), (("admission.waitingSince", "ASCENDING"),))
 
 
 def call_firestore(what: str, fn: Callable[[], T]) -> T:
@@ -190,17 +193,18 @@ def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
 PAGE_SIZE = 500
 
 
-def _pages(query: Any, fields: tuple[str, ...]) -> list[Any]:
-    """Every document ``query`` finds, of ``fields`` only, read :data:`PAGE_SIZE` at a time
-    (each page a query of its own, resumed after the last document of the one before)."""
+def _pages(query: Any, fields: tuple[str, ...], most: int | None = None) -> list[Any]:
+    """Every document ``query`` finds (the first ``most`` when given), of ``fields`` only,
+    read :data:`PAGE_SIZE` at a time (each page a query of its own, resumed after the last
+    document of the one before)."""
     query = query.select(list(fields)).limit(PAGE_SIZE)
     found: list[Any] = []
     while True:
         page = query.start_after(found[-1]) if found else query
         docs: list[Any] = call_firestore("query", functools.partial(_all, page))
         found.extend(docs)
-        if len(docs) < PAGE_SIZE:
-            return found
+        if len(docs) < PAGE_SIZE or (most is not None and len(found) >= most):
+            return found if most is None else found[:most]
 
 
 def _all(query: Any) -> list[Any]:
@@ -318,6 +322,62 @@ class FirestoreJobStore:
                 ref.create(write)
 
         call_firestore("series write", _until_unchanged(attempt))
+
+    def _ledger_ref(self) -> Any:
+        return self.db.collection(ADMISSION).document(LEDGER)
+
+    def read_ledger(self) -> Stored | None:
+        snap = call_firestore("get ledger", lambda: self._ledger_ref().get())
+        return _stored(snap) if snap.exists else None
+
+    def transact_ledger(
+        self,
+        request_id: str | None,
+        decide: Callable[
+            [dict[str, Any] | None, dict[str, Any] | None],
+            tuple[dict[str, Any] | None, Change | None] | None,
+        ],
+    ) -> bool:
+        from google.cloud import firestore
+
+        ledger_ref = self._ledger_ref()
+        record_ref = self._ref(request_id) if request_id is not None else None
+
+        def attempt() -> bool:
+            # Optimistic, as transact_document: both documents are written in one batch,
+            # each with the precondition of its read (created only if still absent), so an
+            # admission racing another for the same GPUs decides again on a fresh read.
+            snap = ledger_ref.get()
+            ledger = snap.to_dict() if snap.exists else None
+            held = record_ref.get() if record_ref is not None else None
+            record = held.to_dict() if held is not None and held.exists else None
+            decided = decide(ledger, record)
+            if decided is None:
+                return False
+            write, change = decided
+            if write is None and (change is None or record is None):
+                return False
+            batch = self.db.batch()
+            if write is not None:
+                if snap.exists:
+                    option = self.db.write_option(last_update_time=snap.update_time)
+                    batch.update(ledger_ref, write, option=option)
+                else:
+                    batch.create(ledger_ref, write)
+            if change is not None and record is not None and held is not None:
+                deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
+                option = self.db.write_option(last_update_time=held.update_time)
+                batch.update(record_ref, {**change.record, **deletes}, option=option)
+            batch.commit()
+            return True
+
+        done: bool = call_firestore("ledger write", _until_unchanged(attempt))
+        return done
+
+    def waiting_admission(self) -> list[Stored]:
+        query = WAITING.on(self.db, "WAITING")
+        pages = _pages(query, TICK_FIELDS, most=MAX_WAITING)
+        return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
 
     def ended_since(self, since: datetime) -> list[dict[str, Any]]:
         # A range filter's field orders first; the cursor then takes endedAt from each page.

@@ -15,6 +15,18 @@ from typing import Any
 
 from shared.app.ports import JobStore
 from shared.app.repository.claims import claim_record, new_claim
+from shared.domain.admission.config import Queues, Resource
+from shared.domain.admission.ledger import (
+    ADMISSION_REASON,
+    Entry,
+    Ledger,
+    Stage,
+    admit_one,
+    healed,
+    released,
+)
+from shared.domain.admission.quota import Ceiling
+from shared.domain.admission.rule import Workload
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
     MAX_NOTIFIED,
@@ -24,6 +36,7 @@ from shared.domain.decisions.submissions import (
     first_claim_of,
     job_settled,
     new_record,
+    notification,
     skipped_record,
     submission_change,
     submission_claimable,
@@ -55,6 +68,7 @@ class JobRecords:
     def __init__(self, store: JobStore, default_location: str) -> None:
         self.store = store
         self._default_location = default_location
+        self.admissions = AdmissionRecords(store, default_location)
 
     # -- reads and queries: the store's own ---------------------------------------------------
 
@@ -309,6 +323,115 @@ class JobRecords:
             return _same(current, fields)
 
         return self.write(request_id, decide, known)
+
+
+class AdmissionRecords:
+    """The admission ledger and the records it admits, written together (one batch each,
+    :meth:`~shared.app.ports.JobStore.transact_ledger`); the decisions are
+    :mod:`shared.domain.admission.ledger`'s."""
+
+    def __init__(self, store: JobStore, default_location: str) -> None:
+        self.store = store
+        self._default_location = default_location
+
+    def ledger(self) -> Ledger:
+        stored = self.store.read_ledger()
+        return Ledger.decode(stored.raw if stored is not None else None)
+
+    def waiting(self) -> list[JobRecord]:
+        """The records waiting for admission, oldest first (partial: decide on none)."""
+        return [_decoded(s) for s in self.store.waiting_admission()]
+
+    def enter(
+        self, request: JobRequest, admission: Mapping[str, Any], now: datetime
+    ) -> Stored | None:
+        """Create the record of a request that waits for admission (QUEUED, reason
+        ``admission``, attempt 1, nothing due); None when a record exists already."""
+        record = {
+            **new_record(request, self._default_location, now),
+            "state": JobState.QUEUED.value,
+            "reason": ADMISSION_REASON,
+            "admission": dict(admission),
+        }
+        return self.store.create(request.request_id, record)
+
+    def admit(self, workload: Workload, queues: Queues, now: datetime) -> bool:
+        """Admit ``workload`` if it still waits and still fits what the ledger holds now
+        (decided on a fresh read of both); True when admitted."""
+
+        def decide(
+            raw: dict[str, Any] | None, record: dict[str, Any] | None
+        ) -> tuple[dict[str, Any] | None, Change | None] | None:
+            if record is None:
+                return None
+            ledger = Ledger.decode(raw).with_decay(now, queues.half_life_seconds)
+            ceiling = Ceiling.of(queues, ledger.observed)
+            made = admit_one(ledger, queues, workload, record, ceiling=ceiling, now=now)
+            if made is None:
+                return None
+            # ADMITTED is told through the record's outbox, so it is published exactly when
+            # the admission is written (by whoever flushes the outbox next).
+            current = JobRecord.decode(record)
+            message = notification(workload.request_id, "ADMITTED", 1, f"queue {workload.queue}")
+            outbox = [*current.outbox, message]
+            fields = {**made.record, "outbox": outbox, "outboxPending": True}
+            return made.ledger.to_dict(), Change(state=JobState.QUEUED, record=fields)
+
+        return self.store.transact_ledger(workload.request_id, decide)
+
+    def release(self, request_ids: list[str]) -> bool:
+        """Give back the entries of ``request_ids`` (records that ended); True when any was
+        held."""
+
+        def decide(
+            raw: dict[str, Any] | None, _record: dict[str, Any] | None
+        ) -> tuple[dict[str, Any] | None, Change | None] | None:
+            after = released(Ledger.decode(raw), request_ids)
+            return None if after is None else (after.to_dict(), None)
+
+        return self.store.transact_ledger(None, decide)
+
+    def heal(self, drop: list[str], restore: Mapping[str, Entry]) -> bool:
+        """Drop the entries of ``drop`` and restore those of ``restore``, each confirmed on
+        a fresh read of its record (:func:`~shared.domain.admission.ledger.heal_candidates`);
+        True when the ledger changed."""
+
+        def decide(
+            raw: dict[str, Any] | None, _record: dict[str, Any] | None
+        ) -> tuple[dict[str, Any] | None, Change | None] | None:
+            after = healed(Ledger.decode(raw), drop, restore)
+            return None if after is None else (after.to_dict(), None)
+
+        return self.store.transact_ledger(None, decide)
+
+    def observe_quota(
+        self, observed: Mapping[Resource, int], unreadable: str | None, now: datetime
+    ) -> None:
+        """Cache the quota limits read from the Cloud Quotas API (or why they could not be),
+        for every admission until the next read."""
+
+        def decide(
+            raw: dict[str, Any] | None, _record: dict[str, Any] | None
+        ) -> tuple[dict[str, Any] | None, Change | None] | None:
+            ledger = Ledger.decode(raw)
+            kept = ledger.observed if unreadable is not None else observed
+            after = ledger.replace(observed=kept, observed_at=now, unreadable=unreadable)
+            return after.to_dict(), None
+
+        self.store.transact_ledger(None, decide)
+
+    def note_held(self, request_id: str, held_by: str, now: datetime) -> None:
+        """Record what a held request waits for (``admission.heldBy``), when it changed."""
+
+        def decide(raw: dict[str, Any]) -> Change | None:
+            current = JobRecord.decode(raw)
+            admission = current.admission
+            if admission.get("stage") != Stage.WAITING.value or admission.get("heldBy") == held_by:
+                return None
+            fields = {"admission": {**admission, "heldBy": held_by}, "updatedAt": now}
+            return Change(state=current.state, record=fields)
+
+        self.store.transact(request_id, decide)
 
 
 def _decoded(stored: Stored) -> JobRecord:

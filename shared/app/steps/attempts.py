@@ -33,11 +33,11 @@ from shared.domain.decisions.recovery import (
     failed,
     parked,
 )
-from shared.domain.decisions.submissions import refused_away, region_chosen
+from shared.domain.decisions.submissions import next_placement, refused_away, region_chosen
 from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_CLAIM, LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
-from shared.domain.model.strategies import Strategy
+from shared.domain.model.strategies import AUTO, Strategy
 from shared.domain.model.values import clip
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
@@ -317,6 +317,37 @@ def submit_attempt(
         return Outcome.PARKED
 
     return create_once(Creation(take, find, create, record, release, refused, park))
+
+
+def submit_due(
+    ports: CapacityPorts,
+    record: JobRecord,
+    attempt: int,
+    prepare: Callable[[], Prepared] = Prepared,
+) -> Outcome | None:
+    """Submit attempt ``attempt`` of a record whose submission is due (a retry, a parked
+    attempt, an admitted one), exactly once: its placement (the fallback ladder's rung, or
+    AUTO's decision and region), a claim of that attempt, then :func:`submit_attempt`.
+    ``prepare`` (after the claim) says what the attempt resumes from."""
+    request_id = record.request_id
+    settings = ports.settings
+    placement = next_placement(record, settings.location)
+    if JobRequest(request_id, str(record.kind), record.request).strategy == AUTO:
+        # Across regions, the region is recorded first (the record moves on by a write).
+        plan, record = regional_plan(ports, record, attempt, placement.location, prepare)
+    else:
+        plan = AttemptPlan(attempt, placement.strategy, placement.location, prepare)
+    request = JobRequest(request_id, str(record.kind), record.request, location=plan.location)
+    claimed_on = record.stored
+
+    def claim() -> Claimed | None:
+        # None: not due, or another delivery is submitting it.
+        now = ports.clock()
+        return ports.store.claim_retry(
+            request_id, attempt, now, settings.claim_ttl_seconds, claimed_on
+        )
+
+    return submit_attempt(request, plan, claim, ports)
 
 
 def adopted_fields(

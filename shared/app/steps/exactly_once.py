@@ -60,6 +60,7 @@ class Outcome(StrEnum):
     PARKED = "parked"  # Vertex refused it for quota; the tick submits it again
     CANCELLED = "cancelled"
     SKIPPED = "skipped"  # a scheduled slot that did not run (concurrency forbid, or stale)
+    WAITING = "waiting"  # waits in its admission queue; an admission creates it later
 
 
 @dataclass(frozen=True)

@@ -317,13 +317,15 @@ def pending_attempt(current: JobRecord) -> int | None:
 def submission_claimable(current: JobRecord, attempt: int, now: datetime) -> bool:
     """May a delivery claim the submission of ``attempt`` (a retry or a parked attempt) now?
 
-    Only when that attempt is the one waiting, it is due, no cancel was asked for, and no live
-    claim holds it (a create whose outcome is unknown keeps its claim until it expires).
+    Only when that attempt is the one waiting, it is due, no cancel was asked for, it is not
+    waiting for admission (only an admission makes it due), and no live claim holds it (a
+    create whose outcome is unknown keeps its claim until it expires).
     """
     due = current.next_attempt_at
     return (
         pending_attempt(current) == attempt
         and not current.cancel_requested
+        and not current.awaiting_admission
         and (due is None or due <= now)
         and not (current.claim is not None and current.claim.live(now))
     )

@@ -151,6 +151,8 @@ TICK_FIELDS: tuple[str, ...] = (
     # The live claim's token: a job of the attempt in flight that another create superseded
     # is a stray (is_stray), so the tick cancels it before the holder's claim expires.
     "claim",
+    # Admission: the tick gives back the ledger entries of records no longer admitted.
+    "admission",
 )
 
 
@@ -229,6 +231,9 @@ class JobRecord:
     yielding: dict[str, Any] = field(default_factory=dict)
     # AUTO: how many attempts were ended by choice (capacity.MAX_SWITCHES bounds them).
     switches: int = 0
+    # Admission queues: {queue, priority, demand, stage WAITING | ADMITTED, waitingSince,
+    # admittedAt, heldBy} (shared.domain.admission.ledger); empty when admission is off.
+    admission: dict[str, Any] = field(default_factory=dict)
     # The document and version it was decoded from, when a store read or wrote it: the next
     # write may be decided on it without a read (a version check guards it).
     stored: Stored | None = field(default=None, repr=False, compare=False)
@@ -298,6 +303,7 @@ class JobRecord:
             capacity=_mapping(raw.get("capacity")),
             yielding=_mapping(raw.get("yielding")),
             switches=_count(raw.get("switches")),
+            admission=_mapping(raw.get("admission")),
             stored=stored,
         )
 
@@ -329,6 +335,13 @@ class JobRecord:
     def home(self) -> str | None:
         """Where the request's attempts start: its base location, else its current one."""
         return self.base_location or self.location
+
+    @property
+    def awaiting_admission(self) -> bool:
+        """Waiting in an admission queue: nothing may create its job until it is admitted
+        (the stage value is the ledger's ``Stage.WAITING``; the model imports no layer
+        above it)."""
+        return self.admission.get("stage") == "WAITING"
 
 
 def _checkpoint(raw: object) -> Checkpoint | None:

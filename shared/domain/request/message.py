@@ -41,6 +41,10 @@ OPTION_FIELDS = (
     "fallback",
     "checkpointUri",
     "totalSteps",
+    # Admission (shared.domain.admission): the queue the request waits in and its priority,
+    # checked against the queue file at intake; here only their shape.
+    "queue",
+    "priority",
     *DEADLINE_FIELDS,
     *REGION_FIELDS,
 )
@@ -377,6 +381,7 @@ def check_options(request: JobRequest) -> list[FieldError]:
         *check_fallback(options.get("fallback")),
         *check_checkpoint_uri(options.get("checkpointUri")),
         *check_total_steps(options.get("totalSteps")),
+        *check_admission_shape(options),
         *check_deadline_options(
             options,
             auto=auto,
@@ -400,6 +405,37 @@ def check_options(request: JobRequest) -> list[FieldError]:
                 "attempt's strategy itself; remove fallback",
             )
         )
+    return errors
+
+
+#: The longest queue or priority class name (the queue file's bound).
+MAX_QUEUE_NAME = 63
+
+
+def check_admission_shape(options: dict[str, Any]) -> list[FieldError]:
+    """The shape of ``queue`` (a name) and ``priority`` (an integer or a class name); that
+    the queue exists and allows the priority is checked at intake against the queue file.
+
+    Examples:
+        >>> [e.path for e in check_admission_shape({"queue": 7, "priority": True})]
+        ['queue', 'priority']
+        >>> check_admission_shape({"queue": "team-a", "priority": "high"})
+        []
+    """
+    errors: list[FieldError] = []
+    queue = options.get("queue")
+    if "queue" in options and not (isinstance(queue, str) and 0 < len(queue) <= MAX_QUEUE_NAME):
+        errors.append(
+            FieldError("queue", f"must be a queue name of 1 to {MAX_QUEUE_NAME} characters")
+        )
+    priority = options.get("priority")
+    if "priority" in options:
+        number = isinstance(priority, int) and not isinstance(priority, bool)
+        name = isinstance(priority, str) and 0 < len(priority) <= MAX_QUEUE_NAME
+        if not (number or name):
+            errors.append(
+                FieldError("priority", "must be an integer or a priority class name of the queue")
+            )
     return errors
 
 

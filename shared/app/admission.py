@@ -1,0 +1,245 @@
+"""Admission service: a request waits in its queue until the queue (or its cohort) and the
+project's quota have room for its GPUs, and only then is its job created in Vertex AI.
+
+On when an instance has a queue file (``FLEXJOBS_QUEUES``); off otherwise, and then nothing
+here runs: creates go straight to Vertex AI, and a quota refusal parks as before.
+
+- **Intake** (:func:`enter_queue`) checks the request's ``queue`` and ``priority`` and
+  refuses one that could never be admitted (:func:`~shared.domain.admission.demand.admission_of`),
+  records it as QUEUED with reason ``admission``, then runs a pass.
+- **A pass** (:func:`admit_waiting`) reads the ledger and the waiting records, orders them by
+  :func:`~shared.domain.admission.rule.admit` (priority, fair share, arrival) and admits each
+  in one conditional batch with its record (:meth:`AdmissionRecords.admit`); an admitted
+  request is then created by the exactly-once routine every due submission uses
+  (:func:`~shared.app.steps.attempts.submit_due`). The order is computed on a snapshot; the
+  quota is checked again on each admission's fresh read, so racing passes never admit past it.
+- **Release** (:func:`release`): a record that ended gives its GPUs back, and a pass runs. The
+  tick also heals the ledger against the active records and runs a pass every minute
+  (:func:`tick`).
+
+A request with no GPUs (a CPU-only job) holds no quota: it is never queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from shared.app.context import CapacityPorts
+from shared.app.repository.jobs import AdmissionRecords
+from shared.app.steps.attempts import submit_due
+from shared.app.steps.exactly_once import Outcome
+from shared.app.steps.outbox import apply_and_notify, flush_outbox
+from shared.app.steps.sweep import Sweep
+from shared.domain.admission.config import Queues, pool_of
+from shared.domain.admission.demand import admission_of, demand_of
+from shared.domain.admission.ledger import (
+    Entry,
+    admission_fields,
+    entry_of,
+    heal_candidates,
+    held_reason,
+    workload_of,
+)
+from shared.domain.admission.quota import Ceiling, Demand
+from shared.domain.admission.rule import Plan, Standing, admit
+from shared.domain.decisions.recovery import failed
+from shared.domain.model.records import JobRecord
+from shared.domain.request.message import JobRequest
+from shared.kernel.events import Event, logged
+from shared.kernel.logs import get_logger, request_context
+
+log = get_logger("admission")
+
+#: Submits one admitted request (intake: the due-submission routine; the tick: run_retry).
+Submit = Callable[[str], object]
+
+
+def demand_for(request: JobRequest, strategy: str, location: str) -> Demand:
+    """The GPUs a request holds at once, on the pool ``strategy`` draws on (for AUTO: the
+    strategy its first decision chose)."""
+    return demand_of(request.kind, request.spec, region=location, pool=pool_of(strategy))
+
+
+def enter_queue(
+    request: JobRequest,
+    demand: Demand,
+    ports: CapacityPorts,
+    queues: Queues,
+) -> Outcome | None:
+    """Record a request as waiting in its queue, then run a pass; None when a record of it
+    exists already (a duplicate delivery, or a cancel that came first: the caller's case).
+
+    Raises:
+        InvalidRequest: an unknown queue, a priority the queue does not allow, or a demand
+            that could never be admitted (it is refused and recorded, never left waiting).
+    """
+    admissions = ports.store.admissions
+    ledger = admissions.ledger()
+    ceiling = Ceiling.of(queues, ledger.observed)
+    options = request.options
+    chosen = admission_of(queues, options.get("queue"), options.get("priority"), demand, ceiling)
+    now = ports.clock()
+    fields = admission_fields(chosen.queue, chosen.priority, demand, now)
+    if admissions.enter(request, fields, now) is None:
+        return None
+    log.info(
+        f"waiting for admission in queue {chosen.queue}",
+        extra=logged(
+            Event.JOB_WAITING,
+            queue=chosen.queue,
+            priority=chosen.priority,
+            gpus=sum(demand.values()),
+        ),
+    )
+    admitted = admit_waiting(ports, queues, lambda rid: submit_admitted(ports, rid))
+    if request.request_id in admitted:
+        return Outcome.SUBMITTED
+    return Outcome.WAITING
+
+
+def submit_admitted(ports: CapacityPorts, request_id: str) -> Outcome | None:
+    """Create an admitted request's first attempt, exactly once (the claim refuses it when
+    another delivery, or the tick, is creating it already)."""
+    record = ports.store.get(request_id)
+    if record is None:
+        return None
+    return submit_due(ports, record, 1)
+
+
+def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[str]:
+    """One admission pass: admit what fits, in the rule's order, and create each admitted
+    request; returns the requestIds admitted. Each admission and each create is isolated: one
+    that fails is logged and left for the next pass (an admitted request whose create failed
+    is a due submission the tick finishes)."""
+    admissions = ports.store.admissions
+    now = ports.clock()
+    ledger = admissions.ledger()
+    waiting = admissions.waiting()
+    workloads = [
+        w
+        for r in waiting
+        if not r.cancel_requested and (w := workload_of(r.request_id, r.admission)) is not None
+    ]
+    if not workloads:
+        return []
+    standing = Standing(
+        usage=ledger.usage(),
+        ceiling=Ceiling.of(queues, ledger.observed),
+        decayed=ledger.decayed_now(now, queues.half_life_seconds),
+    )
+    plan = admit(queues, standing, workloads)
+    sweep = Sweep("admission")
+    admitted: list[str] = []
+    for workload in plan.admitted:
+        with request_context(workload.request_id):
+            if not sweep.each(
+                workload.request_id, "admit", admissions.admit, workload, queues, now
+            ):
+                continue  # no longer waiting, or no longer fits on the fresh read
+            admitted.append(workload.request_id)
+            log.info(
+                f"admitted in queue {workload.queue}",
+                extra=logged(
+                    Event.JOB_ADMITTED,
+                    queue=workload.queue,
+                    priority=workload.priority,
+                    gpus=sum(workload.demand.values()),
+                    waitedSeconds=(now - workload.arrival).total_seconds(),
+                ),
+            )
+            sweep.each(
+                workload.request_id,
+                "notify",
+                flush_outbox,
+                workload.request_id,
+                ports.store,
+                ports.notifier,
+            )
+            sweep.each(workload.request_id, "create", submit, workload.request_id)
+    _note_held(ports, plan, admissions, sweep, now)
+    _fail_inadmissible(ports, plan, sweep)
+    return admitted
+
+
+def _note_held(
+    ports: CapacityPorts, plan: Plan, admissions: AdmissionRecords, sweep: Sweep, now: datetime
+) -> None:
+    """Record on each held head what it waits for (one write per queue at most, and only
+    when it changed)."""
+    del ports
+    for held in plan.held:
+        reason = held_reason(str(s) for s in held.shortfalls)
+        request_id = held.workload.request_id
+        sweep.each(request_id, "held", admissions.note_held, request_id, reason, now)
+
+
+def _fail_inadmissible(ports: CapacityPorts, plan: Plan, sweep: Sweep) -> None:
+    """A waiting request that can never be admitted now (the queue file changed since it
+    arrived) fails with the reason, rather than wait for ever."""
+    for workload in plan.inadmissible:
+        reason = (
+            f"can never be admitted in queue {workload.queue!r} as the queues now stand "
+            f"(the queue file changed since it arrived)"
+        )
+        now = ports.clock()
+        sweep.each(
+            workload.request_id,
+            "inadmissible",
+            apply_and_notify,
+            ports,
+            workload.request_id,
+            lambda rec, why=reason, at=now: (
+                failed(rec, at, why) if rec.awaiting_admission else None
+            ),
+        )
+
+
+def release(
+    ports: CapacityPorts, queues: Queues, request_ids: Sequence[str], submit: Submit
+) -> None:
+    """Give back the GPUs of records that ended, then run a pass when any were held."""
+    if ports.store.admissions.release(list(request_ids)):
+        log.info("admission released", extra={"fields": {"requestIds": list(request_ids)[:10]}})
+        admit_waiting(ports, queues, submit)
+
+
+def tick(
+    ports: CapacityPorts, queues: Queues, active: Sequence[JobRecord], submit: Submit
+) -> list[str]:
+    """The tick's share: heal the ledger against the active records the tick read, then run
+    a pass. Returns the requestIds admitted."""
+    admissions = ports.store.admissions
+    admitted: dict[str, Entry] = {}
+    for record in active:
+        entry = entry_of({"admission": record.admission})
+        if entry is not None:
+            admitted[record.request_id] = entry
+    drop, restore = heal_candidates(admissions.ledger(), admitted)
+    # Confirmed on a fresh read each (normally none: the ledger and its records are
+    # written in one batch; a hand edit or a deleted record leaves them apart).
+    confirmed_drop, confirmed_restore = [], {}
+    for request_id in drop:
+        fresh = ports.store.get(request_id)
+        if (
+            fresh is None
+            or fresh.state.terminal
+            or entry_of({"admission": fresh.admission}) is None
+        ):
+            confirmed_drop.append(request_id)
+    for request_id in restore:
+        fresh = ports.store.get(request_id)
+        entry = entry_of({"admission": fresh.admission}) if fresh is not None else None
+        if fresh is not None and not fresh.state.terminal and entry is not None:
+            confirmed_restore[request_id] = entry
+    if admissions.heal(confirmed_drop, confirmed_restore):
+        log.warning(
+            "admission ledger healed",
+            extra={
+                "fields": {
+                    "dropped": confirmed_drop[:10],
+                    "restored": sorted(confirmed_restore)[:10],
+                }
+            },
+        )
+    return admit_waiting(ports, queues, submit)

@@ -1,0 +1,327 @@
+"""The admission ledger: what is admitted now, kept in one document beside the records.
+
+Pure: the decisions here read the ledger document (``admission/ledger``) and a job record
+as plain values and return what to write; the repository writes both in one conditional
+batch (:meth:`shared.app.ports.JobStore.transact_ledger`), so an admission and the record
+that says so are written together or not at all.
+
+**Why one document.** Two ticks, a release and an intake may run at once. Every admission
+reads the ledger, checks the workload still fits with what the ledger holds
+(:func:`~.quota.shortfalls`, against the fresh read, not the plan's snapshot), and writes the
+ledger only if it is still as read. Two admissions racing for the last GPUs cannot both win:
+the second's write fails its precondition, it decides again on a fresh read, and no longer
+fits. The plan's order (:func:`~.rule.admit`) is computed on a snapshot; the quota is never
+computed on one.
+
+**The lease.** An admission writes the ledger entry and moves the record from ``WAITING`` to
+``ADMITTED`` with its submission due now, in the same batch. The create then runs through the
+exactly-once routine (a claim, a label lookup, the create, the record): a crash anywhere
+after the admission leaves a due submission, which the tick's due-submission sweep finishes.
+A record that ends (or is cancelled before its create) gives its entry back: at once when the
+lifecycle sees it end (:func:`released`), and on every tick (:func:`healed`), which drops an
+entry whose record is no longer active and admitted, and restores one an admitted record
+lacks, so a lost update heals itself within a tick. Each is confirmed on a fresh read of its
+record first (:func:`heal_candidates`): an admission that committed after the tick read the
+records is never taken for an orphan.
+
+**Bounded.** At most :data:`MAX_HELD` entries of at most :data:`MAX_RESOURCES` resources each
+(a few hundred bytes): the document stays far below Firestore's 1 MiB. A ledger that is full
+admits nothing more until an entry is given back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from shared.domain.admission.config import Pool, Queues, Resource
+from shared.domain.admission.quota import Ceiling, Demand, Usage, shortfalls, usage_of
+from shared.domain.admission.rule import Workload, decayed_usage
+from shared.domain.model.values import clip
+
+#: The reason a record waiting for admission shows (``reason``), beside state QUEUED.
+ADMISSION_REASON: Final = "admission"
+#: Entries the ledger holds at most (each a few hundred bytes, far below 1 MiB in all).
+MAX_HELD: Final = 2000
+#: Resources one demand names at most (a worker pool each; Vertex allows four).
+MAX_RESOURCES: Final = 8
+#: Quota limits the ledger caches at most (region x accelerator x pool in use).
+MAX_OBSERVED: Final = 256
+
+
+class Stage(StrEnum):
+    """Where a request stands in admission (the record's ``admission.stage``)."""
+
+    WAITING = "WAITING"
+    ADMITTED = "ADMITTED"
+
+
+def demand_to_list(demand: Demand) -> list[dict[str, Any]]:
+    """A demand as stored: a list of ``{region, acceleratorType, pool, gpus}``, sorted."""
+    return [
+        {"region": r.region, "acceleratorType": r.accelerator, "pool": r.pool.value, "gpus": n}
+        for r, n in sorted(demand.items())
+    ]
+
+
+def demand_from_list(raw: object, limit: int = MAX_RESOURCES) -> dict[Resource, int]:
+    """A stored demand read back; entries that do not read are left out (hand edits), and
+    at most ``limit`` are read.
+
+    Examples:
+        >>> d = {Resource("us-central1", "NVIDIA_L4", Pool.PREEMPTIBLE): 4}
+        >>> demand_from_list(demand_to_list(d)) == d
+        True
+        >>> demand_from_list([{"region": 1}, "x"])
+        {}
+    """
+    out: dict[Resource, int] = {}
+    if not isinstance(raw, list):
+        return out
+    for item in raw[:limit]:
+        if not isinstance(item, Mapping):
+            continue
+        region, accelerator = item.get("region"), item.get("acceleratorType")
+        pool, gpus = item.get("pool"), item.get("gpus")
+        if not (isinstance(region, str) and isinstance(accelerator, str)):
+            continue
+        if pool not in (Pool.ON_DEMAND.value, Pool.PREEMPTIBLE.value):
+            continue
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus <= 0:
+            continue
+        resource = Resource(region, accelerator, Pool(pool))
+        out[resource] = out.get(resource, 0) + gpus
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One admitted request: its queue, its demand, and when it was admitted."""
+
+    queue: str
+    demand: Mapping[Resource, int]
+    at: datetime
+
+    def to_dict(self, request_id: str) -> dict[str, Any]:
+        return {
+            "requestId": request_id,
+            "queue": self.queue,
+            "demand": demand_to_list(self.demand),
+            "at": self.at,
+        }
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The ledger document, typed: the admitted entries by requestId, each queue's decayed
+    usage as of ``decayed_at``, and the quota limits the tick last read from the Cloud Quotas
+    API (``observed``; None: not read)."""
+
+    held: Mapping[str, Entry] = field(default_factory=dict)
+    decayed: Mapping[str, float] = field(default_factory=dict)
+    decayed_at: datetime | None = None
+    observed: Mapping[Resource, int] = field(default_factory=dict)
+    observed_at: datetime | None = None
+    # Why the last read of the Cloud Quotas API failed (None: it did not).
+    unreadable: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "held", MappingProxyType(dict(self.held)))
+        object.__setattr__(self, "decayed", MappingProxyType(dict(self.decayed)))
+        object.__setattr__(self, "observed", MappingProxyType(dict(self.observed)))
+
+    def replace(self, **changes: Any) -> Ledger:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def decode(cls, raw: Mapping[str, Any] | None) -> Ledger:
+        """Read a stored ledger; entries that do not read are left out (never fails)."""
+        raw = raw or {}
+        held: dict[str, Entry] = {}
+        entries = raw.get("held")
+        for item in entries if isinstance(entries, list) else []:
+            if not isinstance(item, Mapping):
+                continue
+            rid, queue, at = item.get("requestId"), item.get("queue"), item.get("at")
+            demand = demand_from_list(item.get("demand"))
+            if isinstance(rid, str) and isinstance(queue, str) and isinstance(at, datetime):
+                held[rid] = Entry(queue, demand, at)
+        decayed_raw = raw.get("decayed")
+        decayed = {
+            str(q): float(v)
+            for q, v in (decayed_raw.items() if isinstance(decayed_raw, Mapping) else ())
+            if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+        }
+        at, seen_at = raw.get("decayedAt"), raw.get("observedAt")
+        unreadable = raw.get("quotaUnreadable")
+        return cls(
+            held,
+            decayed,
+            at if isinstance(at, datetime) else None,
+            demand_from_list(raw.get("observed"), limit=MAX_OBSERVED),
+            seen_at if isinstance(seen_at, datetime) else None,
+            unreadable if isinstance(unreadable, str) else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            # A list, not a map keyed by requestId: a requestId may hold characters a field
+            # path cannot, and the whole list is written each time anyway.
+            "held": [entry.to_dict(rid) for rid, entry in sorted(self.held.items())],
+            "decayed": dict(self.decayed),
+            "decayedAt": self.decayed_at,
+            # The quota limits as read, in the demand's shape (gpus: the limit).
+            "observed": demand_to_list(self.observed),
+            "observedAt": self.observed_at,
+            "quotaUnreadable": self.unreadable,
+        }
+
+    def usage(self) -> Usage:
+        """GPUs admitted now, per queue and resource."""
+        return usage_of((e.queue, e.demand) for e in self.held.values())
+
+    def decayed_now(self, now: datetime, half_life_seconds: float) -> dict[str, float]:
+        """Each queue's decayed usage brought forward to ``now``: what it held since
+        ``decayed_at`` (the ledger's holdings, constant in between as far as it knows)."""
+        if self.decayed_at is None:
+            return dict(self.decayed)
+        elapsed = max(0.0, (now - self.decayed_at).total_seconds())
+        holding = {q: float(sum(d.values())) for q, d in self.usage().items()}
+        names = set(self.decayed) | set(holding)
+        return {
+            q: decayed_usage(
+                self.decayed.get(q, 0.0), holding.get(q, 0.0), elapsed, half_life_seconds
+            )
+            for q in names
+        }
+
+    def with_decay(self, now: datetime, half_life_seconds: float) -> Ledger:
+        """The ledger with its decayed usage brought forward to ``now``."""
+        return self.replace(decayed=self.decayed_now(now, half_life_seconds), decayed_at=now)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An admission decided: the ledger to write and the record's fields."""
+
+    ledger: Ledger
+    record: dict[str, Any]
+
+
+def admission_fields(queue: str, priority: int, demand: Demand, now: datetime) -> dict[str, Any]:
+    """The ``admission`` field of a record that starts waiting."""
+    return {
+        "queue": queue,
+        "priority": priority,
+        "demand": demand_to_list(demand),
+        "stage": Stage.WAITING.value,
+        "waitingSince": now,
+        "admittedAt": None,
+        "heldBy": None,
+    }
+
+
+def workload_of(request_id: str, admission: Mapping[str, Any]) -> Workload | None:
+    """A waiting record's workload, or None when its ``admission`` does not read."""
+    queue, priority = admission.get("queue"), admission.get("priority")
+    since = admission.get("waitingSince")
+    if not isinstance(queue, str) or not isinstance(since, datetime):
+        return None
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        return None
+    return Workload(request_id, queue, priority, since, demand_from_list(admission.get("demand")))
+
+
+def admit_one(
+    ledger: Ledger,
+    queues: Queues,
+    workload: Workload,
+    record: Mapping[str, Any],
+    *,
+    ceiling: Ceiling,
+    now: datetime,
+) -> Admitted | None:
+    """Admit ``workload`` on a fresh read of the ledger and its record, or None when it may
+    not be now: the record no longer waits (cancelled, admitted by another pass, ended), the
+    ledger is full, its queue is gone, or the demand no longer fits what the ledger holds."""
+    admission = record.get("admission")
+    if not isinstance(admission, Mapping) or admission.get("stage") != Stage.WAITING.value:
+        return None
+    if record.get("cancelRequested") or record.get("state") != "QUEUED":
+        return None
+    if workload.request_id in ledger.held or len(ledger.held) >= MAX_HELD:
+        return None
+    queue = queues.queues.get(workload.queue)
+    if queue is None or shortfalls(queues, ledger.usage(), ceiling, queue, workload.demand):
+        return None
+    entry = Entry(workload.queue, workload.demand, now)
+    after = ledger.replace(held={**ledger.held, workload.request_id: entry})
+    fields = {
+        "admission": {
+            **admission,
+            "stage": Stage.ADMITTED.value,
+            "admittedAt": now,
+            "heldBy": None,
+        },
+        # Due now: the exactly-once create runs next; if this delivery dies first, the tick's
+        # due-submission sweep runs it.
+        "nextAttemptAt": now,
+        "reason": "admitted",
+        "updatedAt": now,
+    }
+    return Admitted(after, fields)
+
+
+def released(ledger: Ledger, request_ids: Iterable[str]) -> Ledger | None:
+    """The ledger without the entries of ``request_ids``; None when it holds none of them."""
+    gone = {rid for rid in request_ids if rid in ledger.held}
+    if not gone:
+        return None
+    kept = {rid: e for rid, e in ledger.held.items() if rid not in gone}
+    return ledger.replace(held=kept)
+
+
+def healed(ledger: Ledger, drop: Iterable[str], restore: Mapping[str, Entry]) -> Ledger | None:
+    """The ledger without the entries of ``drop`` and with those of ``restore`` (admitted
+    active records that lack one); None when that changes nothing. The caller confirms each
+    on a fresh read of its record first (:func:`heal_candidates`)."""
+    gone = {rid for rid in drop if rid in ledger.held}
+    back = {rid: e for rid, e in restore.items() if rid not in ledger.held}
+    if not gone and not back:
+        return None
+    held = {rid: e for rid, e in ledger.held.items() if rid not in gone}
+    held.update(back)
+    return ledger.replace(held=held)
+
+
+def heal_candidates(ledger: Ledger, admitted: Mapping[str, Entry]) -> tuple[list[str], list[str]]:
+    """Entries whose record the tick's read did not show admitted and active, and admitted
+    active records without an entry. Candidates only: an admission may have committed after
+    the tick's read (its entry then looks orphaned), so each is confirmed on a fresh read of
+    its record before the ledger is healed. An entry exists only once its admission
+    committed, so a fresh read that does not show the record admitted shows it ended since.
+    """
+    drop = [rid for rid in ledger.held if rid not in admitted]
+    restore = [rid for rid in admitted if rid not in ledger.held]
+    return drop, restore
+
+
+def held_reason(shortfalls_text: Iterable[str]) -> str:
+    """What a held request waits for, as its record says it (``admission.heldBy``)."""
+    return clip("; ".join(shortfalls_text), 500) or ""
+
+
+def entry_of(record: Mapping[str, Any]) -> Entry | None:
+    """The ledger entry an admitted active record holds, from its ``admission`` field."""
+    admission = record.get("admission")
+    if not isinstance(admission, Mapping) or admission.get("stage") != Stage.ADMITTED.value:
+        return None
+    queue, at = admission.get("queue"), admission.get("admittedAt")
+    if not isinstance(queue, str) or not isinstance(at, datetime):
+        return None
+    return Entry(queue, demand_from_list(admission.get("demand")), at)
