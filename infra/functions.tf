@@ -67,6 +67,8 @@ locals {
     FLEXJOBS_ALLOWED_REGIONS          = join(",", var.allowed_regions)
     FLEXJOBS_SERVING_GRACE_SECONDS    = tostring(var.serving_grace_seconds)
     FLEXJOBS_SERVING_HOLD_SECONDS     = tostring(var.serving_hold_seconds)
+    # The admission queues' YAML (docs/admission.md); empty turns admission off.
+    FLEXJOBS_QUEUES = var.admission_queues
     # The one bucket request files come from; no object of it is ever a checkpoint.
     FLEXJOBS_REQUEST_BUCKET = google_storage_bucket.uploads.name
     # The source zip's content hash: the version Error Reporting groups errors under.

@@ -395,3 +395,15 @@ variable "serving_hold_seconds" {
     error_message = "serving_hold_seconds must be 0 to 604800 seconds."
   }
 }
+
+variable "admission_queues" {
+  description = "FLEXJOBS_QUEUES: the admission queue file's YAML text (docs/admission.md), e.g. file(\"queues.yaml\"). Empty turns admission off: every request is submitted as it arrives."
+  type        = string
+  default     = ""
+
+  validation {
+    # Cloud Run caps one environment variable at 32 KiB; the code reads at most 256 KiB.
+    condition     = length(var.admission_queues) <= 32768
+    error_message = "admission_queues must be at most 32768 characters (a Cloud Run environment variable's limit)."
+  }
+}

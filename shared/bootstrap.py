@@ -224,26 +224,36 @@ def retry_policy(
 
 
 def admission_queues(settings: Settings) -> Queues | None:
-    """The admission queues of ``FLEXJOBS_QUEUES`` (a path, or the YAML text); None when
-    unset: admission is off.
+    """The admission queues of ``FLEXJOBS_QUEUES``; None when unset: admission is off.
+
+    The value is the YAML text, or the path of the file: one line with no ``": "`` and no
+    ``{`` (which every queue file's text has, on one line or many) is a path, and must name
+    a file.
 
     Raises:
-        InvalidConfiguration: the file is too large or does not read; the instance then
-            fails to start, as it must: admission off by accident would let every team
-            past its quota.
+        InvalidConfiguration: no such file, the file is too large, is not UTF-8, or does not
+            read; the instance then fails to start, as it must: admission off by accident
+            would let every team past its quota.
     """
     from shared.domain.admission.config import MAX_FILE_BYTES, parse_queue_file
+    from shared.kernel.errors import FieldError, InvalidConfiguration
 
     value = settings.queues
     if not value:
         return None
-    source = Path(value)
-    if len(value) < 4096 and source.is_file():
-        with source.open("rb") as file:
-            # One byte past the bound, so parse_queue_file refuses a file that is too large
-            # without this reading all of it.
-            data = file.read(MAX_FILE_BYTES + 1)
-        value = data.decode("utf-8", errors="replace")
+    if "\n" not in value and ": " not in value and "{" not in value:
+        source = Path(value)
+        try:
+            with source.open("rb") as file:
+                # One byte past the bound, so parse_queue_file refuses a file that is too
+                # large without this reading all of it.
+                data = file.read(MAX_FILE_BYTES + 1)
+            value = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = FieldError(
+                "FLEXJOBS_QUEUES", f"the queue file {value!r} does not read: {exc}"
+            )
+            raise InvalidConfiguration([problem]) from exc
     return parse_queue_file(value)
 
 

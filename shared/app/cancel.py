@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from shared.app import admission
+from shared.app.admission import submit_admitted
 from shared.app.commands import CancelJob
 from shared.app.context import CapacityPorts
 from shared.app.deploy import cancel_deployment
@@ -105,6 +107,11 @@ def finish_cancel(ports: CapacityPorts, record: JobRecord) -> list[str]:
     request_id = record.request_id
     names = _live_jobs(ports, record)
     apply_and_notify(ports, request_id, lambda rec: cancel_now(rec, names, ports.clock()))
+    if ports.queues is not None:
+        # Its GPUs are free again (admitted or not, created or not): give them back and admit
+        # what now fits, at once rather than at the next tick's heal.
+        queues = ports.queues
+        admission.release(ports, queues, [request_id], lambda rid: submit_admitted(ports, rid))
     left = drive_cancels(ports, request_id, names)
     log.info("request cancelled", extra={"fields": {"vertexJobs": names, "pending": left}})
     return left

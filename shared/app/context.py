@@ -116,3 +116,6 @@ class CapacityPorts(AttemptPorts, Protocol):
 
     @property
     def prices(self) -> PriceTable | None: ...
+
+    @property
+    def queues(self) -> Queues | None: ...

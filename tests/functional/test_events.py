@@ -16,9 +16,13 @@ from typing import Any
 
 import pytest
 
+from shared import bootstrap
+from shared.kernel.config import Settings
 from shared.kernel.events import FIELDS, Event
 from shared.kernel.logs import CloudLoggingFormatter, configure
 from tests.events import pubsub_cloud_event
+from tests.functional.conftest import ENV
+from tests.functional.test_admission import QUEUES, body, finish, publish
 from tests.functional.test_lifecycle_handlers import (
     PREEMPTED,
     STEP_SECONDS,
@@ -77,10 +81,27 @@ def _life_of_a_preempted_job(tracker, clock, post_event) -> None:
     assert tick(post_event, clock) == 200
 
 
-def test_every_declared_field_is_logged_on_its_events_lines(tracker, clock, post_event, lines):
+def _two_requests_for_one_queue(ports, clock, post_event) -> None:
+    """With a queue file: one request is admitted, the next waits until the first ends."""
+    env = {**ENV, "FLEXJOBS_QUEUES": QUEUES}
+    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
+    intake.clock = clock
+    tracker = bootstrap.build_tracker(Settings.from_env(env), clock, ports)
+    bootstrap.override(intake)
+    bootstrap.override_tracker(tracker)
+    assert publish(post_event, clock, body("queued-1")) == 200
+    assert publish(post_event, clock, body("queued-2")) == 200
+    finish(post_event, clock, tracker, "queued-1")
+    assert tracker.store.store.get("queued-2")["admission"]["stage"] == "ADMITTED"
+
+
+def test_every_declared_field_is_logged_on_its_events_lines(
+    tracker, ports, clock, post_event, lines
+):
     _life_of_a_preempted_job(tracker, clock, post_event)
     bad = pubsub_cloud_event({"requestId": "bad-1"}, message_id="bad-1")
     assert post_event("handle_job_request", bad).status_code == 200
+    _two_requests_for_one_queue(ports, clock, post_event)
 
     missing = {
         event.value: sorted(FIELDS[event] - {k for line in lines.of(event) for k in line})

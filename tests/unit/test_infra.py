@@ -668,6 +668,7 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
         del broken.resources[key]
     assert index_problems(broken) == [
         "jobs ('checkpointPrefix', 'state'): a composite query with no index",
+        "jobs ('admission.stage', 'admission.waitingSince'): a composite query with no index",
         "jobs ('state', 'createdAt'): a composite query with no index",
         "jobs ('state', 'createdAt'): a composite query with no index",
     ]

@@ -1,0 +1,335 @@
+"""Admission queues end to end on the fakes: intake, hints, ticks and cancels through
+functions-framework, with a queue file (``FLEXJOBS_QUEUES``) in the settings.
+
+Two queues of 4 preemptible A100s each in us-central1, under a project quota of 8; every
+request asks 4 GPUs (one a2-highgpu-4g). The interleavings that matter are controlled here:
+two passes that read the same snapshot, a create that fails after its admission, a cancel
+before the create, a ledger that lost or kept an entry it should not have.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shared import bootstrap
+from shared.app import admission
+from shared.app.context import Intake, Tracker
+from shared.bootstrap import Ports
+from shared.domain.model.states import from_vertex
+from shared.kernel.config import Settings
+from shared.kernel.errors import BackendUnavailable
+from tests.events import load, pubsub_cloud_event
+from tests.fakes import FakeClock
+from tests.functional.conftest import ENV
+from tests.functional.test_lifecycle_handlers import end, hint, run, tick
+
+QUEUES = """
+projectQuota:
+  - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, limit: 8}
+queues:
+  - name: team-a
+    weight: 2
+    quotas:
+      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 4}
+    priorities: {high: 100, normal: 0}
+    defaultPriority: normal
+  - name: team-b
+    quotas:
+      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 4}
+"""
+GPUS_EACH = 4
+QUOTA = 8
+
+_ids = itertools.count(1)
+
+
+@pytest.fixture
+def queued(ports: Ports, clock: FakeClock) -> Iterator[tuple[Intake, Tracker]]:
+    """Intake and tracker wired with the queue file, on the shared fakes and clock."""
+    env = {**ENV, "FLEXJOBS_QUEUES": QUEUES}
+    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
+    intake.clock = clock
+    tracker = bootstrap.build_tracker(
+        Settings.from_env({**env, "FLEXJOBS_BACKOFF_BASE_SECONDS": "0"}), clock, ports
+    )
+    bootstrap.override(intake)
+    bootstrap.override_tracker(tracker)
+    yield intake, tracker
+    bootstrap.override(None)
+    bootstrap.override_tracker(None)
+
+
+def body(request_id: str, queue: str | None = "team-a", **options: Any) -> dict[str, Any]:
+    """A FLEX_START request of 4 A100s in ``queue``."""
+    request = copy.deepcopy(load("seed_request"))
+    request["requestId"] = request_id
+    pool = request["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+    pool["machineSpec"].update(machineType="a2-highgpu-4g", acceleratorCount=GPUS_EACH)
+    if queue is not None:
+        request["queue"] = queue
+    return {**request, **options}
+
+
+def publish(post_event, clock, data: dict[str, Any]) -> int:
+    clock.advance(1)
+    event = pubsub_cloud_event(data, message_id=f"adm-{next(_ids)}")
+    return post_event("handle_job_request", event).status_code
+
+
+def record(tracker: Tracker, request_id: str) -> dict[str, Any]:
+    stored = tracker.store.store.get(request_id)
+    assert stored is not None, request_id
+    return stored
+
+
+def in_flight(tracker: Tracker) -> int:
+    """GPUs of the Vertex jobs not ended: what Vertex would count against the quota."""
+    live = 0
+    for job in tracker.backend.jobs.values():
+        state = from_vertex(job.state)
+        if state is None or not state.terminal:
+            live += GPUS_EACH
+    return live
+
+
+def created(tracker: Tracker) -> list[str]:
+    """The requestIds Vertex was asked to create, in order."""
+    return [request.request_id for request, _labels in tracker.backend.created]
+
+
+def finish(post_event, clock, tracker: Tracker, request_id: str) -> None:
+    """The request's job runs and succeeds; the hint settles it."""
+    name = record(tracker, request_id)["vertexJob"]
+    run(tracker, clock, name)
+    clock.advance(600)
+    end(tracker, clock, name, "JOB_STATE_SUCCEEDED")
+    assert hint(post_event, clock, name) == 200
+    assert in_flight(tracker) <= QUOTA
+
+
+def test_requests_wait_in_their_queues_and_are_admitted_as_capacity_returns(
+    queued, clock, post_event
+):
+    _, tracker = queued
+    for request_id in ["a1", "b1", "a2", "b2", "a3", "b3"]:
+        queue = "team-a" if request_id.startswith("a") else "team-b"
+        assert publish(post_event, clock, body(request_id, queue)) == 200
+        assert in_flight(tracker) <= QUOTA
+
+    # Each queue's 4 GPUs went to its first request; the rest wait, never sent to Vertex.
+    assert created(tracker) == ["a1", "b1"]
+    for request_id in ["a2", "b2", "a3", "b3"]:
+        waiting = record(tracker, request_id)
+        assert (waiting["state"], waiting["reason"]) == ("QUEUED", "admission")
+        assert waiting["admission"]["stage"] == "WAITING"
+        assert "vertexJob" not in waiting or waiting["vertexJob"] is None
+    admitted = record(tracker, "a1")["admission"]
+    assert admitted["stage"] == "ADMITTED" and admitted["queue"] == "team-a"
+
+    # Capacity comes back one job at a time; each queue's next in arrival order takes it.
+    finish(post_event, clock, tracker, "a1")
+    assert created(tracker) == ["a1", "b1", "a2"]
+    finish(post_event, clock, tracker, "b1")
+    assert created(tracker) == ["a1", "b1", "a2", "b2"]
+    finish(post_event, clock, tracker, "a2")
+    finish(post_event, clock, tracker, "b2")
+    assert created(tracker) == ["a1", "b1", "a2", "b2", "a3", "b3"]
+    assert tracker.backend.calls["create"] == 6  # none refused, none repeated
+    assert tick(post_event, clock) == 200
+    assert tracker.store.admissions.ledger().usage() == {
+        "team-a": {next(iter(admission_demand(tracker, "a3"))): GPUS_EACH},
+        "team-b": {next(iter(admission_demand(tracker, "b3"))): GPUS_EACH},
+    }
+    # ADMITTED was told for every request, through its outbox.
+    admitted_notes = [m for m in tracker.notifier.messages if m["state"] == "ADMITTED"]
+    assert sorted(m["requestId"] for m in admitted_notes) == ["a1", "a2", "a3", "b1", "b2", "b3"]
+
+
+def admission_demand(tracker: Tracker, request_id: str) -> dict[Any, int]:
+    from shared.domain.admission.ledger import demand_from_list
+
+    return dict(demand_from_list(record(tracker, request_id)["admission"]["demand"]))
+
+
+def test_a_higher_priority_request_goes_first_whatever_its_arrival(queued, clock, post_event):
+    _, tracker = queued
+    assert publish(post_event, clock, body("running")) == 200
+    assert publish(post_event, clock, body("early")) == 200
+    assert publish(post_event, clock, body("urgent", priority="high")) == 200
+    assert record(tracker, "urgent")["admission"]["priority"] == 100
+
+    finish(post_event, clock, tracker, "running")
+
+    assert created(tracker) == ["running", "urgent"]
+    assert record(tracker, "early")["admission"]["stage"] == "WAITING"
+
+
+def test_two_passes_on_one_snapshot_never_admit_past_the_quota(queued, clock, post_event):
+    """Two passes read the same ledger (team-a's 4 GPUs free) and each plans a different
+    request; only the first admission fits on its batch's fresh read of the ledger."""
+    _, tracker = queued
+    for request_id in ["held", "x", "y"]:
+        assert publish(post_event, clock, body(request_id)) == 200
+    assert created(tracker) == ["held"]
+    # "held" ends and its entry is given back, without the pass a release runs: the two
+    # passes below race for its GPUs.
+    end(tracker, clock, record(tracker, "held")["vertexJob"], "JOB_STATE_SUCCEEDED")
+    assert tracker.store.admissions.release(["held"])
+
+    store = tracker.store.store
+    read_waiting = store.waiting_admission
+    both_read = threading.Barrier(2, timeout=10)
+    sees = {"pass-x": "x", "pass-y": "y"}
+
+    def waiting():
+        rows = read_waiting()
+        both_read.wait()  # each has read the ledger and the waiting records: one snapshot
+        return [
+            row for row in rows if row.raw["requestId"] == sees[threading.current_thread().name]
+        ]
+
+    store.waiting_admission = waiting  # type: ignore[method-assign]
+    results: dict[str, list[str]] = {}
+
+    def one_pass() -> None:
+        name = threading.current_thread().name
+        results[name] = admission.admit_waiting(
+            tracker, tracker.queues, lambda rid: admission.submit_admitted(tracker, rid)
+        )
+
+    threads = [threading.Thread(target=one_pass, name=name) for name in sees]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    del store.waiting_admission
+
+    assert sorted(results) == ["pass-x", "pass-y"]
+    won = results["pass-x"] + results["pass-y"]
+    assert len(won) == 1, results
+    assert created(tracker) == ["held", *won]
+    assert in_flight(tracker) == GPUS_EACH
+    lost = ({"x", "y"} - set(won)).pop()
+    assert record(tracker, lost)["admission"]["stage"] == "WAITING"
+    usage = tracker.store.admissions.ledger().usage()
+    assert sum(usage["team-a"].values()) == GPUS_EACH
+
+
+def test_a_create_that_fails_after_admission_is_finished_by_the_tick(queued, clock, post_event):
+    _, tracker = queued
+    tracker.backend.fail_with = BackendUnavailable("Vertex AI did not answer")
+    assert publish(post_event, clock, body("a1")) == 200
+
+    # Admitted (its GPUs held), but no job yet: a due submission, not a lost one.
+    waiting = record(tracker, "a1")
+    assert waiting["admission"]["stage"] == "ADMITTED"
+    assert not waiting.get("vertexJob")
+    assert publish(post_event, clock, body("a2")) == 200
+    assert record(tracker, "a2")["admission"]["stage"] == "WAITING"
+
+    tracker.backend.fail_with = None
+    assert tick(post_event, clock) == 200
+    assert created(tracker) == ["a1"]
+    assert record(tracker, "a1")["vertexJob"]
+    # A second delivery of the request creates nothing more.
+    assert publish(post_event, clock, body("a1")) == 200
+    assert tick(post_event, clock) == 200
+    assert created(tracker) == ["a1"]
+    assert record(tracker, "a2")["admission"]["stage"] == "WAITING"
+
+
+def test_a_cancel_before_the_create_gives_the_capacity_back(queued, clock, post_event):
+    _, tracker = queued
+    tracker.backend.fail_with = BackendUnavailable("Vertex AI did not answer")
+    assert publish(post_event, clock, body("a1")) == 200
+    assert publish(post_event, clock, body("a2")) == 200
+    tracker.backend.fail_with = None
+
+    assert publish(post_event, clock, {"cancel": "a1"}) == 200
+    assert record(tracker, "a1")["state"] == "CANCELLED"
+    # a1 never reached Vertex; its GPUs went to a2 at once.
+    assert created(tracker) == ["a2"]
+    assert record(tracker, "a2")["admission"]["stage"] == "ADMITTED"
+    assert tick(post_event, clock) == 200
+    assert created(tracker) == ["a2"]
+
+
+def test_a_cancel_of_a_waiting_request_holds_nothing(queued, clock, post_event):
+    _, tracker = queued
+    assert publish(post_event, clock, body("a1")) == 200
+    assert publish(post_event, clock, body("a2")) == 200
+    assert publish(post_event, clock, {"cancel": "a2"}) == 200
+    assert record(tracker, "a2")["state"] == "CANCELLED"
+    finish(post_event, clock, tracker, "a1")
+    assert tick(post_event, clock) == 200
+    assert created(tracker) == ["a1"]
+    assert not tracker.store.admissions.ledger().held
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"queue": "team-c"}, "queue"),
+        ({"priority": "urgent"}, "priority"),
+        ({"priority": 1000}, "priority"),
+    ],
+)
+def test_a_request_that_names_what_its_queue_lacks_is_refused(
+    queued, clock, post_event, options, error
+):
+    intake, tracker = queued
+    assert publish(post_event, clock, {**body("bad"), **options}) == 200
+    assert tracker.store.store.get("bad") is None
+    assert not created(tracker)
+    rejection = next(iter(intake.rejections.documents.values()))
+    assert error in str(rejection).lower()
+
+
+def test_a_request_that_could_never_fit_its_queue_is_refused_at_intake(queued, clock, post_event):
+    intake, tracker = queued
+    big = body("big")
+    pools = big["customJob"]["jobSpec"]["workerPoolSpecs"]
+    pools[0]["replicaCount"] = 2  # 8 GPUs, in a queue of 4 with no cohort to borrow from
+    assert publish(post_event, clock, big) == 200
+    assert tracker.store.store.get("big") is None
+    assert not created(tracker)
+    rejection = str(next(iter(intake.rejections.documents.values())))
+    assert "never" in rejection and "team-a" in rejection
+
+
+def test_a_queue_is_refused_when_admission_is_off(intake, tracker, clock, post_event):
+    assert publish(post_event, clock, body("q", "team-a")) == 200
+    assert tracker.store.store.get("q") is None
+    assert "queue" in str(next(iter(intake.rejections.documents.values()))).lower()
+    assert publish(post_event, clock, body("d", "default")) == 200
+    assert tracker.store.store.get("d") is not None  # the default queue, with no quota
+
+
+def test_the_tick_heals_a_ledger_that_lost_or_kept_an_entry(queued, clock, post_event):
+    _, tracker = queued
+    assert publish(post_event, clock, body("a1")) == 200
+    assert publish(post_event, clock, body("b1", "team-b")) == 200
+    assert publish(post_event, clock, body("b2", "team-b")) == 200
+    store = tracker.store.store
+    # A hand edit lost a1's entry, and b1's record was deleted with its entry kept.
+    store.ledger = {
+        **store.ledger,
+        "held": [h for h in store.ledger["held"] if h["requestId"] != "a1"],
+    }
+    end(tracker, clock, record(tracker, "b1")["vertexJob"], "JOB_STATE_CANCELLED")
+    del store.jobs["b1"]
+
+    assert tick(post_event, clock) == 200
+
+    held = {h["requestId"] for h in store.ledger["held"]}
+    assert "a1" in held and "b1" not in held
+    # b1's GPUs went to b2; a1's restored entry let nothing pass team-a's quota.
+    assert created(tracker) == ["a1", "b1", "b2"]
+    assert publish(post_event, clock, body("a2")) == 200
+    assert record(tracker, "a2")["admission"]["stage"] == "WAITING"
