@@ -16,12 +16,22 @@ here runs: creates go straight to Vertex AI, and a quota refusal parks as before
 - **Release** (:func:`release`): a record that ended gives its GPUs back, and a pass runs. The
   tick also heals the ledger against the active records and runs a pass every minute
   (:func:`tick`).
+- **Preemption** (opt-in per queue, :func:`preempt_for`): when the highest-priority head held
+  may take GPUs from running jobs of a lower priority
+  (:func:`~shared.domain.admission.preemption.choose_victims`), each victim is ended by
+  choice, as AUTO's switches are (:func:`~shared.app.steps.switches.yield_attempt`: marked,
+  then cancelled). Its CANCELLED end puts it back to waiting with no budget charged
+  (:func:`~shared.domain.decisions.recovery.settle`) and gives its GPUs back; the held head
+  takes them in the pass that follows. Victims still being cancelled count as freed, so the
+  next pass (a tick, a release) never ends more jobs for the same GPUs. One head per pass:
+  the next is looked at once the GPUs it would share have moved.
 
 A request with no GPUs (a CPU-only job) holds no quota: it is never queued.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -31,20 +41,26 @@ from shared.app.steps.attempts import submit_due
 from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.app.steps.sweep import Sweep
-from shared.domain.admission.config import Queues, pool_of
+from shared.app.steps.switches import yield_attempt
+from shared.domain.admission.config import Queues, Resource, pool_of
 from shared.domain.admission.demand import admission_of, demand_of
+from shared.domain.admission.estimate import Running
 from shared.domain.admission.ledger import (
     Entry,
+    Ledger,
     admission_fields,
     entry_of,
     heal_candidates,
     held_reason,
     workload_of,
 )
-from shared.domain.admission.quota import Ceiling, Demand
+from shared.domain.admission.preemption import choose_victims
+from shared.domain.admission.quota import Ceiling, Demand, add
 from shared.domain.admission.rule import Plan, Standing, admit
-from shared.domain.decisions.recovery import failed
+from shared.domain.decisions.recovery import PREEMPTED, failed
+from shared.domain.decisions.submissions import pending_attempt
 from shared.domain.model.records import JobRecord
+from shared.domain.model.states import JobState
 from shared.domain.request.message import JobRequest
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
@@ -100,9 +116,13 @@ def enter_queue(
 
 def submit_admitted(ports: CapacityPorts, request_id: str) -> Outcome | None:
     """Create an admitted request's first attempt, exactly once (the claim refuses it when
-    another delivery, or the tick, is creating it already)."""
+    another delivery, or the tick, is creating it already).
+
+    A preempted request admitted again resumes from its checkpoint, which only the
+    lifecycle's retry finds (:func:`shared.app.lifecycle.run_retry`): it is left due for the
+    tick, never created here from scratch."""
     record = ports.store.get(request_id)
-    if record is None:
+    if record is None or pending_attempt(record) != 1:
         return None
     return submit_due(ports, record, 1)
 
@@ -159,7 +179,98 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
             sweep.each(workload.request_id, "create", submit, workload.request_id)
     _note_held(ports, plan, admissions, sweep, now)
     _fail_inadmissible(ports, plan, sweep)
+    if plan.held:
+        sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing, ledger)
     return admitted
+
+
+def preempt_for(
+    ports: CapacityPorts, queues: Queues, plan: Plan, standing: Standing, ledger: Ledger
+) -> list[str]:
+    """End the running jobs the highest-priority held head of a preempting queue may take
+    GPUs from, so that it fits (see the module docstring); returns the victims' requestIds.
+    Nobody is ended when the victims already being cancelled free enough, or when no set of
+    allowed victims makes it fit."""
+    for held in sorted(plan.held, key=lambda h: -h.workload.priority):
+        workload = held.workload
+        queue = queues.queues.get(workload.queue)
+        if queue is None or not (queue.preemption.within_queue or queue.preemption.within_cohort):
+            continue
+        running, freeing = _running(ports, queues, ledger, queue.name, queue.cohort)
+        usage: dict[str, dict[Resource, int]] = {q: dict(h) for q, h in standing.usage.items()}
+        for entry in freeing:
+            add(usage, entry.queue, entry.demand, -1)
+        victims = choose_victims(
+            queues, dataclasses.replace(standing, usage=usage), running, workload
+        )
+        if victims is None:
+            continue  # nobody it may end makes it fit: a lower head may still
+        sweep = Sweep("preemption")
+        ended: list[str] = []
+        for victim in victims:
+            reason = (
+                f"preempted by {workload.request_id} (priority {workload.priority}) "
+                f"in queue {workload.queue}"
+            )
+            with request_context(victim.request_id):
+                if sweep.each(victim.request_id, "preempt", _preempt, ports, victim, reason):
+                    ended.append(victim.request_id)
+        if ended:
+            log.info(
+                f"preempted for {workload.request_id}",
+                extra={"fields": {"victims": ended, "queue": workload.queue}},
+            )
+        return ended  # one head per pass ((): it fits once the freeing ones have ended)
+    return []
+
+
+def _running(
+    ports: CapacityPorts, queues: Queues, ledger: Ledger, queue: str, cohort: str | None
+) -> tuple[list[Running], list[Entry]]:
+    """The admitted jobs a head of ``queue`` could preempt (its own queue's, and its
+    cohort's), read fresh, and the entries of those already being preempted (their GPUs
+    count as freed)."""
+    running: list[Running] = []
+    freeing: list[Entry] = []
+    for request_id, entry in sorted(ledger.held.items()):
+        other = queues.queues.get(entry.queue)
+        if other is None or (entry.queue != queue and (cohort is None or other.cohort != cohort)):
+            continue
+        record = ports.store.get(request_id)
+        if record is None or record.state.terminal:
+            continue
+        if record.yielding.get("why") == PREEMPTED:
+            freeing.append(entry)
+            continue
+        if record.state is not JobState.RUNNING or not record.vertex_job:
+            continue  # not yet created, or waiting in Vertex: nothing to end
+        if record.yielding or record.cancel_requested:
+            continue
+        priority = record.admission.get("priority")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            continue
+        saved = record.latest_checkpoint
+        running.append(
+            Running(
+                request_id,
+                entry.queue,
+                priority,
+                entry.demand,
+                started=record.attempt_started_at,
+                checkpoint=saved.at if saved is not None else None,
+            )
+        )
+    return running, freeing
+
+
+def _preempt(ports: CapacityPorts, victim: Running, reason: str) -> bool:
+    """End one victim's running attempt by choice; True when this call marked it."""
+    record = ports.store.get(victim.request_id)
+    if record is None or not record.vertex_job:
+        return False
+    return yield_attempt(
+        ports, victim.request_id, record.vertex_job, why=PREEMPTED, reason=reason, known=record
+    )
 
 
 def _note_held(

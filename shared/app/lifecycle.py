@@ -24,6 +24,7 @@ from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import flush_outbox
 from shared.app.steps.sweep import Sweep
 from shared.app.steps.switches import yield_attempt
+from shared.domain.admission.ledger import Stage
 from shared.domain.capacity.situations import waited_in_vain
 from shared.domain.decisions.hints import HintAction, parse_hint, read_start
 from shared.domain.decisions.jobs import observe
@@ -209,9 +210,11 @@ def settle_job(
     due = change.record.get("nextAttemptAt")
     if change.state is JobState.RETRYING and due is not None and due <= now:
         run_retry(tracker, request_id, after)
-    if change.state.terminal and tracker.queues is not None:
-        # Its GPUs are free again: give them back and admit what now fits, at once rather
-        # than at the next tick (which would also find the entry orphaned and drop it).
+    requeued = change.record.get("admission", {}).get("stage") == Stage.WAITING.value
+    if (change.state.terminal or requeued) and tracker.queues is not None:
+        # Its GPUs are free again (it ended, or admission preempted it and it waits again):
+        # give them back and admit what now fits, at once rather than at the next tick
+        # (which would also find the entry orphaned and drop it).
         admission.release(tracker, tracker.queues, [request_id], _submitter(tracker))
     return change.state.value
 

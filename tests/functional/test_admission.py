@@ -333,3 +333,164 @@ def test_the_tick_heals_a_ledger_that_lost_or_kept_an_entry(queued, clock, post_
     assert created(tracker) == ["a1", "b1", "b2"]
     assert publish(post_event, clock, body("a2")) == 200
     assert record(tracker, "a2")["admission"]["stage"] == "WAITING"
+
+
+# -- preemption -----------------------------------------------------------------------------
+
+PREEMPTING = """
+projectQuota:
+  - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, limit: 8}
+queues:
+  - name: team-a
+    quotas:
+      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 8}
+    priorities: {high: 100, low: 0}
+    defaultPriority: low
+    preemption: {withinQueue: true}
+"""
+
+
+@pytest.fixture
+def preempting(ports: Ports, clock: FakeClock, checkpoints) -> Iterator[tuple[Tracker, Any]]:
+    """A tracker, intake and upload function wired with a queue that preempts within itself
+    (low-priority jobs need a checkpoint to be preempted: the default)."""
+    from functions_framework import create_app
+
+    from shared.app.uploads import Uploads
+    from tests.fakes import InMemoryStoredObjects
+    from tests.functional.conftest import SOURCE
+
+    env = {**ENV, "FLEXJOBS_QUEUES": PREEMPTING}
+    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
+    intake.clock = clock
+    tracker = bootstrap.build_tracker(
+        Settings.from_env({**env, "FLEXJOBS_BACKOFF_BASE_SECONDS": "0"}), clock, ports
+    )
+    uploads = Uploads(intake=intake, objects=InMemoryStoredObjects(), checkpoints=checkpoints)
+    bootstrap.override(intake)
+    bootstrap.override_tracker(tracker)
+    bootstrap.override_uploads(uploads)
+    yield tracker, (uploads, create_app("handle_upload", SOURCE, "cloudevent").test_client())
+    bootstrap.override(None)
+    bootstrap.override_tracker(None)
+    bootstrap.override_uploads(None)
+
+
+def checkpointing(request_id: str, **options: Any) -> dict[str, Any]:
+    """A 4-GPU request of team-a that writes checkpoints under its own folder."""
+    from tests.functional.test_uploads import CKPT_BUCKET
+
+    uri = f"gs://{CKPT_BUCKET}/runs/{request_id}/checkpoints/"
+    return body(request_id, checkpointUri=uri, **options)
+
+
+def save_checkpoint(upload, clock, request_id: str, step: int) -> str:
+    """The job writes checkpoint ``step`` now (its data, then its marker), and the upload
+    function is told; returns the checkpoint's URI."""
+    from tests.functional.test_uploads import CKPT_BUCKET, checkpoint_object, eventarc
+
+    uploads, client = upload
+    directory = f"runs/{request_id}/checkpoints/step-{step:08d}"
+    at = clock.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    checkpoint_object(uploads, f"{directory}/state.bin", at, size=1024)
+    marker = checkpoint_object(uploads, f"{directory}/commit_success.txt", at)
+    assert eventarc(client, marker).status_code == 200
+    return f"gs://{CKPT_BUCKET}/{directory}/"
+
+
+def start(post_event, clock, tracker: Tracker, request_id: str) -> str:
+    """The request's job starts in Vertex and a hint says so; its job name."""
+    name = record(tracker, request_id)["vertexJob"]
+    run(tracker, clock, name)
+    assert hint(post_event, clock, name) == 200
+    assert record(tracker, request_id)["state"] == "RUNNING"
+    return name
+
+
+def test_a_higher_priority_request_preempts_at_the_latest_checkpoint_and_the_job_resumes(
+    preempting, clock, post_event
+):
+    from tests.functional.test_lifecycle_handlers import env_of
+
+    tracker, upload = preempting
+    for request_id in ["stale", "fresh"]:
+        assert publish(post_event, clock, checkpointing(request_id)) == 200
+    names = {rid: start(post_event, clock, tracker, rid) for rid in ["stale", "fresh"]}
+    save_checkpoint(upload, clock, "stale", 100)
+    clock.advance(3 * 3600)
+    saved = save_checkpoint(upload, clock, "fresh", 300)
+    assert record(tracker, "fresh")["latestCheckpoint"]["uri"] == saved
+
+    # The quota is full; an urgent request arrives. The job that loses least is ended.
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert created(tracker) == ["stale", "fresh"]
+    assert tracker.backend.cancels == [names["fresh"]]
+    assert record(tracker, "fresh")["yielding"]["why"] == "preempted"
+    assert record(tracker, "urgent")["admission"]["stage"] == "WAITING"
+
+    # Ticks and retried deliveries before Vertex confirms the cancel end nobody else: the
+    # GPUs being freed already count as free.
+    assert tick(post_event, clock) == 200
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert tracker.backend.cancels == [names["fresh"]]
+    assert in_flight(tracker) <= QUOTA
+
+    # Vertex ends it: the victim waits again, with no budget charged; urgent takes its GPUs.
+    end(tracker, clock, names["fresh"], "JOB_STATE_CANCELLED")
+    assert hint(post_event, clock, names["fresh"]) == 200
+    victim = record(tracker, "fresh")
+    assert (victim["state"], victim["admission"]["stage"]) == ("RETRYING", "WAITING")
+    assert victim["reason"] == "preempted by urgent (priority 100) in queue team-a"
+    assert victim.get("retries", {}) == {} and victim.get("switches", 0) == 0
+    assert tracker.store.get_attempt("fresh", 1)["endedBy"] == "preempted"
+    assert created(tracker) == ["stale", "fresh", "urgent"]
+    assert in_flight(tracker) <= QUOTA
+    preempted = [m for m in tracker.notifier.messages if m["state"] == "PREEMPTED"]
+    assert [(m["requestId"], m["attempt"]) for m in preempted] == [("fresh", 1)]
+
+    # Urgent ends: the victim is admitted again and resumes from its checkpoint.
+    finish(post_event, clock, tracker, "urgent")
+    assert created(tracker) == ["stale", "fresh", "urgent", "fresh"]
+    resumed = record(tracker, "fresh")
+    assert (resumed["attempt"], resumed["admission"]["stage"]) == (2, "ADMITTED")
+    assert env_of(tracker.backend.created[-1])["FLEXJOBS_RESUME_FROM"] == saved
+    assert tracker.store.get_attempt("fresh", 2)["resumedFrom"] == saved
+    assert record(tracker, "stale")["state"] == "RUNNING"  # never touched
+    admitted = [m for m in tracker.notifier.messages if m["requestId"] == "fresh"]
+    assert [(m["state"], m["attempt"]) for m in admitted if m["state"] == "ADMITTED"] == [
+        ("ADMITTED", 1),
+        ("ADMITTED", 2),
+    ]
+
+
+def test_a_job_without_a_checkpoint_is_never_preempted(preempting, clock, post_event):
+    tracker, _upload = preempting
+    for request_id in ["one", "two"]:
+        assert publish(post_event, clock, checkpointing(request_id)) == 200
+        start(post_event, clock, tracker, request_id)
+
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert tick(post_event, clock) == 200
+
+    assert tracker.backend.cancels == []
+    assert record(tracker, "urgent")["admission"]["stage"] == "WAITING"
+    assert all(record(tracker, rid)["state"] == "RUNNING" for rid in ["one", "two"])
+
+
+def test_a_cancel_of_a_preempted_request_while_it_waits_ends_it(preempting, clock, post_event):
+    tracker, upload = preempting
+    for request_id in ["victim", "other"]:
+        assert publish(post_event, clock, checkpointing(request_id)) == 200
+        start(post_event, clock, tracker, request_id)
+    save_checkpoint(upload, clock, "victim", 10)
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    name = record(tracker, "victim")["vertexJob"]
+    end(tracker, clock, name, "JOB_STATE_CANCELLED")
+    assert hint(post_event, clock, name) == 200
+    assert record(tracker, "victim")["admission"]["stage"] == "WAITING"
+
+    assert publish(post_event, clock, {"cancel": "victim"}) == 200
+
+    assert record(tracker, "victim")["state"] == "CANCELLED"
+    finish(post_event, clock, tracker, "urgent")
+    assert created(tracker).count("victim") == 1  # never created again

@@ -37,6 +37,7 @@ from shared.domain.decisions.submissions import (
     job_settled,
     new_record,
     notification,
+    pending_attempt,
     skipped_record,
     submission_change,
     submission_claimable,
@@ -372,10 +373,13 @@ class AdmissionRecords:
             # ADMITTED is told through the record's outbox, so it is published exactly when
             # the admission is written (by whoever flushes the outbox next).
             current = JobRecord.decode(record)
-            message = notification(workload.request_id, "ADMITTED", 1, f"queue {workload.queue}")
+            attempt = pending_attempt(current) or 1
+            message = notification(
+                workload.request_id, "ADMITTED", attempt, f"queue {workload.queue}"
+            )
             outbox = [*current.outbox, message]
             fields = {**made.record, "outbox": outbox, "outboxPending": True}
-            return made.ledger.to_dict(), Change(state=JobState.QUEUED, record=fields)
+            return made.ledger.to_dict(), Change(state=current.state, record=fields)
 
         return self.store.transact_ledger(workload.request_id, decide)
 

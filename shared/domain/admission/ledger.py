@@ -252,7 +252,8 @@ def admit_one(
     admission = record.get("admission")
     if not isinstance(admission, Mapping) or admission.get("stage") != Stage.WAITING.value:
         return None
-    if record.get("cancelRequested") or record.get("state") != "QUEUED":
+    # QUEUED: it arrived and waits; RETRYING: it was preempted and waits to resume.
+    if record.get("cancelRequested") or record.get("state") not in ("QUEUED", "RETRYING"):
         return None
     if workload.request_id in ledger.held or len(ledger.held) >= MAX_HELD:
         return None

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from shared.domain.admission.ledger import Stage
 from shared.domain.decisions.jobs import observe
 from shared.domain.decisions.submissions import QUOTA_REASON, notification
 from shared.domain.model.changes import Change
@@ -57,6 +58,8 @@ def settle(
             fields=record_fields,
         )
     if change.state is JobState.CANCELLED and yielded(record, job.name):
+        if record.yielding.get("why") == PREEMPTED:
+            return _requeued(record, now, attempt_fields, record_fields)
         return _switched(record, now, attempt_fields, record_fields)
     failure = policy.classify(job.state, job.error_code, job.error_message)
     if record.cancel_requested or change.state is JobState.CANCELLED:
@@ -137,13 +140,53 @@ def _switched(
     return replace(change, deletes=("yielding",))
 
 
-#: Why an attempt is ended by choice (AUTO), and the state it must still be in for that:
-#: a wait given up at its ``waitUntil`` ends a queued attempt; leaving on-demand at a
-#: checkpoint ends a running one. An attempt found otherwise on the write's fresh read (a
-#: hint recorded it running meanwhile) is left alone.
+def _requeued(
+    record: JobRecord,
+    now: datetime,
+    attempt_fields: dict[str, Any],
+    record_fields: dict[str, Any],
+) -> Change:
+    """The end of an attempt admission preempted for a higher priority: it waits in its queue
+    again (``admission.stage`` WAITING, its arrival kept, so it goes first among its equals),
+    with no retry budget charged, no switch counted (it was not the job's choice) and nothing
+    due: only its next admission makes attempt n+1 due, from its latest checkpoint. The
+    ledger entry is given back by the caller once this is written (a crash in between leaves
+    an entry the tick drops). Notified as PREEMPTED."""
+    reason = clip(str(record.yielding.get("reason") or PREEMPTED)) or PREEMPTED
+    attempt_fields = {**attempt_fields, "endedBy": PREEMPTED}
+    admission = {**record.admission, "stage": Stage.WAITING.value}
+    admission.update(admittedAt=None, heldBy=None)
+    message = notification(record.request_id, "PREEMPTED", record.attempt or 1, reason)
+    record_fields = {
+        **record_fields,
+        "state": JobState.RETRYING.value,
+        "reason": reason,
+        "admission": admission,
+        "updatedAt": now,
+        "outbox": [*record.outbox, message],
+        "outboxPending": True,
+    }
+    record_fields.pop("endedAt", None)
+    record_fields.pop("nextAttemptAt", None)
+    deletes = ("yielding", *(("nextAttemptAt",) if record.next_attempt_at else ()))
+    return Change(
+        state=JobState.RETRYING, record=record_fields, attempt=attempt_fields, deletes=deletes
+    )
+
+
+#: Why an attempt is ended by choice, and the state it must still be in for that: a wait
+#: given up at its ``waitUntil`` (AUTO) ends a queued attempt; leaving on-demand at a
+#: checkpoint (AUTO) and a preemption by admission for a higher priority end a running one.
+#: An attempt found otherwise on the write's fresh read (a hint recorded it running
+#: meanwhile) is left alone.
 GAVE_UP: Final = "gave-up"
 SWITCH: Final = "switch"
-YIELDS_FROM: Final = {GAVE_UP: JobState.QUEUED, SWITCH: JobState.RUNNING}
+PREEMPTED: Final = "preempted"
+YIELDS_FROM: Final = {
+    GAVE_UP: JobState.QUEUED,
+    SWITCH: JobState.RUNNING,
+    PREEMPTED: JobState.RUNNING,
+}
 
 
 def yield_requested(
