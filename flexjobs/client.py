@@ -310,6 +310,19 @@ class Client:
         with google_errors("Firestore"):
             return views.jobs(listing).rows
 
+    def queues(self) -> dict[str, Any] | None:
+        """The admission queues as of the last scheduler tick: each queue's quota, usage,
+        borrowing and waiting line, and the project's quota with its source (the
+        ``admission/summary`` document, docs/admission.md); None when admission is off or
+        no tick has run since it was turned on.
+
+        Raises:
+            StoreUnavailable: Firestore could not be read (retryable).
+        """
+        views = self.views
+        with google_errors("Firestore"):
+            return views.admission_summary()
+
     def deployments(self, limit: int = 20) -> list[dict[str, Any]]:
         """Deployment records newest first (the status page's list fields)."""
         from shared.status.listing import Listing

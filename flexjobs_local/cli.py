@@ -1,5 +1,5 @@
-"""The ``flexjobs`` command: submit, validate, status, list, watch, cancel, logs, schema; and
-``flexjobs local up | down | demo``, the embedded stack.
+"""The ``flexjobs`` command: submit, validate, status, list, watch, cancel, logs, queues,
+schema; and ``flexjobs local up | down | demo``, the embedded stack.
 
 Built on the client library (:mod:`flexjobs`): every command that reaches flexjobs calls it,
 and :func:`flexjobs_local.cli_output.exit_code` maps its errors to the documented exit codes.
@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,6 +41,7 @@ from flexjobs_local.messages import read_messages
 from flexjobs_local.views import (
     deployment_view,
     list_view,
+    queues_view,
     rejection_lines,
     status_json,
     status_view,
@@ -265,7 +267,49 @@ def status(
         emit(status_json(found), fmt, lambda: deployment_view(found.record, now))
         return 0
     attempts = [a.document for a in found.attempts]
-    emit(status_json(found), fmt, lambda: status_view(found.record, attempts))
+    body = status_json(found)
+    place = _admission_place(client, found.record)
+    if place is not None:
+        body["admissionPlace"] = place[0]
+    words = place[1] if place is not None else None
+    emit(body, fmt, lambda: status_view(found.record, attempts, words))
+    return 0
+
+
+def _admission_place(
+    client: Client, record: Mapping[str, Any]
+) -> tuple[dict[str, Any], str] | None:
+    """A request waiting for admission: its place in the last tick's line (``{}`` when not
+    listed) and the same in words; None when it is not waiting."""
+    from shared.domain.admission.summary import place_of
+    from shared.status.queues import waiting_text
+
+    admission = record.get("admission")
+    if not isinstance(admission, Mapping) or admission.get("stage") != "WAITING":
+        return None
+    summary = client.queues()
+    place = place_of(summary, str(record.get("requestId"))) if summary else None
+    return (place or {}), waiting_text(admission, place, summary)
+
+
+@app.command()
+def queues(
+    ctx: typer.Context,
+    fmt: FormatOpt = OutputFormat.table,
+    as_json: JsonOpt = False,
+) -> int:
+    """Each admission queue's quota, usage, borrowed GPUs, waiting requests and oldest wait,
+    and the project's quota with its source, as of the last tick; exit 1 when there is no
+    summary (admission off, or no tick since it was turned on)."""
+    summary = _client(ctx).queues()
+    if summary is None:
+        err().print(
+            "no admission summary: admission is off (no FLEXJOBS_QUEUES), or no scheduler"
+            " tick has run since it was turned on",
+            markup=False,
+        )
+        return NOT_SUCCEEDED
+    emit(summary, chosen(fmt, as_json), lambda: queues_view(summary))
     return 0
 
 

@@ -57,8 +57,13 @@ def checkpoint_text(record: Mapping[str, Any]) -> str:
     return text
 
 
-def status_view(record: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> Group:
-    """The record, its attempts, its latest checkpoint, cost and savings."""
+def status_view(
+    record: Mapping[str, Any],
+    attempts: Sequence[Mapping[str, Any]],
+    admission: str | None = None,
+) -> Group:
+    """The record, its attempts, its latest checkpoint, cost and savings; ``admission``: a
+    waiting request's place in its queue, in words."""
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -69,6 +74,7 @@ def status_view(record: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]
         ("kind", record.get("kind")),
         ("state", state_text(record.get("state"))),
         ("reason", record.get("reason")),
+        ("admission", admission),
         ("attempt", record.get("attempt")),
         ("strategy", record.get("strategy")),
         ("location", record.get("location")),
@@ -162,6 +168,44 @@ def deployment_view(record: Mapping[str, Any], now: datetime) -> Group:
 def status_json(found: Status) -> dict[str, Any]:
     """``status --format json|yaml``: the record with its ``attempts`` (a list) added."""
     return {**found.record, "attempts": [dict(a.document) for a in found.attempts]}
+
+
+def queues_view(summary: Mapping[str, Any]) -> Group:
+    """``flexjobs queues``: a row per queue and resource, then the project's quota."""
+    from shared.status.queues import queue_rows
+
+    rows = queue_rows(summary)
+    table = Table(title=f"admission queues as of {when(rows.at)}", title_justify="left")
+    for column in ("queue", "resource", "nominal", "used", "borrowed", "waiting", "oldest wait"):
+        table.add_column(column)
+    for q in rows.queues:
+        oldest = when(q.oldest_waiting_since) if q.oldest_waiting_since else "-"
+        waiting = str(q.waiting) if q.waiting is not None else "-"
+        for index, r in enumerate(q.resources or (None,)):
+            table.add_row(
+                q.name if index == 0 else "",
+                r.resource if r else "-",
+                _count(r.nominal if r else None),
+                _count(r.used if r else None),
+                _count(r.borrowed if r else None),
+                waiting if index == 0 else "",
+                oldest if index == 0 else "",
+            )
+    limits = Table(title="project quota", title_justify="left")
+    for column in ("resource", "limit", "source"):
+        limits.add_column(column)
+    for p in rows.limits:
+        limits.add_row(p.resource, _count(p.limit), p.source)
+    parts: list[Any] = [table, limits]
+    if rows.unreadable:
+        parts.append(
+            Text(f"the Cloud Quotas API could not be read: {rows.unreadable}", style="yellow")
+        )
+    return Group(*parts)
+
+
+def _count(value: int | None) -> str:
+    return str(value) if value is not None else "-"
 
 
 def rejection_lines(found: Status) -> list[str]:

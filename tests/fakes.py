@@ -122,6 +122,8 @@ class InMemoryJobStore:
         # The admission ledger (admission/ledger), None until first written.
         self.ledger: dict[str, Any] | None = None
         self.ledger_version = 0
+        # What operators see of admission (admission/summary), None until first written.
+        self.admission_summary: dict[str, Any] | None = None
         self.versions: dict[str, int] = {}
         self._version = itertools.count(1)
         self.calls: Counter[str] = Counter()
@@ -260,6 +262,12 @@ class InMemoryJobStore:
             if write is not None:
                 _check_size(f"series/{doc_id(series)}", write)
                 self.series[series] = _stored(write)
+
+    def write_admission_summary(self, document: dict[str, Any]) -> None:
+        with self._lock:
+            _check_size("admission/summary", document)
+            self.ops["write"] += 1
+            self.admission_summary = _stored(document)
 
     def read_ledger(self) -> Stored | None:
         with self._lock:
@@ -907,6 +915,12 @@ class InMemoryJobViews:
         self._documents()
         found = self.deployment_store.records.get(request_id)
         return _select(found, DEPLOYMENT_FIELDS) if found is not None else None
+
+    def admission_summary(self) -> dict[str, Any] | None:
+        self._documents()
+        with self.store._lock:
+            found = self.store.admission_summary
+            return copy.deepcopy(found) if found is not None else None
 
 
 def _at_or_after(value: Any, since: datetime) -> bool:

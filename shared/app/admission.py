@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared.app.context import CapacityPorts
 from shared.app.repository.jobs import AdmissionRecords
@@ -57,6 +57,7 @@ from shared.domain.admission.ledger import (
 from shared.domain.admission.preemption import choose_victims
 from shared.domain.admission.quota import Ceiling, Demand, add
 from shared.domain.admission.rule import Plan, Standing, admit
+from shared.domain.admission.summary import summarise
 from shared.domain.decisions.recovery import PREEMPTED, failed
 from shared.domain.decisions.submissions import pending_attempt
 from shared.domain.model.records import JobRecord
@@ -96,7 +97,9 @@ def enter_queue(
     options = request.options
     chosen = admission_of(queues, options.get("queue"), options.get("priority"), demand, ceiling)
     now = ports.clock()
-    fields = admission_fields(chosen.queue, chosen.priority, demand, now)
+    run = options.get("estimatedRunSeconds")
+    run_seconds = run if isinstance(run, int) and not isinstance(run, bool) and run > 0 else None
+    fields = admission_fields(chosen.queue, chosen.priority, demand, now, run_seconds)
     if admissions.enter(request, fields, now) is None:
         return None
     log.info(
@@ -353,4 +356,55 @@ def tick(
                 }
             },
         )
-    return admit_waiting(ports, queues, submit)
+    admitted_now = admit_waiting(ports, queues, submit)
+    Sweep("admission").each(None, "summary", summarise_for_operators, ports, queues, active)
+    return admitted_now
+
+
+def summarise_for_operators(
+    ports: CapacityPorts, queues: Queues, active: Sequence[JobRecord]
+) -> dict[str, object]:
+    """Write what ``flexjobs queues``, ``flexjobs status`` and the page show of admission
+    (:mod:`shared.domain.admission.summary`), from fresh reads of the ledger and the waiting
+    records, and the active records the tick read (their expected ends: ``attemptStartedAt``
+    plus the request's ``estimatedRunSeconds``, kept as ``admission.runSeconds``, where it
+    names one: AUTO requests)."""
+    admissions = ports.store.admissions
+    now = ports.clock()
+    ledger = admissions.ledger()
+    waiting = [
+        w
+        for r in admissions.waiting()
+        if not r.cancel_requested and (w := workload_of(r.request_id, r.admission)) is not None
+    ]
+    by_id = {r.request_id: r for r in active}
+    running = [
+        _expected(request_id, entry, by_id.get(request_id))
+        for request_id, entry in sorted(ledger.held.items())
+    ]
+    standing = Standing(
+        usage=ledger.usage(),
+        ceiling=Ceiling.of(queues, ledger.observed),
+        decayed=ledger.decayed_now(now, queues.half_life_seconds),
+    )
+    document = summarise(queues, standing, waiting, running, now=now, unreadable=ledger.unreadable)
+    admissions.write_summary(document)
+    return document
+
+
+def _expected(request_id: str, entry: Entry, record: JobRecord | None) -> Running:
+    """A ledger entry as a running workload, with its expected end where it is known."""
+    end = None
+    if record is not None and record.attempt_started_at is not None:
+        seconds = record.admission.get("runSeconds")
+        if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0:
+            end = record.attempt_started_at + timedelta(seconds=seconds)
+    priority = record.admission.get("priority") if record is not None else None
+    return Running(
+        request_id,
+        entry.queue,
+        priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        entry.demand,
+        started=record.attempt_started_at if record is not None else None,
+        expected_end=end,
+    )

@@ -152,6 +152,11 @@ class JobStore(Protocol):
         """
         ...
 
+    def write_admission_summary(self, document: dict[str, Any]) -> None:
+        """Write what operators see of admission (``admission/summary``) whole: the tick's
+        alone, last writer wins (:mod:`shared.domain.admission.summary`)."""
+        ...
+
     def waiting_admission(self) -> list[Stored]:
         """The records waiting for admission (``admission.stage`` WAITING), of
         :data:`~shared.domain.model.records.TICK_FIELDS` only, in pages; at most

@@ -92,6 +92,7 @@ JOB_FIELDS: Final = (
     "slot",
     "outbox",
     "notified",
+    "admission",
 )
 ATTEMPT_FIELDS: Final = (
     "attempt",

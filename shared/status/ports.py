@@ -47,3 +47,8 @@ class JobViews(Protocol):
     def deployment(self, request_id: str) -> dict[str, Any] | None:
         """One deployment record (``DEPLOYMENT_FIELDS``), or None."""
         ...
+
+    def admission_summary(self) -> dict[str, Any] | None:
+        """What the tick last wrote of admission (``admission/summary``), or None (admission
+        off, or no tick since it was turned on)."""
+        ...

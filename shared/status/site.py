@@ -11,6 +11,9 @@ script anywhere), served by the HTTP function ``status_page``:
 ``/deployments``                Spot deployments, newest first (``limit``, ``cursor``)
 ``/deployments/<requestId>``    one deployment: the record, its serving capacity as an SVG
                                 step chart, the changes' table and its notifications
+``/queues``                     admission queues: each queue's quota, usage, borrowing and
+                                waiting line, and the project's quota with its source
+``/api/queues``                 the same as JSON (the tick's ``admission/summary``)
 ``/api/jobs``                   the list and the totals as JSON (same parameters)
 ``/api/jobs/<requestId>``       the record, its attempts and notifications as JSON
 ``/assets/status.css``          the stylesheet (so that no style is inline)
@@ -36,6 +39,7 @@ from urllib.parse import urlencode
 
 from werkzeug.wrappers import Request, Response
 
+from shared.domain.admission.summary import place_of
 from shared.domain.model.ids import check_request_id
 from shared.domain.model.records import DeploymentRecord, JobRecord
 from shared.domain.policy.pricing import PriceTable
@@ -84,6 +88,7 @@ from shared.status.page import (
     when_text,
 )
 from shared.status.ports import JobViews
+from shared.status.queues import queue_rows, waiting_text
 from shared.status.serving_chart import layout as serving_layout
 from shared.status.serving_chart import serving_facts
 from shared.status.timeline import attempt_times, layout
@@ -155,6 +160,8 @@ def _route(path: str, params: dict[str, list[str]], site: StatusSite) -> Respons
         "/api/jobs": _jobs_json,
         "/deployments": _deployments_page,
         "/deployments/": _deployments_page,
+        "/queues": _queues_page,
+        "/api/queues": _queues_json,
         CSS_PATH: lambda _params, _site: stylesheet_response(),
     }
     if path in pages:
@@ -275,7 +282,7 @@ def _job_page(request_id: str, site: StatusSite) -> Response:
         dict(
             now=now,
             row=row,
-            facts=_job_facts(raw, record, row),
+            facts=_job_facts(raw, record, row, _admission_fact(record, site)),
             timeline=timeline,
             fills=FILLS,
             attempts=attempt_rows(docs),
@@ -314,7 +321,9 @@ def _job_and_attempts(
     return raw, docs
 
 
-def _job_facts(raw: Mapping[str, Any], record: JobRecord, row: JobRow) -> list[tuple[str, str]]:
+def _job_facts(
+    raw: Mapping[str, Any], record: JobRecord, row: JobRow, admission: str | None = None
+) -> list[tuple[str, str]]:
     """The record's fields worth a line, in words (empty ones left out)."""
     latest = record.latest_checkpoint
     progress = raw.get("progress")
@@ -333,6 +342,7 @@ def _job_facts(raw: Mapping[str, Any], record: JobRecord, row: JobRow) -> list[t
     facts: list[tuple[str, Any]] = [
         ("kind", record.kind),
         ("reason", record.reason),
+        ("admission", admission),
         ("attempt", str(record.attempt)),
         ("strategy", record.strategy),
         ("location", record.location),
@@ -356,6 +366,32 @@ def _job_facts(raw: Mapping[str, Any], record: JobRecord, row: JobRow) -> list[t
         ("series", f"{series} (slot {when_text(raw.get('slot'))})" if series else None),
     ]
     return [(label, str(value)) for label, value in facts if value not in (None, "", "-")]
+
+
+# --- admission queues -----------------------------------------------------------------------
+
+
+def _queues_page(params: dict[str, list[str]], site: StatusSite) -> Response:
+    _no_parameters(params)
+    summary = site.views.admission_summary()
+    return html_page(
+        "queues.html", dict(now=site.clock(), summary=queue_rows(summary) if summary else None)
+    )
+
+
+def _queues_json(params: dict[str, list[str]], site: StatusSite) -> Response:
+    _no_parameters(params)
+    summary = site.views.admission_summary()
+    return json_response({"summary": jsonable(summary), "asOf": jsonable(site.clock())})
+
+
+def _admission_fact(record: JobRecord, site: StatusSite) -> str | None:
+    """Where a request waiting for admission stands, as of the last tick."""
+    if not record.awaiting_admission:
+        return None
+    summary = site.views.admission_summary()
+    place = place_of(summary, record.request_id) if summary else None
+    return waiting_text(record.admission, place, summary)
 
 
 # --- deployments ----------------------------------------------------------------------------

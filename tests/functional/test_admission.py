@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -494,3 +495,83 @@ def test_a_cancel_of_a_preempted_request_while_it_waits_ends_it(preempting, cloc
     assert record(tracker, "victim")["state"] == "CANCELLED"
     finish(post_event, clock, tracker, "urgent")
     assert created(tracker).count("victim") == 1  # never created again
+
+
+# -- what operators see ---------------------------------------------------------------------
+
+
+def test_the_tick_shows_operators_each_queue_its_line_and_a_waiting_requests_place(
+    queued, clock, post_event, monkeypatch, capsys
+):
+    """After a tick: the status page's queues view (HTML and JSON), a waiting request's job
+    page, ``flexjobs queues`` and ``flexjobs status`` all show the tick's summary."""
+    import flexjobs
+    from flexjobs_local.cli import main
+    from shared.domain.policy.pricing import PriceTable
+    from shared.status.site import StatusSite
+    from tests.fakes import InMemoryJobViews, InMemoryPublisher, InMemoryRejectionLog
+    from tests.functional.conftest import PRICES, SOURCE
+
+    _, tracker = queued
+    for request_id in ["a1", "a2", "a3", "b1"]:
+        queue = "team-a" if request_id.startswith("a") else "team-b"
+        assert publish(post_event, clock, body(request_id, queue)) == 200
+    views = InMemoryJobViews(tracker.store.store)
+    assert views.admission_summary() is None  # no tick yet: nothing to show
+    assert tick(post_event, clock) == 200
+
+    summary = views.admission_summary()
+    assert summary is not None and summary["at"] == clock.now
+    by_name = {q["name"]: q for q in summary["queues"]}
+    team_a = by_name["team-a"]
+    assert [(r["nominal"], r["used"], r["borrowed"]) for r in team_a["resources"]] == [(4, 4, 0)]
+    assert team_a["waiting"] == 2 and team_a["admitted"] == 1
+    assert [(w["requestId"], w["position"]) for w in team_a["line"]] == [("a2", 1), ("a3", 2)]
+    assert team_a["oldestWaitingSince"] == record(tracker, "a2")["admission"]["waitingSince"]
+    assert by_name["team-b"]["waiting"] == 0
+    assert [(p["limit"], p["source"]) for p in summary["projectQuota"]] == [(8, "configured")]
+
+    # The status page.
+    from functions_framework import create_app
+
+    site = StatusSite(views, PriceTable.load(PRICES), lambda: clock.now, totals_seconds=0)
+    bootstrap.override_status_site(site)
+    try:
+        page = create_app("status_page", SOURCE, "http").test_client()
+        html = page.get("/queues").get_data(as_text=True)
+        assert "team-a" in html and "team-b" in html and 'href="/jobs/a3"' in html
+        api = page.get("/api/queues").get_json()["summary"]["queues"]
+        assert {q["name"]: q["waiting"] for q in api}["team-a"] == 2
+        assert page.get("/queues?x=1").status_code == 400
+        job = page.get("/jobs/a3").get_data(as_text=True)
+        assert "waiting in queue team-a: position 2 of 2" in job
+        assert "waiting in queue" not in page.get("/jobs/a1").get_data(as_text=True)
+    finally:
+        bootstrap.override_status_site(None)
+
+    # The command, through the client library on the same records.
+    class FakeClient(flexjobs.Client):
+        def __init__(self, project: str | None = None, **options: Any) -> None:
+            super().__init__(
+                project,
+                publisher=InMemoryPublisher(),
+                views=views,
+                rejections=InMemoryRejectionLog(),
+                **options,
+            )
+
+    monkeypatch.setattr("flexjobs_local.cli.Client", FakeClient)
+    capsys.readouterr()
+    assert main(["--project", "p", "queues"]) == 0
+    table = capsys.readouterr().out
+    assert "team-a" in table and "configured" in table
+    assert main(["--project", "p", "queues", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["queues"]
+    assert {q["name"]: q["waiting"] for q in listed}["team-a"] == 2
+    assert main(["--project", "p", "status", "a2", "--format", "json"]) == 0
+    place = json.loads(capsys.readouterr().out)["admissionPlace"]
+    assert (place["queue"], place["position"], place["waiting"]) == ("team-a", 1, 2)
+    assert main(["--project", "p", "status", "a2"]) == 0
+    assert "position 1 of 2" in capsys.readouterr().out
+    assert main(["--project", "p", "status", "a1", "--format", "json"]) == 0
+    assert "admissionPlace" not in json.loads(capsys.readouterr().out)

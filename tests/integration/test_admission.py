@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -115,6 +116,20 @@ def test_six_requests_are_admitted_two_at_a_time_and_none_is_refused(
             records[later]["admission"]["admittedAt"] > records[earlier]["admission"]["admittedAt"]
         )
     assert all(r["admission"]["stage"] == "ADMITTED" for r in records.values())
+
+    # The tick's summary, what `flexjobs queues` and the page read: nothing waits any more.
+    # (The records' times are the simulator's, which runs ahead; the tick's are the wall's.)
+    ended = datetime.now(UTC)
+
+    def settled_summary() -> dict[str, Any] | None:
+        snap = db.collection("admission").document("summary").get()
+        summary = snap.to_dict() if snap.exists else None
+        return summary if summary is not None and summary["at"] >= ended else None
+
+    summary = wait_for(settled_summary, 60, "a tick's summary after the last end")
+    by_name = {q["name"]: q for q in summary["queues"]}
+    assert by_name["team-a"]["waiting"] == by_name["team-b"]["waiting"] == 0
+    assert [(p["limit"], p["source"]) for p in summary["projectQuota"]] == [(QUOTA, "configured")]
 
 
 _ENDED = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"}

@@ -232,3 +232,23 @@ def test_deployments_page_and_one_deployment(views, epoch, rid):
     found = views.views.deployment(rid("b"))
     assert found is not None and found["state"] == "DEPLOYED" and "request" not in found
     assert views.views.deployment(rid("missing")) is None
+
+
+def test_the_admission_summary_is_read_as_the_tick_wrote_it(views, epoch, rid):
+    summary = {
+        "at": epoch,
+        "queues": [
+            {
+                "name": rid("queue"),
+                "waiting": 1,
+                "line": [{"requestId": rid("w"), "position": 1, "estimatedStart": None}],
+            }
+        ],
+        "projectQuota": [],
+        "quotaUnreadable": None,
+    }
+    views.jobs.write_admission_summary(summary)
+    assert views.views.admission_summary() == summary
+    later = {**summary, "at": epoch + timedelta(minutes=1), "queues": []}
+    views.jobs.write_admission_summary(later)  # whole: what the last tick wrote, nothing older
+    assert views.views.admission_summary() == later

@@ -33,6 +33,7 @@ ATTEMPTS = "attempts"
 SERIES = "series"
 ADMISSION = "admission"
 LEDGER = "ledger"
+SUMMARY = "summary"
 
 _TRANSIENT = (
     gexc.ServiceUnavailable,
@@ -373,6 +374,10 @@ class FirestoreJobStore:
 
         done: bool = call_firestore("ledger write", _until_unchanged(attempt))
         return done
+
+    def write_admission_summary(self, document: dict[str, Any]) -> None:
+        ref = self.db.collection(ADMISSION).document(SUMMARY)
+        call_firestore("summary write", lambda: ref.set(document))
 
     def waiting_admission(self) -> list[Stored]:
         query = WAITING.on(self.db, "WAITING")

@@ -21,7 +21,14 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 
 from shared.adapters.firestore.deployment_store import DEPLOYMENTS
-from shared.adapters.firestore.job_store import ATTEMPTS, JOBS, FirestoreJobStore, Query
+from shared.adapters.firestore.job_store import (
+    ADMISSION,
+    ATTEMPTS,
+    JOBS,
+    SUMMARY,
+    FirestoreJobStore,
+    Query,
+)
 from shared.domain.model.ids import doc_id
 from shared.kernel.errors import StoreUnavailable
 from shared.status.listing import (
@@ -129,3 +136,8 @@ class FirestoreJobViews:
     def deployment(self, request_id: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = self._one(DEPLOYMENTS, request_id, DEPLOYMENT_FIELDS)
         return found
+
+    def admission_summary(self) -> dict[str, Any] | None:
+        ref = self._store.db.collection(ADMISSION).document(SUMMARY)
+        snap = read_firestore("admission summary", lambda: ref.get(timeout=self._timeout))
+        return (snap.to_dict() or {}) if snap.exists else None

@@ -339,6 +339,10 @@ class AdmissionRecords:
         stored = self.store.read_ledger()
         return Ledger.decode(stored.raw if stored is not None else None)
 
+    def write_summary(self, document: dict[str, Any]) -> None:
+        """Write what operators see (:func:`~shared.domain.admission.summary.summarise`)."""
+        self.store.write_admission_summary(document)
+
     def waiting(self) -> list[JobRecord]:
         """The records waiting for admission, oldest first (partial: decide on none)."""
         return [_decoded(s) for s in self.store.waiting_admission()]

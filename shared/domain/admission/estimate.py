@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType
+from typing import Final
 
 from shared.domain.admission.config import Queues, Resource
 from shared.domain.admission.quota import Demand, add
@@ -81,6 +82,24 @@ def estimate_start(
         >>> estimate_start(read_queues({}), standing, ws, [job], "next", now=t) - t
         datetime.timedelta(seconds=7200)
     """
+    return estimate_starts(queues, standing, waiting, running, now=now).get(request_id)
+
+
+#: Expected ends a replay steps through at most: a start further out is unknown (None).
+MAX_MOMENTS: Final = 100
+
+
+def estimate_starts(
+    queues: Queues,
+    standing: Standing,
+    waiting: Sequence[Workload],
+    running: Sequence[Running],
+    *,
+    now: datetime,
+) -> dict[str, datetime]:
+    """When each waiting workload would be admitted, in one replay (see the module
+    docstring) over at most :data:`MAX_MOMENTS` expected ends; one not admitted within them
+    is left out (unknown)."""
     usage: dict[str, dict[Resource, int]] = {q: dict(h) for q, h in standing.usage.items()}
     left = list(waiting)
     ends = sorted(
@@ -88,17 +107,18 @@ def estimate_start(
         key=lambda job: (job.expected_end, job.request_id),
     )
     moments: list[tuple[datetime, Running | None]] = [(now, None)]
-    moments += [(max(now, job.expected_end), job) for job in ends if job.expected_end]
+    moments += [(max(now, job.expected_end), job) for job in ends[:MAX_MOMENTS] if job.expected_end]
+    starts: dict[str, datetime] = {}
     for when, ended in moments:
+        if not left:
+            break
         if ended is not None:
             add(usage, ended.queue, ended.demand, -1)
         plan = admit(queues, replace(standing, usage=usage), left)
-        if any(w.request_id == request_id for w in plan.admitted):
-            return when
-        if any(w.request_id == request_id for w in plan.inadmissible):
-            return None
+        gone = {w.request_id for w in plan.inadmissible}
         for workload in plan.admitted:
+            starts[workload.request_id] = when
             add(usage, workload.queue, workload.demand, 1)
-        chosen = {w.request_id for w in plan.admitted}
-        left = [w for w in left if w.request_id not in chosen]
-    return None
+        gone |= {w.request_id for w in plan.admitted}
+        left = [w for w in left if w.request_id not in gone]
+    return starts

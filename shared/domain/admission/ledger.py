@@ -24,14 +24,16 @@ lacks, so a lost update heals itself within a tick. Each is confirmed on a fresh
 record first (:func:`heal_candidates`): an admission that committed after the tick read the
 records is never taken for an orphan.
 
-**Bounded.** At most :data:`MAX_HELD` entries of at most :data:`MAX_RESOURCES` resources each
-(a few hundred bytes): the document stays far below Firestore's 1 MiB. A ledger that is full
-admits nothing more until an entry is given back.
+**Bounded.** At most :data:`MAX_HELD` entries of at most :data:`MAX_RESOURCES` resources each,
+and at most :data:`MAX_LEDGER_BYTES` in all (a requestId may be 1,500 bytes, so the count
+alone would not keep it under Firestore's 1 MiB). A ledger that is full admits nothing more
+until an entry is given back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,8 +48,10 @@ from shared.domain.model.values import clip
 
 #: The reason a record waiting for admission shows (``reason``), beside state QUEUED.
 ADMISSION_REASON: Final = "admission"
-#: Entries the ledger holds at most (each a few hundred bytes, far below 1 MiB in all).
+#: Entries the ledger holds at most.
 MAX_HELD: Final = 2000
+#: The ledger's stored size at most (compact JSON), well below Firestore's 1 MiB document.
+MAX_LEDGER_BYTES: Final = 768 * 1024
 #: Resources one demand names at most (a worker pool each; Vertex allows four).
 MAX_RESOURCES: Final = 8
 #: Quota limits the ledger caches at most (region x accelerator x pool in use).
@@ -181,6 +185,11 @@ class Ledger:
             "quotaUnreadable": self.unreadable,
         }
 
+    def size_bytes(self) -> int:
+        """The stored form's size as compact UTF-8 JSON (times as their ISO text)."""
+        text = json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, default=str)
+        return len(text.encode("utf-8"))
+
     def usage(self) -> Usage:
         """GPUs admitted now, per queue and resource."""
         return usage_of((e.queue, e.demand) for e in self.held.values())
@@ -213,12 +222,16 @@ class Admitted:
     record: dict[str, Any]
 
 
-def admission_fields(queue: str, priority: int, demand: Demand, now: datetime) -> dict[str, Any]:
-    """The ``admission`` field of a record that starts waiting."""
+def admission_fields(
+    queue: str, priority: int, demand: Demand, now: datetime, run_seconds: int | None = None
+) -> dict[str, Any]:
+    """The ``admission`` field of a record that starts waiting; ``run_seconds``: the
+    request's ``estimatedRunSeconds`` (what an estimate of the others' starts assumes)."""
     return {
         "queue": queue,
         "priority": priority,
         "demand": demand_to_list(demand),
+        "runSeconds": run_seconds,
         "stage": Stage.WAITING.value,
         "waitingSince": now,
         "admittedAt": None,
@@ -262,6 +275,8 @@ def admit_one(
         return None
     entry = Entry(workload.queue, workload.demand, now)
     after = ledger.replace(held={**ledger.held, workload.request_id: entry})
+    if after.size_bytes() > MAX_LEDGER_BYTES:
+        return None  # full, in bytes: it waits until an entry is given back
     fields = {
         "admission": {
             **admission,

@@ -151,8 +151,10 @@ TICK_FIELDS: tuple[str, ...] = (
     # The live claim's token: a job of the attempt in flight that another create superseded
     # is a stray (is_stray), so the tick cancels it before the holder's claim expires.
     "claim",
-    # Admission: the tick gives back the ledger entries of records no longer admitted.
+    # Admission: the tick gives back the ledger entries of records no longer admitted, and
+    # estimates a waiting request's start from the running ones' (admission.runSeconds).
     "admission",
+    "attemptStartedAt",
 )
 
 
