@@ -296,12 +296,14 @@ def _note_held(
 
 
 def _fail_inadmissible(ports: CapacityPorts, plan: Plan, sweep: Sweep) -> None:
-    """A waiting request that can never be admitted now (the queue file changed since it
-    arrived) fails with the reason, rather than wait for ever."""
+    """A waiting request that can never be admitted now (the queue file, or the project's
+    quota as last read, changed since it arrived) fails with the reason, rather than wait for
+    ever."""
     for workload in plan.inadmissible:
         reason = (
-            f"can never be admitted in queue {workload.queue!r} as the queues now stand "
-            f"(the queue file changed since it arrived)"
+            f"can never be admitted in queue {workload.queue!r} as the queues and the "
+            f"project's quota now stand (the queue file or the quota read changed since it "
+            f"arrived)"
         )
         now = ports.clock()
         sweep.each(
@@ -365,7 +367,8 @@ def observe_quota(
             extra={"fields": {"reason": reason, "observed": len(ledger.observed)}},
         )
         return reason
-    kept = {r: n for r, n in sorted(read.items()) if r in set(resources)}
+    asked = set(resources)
+    kept = {r: n for r, n in sorted(read.items()) if r in asked}
     admissions.observe_quota(kept, None, now)
     log.info(
         "quota limits read",
