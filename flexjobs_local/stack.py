@@ -128,6 +128,8 @@ class LocalStack:
             "GOOGLE_CLOUD_PROJECT": cfg.project,
             "FLEXJOBS_LOCATION": cfg.location,
             "FLEXJOBS_VERTEX_ENDPOINT": f"127.0.0.1:{self.ports['vertex']}",
+            # The simulator serves Cloud Quotas on its gRPC port: the quota it enforces.
+            "FLEXJOBS_CLOUDQUOTAS_ENDPOINT": f"127.0.0.1:{self.ports['vertex']}",
             "PUBSUB_EMULATOR_HOST": f"127.0.0.1:{self.ports['pubsub']}",
             "FIRESTORE_EMULATOR_HOST": f"127.0.0.1:{self.ports['firestore']}",
             "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{self.ports['storage']}",

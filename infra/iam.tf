@@ -108,6 +108,16 @@ resource "google_project_iam_member" "function_roles" {
   member  = google_service_account.function[each.value.function].member
 }
 
+# The tick reads the project's GPU quota limits (admission's ceiling, docs/admission.md) with
+# Cloud Quotas ListQuotaInfos: roles/cloudquotas.viewer reads quota information and changes
+# nothing (no quota preference). Only the tick reads them; the other functions use the limits
+# it caches in the ledger.
+resource "google_project_iam_member" "tick_quota_viewer" {
+  project = var.project_id
+  role    = "roles/cloudquotas.viewer"
+  member  = google_service_account.function["handle_scheduler_tick"].member
+}
+
 # Every function publishes notifications (shared/adapters/pubsub.py); none publishes elsewhere.
 resource "google_pubsub_topic_iam_member" "function_publisher" {
   for_each = local.functions

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         JobBackend,
         JobStore,
         Notifier,
+        QuotaLimits,
         RejectionLog,
         StoredObjects,
     )
@@ -71,6 +72,7 @@ class Ports:
     deployment_backend: DeploymentBackend | None = None
     checkpoints: CheckpointStore | None = None
     objects: StoredObjects | None = None
+    quota_limits: QuotaLimits | None = None
     views: JobViews | None = None
     # None prices with prices.yaml; tests price in round numbers.
     prices: PriceTable | None = None
@@ -269,6 +271,7 @@ def build_tracker(
 
     settings = settings or Settings.from_env()
     ports = ports or Ports()
+    queues = admission_queues(settings)
     return Tracker(
         settings=settings,
         store=_jobs(settings, ports),
@@ -280,8 +283,20 @@ def build_tracker(
         clock=clock,
         deployments=build_deployments(settings, clock, ports),
         sleep=ports.sleep,
-        queues=admission_queues(settings),
+        queues=queues,
+        # Read only when admission is on; the client is built on the first read.
+        quota_limits=(
+            _given(ports.quota_limits, lambda: _cloudquotas(settings))
+            if queues is not None
+            else None
+        ),
     )
+
+
+def _cloudquotas(settings: Settings) -> QuotaLimits:
+    from shared.adapters.cloudquotas import CloudQuotasLimits
+
+    return CloudQuotasLimits(settings)
 
 
 def tracker() -> Tracker:

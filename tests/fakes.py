@@ -456,6 +456,23 @@ class InMemoryNotifier:
         self.messages.append(dict(message))
 
 
+class InMemoryQuotaLimits:
+    """The QuotaLimits port in memory: the limits the quota system would report, and each
+    read's resources. ``failing``: raised by every read while set (an API down or not
+    enabled)."""
+
+    def __init__(self, limits: Mapping[Any, int] | None = None) -> None:
+        self.values: dict[Any, int] = dict(limits or {})
+        self.reads: list[list[Any]] = []
+        self.failing: Exception | None = None
+
+    def limits(self, resources: Any) -> dict[Any, int]:
+        self.reads.append(list(resources))
+        if self.failing is not None:
+            raise self.failing
+        return {r: n for r, n in self.values.items() if r in set(resources)}
+
+
 class InMemoryPublisher:
     """The client library's Publisher port in memory: what was published, per topic, with a
     message id each; storage only. Pub/Sub's own bound is kept: an attribute value over

@@ -236,6 +236,12 @@ class Engine:
         with self._caught_up():
             return self._quota.to_json(self._jobs.held_all())
 
+    def quota_limits(self, project: str) -> dict[str, dict[str, int]]:
+        """The limit per region of each quota metric that applies to ``project`` (what the
+        Cloud Quotas front lists: :mod:`.cloudquotas`)."""
+        with self._caught_up():
+            return self._quota.limits_by_metric(project)
+
     # --- call log and faults -------------------------------------------------------------------
 
     def record_call(

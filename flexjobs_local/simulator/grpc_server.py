@@ -21,6 +21,7 @@ from google.cloud import aiplatform_v1 as v1
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, json_format
 
+from flexjobs_local.simulator import cloudquotas
 from flexjobs_local.simulator.common import SimError
 from flexjobs_local.simulator.engine import Engine
 
@@ -28,6 +29,7 @@ JOB_SERVICE = "google.cloud.aiplatform.v1.JobService"
 ENDPOINT_SERVICE = "google.cloud.aiplatform.v1.EndpointService"
 PIPELINE_SERVICE = "google.cloud.aiplatform.v1.PipelineService"
 OPERATIONS_SERVICE = "google.longrunning.Operations"
+CLOUDQUOTAS_SERVICE = cloudquotas.SERVICE
 
 
 def _request_json(request: Any) -> dict[str, Any]:
@@ -259,6 +261,20 @@ def _operations_handlers(engine: Engine) -> dict[str, grpc.RpcMethodHandler]:
     }
 
 
+def _cloudquotas_handlers(engine: Engine) -> dict[str, grpc.RpcMethodHandler]:
+    from google.cloud import cloudquotas_v1 as cq
+
+    return {
+        "ListQuotaInfos": _handler(
+            engine,
+            "ListQuotaInfos",
+            lambda req: cloudquotas.list_quota_infos(engine, req),
+            cq.ListQuotaInfosRequest,
+            cq.ListQuotaInfosResponse.serialize,
+        ),
+    }
+
+
 def build_server(
     engine: Engine, port: int = 0, host: str = "127.0.0.1", max_workers: int = 8
 ) -> tuple[grpc.Server, int]:
@@ -276,6 +292,10 @@ def build_server(
             grpc.method_handlers_generic_handler(PIPELINE_SERVICE, _pipeline_handlers(engine)),
             grpc.method_handlers_generic_handler(ENDPOINT_SERVICE, _endpoint_handlers(engine)),
             grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, _operations_handlers(engine)),
+            # Cloud Quotas on the same port: FLEXJOBS_CLOUDQUOTAS_ENDPOINT names it too.
+            grpc.method_handlers_generic_handler(
+                cloudquotas.SERVICE, _cloudquotas_handlers(engine)
+            ),
         )
     )
     bound = server.add_insecure_port(f"{host}:{port}")
@@ -285,6 +305,7 @@ def build_server(
 
 
 __all__ = [
+    "CLOUDQUOTAS_SERVICE",
     "ENDPOINT_SERVICE",
     "JOB_SERVICE",
     "OPERATIONS_SERVICE",

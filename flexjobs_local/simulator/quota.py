@@ -199,6 +199,28 @@ class Quota:
         if over:
             raise SimError("RESOURCE_EXHAUSTED", EXCEEDED + ", ".join(over))
 
+    def limits_by_metric(self, project: str) -> dict[str, dict[str, int]]:
+        """The limits that apply to ``project``, as the Cloud Quotas API lists them: the limit
+        per region of each quota metric that has one (:mod:`.cloudquotas` serves them).
+
+        Examples:
+            >>> q = Quota()
+            >>> q.set_limit("us-central1", "NVIDIA_L4", PREEMPTIBLE, 8)
+            >>> q.set_limit("us-central1", "NVIDIA_L4", PREEMPTIBLE, 2, project="p")
+            >>> q.limits_by_metric("p"), q.limits_by_metric("other")[metric("NVIDIA_L4", PREEMPTIBLE)]
+            ({'aiplatform.googleapis.com/custom_model_training_preemptible_nvidia_l4_gpus': {'us-central1': 2}}, {'us-central1': 8})
+        """  # noqa: E501
+        out: dict[str, dict[str, int]] = {}
+        for key_project, location, accel, pool in sorted(
+            self._limits, key=lambda key: tuple(part or "" for part in key)
+        ):
+            if key_project not in (None, project):
+                continue
+            found = self.limit(project, location, accel, pool)
+            if found is not None:
+                out.setdefault(metric(accel, pool), {})[location] = found
+        return out
+
     def to_json(self, usage: Mapping[tuple[str, str, str, str], int]) -> dict[str, Any]:
         """``{"limits": [...], "usage": [...]}``.
 

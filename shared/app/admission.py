@@ -34,8 +34,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Final
 
 from shared.app.context import CapacityPorts
+from shared.app.ports import QuotaLimits
 from shared.app.repository.jobs import AdmissionRecords
 from shared.app.steps.attempts import submit_due
 from shared.app.steps.exactly_once import Outcome
@@ -46,9 +48,11 @@ from shared.domain.admission.config import Queues, Resource, pool_of
 from shared.domain.admission.demand import admission_of, demand_of
 from shared.domain.admission.estimate import Running
 from shared.domain.admission.ledger import (
+    MAX_OBSERVED,
     Entry,
     Ledger,
     admission_fields,
+    demand_from_list,
     entry_of,
     heal_candidates,
     held_reason,
@@ -62,11 +66,17 @@ from shared.domain.decisions.recovery import PREEMPTED, failed
 from shared.domain.decisions.submissions import pending_attempt
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState
+from shared.domain.model.values import clip
 from shared.domain.request.message import JobRequest
+from shared.kernel.errors import QuotaUnreadable
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
 log = get_logger("admission")
+
+#: The tick reads the project's quota limits at most this often (a failed read counts too:
+#: an API that is down or not enabled is asked again after as long).
+QUOTA_READ_EVERY: Final = timedelta(minutes=10)
 
 #: Submits one admitted request (intake: the due-submission routine; the tick: run_retry).
 Submit = Callable[[str], object]
@@ -289,12 +299,14 @@ def _note_held(
 
 
 def _fail_inadmissible(ports: CapacityPorts, plan: Plan, sweep: Sweep) -> None:
-    """A waiting request that can never be admitted now (the queue file changed since it
-    arrived) fails with the reason, rather than wait for ever."""
+    """A waiting request that can never be admitted now (the queue file, or the project's
+    quota as last read, changed since it arrived) fails with the reason, rather than wait for
+    ever."""
     for workload in plan.inadmissible:
         reason = (
-            f"can never be admitted in queue {workload.queue!r} as the queues now stand "
-            f"(the queue file changed since it arrived)"
+            f"can never be admitted in queue {workload.queue!r} as the queues and the "
+            f"project's quota now stand (the queue file or the quota read changed since it "
+            f"arrived)"
         )
         now = ports.clock()
         sweep.each(
@@ -318,11 +330,74 @@ def release(
         admit_waiting(ports, queues, submit)
 
 
+def resources_in_use(queues: Queues, ledger: Ledger, active: Sequence[JobRecord]) -> list[Resource]:
+    """The (region, accelerator, pool) resources whose quota admission may weigh: the queues'
+    quotas, the file's ``projectQuota``, what the ledger holds and what the active records ask
+    (waiting ones included); sorted, at most :data:`MAX_OBSERVED`."""
+    found: set[Resource] = set(queues.project_quota)
+    for queue in queues.queues.values():
+        found.update(queue.quotas)
+    for entry in ledger.held.values():
+        found.update(entry.demand)
+    for record in active:
+        found.update(demand_from_list(record.admission.get("demand")))
+    return sorted(found)[:MAX_OBSERVED]
+
+
+def observe_quota(
+    ports: CapacityPorts, queues: Queues, limits: QuotaLimits, active: Sequence[JobRecord]
+) -> str | None:
+    """Read the project's quota limits when the last read (``observedAt``) is
+    :data:`QUOTA_READ_EVERY` old or more, and cache them in the ledger: every admission's
+    ceiling until the next read (:meth:`Ceiling.of`: where nothing was read, the file's
+    ``projectQuota`` applies). A read that fails keeps the last limits read, records why
+    (``quotaUnreadable``) and logs a warning: a failed read never lifts the ceiling.
+
+    Returns why the read failed (None: read, or not due)."""
+    admissions = ports.store.admissions
+    now = ports.clock()
+    ledger = admissions.ledger()
+    if ledger.observed_at is not None and now - ledger.observed_at < QUOTA_READ_EVERY:
+        return None
+    resources = resources_in_use(queues, ledger, active)
+    try:
+        read = dict(limits.limits(resources))
+    except QuotaUnreadable as exc:
+        reason = clip(str(exc), 500) or type(exc).__name__
+        admissions.observe_quota({}, reason, now)
+        log.warning(
+            "quota limits unreadable: the last limits read stay, the queue file's elsewhere",
+            extra={"fields": {"reason": reason, "observed": len(ledger.observed)}},
+        )
+        return reason
+    asked = set(resources)
+    kept = {r: n for r, n in sorted(read.items()) if r in asked}
+    admissions.observe_quota(kept, None, now)
+    log.info(
+        "quota limits read",
+        extra={
+            "fields": {
+                "read": len(kept),
+                "asked": len(resources),
+                "limits": {str(r): n for r, n in list(kept.items())[:20]},
+            }
+        },
+    )
+    return None
+
+
 def tick(
-    ports: CapacityPorts, queues: Queues, active: Sequence[JobRecord], submit: Submit
+    ports: CapacityPorts,
+    queues: Queues,
+    active: Sequence[JobRecord],
+    submit: Submit,
+    quota: QuotaLimits | None = None,
 ) -> list[str]:
-    """The tick's share: heal the ledger against the active records the tick read, then run
-    a pass. Returns the requestIds admitted."""
+    """The tick's share: read the quota limits when due (``quota``; None: never read),
+    heal the ledger against the active records the tick read, then run a pass. Returns the
+    requestIds admitted. The read is isolated: one that fails never stops the pass."""
+    if quota is not None:
+        Sweep("admission").each(None, "quota", observe_quota, ports, queues, quota, active)
     admissions = ports.store.admissions
     admitted: dict[str, Entry] = {}
     for record in active:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from shared.app.ports import CheckpointStore, DeploymentBackend, JobBackend, Notifier, RejectionLog
+from shared.app.ports import (
+    CheckpointStore,
+    DeploymentBackend,
+    JobBackend,
+    Notifier,
+    QuotaLimits,
+    RejectionLog,
+)
 from shared.app.repository.deployments import DeploymentRecords
 from shared.app.repository.jobs import JobRecords
 from shared.domain.admission.config import Queues
@@ -81,6 +88,9 @@ class Tracker:
     prices: PriceTable | None = None
     # The admission queues (FLEXJOBS_QUEUES); None: admission is off.
     queues: Queues | None = None
+    # The project's quota limits (Cloud Quotas), read by the tick when admission is on;
+    # None: never read, and the queue file's projectQuota is the ceiling.
+    quota_limits: QuotaLimits | None = None
 
     def backoff(self, retry_number: int) -> float:
         """Seconds before a submission parked for quota is tried again."""

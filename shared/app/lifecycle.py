@@ -345,7 +345,16 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
         changed += state is not None
     if tracker.queues is not None:
         queues = tracker.queues
-        sweep.each(None, "admission", admission.tick, tracker, queues, active, _submitter(tracker))
+        sweep.each(
+            None,
+            "admission",
+            admission.tick,
+            tracker,
+            queues,
+            active,
+            _submitter(tracker),
+            tracker.quota_limits,
+        )
     for record in active:
         if is_overdue(record, now):
             sweep.each(record.request_id, "overdue", _flag_overdue, tracker, record, now)

@@ -6,10 +6,11 @@ used by unit and functional tests are ``InMemory…``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
+from shared.domain.admission.config import Resource
 from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.decisions.submissions import Claimed, Submission
 from shared.domain.model.changes import Change, DeploymentChange, Written
@@ -26,6 +27,7 @@ __all__ = [
     "JobBackend",
     "JobStore",
     "Notifier",
+    "QuotaLimits",
     "RejectionLog",
     "Stored",
     "StoredObjects",
@@ -171,6 +173,22 @@ MAX_WAITING = 5000
 #: More active jobs than this writing checkpoints under one prefix is a misconfiguration; a
 #: checkpoint upload updates the first ones found.
 MAX_WATCHERS = 20
+
+
+class QuotaLimits(Protocol):
+    """The project's Vertex AI GPU quota limits, as the quota system enforces them (Cloud
+    Quotas)."""
+
+    def limits(self, resources: Collection[Resource]) -> Mapping[Resource, int]:
+        """The limit in GPUs of each of ``resources`` (a region, an accelerator type, a pool)
+        the quota system reports; a resource it reports no limit for (no such metric, no
+        value for the region, unlimited) is left out.
+
+        Raises:
+            QuotaUnreadable: the limits could not be read (not reachable, not enabled,
+                permission denied, or more than a read may hold).
+        """
+        ...
 
 
 class StoredObjects(Protocol):

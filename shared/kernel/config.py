@@ -20,6 +20,7 @@ ENV_VARS = (
     "GCLOUD_PROJECT",
     "FLEXJOBS_LOCATION",
     "FLEXJOBS_VERTEX_ENDPOINT",
+    "FLEXJOBS_CLOUDQUOTAS_ENDPOINT",
     "FLEXJOBS_REQUESTS_TOPIC",
     "FLEXJOBS_EVENTS_TOPIC",
     "FLEXJOBS_NOTIFICATIONS_TOPIC",
@@ -86,6 +87,9 @@ class Settings:
     project: str
     location: str = DEFAULT_LOCATION
     vertex_endpoint: str | None = None
+    # host:port of the Cloud Quotas API (the tick reads the GPU quota limits there when
+    # admission is on); None: cloudquotas.googleapis.com. A local host: plaintext gRPC.
+    cloudquotas_endpoint: str | None = None
     requests_topic: str = "job-requests"
     events_topic: str = "job-events"
     notifications_topic: str = "job-notifications"
@@ -176,6 +180,7 @@ class Settings:
             project=project,
             location=location,
             vertex_endpoint=e.get("FLEXJOBS_VERTEX_ENDPOINT") or None,
+            cloudquotas_endpoint=e.get("FLEXJOBS_CLOUDQUOTAS_ENDPOINT") or None,
             requests_topic=e.get("FLEXJOBS_REQUESTS_TOPIC") or "job-requests",
             events_topic=e.get("FLEXJOBS_EVENTS_TOPIC") or "job-events",
             notifications_topic=e.get("FLEXJOBS_NOTIFICATIONS_TOPIC") or "job-notifications",
@@ -207,7 +212,16 @@ class Settings:
     @property
     def vertex_is_local(self) -> bool:
         """True when the Vertex endpoint is on this machine: plaintext gRPC, no credentials."""
-        if not self.vertex_endpoint:
-            return False
-        host = urlsplit(f"//{self.vertex_endpoint}").hostname
-        return host in {"127.0.0.1", "localhost"}
+        return _is_local(self.vertex_endpoint)
+
+    @property
+    def cloudquotas_is_local(self) -> bool:
+        """True when the Cloud Quotas endpoint is on this machine (the simulator): plaintext
+        gRPC, no credentials."""
+        return _is_local(self.cloudquotas_endpoint)
+
+
+def _is_local(endpoint: str | None) -> bool:
+    if not endpoint:
+        return False
+    return urlsplit(f"//{endpoint}").hostname in {"127.0.0.1", "localhost"}

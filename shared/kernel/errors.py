@@ -152,6 +152,12 @@ class OutcomeUnknown(BackendUnavailable):
     """
 
 
+class QuotaUnreadable(TransientError):
+    """The project's quota limits could not be read (the Cloud Quotas API is not reachable,
+    not enabled, refused the read, or answered more than a read may hold). The tick keeps the
+    limits it read last and records why; it is retryable: the next read may succeed."""
+
+
 class StoreUnavailable(TransientError):
     """Firestore could not be reached or the transaction could not commit."""
 

@@ -21,6 +21,7 @@ from tests.fakes import (
     InMemoryJobBackend,
     InMemoryJobStore,
     InMemoryNotifier,
+    InMemoryQuotaLimits,
     InMemoryRejectionLog,
 )
 
@@ -57,6 +58,8 @@ def fake_ports(checkpoints: InMemoryCheckpointStore | None = None) -> Ports:
         deployment_store=InMemoryDeploymentStore(),
         deployment_backend=deployment_backend,
         checkpoints=checkpoints or InMemoryCheckpointStore(),
+        # Reports no limit: the queue file's projectQuota is the ceiling unless a test sets one.
+        quota_limits=InMemoryQuotaLimits(),
         prices=PriceTable.load(PRICES),
         jitter=lambda: 0.5,
         sleep=lambda _seconds: None,

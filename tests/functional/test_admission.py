@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,11 +23,12 @@ from shared import bootstrap
 from shared.app import admission
 from shared.app.context import Intake, Tracker
 from shared.bootstrap import Ports
+from shared.domain.admission.config import Pool, Resource
 from shared.domain.model.states import from_vertex
 from shared.kernel.config import Settings
-from shared.kernel.errors import BackendUnavailable
+from shared.kernel.errors import BackendUnavailable, QuotaUnreadable
 from tests.events import load, pubsub_cloud_event
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, InMemoryQuotaLimits
 from tests.functional.conftest import ENV
 from tests.functional.test_lifecycle_handlers import end, hint, run, tick
 
@@ -575,3 +577,115 @@ def test_the_tick_shows_operators_each_queue_its_line_and_a_waiting_requests_pla
     assert "position 1 of 2" in capsys.readouterr().out
     assert main(["--project", "p", "status", "a1", "--format", "json"]) == 0
     assert "admissionPlace" not in json.loads(capsys.readouterr().out)
+
+
+# --- the project's real quota (Cloud Quotas) ---------------------------------------------------
+
+A100_PREEMPTIBLE = Resource("us-central1", "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)
+
+
+def quota_of(tracker: Tracker) -> InMemoryQuotaLimits:
+    limits = tracker.quota_limits
+    assert isinstance(limits, InMemoryQuotaLimits)
+    return limits
+
+
+def test_the_tick_reads_the_quota_at_most_every_ten_minutes_and_caches_it(
+    queued, clock, post_event
+):
+    _, tracker = queued
+    quota = quota_of(tracker)
+    quota.values = {A100_PREEMPTIBLE: 12}
+    assert tick(post_event, clock) == 200
+    # The resources the queues and the file name were asked for.
+    assert quota.reads == [[A100_PREEMPTIBLE]]
+    ledger = tracker.store.admissions.ledger()
+    assert dict(ledger.observed) == {A100_PREEMPTIBLE: 12}
+    assert ledger.observed_at == clock.now and ledger.unreadable is None
+    stored = tracker.store.store.read_ledger()
+    assert stored is not None and stored.raw["observed"] == [
+        {
+            "region": "us-central1",
+            "acceleratorType": "NVIDIA_TESLA_A100",
+            "pool": "PREEMPTIBLE",
+            "gpus": 12,
+        }
+    ]
+
+    quota.values = {A100_PREEMPTIBLE: 6}
+    assert tick(post_event, clock, seconds=60) == 200
+    assert len(quota.reads) == 1  # not due yet: the cached limit stands
+    assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 12}
+    assert tick(post_event, clock, seconds=admission.QUOTA_READ_EVERY.total_seconds()) == 200
+    assert len(quota.reads) == 2
+    assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 6}
+
+
+def test_a_failed_read_keeps_the_last_limits_and_records_why(queued, clock, post_event, caplog):
+    _, tracker = queued
+    quota = quota_of(tracker)
+    quota.values = {A100_PREEMPTIBLE: 4}
+    assert tick(post_event, clock) == 200
+    quota.failing = QuotaUnreadable("Cloud Quotas ListQuotaInfos failed: 403 SERVICE_DISABLED")
+    with caplog.at_level(logging.WARNING):
+        assert tick(post_event, clock, seconds=admission.QUOTA_READ_EVERY.total_seconds()) == 200
+    ledger = tracker.store.admissions.ledger()
+    assert dict(ledger.observed) == {A100_PREEMPTIBLE: 4}  # never lifted to the file's 8
+    assert ledger.unreadable is not None and "SERVICE_DISABLED" in ledger.unreadable
+    assert any("quota limits unreadable" in r.getMessage() for r in caplog.records)
+
+    # The ceiling is still the last limit read: one 4-GPU request runs, the next waits.
+    assert publish(post_event, clock, body("a1", "team-a")) == 200
+    assert publish(post_event, clock, body("b1", "team-b")) == 200
+    assert created(tracker) == ["a1"]
+    assert "project quota" in record(tracker, "b1")["admission"]["heldBy"]
+
+    # Readable again: the reason goes, the new limit applies.
+    quota.failing = None
+    quota.values = {A100_PREEMPTIBLE: 8}
+    assert tick(post_event, clock, seconds=admission.QUOTA_READ_EVERY.total_seconds()) == 200
+    ledger = tracker.store.admissions.ledger()
+    assert ledger.unreadable is None and dict(ledger.observed) == {A100_PREEMPTIBLE: 8}
+    assert created(tracker) == ["a1", "b1"]
+
+
+def test_an_unexpected_fault_of_the_read_never_fails_the_tick(queued, clock, post_event):
+    _, tracker = queued
+    assert publish(post_event, clock, body("a1", "team-a")) == 200
+    quota_of(tracker).failing = RuntimeError("a bug in the adapter")
+    assert tick(post_event, clock) == 200
+    # Nothing recorded (not a read that failed), and the file's quota still applies.
+    assert tracker.store.admissions.ledger().observed_at is None
+    assert created(tracker) == ["a1"]
+
+
+def test_an_observed_limit_lower_than_the_files_stops_admission_past_it(queued, clock, post_event):
+    _, tracker = queued
+    quota_of(tracker).values = {A100_PREEMPTIBLE: 4}  # the file says 8
+    assert tick(post_event, clock) == 200
+    assert publish(post_event, clock, body("a1", "team-a")) == 200
+    assert publish(post_event, clock, body("b1", "team-b")) == 200
+    # team-b's nominal has room; the project's real quota does not.
+    assert created(tracker) == ["a1"]
+    waiting = record(tracker, "b1")["admission"]
+    assert waiting["stage"] == "WAITING"
+    assert "project quota of NVIDIA_TESLA_A100 PREEMPTIBLE in us-central1" in waiting["heldBy"]
+    assert in_flight(tracker) <= 4
+    finish(post_event, clock, tracker, "a1")
+    assert created(tracker) == ["a1", "b1"]
+
+
+def test_a_limit_of_zero_is_a_limit(queued, clock, post_event):
+    _, tracker = queued
+    quota_of(tracker).values = {A100_PREEMPTIBLE: 0}
+    assert tick(post_event, clock) == 200
+    assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 0}
+    # Never admissible under the real quota: refused at intake, as any demand past it.
+    assert publish(post_event, clock, body("a1", "team-a")) == 200
+    assert created(tracker) == []
+    assert tracker.store.get("a1") is None
+
+
+def test_without_queues_the_quota_is_never_read(intake, tracker, clock, post_event):
+    assert tracker.quota_limits is None
+    assert tick(post_event, clock) == 200

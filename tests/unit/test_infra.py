@@ -71,6 +71,7 @@ TOPICS = {
 LEFT_AT_DEFAULT = {
     "GCLOUD_PROJECT",
     "FLEXJOBS_VERTEX_ENDPOINT",
+    "FLEXJOBS_CLOUDQUOTAS_ENDPOINT",
     "FLEXJOBS_HINT_RECENT_SECONDS",
     "FLEXJOBS_BACKOFF_BASE_SECONDS",
     "FLEXJOBS_BACKOFF_CAP_SECONDS",
@@ -463,6 +464,15 @@ def grant_problems(infra: Infra) -> list[str]:
             problems.append(
                 f"google_project_iam_member.{name}: {body['role']} on every bucket of the project"
             )
+    # Quota information is read by the tick alone (admission's ceiling), and only read.
+    tick = '${google_service_account.function["handle_scheduler_tick"].member}'
+    quota_grants = sorted(
+        (str(body.get("role")), str(body.get("member")))
+        for (kind, name), body in infra.resources.items()
+        if str(body.get("role")).startswith("roles/cloudquotas.")
+    )
+    if quota_grants != [("roles/cloudquotas.viewer", tick)]:
+        problems.append(f"quota information is granted as {quota_grants}")
     build = "${google_service_account.build.member}"
     reads = sorted(
         f"{kind}.{name}"
@@ -732,6 +742,20 @@ def test_requests_and_checkpoints_never_share_trust(infra):
 
 def test_no_grant_reaches_further_than_its_use(infra):
     assert grant_problems(infra) == []
+
+
+def test_quota_information_is_read_by_the_tick_alone(infra):
+    broken = copy.deepcopy(infra)
+    grant = broken.resources[("google_project_iam_member", "tick_quota_viewer")]
+    grant["role"] = "roles/cloudquotas.admin"
+    assert [p for p in grant_problems(broken) if "quota" in p] == [
+        "quota information is granted as [('roles/cloudquotas.admin', "
+        "'${google_service_account.function[\"handle_scheduler_tick\"].member}')]"
+    ]
+    del broken.resources[("google_project_iam_member", "tick_quota_viewer")]
+    assert [p for p in grant_problems(broken) if "quota" in p] == [
+        "quota information is granted as []"
+    ]
 
 
 def test_a_live_claim_never_uses_up_a_requests_deliveries(infra):

@@ -73,9 +73,12 @@ def demand_to_list(demand: Demand) -> list[dict[str, Any]]:
     ]
 
 
-def demand_from_list(raw: object, limit: int = MAX_RESOURCES) -> dict[Resource, int]:
+def demand_from_list(
+    raw: object, limit: int = MAX_RESOURCES, *, least: int = 1
+) -> dict[Resource, int]:
     """A stored demand read back; entries that do not read are left out (hand edits), and
-    at most ``limit`` are read.
+    at most ``limit`` are read. ``least``: the smallest count kept (0 for quota limits: a
+    limit of 0 GPUs is a limit, the commonest one).
 
     Examples:
         >>> d = {Resource("us-central1", "NVIDIA_L4", Pool.PREEMPTIBLE): 4}
@@ -83,6 +86,10 @@ def demand_from_list(raw: object, limit: int = MAX_RESOURCES) -> dict[Resource, 
         True
         >>> demand_from_list([{"region": 1}, "x"])
         {}
+        >>> limit = [{"region": "r", "acceleratorType": "NVIDIA_L4", "pool": "PREEMPTIBLE",
+        ...           "gpus": 0}]
+        >>> len(demand_from_list(limit)), len(demand_from_list(limit, least=0))
+        (0, 1)
     """
     out: dict[Resource, int] = {}
     if not isinstance(raw, list):
@@ -96,7 +103,7 @@ def demand_from_list(raw: object, limit: int = MAX_RESOURCES) -> dict[Resource, 
             continue
         if pool not in (Pool.ON_DEMAND.value, Pool.PREEMPTIBLE.value):
             continue
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus <= 0:
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < least:
             continue
         resource = Resource(region, accelerator, Pool(pool))
         out[resource] = out.get(resource, 0) + gpus
@@ -167,7 +174,7 @@ class Ledger:
             held,
             decayed,
             at if isinstance(at, datetime) else None,
-            demand_from_list(raw.get("observed"), limit=MAX_OBSERVED),
+            demand_from_list(raw.get("observed"), limit=MAX_OBSERVED, least=0),
             seen_at if isinstance(seen_at, datetime) else None,
             unreadable if isinstance(unreadable, str) else None,
         )
