@@ -80,6 +80,16 @@ def test_admission_creates_only_at_ticks_and_sees_ends_a_tick_late():
     assert sorted(meter.waits[0]) == [0.0, 59.0]
 
 
+def test_with_hints_an_end_is_seen_its_hint_later_and_the_ticks_go_on():
+    first = job("first", "team-a", QUOTA, length=30.0)
+    second = job("second", "team-b", 1, at=1.0)
+    third = job("third", "team-b", 1, at=100.0)
+    meter = admission([first, second, third], 10_000.0, phase=0.0, hint_seconds=10.0)
+    # first ends at 30, its hint at 40 runs a pass: second then, not at the tick at 60;
+    # third arrives at 100 and waits for the tick at 120 (a hint's pass starts no ticks).
+    assert sorted(meter.waits[0]) == [0.0, 20.0, 39.0]
+
+
 def test_the_acceptance_checks_fail_when_the_figures_miss():
     # A rule that creates everything at once: refusals, and every share off its weight.
     jobs = [job(f"c{i}", "team-c", 8, at=0.0) for i in range(6)] + [
