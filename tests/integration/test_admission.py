@@ -58,11 +58,12 @@ def db(queued_stack: LocalStack) -> Any:
     return firestore.Client(project=queued_stack.config.project)
 
 
-def request(rid: str) -> dict[str, Any]:
-    """A FLEX_START job of 4 A100s in ``rid``'s team's queue, 10 simulated minutes long."""
+def request(rid: str, queue: str | None = None) -> dict[str, Any]:
+    """A FLEX_START job of 4 A100s in ``queue`` (default: ``rid``'s team's), 10 simulated
+    minutes long."""
     body = copy.deepcopy(load("seed_request"))
     body["requestId"] = rid
-    body["queue"] = f"team-{rid[0]}"
+    body["queue"] = queue or f"team-{rid[0]}"
     job = body["customJob"]
     pool = job["jobSpec"]["workerPoolSpecs"][0]
     pool["machineSpec"] = {

@@ -10,7 +10,6 @@ Vertex refuses none of its creates, and a failing read keeps the limit read and 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,10 +21,10 @@ from shared.adapters.cloudquotas import CloudQuotasLimits
 from shared.domain.admission.config import Pool, Resource
 from shared.kernel.config import Settings
 from shared.kernel.errors import QuotaUnreadable
-from tests.events import load
 from tests.integration.helpers import running_stack, wait_for
 from tests.integration.simulator_support import A100, LOCATION
-from tests.integration.test_lifecycle import BUCKET, record
+from tests.integration.test_admission import request
+from tests.integration.test_lifecycle import record
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +101,6 @@ queues:
       - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 16}
 """
 REAL_QUOTA = 8
-GPUS_EACH = 4
 
 
 @pytest.fixture(scope="module")
@@ -114,27 +112,6 @@ def quota_stack() -> Iterator[LocalStack]:
     )
     with running_stack(config) as stack:
         yield stack
-
-
-def _body(rid: str) -> dict[str, Any]:
-    """A FLEX_START job of 4 A100s in team-a, 10 simulated minutes long."""
-    body = copy.deepcopy(load("seed_request"))
-    body["requestId"] = rid
-    body["queue"] = "team-a"
-    job = body["customJob"]
-    pool = job["jobSpec"]["workerPoolSpecs"][0]
-    pool["machineSpec"] = {
-        "machineType": "a2-highgpu-4g",
-        "acceleratorType": A100,
-        "acceleratorCount": GPUS_EACH,
-    }
-    pool["containerSpec"] = {
-        "imageUri": "python:3.10",
-        "command": ["python", "train.py"],
-        "env": [{"name": "FLEXJOBS_SIM_RUN_SECONDS", "value": "600"}],
-    }
-    job["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": f"gs://{BUCKET}/{rid}"}
-    return body
 
 
 def test_the_tick_reads_the_simulators_quota_and_admits_no_more(quota_stack: LocalStack):
@@ -164,7 +141,7 @@ def test_the_tick_reads_the_simulators_quota_and_admits_no_more(quota_stack: Loc
 
     rids = ["q1", "q2", "q3"]
     for rid in rids:
-        stack.publish_request(_body(rid))
+        stack.publish_request(request(rid, "team-a"))
         wait_for(lambda rid=rid: record(db, rid).get("admission"), 60, f"{rid}'s record")
     wait_for(
         lambda: len(sim.jobs("CustomJob")) == 2 and record(db, "q3").get("admission"),
