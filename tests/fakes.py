@@ -347,6 +347,9 @@ class InMemoryJobBackend:
         self.fail_after_create: Exception | None = None
         # Raised by cancel(), like a cancel Vertex did not confirm.
         self.fail_cancel_with: Exception | None = None
+        # False: a cancel leaves the job CANCELLING (still holding its GPUs) until a test
+        # ends it, as Vertex's asynchronous cancel does; True: cancelled at once.
+        self.cancel_lands = True
         # Raised by get(), like a Vertex read that failed (e.g. BackendUnavailable).
         self.fail_get_with: Exception | None = None
         self.reads: list[str] = []
@@ -427,7 +430,8 @@ class InMemoryJobBackend:
         if ended is not None and ended.terminal:
             return  # ended already: as cancelled as it gets (the Vertex adapter's contract)
         kind = training_kind_of(name)  # a name a test made up reads as a job's
-        state = f"{kind.state_prefix if kind else 'JOB_STATE'}_CANCELLED"
+        end = "CANCELLED" if self.cancel_lands else "CANCELLING"
+        state = f"{kind.state_prefix if kind else 'JOB_STATE'}_{end}"
         self.jobs[name] = dataclasses.replace(job, state=state)
 
 

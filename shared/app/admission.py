@@ -56,11 +56,12 @@ from shared.domain.admission.ledger import (
     entry_of,
     heal_candidates,
     held_reason,
+    holds_quota,
     workload_of,
 )
 from shared.domain.admission.preemption import choose_victims
 from shared.domain.admission.quota import Ceiling, Demand, add
-from shared.domain.admission.rule import Plan, Standing, admit
+from shared.domain.admission.rule import Plan, Standing, Workload, admit, never_fits
 from shared.domain.admission.summary import summarise
 from shared.domain.decisions.recovery import PREEMPTED, failed
 from shared.domain.decisions.submissions import pending_attempt
@@ -142,18 +143,19 @@ def submit_admitted(ports: CapacityPorts, request_id: str) -> Outcome | None:
 
 def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[str]:
     """One admission pass: admit what fits, in the rule's order, and create each admitted
-    request; returns the requestIds admitted. Each admission and each create is isolated: one
-    that fails is logged and left for the next pass (an admitted request whose create failed
-    is a due submission the tick finishes)."""
+    request; returns the requestIds admitted and created. Each admission and each create is
+    isolated: one that fails is logged and left for the next pass (an admitted request whose
+    create failed is a due submission the tick finishes)."""
     admissions = ports.store.admissions
     now = ports.clock()
     ledger = admissions.ledger()
     waiting = admissions.waiting()
-    workloads = [
-        w
-        for r in waiting
-        if not r.cancel_requested and (w := workload_of(r.request_id, r.admission)) is not None
-    ]
+    sweep = Sweep("admission")
+    for ended in (r for r in waiting if r.state.terminal):
+        # Ended while it waited, before records said so (admission.stage ENDED): out of
+        # the line, so it neither holds its queue nor fills the read's bound.
+        sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now)
+    workloads = waiting_workloads(waiting)
     if not workloads:
         return []
     standing = Standing(
@@ -162,7 +164,6 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
         decayed=ledger.decayed_now(now, queues.half_life_seconds),
     )
     plan = admit(queues, standing, workloads)
-    sweep = Sweep("admission")
     admitted: list[str] = []
     for workload in plan.admitted:
         with request_context(workload.request_id):
@@ -189,26 +190,48 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
                 ports.store,
                 ports.notifier,
             )
-            sweep.each(workload.request_id, "create", submit, workload.request_id)
+            if not sweep.each(workload.request_id, "create", _ran, submit, workload.request_id):
+                admitted.remove(workload.request_id)  # its create failed: due for the tick
     _note_held(ports, plan, admissions, sweep, now)
-    _fail_inadmissible(ports, plan, sweep)
+    _fail_inadmissible(ports, queues, plan, sweep)
     if plan.held:
-        sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing, ledger)
+        sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
     return admitted
 
 
-def preempt_for(
-    ports: CapacityPorts, queues: Queues, plan: Plan, standing: Standing, ledger: Ledger
-) -> list[str]:
+def _ran(submit: Submit, request_id: str) -> bool:
+    """``submit(request_id)``; True once it returned (it raised: the sweep logs it)."""
+    submit(request_id)
+    return True
+
+
+def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
+    """The workloads of the records waiting in their queues (none that ended or is being
+    cancelled: a record that ended waits for nothing)."""
+    return [
+        w
+        for r in waiting
+        if r.awaiting_admission
+        and not r.cancel_requested
+        and (w := workload_of(r.request_id, r.admission)) is not None
+    ]
+
+
+def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Standing) -> list[str]:
     """End the running jobs the highest-priority held head of a preempting queue may take
     GPUs from, so that it fits (see the module docstring); returns the victims' requestIds.
     Nobody is ended when the victims already being cancelled free enough, or when no set of
-    allowed victims makes it fit."""
+    allowed victims makes it fit. Decided on a fresh read of the ledger, not the pass's
+    snapshot: what was released meanwhile, or admitted earlier in this pass, counts."""
+    ledger: Ledger | None = None
     for held in sorted(plan.held, key=lambda h: -h.workload.priority):
         workload = held.workload
         queue = queues.queues.get(workload.queue)
         if queue is None or not (queue.preemption.within_queue or queue.preemption.within_cohort):
             continue
+        if ledger is None:
+            ledger = ports.store.admissions.ledger()
+            standing = dataclasses.replace(standing, usage=ledger.usage())
         running, freeing = _running(ports, queues, ledger, queue.name, queue.cohort)
         usage: dict[str, dict[Resource, int]] = {q: dict(h) for q, h in standing.usage.items()}
         for entry in freeing:
@@ -298,15 +321,23 @@ def _note_held(
         sweep.each(request_id, "held", admissions.note_held, request_id, reason, now)
 
 
-def _fail_inadmissible(ports: CapacityPorts, plan: Plan, sweep: Sweep) -> None:
-    """A waiting request that can never be admitted now (the queue file, or the project's
-    quota as last read, changed since it arrived) fails with the reason, rather than wait for
-    ever."""
+def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: Sweep) -> None:
+    """A waiting request that can never be admitted under the queue file (it changed since
+    the request arrived) fails with the reason, rather than wait for ever. One that only the
+    project's quota as last read from the Cloud Quotas API keeps out waits, saying so: one
+    read (a default dimension, a limit lowered for a day) must not end accepted work for
+    good, and the next read may lift it."""
+    configured = Ceiling.of(queues, {})
+    admissions = ports.store.admissions
     for workload in plan.inadmissible:
+        if not never_fits(queues, configured, workload):
+            why = "the project's quota as read from the Cloud Quotas API is below its demand"
+            rid = workload.request_id
+            sweep.each(rid, "held", admissions.note_held, rid, why, ports.clock())
+            continue
         reason = (
-            f"can never be admitted in queue {workload.queue!r} as the queues and the "
-            f"project's quota now stand (the queue file or the quota read changed since it "
-            f"arrived)"
+            f"can never be admitted in queue {workload.queue!r} as the queue file now stands "
+            f"(it changed since the request arrived)"
         )
         now = ports.clock()
         sweep.each(
@@ -391,11 +422,15 @@ def tick(
     queues: Queues,
     active: Sequence[JobRecord],
     submit: Submit,
+    *,
     quota: QuotaLimits | None = None,
+    live_jobs: set[str] | None = None,
 ) -> list[str]:
     """The tick's share: read the quota limits when due (``quota``; None: never read),
     heal the ledger against the active records the tick read, then run a pass. Returns the
-    requestIds admitted. The read is isolated: one that fails never stops the pass."""
+    requestIds admitted. The read is isolated: one that fails never stops the pass.
+    ``live_jobs``: the Vertex jobs the tick's listing shows not ended (None: a listing
+    failed), what an ended record's entry is held for."""
     if quota is not None:
         Sweep("admission").each(None, "quota", observe_quota, ports, queues, quota, active)
     admissions = ports.store.admissions
@@ -404,33 +439,40 @@ def tick(
         entry = entry_of({"admission": record.admission})
         if entry is not None:
             admitted[record.request_id] = entry
-    drop, restore = heal_candidates(admissions.ledger(), admitted)
-    # Confirmed on a fresh read each (normally none: the ledger and its records are
-    # written in one batch; a hand edit or a deleted record leaves them apart).
-    confirmed_drop, confirmed_restore = [], {}
+    seen = admissions.ledger()
+    drop, restore = heal_candidates(seen, admitted)
+    # Confirmed on a fresh read each. Dropped: the entry of a record gone, of one that ended
+    # and whose cancels Vertex has confirmed (a cancelled running job's GPUs come back here,
+    # at the tick after Vertex confirms: holds_quota), and of one waiting again. Otherwise
+    # normally none: the ledger and its records are written in one batch; a hand edit or a
+    # deleted record leaves them apart. Each drop names the entry it saw (``at``), so one
+    # admitted again meanwhile is kept.
+    confirmed_drop: dict[str, datetime] = {}
+    confirmed_restore: dict[str, Entry] = {}
+    ended: list[str] = []  # given back as they should be (a confirmed cancel): not a heal
     for request_id in drop:
         fresh = ports.store.get(request_id)
-        if (
-            fresh is None
-            or fresh.state.terminal
-            or entry_of({"admission": fresh.admission}) is None
+        if fresh is None or (
+            not holds_quota(fresh, live_jobs)
+            if fresh.state.terminal
+            else entry_of({"admission": fresh.admission}) is None
         ):
-            confirmed_drop.append(request_id)
+            confirmed_drop[request_id] = seen.held[request_id].at
+            if fresh is not None and fresh.state.terminal:
+                ended.append(request_id)
     for request_id in restore:
         fresh = ports.store.get(request_id)
         entry = entry_of({"admission": fresh.admission}) if fresh is not None else None
         if fresh is not None and not fresh.state.terminal and entry is not None:
             confirmed_restore[request_id] = entry
     if admissions.heal(confirmed_drop, confirmed_restore):
-        log.warning(
-            "admission ledger healed",
-            extra={
-                "fields": {
-                    "dropped": confirmed_drop[:10],
-                    "restored": sorted(confirmed_restore)[:10],
-                }
-            },
-        )
+        healed_ids = sorted(set(confirmed_drop) - set(ended))
+        fields = {"released": ended[:10], "dropped": healed_ids[:10]}
+        fields["restored"] = sorted(confirmed_restore)[:10]
+        if healed_ids or confirmed_restore:
+            log.warning("admission ledger healed", extra={"fields": fields})
+        else:
+            log.info("admission released at the tick", extra={"fields": fields})
     admitted_now = admit_waiting(ports, queues, submit)
     Sweep("admission").each(None, "summary", summarise_for_operators, ports, queues, active)
     return admitted_now
@@ -447,11 +489,7 @@ def summarise_for_operators(
     admissions = ports.store.admissions
     now = ports.clock()
     ledger = admissions.ledger()
-    waiting = [
-        w
-        for r in admissions.waiting()
-        if not r.cancel_requested and (w := workload_of(r.request_id, r.admission)) is not None
-    ]
+    waiting = waiting_workloads(admissions.waiting())
     by_id = {r.request_id: r for r in active}
     running = [
         _expected(request_id, entry, by_id.get(request_id))

@@ -107,9 +107,11 @@ def finish_cancel(ports: CapacityPorts, record: JobRecord) -> list[str]:
     request_id = record.request_id
     names = _live_jobs(ports, record)
     apply_and_notify(ports, request_id, lambda rec: cancel_now(rec, names, ports.clock()))
-    if ports.queues is not None:
-        # Its GPUs are free again (admitted or not, created or not): give them back and admit
-        # what now fits, at once rather than at the next tick's heal.
+    if ports.queues is not None and not names:
+        # No job of it lives in Vertex (it was waiting, or admitted and not yet created): its
+        # GPUs are free now; give them back and admit what now fits. A live job keeps them
+        # until Vertex confirms its cancel (CANCELLING still holds them): the tick gives
+        # them back then (holds_quota).
         queues = ports.queues
         admission.release(ports, queues, [request_id], lambda rid: submit_admitted(ports, rid))
     left = drive_cancels(ports, request_id, names)

@@ -42,7 +42,7 @@ from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_REQUEST
 from shared.domain.model.records import JobRecord
-from shared.domain.model.states import JobState
+from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import parse_rfc3339
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.failures import FailureClass
@@ -212,11 +212,17 @@ def settle_job(
         run_retry(tracker, request_id, after)
     requeued = change.record.get("admission", {}).get("stage") == Stage.WAITING.value
     if (change.state.terminal or requeued) and tracker.queues is not None:
-        # Its GPUs are free again (it ended, or admission preempted it and it waits again):
-        # give them back and admit what now fits, at once rather than at the next tick
-        # (which would also find the entry orphaned and drop it).
+        # Its job ended (Vertex says so: this settles on its read), so its GPUs are free
+        # again; or admission preempted it and it waits again: give them back and admit what
+        # now fits, at once rather than at the next tick (which would also find the entry
+        # orphaned and drop it).
         admission.release(tracker, tracker.queues, [request_id], _submitter(tracker))
     return change.state.value
+
+
+def _ended(job: VertexJob) -> bool:
+    state = from_vertex(job.state)
+    return state is not None and state.terminal
 
 
 def _submitter(tracker: Tracker) -> admission.Submit:
@@ -325,8 +331,11 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
     changed = 0
     listed: list[VertexJob] = []
+    listed_whole = True
     for location, since in _listing_windows(active, ended, tracker.settings.location):
-        listed += sweep.each(None, f"list {location}", _listed, tracker, location, since) or []
+        page = sweep.each(None, f"list {location}", _listed, tracker, location, since)
+        listed_whole = listed_whole and page is not None
+        listed += page or []
     # A request's jobs side by side: one may show that another is a stray (is_stray).
     by_request: dict[str, list[VertexJob]] = defaultdict(list)
     for job in listed:
@@ -345,15 +354,17 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
         changed += state is not None
     if tracker.queues is not None:
         queues = tracker.queues
+        # The jobs Vertex still runs (CANCELLING too): an ended record's GPUs come back only
+        # once its jobs are not among them. None: a listing failed, so nothing is known.
+        live = {j.name for j in listed if not _ended(j)} if listed_whole else None
         sweep.each(
             None,
             "admission",
-            admission.tick,
+            functools.partial(admission.tick, quota=tracker.quota_limits, live_jobs=live),
             tracker,
             queues,
             active,
             _submitter(tracker),
-            tracker.quota_limits,
         )
     for record in active:
         if is_overdue(record, now):

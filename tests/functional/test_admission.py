@@ -263,6 +263,70 @@ def test_a_cancel_before_the_create_gives_the_capacity_back(queued, clock, post_
     assert created(tracker) == ["a2"]
 
 
+def test_a_cancel_of_a_running_job_gives_its_gpus_back_only_once_vertex_has_ended_it(
+    queued, clock, post_event
+):
+    """Vertex's cancel is asynchronous: a CANCELLING job still holds its GPUs, so the next
+    request is admitted only at the tick after Vertex reports the job ended."""
+    _, tracker = queued
+    tracker.backend.cancel_lands = False
+    for request_id in ["a1", "a2"]:
+        assert publish(post_event, clock, body(request_id)) == 200
+    name = record(tracker, "a1")["vertexJob"]
+    run(tracker, clock, name)
+
+    assert publish(post_event, clock, {"cancel": "a1"}) == 200
+    assert record(tracker, "a1")["state"] == "CANCELLED"
+    assert tracker.backend.jobs[name].state == "JOB_STATE_CANCELLING"
+    assert tick(post_event, clock) == 200  # still CANCELLING: still held
+    assert created(tracker) == ["a1"]
+    assert in_flight(tracker) <= QUOTA
+    assert "a1" in tracker.store.admissions.ledger().held
+
+    end(tracker, clock, name, "JOB_STATE_CANCELLED")
+    assert tick(post_event, clock) == 200  # the cancel is confirmed, then its GPUs go back
+    assert tick(post_event, clock) == 200
+    assert created(tracker) == ["a1", "a2"]
+    assert "a1" not in tracker.store.admissions.ledger().held
+    assert record(tracker, "a1")["admission"]["stage"] == "ENDED"
+
+
+def test_a_request_that_ends_while_it_waits_leaves_its_queues_line(queued, clock, post_event):
+    """Cancelled while waiting, a record is out of the line: it holds nothing, blocks
+    nobody, and shows as waiting nowhere; one stored before records said so (stage still
+    WAITING) is taken out by the next pass."""
+    _, tracker = queued
+    for request_id in ["a1", "a2", "a3"]:
+        assert publish(post_event, clock, body(request_id)) == 200
+    assert publish(post_event, clock, {"cancel": "a2"}) == 200
+    assert record(tracker, "a2")["admission"]["stage"] == "ENDED"
+    # A record ended before finish() said so: its stage is WAITING still.
+    tracker.store.store.jobs["a3"]["state"] = "FAILED"
+    tracker.store.store.jobs["a3"]["admission"]["stage"] = "WAITING"
+    assert publish(post_event, clock, body("a4")) == 200
+    assert record(tracker, "a3")["admission"]["stage"] == "ENDED"
+    assert [r.request_id for r in tracker.store.admissions.waiting()] == ["a4"]
+
+    finish(post_event, clock, tracker, "a1")
+    assert created(tracker) == ["a1", "a4"]
+
+
+def test_a_low_quota_read_holds_waiting_requests_rather_than_fail_them(queued, clock, post_event):
+    _, tracker = queued
+    for request_id in ["a1", "a2"]:
+        assert publish(post_event, clock, body(request_id)) == 200
+    quota_of(tracker).values = {A100_PREEMPTIBLE: 0}  # one odd read
+    assert tick(post_event, clock, 700) == 200
+    waiting = record(tracker, "a2")
+    assert (waiting["state"], waiting["admission"]["stage"]) == ("QUEUED", "WAITING")
+    assert "Cloud Quotas" in waiting["admission"]["heldBy"]
+
+    quota_of(tracker).values = {A100_PREEMPTIBLE: 8}  # the next read is sane again
+    assert tick(post_event, clock, 700) == 200
+    finish(post_event, clock, tracker, "a1")
+    assert created(tracker) == ["a1", "a2"]
+
+
 def test_a_cancel_of_a_waiting_request_holds_nothing(queued, clock, post_event):
     _, tracker = queued
     assert publish(post_event, clock, body("a1")) == 200
@@ -416,6 +480,7 @@ def test_a_higher_priority_request_preempts_at_the_latest_checkpoint_and_the_job
     from tests.functional.test_lifecycle_handlers import env_of
 
     tracker, upload = preempting
+    tracker.backend.cancel_lands = False  # CANCELLING until Vertex ends it, as Vertex does
     for request_id in ["stale", "fresh"]:
         assert publish(post_event, clock, checkpointing(request_id)) == 200
     names = {rid: start(post_event, clock, tracker, rid) for rid in ["stale", "fresh"]}
@@ -435,7 +500,9 @@ def test_a_higher_priority_request_preempts_at_the_latest_checkpoint_and_the_job
     # GPUs being freed already count as free.
     assert tick(post_event, clock) == 200
     assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert tracker.backend.jobs[names["fresh"]].state == "JOB_STATE_CANCELLING"
     assert tracker.backend.cancels == [names["fresh"]]
+    assert created(tracker) == ["stale", "fresh"]  # its GPUs are not free yet
     assert in_flight(tracker) <= QUOTA
 
     # Vertex ends it: the victim waits again, with no budget charged; urgent takes its GPUs.
@@ -689,3 +756,35 @@ def test_a_limit_of_zero_is_a_limit(queued, clock, post_event):
 def test_without_queues_the_quota_is_never_read(intake, tracker, clock, post_event):
     assert tracker.quota_limits is None
     assert tick(post_event, clock) == 200
+
+
+def test_a_victim_reclaimed_by_vertex_before_its_cancel_lands_waits_again(
+    preempting, clock, post_event
+):
+    """A Spot preemption ends the victim first: the same end by another hand. It waits
+    again with no budget charged, and its GPUs go to the head, not to a second victim."""
+    from tests.functional.test_lifecycle_handlers import PREEMPTED as RECLAIMED
+
+    tracker, upload = preempting
+    tracker.backend.cancel_lands = False
+    for request_id in ["victim", "other"]:
+        assert publish(post_event, clock, checkpointing(request_id)) == 200
+        start(post_event, clock, tracker, request_id)
+    save_checkpoint(upload, clock, "victim", 10)
+    save_checkpoint(upload, clock, "other", 5)
+    clock.advance(60)
+    save_checkpoint(upload, clock, "victim", 20)  # the most recent: the victim
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    name = record(tracker, "victim")["vertexJob"]
+    assert tracker.backend.cancels == [name]
+
+    end(tracker, clock, name, "JOB_STATE_FAILED", RECLAIMED, code=14)
+    assert hint(post_event, clock, name) == 200
+
+    victim = record(tracker, "victim")
+    assert (victim["state"], victim["admission"]["stage"]) == ("RETRYING", "WAITING")
+    assert victim.get("retries", {}) == {}
+    assert created(tracker) == ["victim", "other", "urgent"]
+    assert tick(post_event, clock) == 200
+    assert tracker.backend.cancels == [name]  # nobody else ended
+    assert record(tracker, "other")["state"] == "RUNNING"

@@ -1523,3 +1523,53 @@ def test_record_serving_follows_a_deployed_record_and_writes_only_changes(deploy
     assert stored is not None
     assert [(c.at, c.capacity.spot) for c in stored.history] == [(at(10), 2), (at(130), 1)]
     assert stored.spot_node_seconds == 120 * 2
+
+
+def test_two_ledger_writes_on_one_read_never_both_land(stores: Stores) -> None:
+    """The guard against admitting past a quota is the ledger write's precondition: two
+    admissions that read the same ledger (held at a barrier until both have read) each try
+    to take the last slot; exactly one write lands, and the other decides again on a fresh
+    read and takes nothing. The fake serialises under a lock, so this is Firestore's own."""
+    import threading
+
+    if stores.backend == "memory":
+        pytest.skip("the in-memory store decides under one lock: no two reads interleave")
+    store = stores.jobs.store
+    run = uuid.uuid4().hex[:8]
+    both_read = threading.Barrier(2, timeout=20)
+    calls: dict[str, int] = {}
+
+    def take(slot: str) -> bool:
+        def decide(raw: dict[str, Any] | None, _record: dict[str, Any] | None) -> Any:
+            calls[slot] = calls.get(slot, 0) + 1
+            if calls[slot] == 1:
+                both_read.wait()  # both have read the ledger before either writes
+            held = list((raw or {}).get("held") or [])
+            if any(str(e.get("requestId", "")).startswith(run) for e in held):
+                return None  # the last slot is taken
+            at = datetime.now(UTC)
+            entry = {"requestId": f"{run}-{slot}", "queue": "q", "demand": [], "at": at}
+            return {**(raw or {}), "held": [*held, entry]}, None
+
+        return store.transact_ledger(None, decide)
+
+    results: dict[str, bool] = {}
+    threads = [
+        threading.Thread(target=lambda s=s: results.__setitem__(s, take(s))) for s in ("x", "y")
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(results.values()) == [False, True]  # one landed, one took nothing
+    assert sorted(calls.values()) == [1, 2]  # the loser decided again, on a fresh read
+    stored = store.read_ledger()
+    assert stored is not None
+    ours = [e for e in stored.raw["held"] if str(e["requestId"]).startswith(run)]
+    assert len(ours) == 1
+
+    def clean(raw: dict[str, Any] | None, _record: dict[str, Any] | None) -> Any:
+        held = [e for e in (raw or {}).get("held", []) if not e["requestId"].startswith(run)]
+        return {**(raw or {}), "held": held}, None
+
+    assert store.transact_ledger(None, clean)

@@ -147,3 +147,15 @@ def test_the_ledger_is_full_in_bytes_before_it_outgrows_a_firestore_document():
     # Short ids: the count bounds it first, still within the bytes.
     short = Ledger({f"r{n}": Entry("a", {R: 1}, T0) for n in range(2000)})
     assert document_size("admission/ledger", short.to_dict()) < MAX_DOCUMENT_BYTES
+
+
+def test_a_heal_drops_only_the_entry_it_saw():
+    from shared.domain.admission.ledger import healed
+
+    seen = Ledger({"a": Entry("a", {R: 1}, T0), "b": Entry("a", {R: 1}, T0)})
+    # Between the tick's read and its write, "a" was released and admitted again.
+    now = seen.replace(held={**seen.held, "a": Entry("a", {R: 1}, T0 + timedelta(minutes=1))})
+    after = healed(now, {"a": T0, "b": T0}, {})
+    assert after is not None and list(after.held) == ["a"]
+    assert after.held["a"].at == T0 + timedelta(minutes=1)
+    assert healed(now, {"a": T0}, {}) is None  # nothing it saw is left to drop

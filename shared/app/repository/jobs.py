@@ -399,8 +399,9 @@ class AdmissionRecords:
 
         return self.store.transact_ledger(None, decide)
 
-    def heal(self, drop: list[str], restore: Mapping[str, Entry]) -> bool:
-        """Drop the entries of ``drop`` and restore those of ``restore``, each confirmed on
+    def heal(self, drop: Mapping[str, datetime], restore: Mapping[str, Entry]) -> bool:
+        """Drop the entries of ``drop`` (each as seen: its ``at``) and restore those of
+        ``restore``, each confirmed on
         a fresh read of its record (:func:`~shared.domain.admission.ledger.heal_candidates`);
         True when the ledger changed."""
 
@@ -427,6 +428,21 @@ class AdmissionRecords:
             return after.to_dict(), None
 
         self.store.transact_ledger(None, decide)
+
+    def leave_line(self, request_id: str, now: datetime) -> None:
+        """Take a record that ended while its ``admission.stage`` still says WAITING out of
+        its queue's line (stage ENDED): what :func:`~shared.domain.decisions.recovery.finish`
+        writes now, for records that ended before it did."""
+
+        def decide(raw: dict[str, Any]) -> Change | None:
+            current = JobRecord.decode(raw)
+            admission = current.admission
+            if not current.state.terminal or admission.get("stage") != Stage.WAITING.value:
+                return None
+            fields = {"admission": {**admission, "stage": Stage.ENDED.value}, "updatedAt": now}
+            return Change(state=current.state, record=fields)
+
+        self.store.transact(request_id, decide)
 
     def note_held(self, request_id: str, held_by: str, now: datetime) -> None:
         """Record what a held request waits for (``admission.heldBy``), when it changed."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -44,6 +44,7 @@ from typing import Any, Final
 from shared.domain.admission.config import Pool, Queues, Resource
 from shared.domain.admission.quota import Ceiling, Demand, Usage, shortfalls, usage_of
 from shared.domain.admission.rule import Workload, decayed_usage
+from shared.domain.model.records import JobRecord
 from shared.domain.model.values import clip
 
 #: The reason a record waiting for admission shows (``reason``), beside state QUEUED.
@@ -63,6 +64,9 @@ class Stage(StrEnum):
 
     WAITING = "WAITING"
     ADMITTED = "ADMITTED"
+    # The record ended (whatever ended it: recovery.finish): it waits for nothing and holds
+    # nothing once Vertex has confirmed its jobs' cancels (holds_quota).
+    ENDED = "ENDED"
 
 
 def demand_to_list(demand: Demand) -> list[dict[str, Any]]:
@@ -309,11 +313,14 @@ def released(ledger: Ledger, request_ids: Iterable[str]) -> Ledger | None:
     return ledger.replace(held=kept)
 
 
-def healed(ledger: Ledger, drop: Iterable[str], restore: Mapping[str, Entry]) -> Ledger | None:
-    """The ledger without the entries of ``drop`` and with those of ``restore`` (admitted
-    active records that lack one); None when that changes nothing. The caller confirms each
-    on a fresh read of its record first (:func:`heal_candidates`)."""
-    gone = {rid for rid in drop if rid in ledger.held}
+def healed(
+    ledger: Ledger, drop: Mapping[str, datetime], restore: Mapping[str, Entry]
+) -> Ledger | None:
+    """The ledger without the entries of ``drop`` (requestId to the entry's ``at`` as the
+    caller saw it: an entry admitted again since, with a new ``at``, is kept) and with those
+    of ``restore`` (admitted active records that lack one); None when that changes nothing.
+    The caller confirms each on a fresh read of its record first (:func:`heal_candidates`)."""
+    gone = {rid for rid, at in drop.items() if rid in ledger.held and ledger.held[rid].at == at}
     back = {rid: e for rid, e in restore.items() if rid not in ledger.held}
     if not gone and not back:
         return None
@@ -332,6 +339,20 @@ def heal_candidates(ledger: Ledger, admitted: Mapping[str, Entry]) -> tuple[list
     drop = [rid for rid in ledger.held if rid not in admitted]
     restore = [rid for rid in admitted if rid not in ledger.held]
     return drop, restore
+
+
+def holds_quota(record: JobRecord, live_jobs: Collection[str] | None) -> bool:
+    """Does a record still hold its GPUs in Vertex's count? While it is active; and once it
+    ended, while one of its jobs is still live in Vertex (``live_jobs``: what the tick's
+    listing shows not ended; None: not known, so it holds). A cancelled record's running
+    job goes CANCELLING and holds its GPUs until Vertex ends it: its entry is given back
+    only then, or a pass would admit past the quota Vertex enforces."""
+    if not record.state.terminal:
+        return True
+    if live_jobs is None:
+        return True
+    mine = {record.vertex_job, *record.pending_cancels} - {None}
+    return any(name in live_jobs for name in mine)
 
 
 def held_reason(shortfalls_text: Iterable[str]) -> str:

@@ -24,7 +24,7 @@ from shared.domain.model.values import clip
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.failures import FailureClass
 from shared.domain.policy.pricing import PriceTable
-from shared.domain.policy.retry import CAPACITY, RetryPolicy
+from shared.domain.policy.retry import CAPACITY, GROUP_OF, PREEMPTION, RetryPolicy
 from shared.domain.request.attempts import usage
 
 
@@ -62,6 +62,16 @@ def settle(
             return _requeued(record, now, attempt_fields, record_fields)
         return _switched(record, now, attempt_fields, record_fields)
     failure = policy.classify(job.state, job.error_code, job.error_message)
+    if (
+        record.yielding.get("why") == PREEMPTED
+        and record.yielding.get("vertexJob") == job.name
+        and not record.cancel_requested
+        and GROUP_OF.get(failure) in (PREEMPTION, CAPACITY)
+    ):
+        # Reclaimed by Vertex before admission's cancel landed: the same end, by another
+        # hand. It waits again (so its GPUs go to the head it was ended for, not to a
+        # second victim), with no budget charged.
+        return _requeued(record, now, attempt_fields, record_fields)
     if record.cancel_requested or change.state is JobState.CANCELLED:
         failure = FailureClass.CANCELLED
     attempt_fields["errorClass"] = failure.value
@@ -279,6 +289,9 @@ def finish(
         "state": state.value,
         "reason": clip(reason),
     }
+    if record.admission.get("stage") in (Stage.WAITING.value, Stage.ADMITTED.value):
+        # Out of its queue's line and, once its cancels are confirmed, out of the ledger.
+        written["admission"] = {**record.admission, "stage": Stage.ENDED.value, "heldBy": None}
     change = _with(record, state, written, attempt_fields or {}, clip(reason))
     # Nothing is submitted after an end: no claim, no retry schedule, no switch.
     gone = ("claim", "nextAttemptAt", *(("yielding",) if record.yielding else ()))

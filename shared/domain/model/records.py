@@ -343,7 +343,7 @@ class JobRecord:
         """Waiting in an admission queue: nothing may create its job until it is admitted
         (the stage value is the ledger's ``Stage.WAITING``; the model imports no layer
         above it)."""
-        return self.admission.get("stage") == "WAITING"
+        return self.admission.get("stage") == "WAITING" and not self.state.terminal
 
 
 def _checkpoint(raw: object) -> Checkpoint | None:
