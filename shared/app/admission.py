@@ -66,10 +66,10 @@ from shared.domain.admission.summary import summarise
 from shared.domain.decisions.recovery import PREEMPTED, failed
 from shared.domain.decisions.submissions import pending_attempt
 from shared.domain.model.records import JobRecord
-from shared.domain.model.states import JobState
+from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import clip
 from shared.domain.request.message import JobRequest
-from shared.kernel.errors import QuotaUnreadable
+from shared.kernel.errors import FlexjobsError, QuotaUnreadable
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
@@ -424,13 +424,10 @@ def tick(
     submit: Submit,
     *,
     quota: QuotaLimits | None = None,
-    live_jobs: set[str] | None = None,
 ) -> list[str]:
     """The tick's share: read the quota limits when due (``quota``; None: never read),
     heal the ledger against the active records the tick read, then run a pass. Returns the
-    requestIds admitted. The read is isolated: one that fails never stops the pass.
-    ``live_jobs``: the Vertex jobs the tick's listing shows not ended (None: a listing
-    failed), what an ended record's entry is held for."""
+    requestIds admitted. The read is isolated: one that fails never stops the pass."""
     if quota is not None:
         Sweep("admission").each(None, "quota", observe_quota, ports, queues, quota, active)
     admissions = ports.store.admissions
@@ -453,7 +450,7 @@ def tick(
     for request_id in drop:
         fresh = ports.store.get(request_id)
         if fresh is None or (
-            not holds_quota(fresh, live_jobs)
+            not holds_quota(fresh, _live_jobs(ports, fresh))
             if fresh.state.terminal
             else entry_of({"admission": fresh.admission}) is None
         ):
@@ -476,6 +473,27 @@ def tick(
     admitted_now = admit_waiting(ports, queues, submit)
     Sweep("admission").each(None, "summary", summarise_for_operators, ports, queues, active)
     return admitted_now
+
+
+def _live_jobs(ports: CapacityPorts, record: JobRecord) -> set[str] | None:
+    """Of an ended record's Vertex jobs, those Vertex has not ended yet (a cancelled one goes
+    CANCELLING first), read one by one: nothing else follows a job whose cancel Vertex
+    accepted, and the tick's listing reaches back only to the record's end. None when a
+    read fails: not known, so the record keeps its GPUs until a later tick knows."""
+    names = sorted(n for n in {record.vertex_job, *record.pending_cancels} if n)
+    live: set[str] = set()
+    for name in names:
+        try:
+            state = from_vertex(ports.backend.get(name).state)
+        except FlexjobsError as exc:
+            log.warning(
+                f"admission: {name} not read, its GPUs kept: {exc}",
+                extra={"fields": {"vertexJob": name}},
+            )
+            return None
+        if state is None or not state.terminal:
+            live.add(name)
+    return live
 
 
 def summarise_for_operators(

@@ -42,7 +42,7 @@ from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_REQUEST
 from shared.domain.model.records import JobRecord
-from shared.domain.model.states import JobState, from_vertex
+from shared.domain.model.states import JobState
 from shared.domain.model.values import parse_rfc3339
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.policy.failures import FailureClass
@@ -220,11 +220,6 @@ def settle_job(
     return change.state.value
 
 
-def _ended(job: VertexJob) -> bool:
-    state = from_vertex(job.state)
-    return state is not None and state.terminal
-
-
 def _submitter(tracker: Tracker) -> admission.Submit:
     """How the lifecycle creates an admitted request: as any due submission."""
     return lambda request_id: run_retry(tracker, request_id)
@@ -331,11 +326,8 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
     changed = 0
     listed: list[VertexJob] = []
-    listed_whole = True
     for location, since in _listing_windows(active, ended, tracker.settings.location):
-        page = sweep.each(None, f"list {location}", _listed, tracker, location, since)
-        listed_whole = listed_whole and page is not None
-        listed += page or []
+        listed += sweep.each(None, f"list {location}", _listed, tracker, location, since) or []
     # A request's jobs side by side: one may show that another is a stray (is_stray).
     by_request: dict[str, list[VertexJob]] = defaultdict(list)
     for job in listed:
@@ -354,13 +346,10 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
         changed += state is not None
     if tracker.queues is not None:
         queues = tracker.queues
-        # The jobs Vertex still runs (CANCELLING too): an ended record's GPUs come back only
-        # once its jobs are not among them. None: a listing failed, so nothing is known.
-        live = {j.name for j in listed if not _ended(j)} if listed_whole else None
         sweep.each(
             None,
             "admission",
-            functools.partial(admission.tick, quota=tracker.quota_limits, live_jobs=live),
+            functools.partial(admission.tick, quota=tracker.quota_limits),
             tracker,
             queues,
             active,
