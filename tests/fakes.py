@@ -32,7 +32,7 @@ from shared.domain.policy.checkpoints import (
 )
 from shared.domain.request.message import JobRequest, parse_duration
 from shared.domain.serving.model import ObservedEndpoint
-from shared.kernel.errors import BackendRejected, BackendUnavailable, ObjectGone
+from shared.kernel.errors import BackendRejected, BackendUnavailable, JobGone, ObjectGone
 from shared.status.listing import (
     ATTEMPT_FIELDS,
     DEPLOYMENT_FIELDS,
@@ -404,6 +404,8 @@ class InMemoryJobBackend:
         self.reads.append(name)
         if self.fail_get_with is not None:
             raise self.fail_get_with
+        if name not in self.jobs:
+            raise JobGone(f"{name}: 404 not found")  # as the Vertex adapter says NOT_FOUND
         return self.jobs[name]
 
     def list_labelled(

@@ -57,6 +57,7 @@ from shared.domain.admission.ledger import (
     heal_candidates,
     held_reason,
     holds_quota,
+    jobs_of,
     workload_of,
 )
 from shared.domain.admission.preemption import choose_victims
@@ -69,7 +70,7 @@ from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import clip
 from shared.domain.request.message import JobRequest
-from shared.kernel.errors import FlexjobsError, QuotaUnreadable
+from shared.kernel.errors import FlexjobsError, JobGone, QuotaUnreadable
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
@@ -103,8 +104,9 @@ def enter_queue(
             that could never be admitted (it is refused and recorded, never left waiting).
     """
     admissions = ports.store.admissions
-    ledger = admissions.ledger()
-    ceiling = Ceiling.of(queues, ledger.observed)
+    # Refused only when the queue file itself can never fit it: a quota read lower than its
+    # demand holds it, saying so, as it holds those already waiting (_fail_inadmissible).
+    ceiling = Ceiling.of(queues, {})
     options = request.options
     chosen = admission_of(queues, options.get("queue"), options.get("priority"), demand, ceiling)
     now = ports.clock()
@@ -190,19 +192,14 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
                 ports.store,
                 ports.notifier,
             )
-            if not sweep.each(workload.request_id, "create", _ran, submit, workload.request_id):
-                admitted.remove(workload.request_id)  # its create failed: due for the tick
+            if sweep.each(workload.request_id, "create", submit, workload.request_id) is None:
+                # Not created here (its create failed, or is left to the tick): due.
+                admitted.remove(workload.request_id)
     _note_held(ports, plan, admissions, sweep, now)
     _fail_inadmissible(ports, queues, plan, sweep)
     if plan.held:
         sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
     return admitted
-
-
-def _ran(submit: Submit, request_id: str) -> bool:
-    """``submit(request_id)``; True once it returned (it raised: the sweep logs it)."""
-    submit(request_id)
-    return True
 
 
 def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
@@ -273,9 +270,11 @@ def _running(
         if other is None or (entry.queue != queue and (cohort is None or other.cohort != cohort)):
             continue
         record = ports.store.get(request_id)
-        if record is None or record.state.terminal:
+        if record is None:
             continue
-        if record.yielding.get("why") == PREEMPTED:
+        if record.state.terminal or record.yielding.get("why") == PREEMPTED:
+            # Ended (a cancelled job still CANCELLING keeps its entry until Vertex ends
+            # it) or being preempted: its GPUs are on their way back.
             freeing.append(entry)
             continue
         if record.state is not JobState.RUNNING or not record.vertex_job:
@@ -480,11 +479,13 @@ def _live_jobs(ports: CapacityPorts, record: JobRecord) -> set[str] | None:
     CANCELLING first), read one by one: nothing else follows a job whose cancel Vertex
     accepted, and the tick's listing reaches back only to the record's end. None when a
     read fails: not known, so the record keeps its GPUs until a later tick knows."""
-    names = sorted(n for n in {record.vertex_job, *record.pending_cancels} if n)
+    names = sorted(n for n in {*jobs_of(record), *record.pending_cancels} if n)
     live: set[str] = set()
     for name in names:
         try:
             state = from_vertex(ports.backend.get(name).state)
+        except JobGone:
+            continue  # deleted: it holds nothing
         except FlexjobsError as exc:
             log.warning(
                 f"admission: {name} not read, its GPUs kept: {exc}",

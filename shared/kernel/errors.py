@@ -119,6 +119,10 @@ class BackendRejected(FlexjobsError):
     retryable = False
 
 
+class JobGone(BackendRejected):
+    """Vertex AI has no such job (NOT_FOUND): deleted, or never made. It holds nothing."""
+
+
 class ObjectGone(FlexjobsError):
     """The uploaded object's generation no longer exists (replaced or deleted): it can never
     be read again."""

@@ -750,10 +750,16 @@ def test_a_limit_of_zero_is_a_limit(queued, clock, post_event):
     quota_of(tracker).values = {A100_PREEMPTIBLE: 0}
     assert tick(post_event, clock) == 200
     assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 0}
-    # Never admissible under the real quota: refused at intake, as any demand past it.
+    # Nothing is admitted past a limit of 0; the request waits, saying why (a read, not the
+    # queue file, keeps it out: the next read may lift it), and goes in once it does.
     assert publish(post_event, clock, body("a1", "team-a")) == 200
     assert created(tracker) == []
-    assert tracker.store.get("a1") is None
+    waiting = record(tracker, "a1")
+    assert (waiting["state"], waiting["admission"]["stage"]) == ("QUEUED", "WAITING")
+    assert "Cloud Quotas" in waiting["admission"]["heldBy"]
+    quota_of(tracker).values = {A100_PREEMPTIBLE: 8}
+    assert tick(post_event, clock, 700) == 200
+    assert created(tracker) == ["a1"]
 
 
 def test_without_queues_the_quota_is_never_read(intake, tracker, clock, post_event):
@@ -791,3 +797,28 @@ def test_a_victim_reclaimed_by_vertex_before_its_cancel_lands_waits_again(
     assert tick(post_event, clock) == 200
     assert tracker.backend.cancels == [name]  # nobody else ended
     assert record(tracker, "other")["state"] == "RUNNING"
+
+
+def test_a_users_cancel_still_in_flight_counts_as_freed_so_nobody_else_is_preempted(
+    preempting, clock, post_event
+):
+    tracker, upload = preempting
+    tracker.backend.cancel_lands = False
+    for request_id in ["cancelled", "other"]:
+        assert publish(post_event, clock, checkpointing(request_id)) == 200
+        start(post_event, clock, tracker, request_id)
+        save_checkpoint(upload, clock, request_id, 10)
+    name = record(tracker, "cancelled")["vertexJob"]
+    assert publish(post_event, clock, {"cancel": "cancelled"}) == 200
+    assert tracker.backend.jobs[name].state == "JOB_STATE_CANCELLING"
+    # Its entry is kept (Vertex still holds the GPUs) and counts as on its way back.
+    assert record(tracker, "cancelled")["admission"]["jobs"] == [name]
+
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert tick(post_event, clock) == 200
+    assert tracker.backend.cancels == [name]  # "other" is not preempted
+    assert record(tracker, "other")["state"] == "RUNNING"
+
+    end(tracker, clock, name, "JOB_STATE_CANCELLED")
+    assert tick(post_event, clock) == 200
+    assert created(tracker) == ["cancelled", "other", "urgent"]

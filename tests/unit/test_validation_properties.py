@@ -261,3 +261,14 @@ def test_huge_integers_on_the_wire_are_invalid_requests():
         assert exc.errors[0].path == "$"
     else:
         raise AssertionError("a 5000-digit integer must not decode")
+
+
+def test_a_lone_surrogate_is_refused_at_its_field_not_crashed_on():
+    """JSON's "\\udcff" decodes to a string with no UTF-8 form; protobuf's parser fails on it
+    with a SystemError (found by the property above). It is refused, at its path."""
+    path = ("customJob", "jobSpec", "scheduling", "strategy")
+    found = run(_replace(SEED, path, chr(0xDCFF)))
+    errors = found.errors if isinstance(found, InvalidRequest) else found
+    assert [e.path for e in errors if "lone surrogate" in e.message] == [
+        "customJob.jobSpec.scheduling.strategy"
+    ]

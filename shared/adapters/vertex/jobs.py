@@ -31,7 +31,13 @@ from shared.domain.model.values import snake_case
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest, parse_duration
 from shared.kernel.config import Settings
-from shared.kernel.errors import BackendRejected, BackendUnavailable, OutcomeUnknown, QuotaExhausted
+from shared.kernel.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    JobGone,
+    OutcomeUnknown,
+    QuotaExhausted,
+)
 from shared.kernel.regions import REGION_HINT, is_region
 
 T = TypeVar("T")
@@ -373,12 +379,17 @@ class VertexJobBackend:
         """Read one job's (or pipeline's) authoritative state."""
         kind = kind_of_name(name)
         method = getattr(self._client(kind, location_of(name)), f"get_{kind.field}")
-        job = call_vertex(
-            kind.rpc("Get"),
-            lambda: method(
-                name=name, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
-            ),
-        )
+        try:
+            job = call_vertex(
+                kind.rpc("Get"),
+                lambda: method(
+                    name=name, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
+                ),
+            )
+        except BackendRejected as exc:
+            if isinstance(exc.__cause__, gexc.NotFound):
+                raise JobGone(f"{name}: {exc}") from exc
+            raise
         return to_vertex_job(job)
 
     def list_labelled(

@@ -351,8 +351,21 @@ def holds_quota(record: JobRecord, live_jobs: Collection[str] | None) -> bool:
         return True
     if live_jobs is None:
         return True
-    mine = {record.vertex_job, *record.pending_cancels} - {None}
-    return any(name in live_jobs for name in mine)
+    return any(name in live_jobs for name in {*jobs_of(record), *record.pending_cancels})
+
+
+#: Job names an ended record keeps for its entry at most (a cancel finds few more).
+MAX_ENDED_JOBS: Final = 8
+
+
+def jobs_of(record: JobRecord) -> list[str]:
+    """The Vertex jobs an ended record's entry waits on: its current job, and those its
+    cancel found by label (``admission.jobs``: a job created while the cancel ran is named
+    by no other field, and a pending cancel is forgotten once Vertex accepts it, before the
+    job has ended)."""
+    kept = record.admission.get("jobs")
+    names = [n for n in kept if isinstance(n, str)] if isinstance(kept, list) else []
+    return [n for n in dict.fromkeys([record.vertex_job or "", *names]) if n]
 
 
 def held_reason(shortfalls_text: Iterable[str]) -> str:

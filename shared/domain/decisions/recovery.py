@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from shared.domain.admission.ledger import Stage
+from shared.domain.admission.ledger import MAX_ENDED_JOBS, Stage
 from shared.domain.decisions.jobs import observe
 from shared.domain.decisions.submissions import QUOTA_REASON, notification
 from shared.domain.model.changes import Change
@@ -319,6 +319,10 @@ def cancel_now(record: JobRecord, names: list[str], now: datetime) -> Change | N
     if pending is None and done is None:
         return None
     fields = {**(pending.record if pending else {}), **(done.record if done else {})}
+    if names and record.admission.get("stage"):
+        # The jobs its admission entry waits on until Vertex has ended them (jobs_of).
+        admission = fields.get("admission") or record.admission
+        fields["admission"] = {**admission, "jobs": list(dict.fromkeys(names))[:MAX_ENDED_JOBS]}
     return Change(
         JobState.CANCELLED,
         fields,

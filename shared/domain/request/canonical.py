@@ -94,6 +94,8 @@ def _canonical(
     from google.protobuf import json_format
 
     pb_class = getattr(types, message).pb()
+    if unencodable := _unencodable(body, base):
+        return body, unencodable
     try:
         errors = _spelling_errors(pb_class.DESCRIPTOR, body, base)
         if errors:
@@ -143,6 +145,44 @@ def _fields_by_spelling(descriptor: Any) -> dict[str, Any]:
         names[field.name] = field
         names[field.json_name] = field
     return names
+
+
+def _unencodable(body: Any, base: str) -> list[FieldError]:
+    """Strings (keys too) that are not valid Unicode: JSON's ``"\\udcff"`` decodes to a lone
+    surrogate, which has no UTF-8 form, so protobuf cannot hold it (its C parser fails with a
+    SystemError rather than a ParseError). At most 10 are named; walked without recursion, so
+    a deeply nested body is left to the parser's own refusal.
+
+    Examples:
+        >>> _unencodable({"a": ["ok", "\\udcff"]}, "customJob")
+        [FieldError(path='customJob.a[1]', message='is not valid Unicode: it holds a lone surrogate')]
+    """  # noqa: E501
+    problem = "is not valid Unicode: it holds a lone surrogate"
+    found: list[FieldError] = []
+    stack: list[tuple[Any, str]] = [(body, base)]
+    while stack and len(found) < 10:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if not _encodes(node):
+                found.append(FieldError(path, problem))
+        elif isinstance(node, dict):
+            for key, value in reversed(list(node.items())):
+                here = key_path(path, key)
+                if isinstance(key, str) and not _encodes(key):
+                    found.append(FieldError(here, problem))
+                else:
+                    stack.append((value, here))
+        elif isinstance(node, list):
+            stack.extend((value, f"{path}[{i}]") for i, value in reversed(list(enumerate(node))))
+    return found
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _spelling_errors(descriptor: Any, node: Any, path: str) -> list[FieldError]:
