@@ -4,7 +4,7 @@ queue file and a requestId allow, measured as the fake store measures a Firestor
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from shared.domain.admission.config import (
@@ -27,17 +27,7 @@ from shared.domain.admission.rule import Standing, Workload
 from shared.domain.admission.summary import LINE_PER_QUEUE, MAX_LINE, place_of, summarise
 from shared.domain.model.ids import MAX_REQUEST_ID_BYTES
 from tests.fakes import MAX_DOCUMENT_BYTES, document_size
-
-T0 = datetime(2026, 12, 1, tzinfo=UTC)
-R = Resource("us-central1", "NVIDIA_H100_80GB", Pool.PREEMPTIBLE)
-
-
-def where(resource: Resource) -> dict[str, str]:
-    return {
-        "region": resource.region,
-        "acceleratorType": resource.accelerator,
-        "pool": resource.pool.value,
-    }
+from tests.unit.test_admission_rule import T0, R, where
 
 
 def long_id(n: int) -> str:
