@@ -148,6 +148,12 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
     request; returns the requestIds admitted and created. Each admission and each create is
     isolated: one that fails is logged and left for the next pass (an admitted request whose
     create failed is a due submission the tick finishes)."""
+    return _pass(ports, queues, submit)[0]
+
+
+def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[str], list[Workload]]:
+    """:func:`admit_waiting`, and the workloads still waiting after it (for the tick's
+    summary, so the waiting records are read once per tick)."""
     admissions = ports.store.admissions
     now = ports.clock()
     ledger = admissions.ledger()
@@ -159,7 +165,7 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
         sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now)
     workloads = waiting_workloads(waiting)
     if not workloads:
-        return []
+        return [], []
     standing = Standing(
         usage=ledger.usage(),
         ceiling=Ceiling.of(queues, ledger.observed),
@@ -167,6 +173,7 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
     )
     plan = admit(queues, standing, workloads)
     admitted: list[str] = []
+    gone: set[str] = set()  # left the line in this pass: admitted, or failed as inadmissible
     for workload in plan.admitted:
         with request_context(workload.request_id):
             if not sweep.each(
@@ -174,6 +181,7 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
             ):
                 continue  # no longer waiting, or no longer fits on the fresh read
             admitted.append(workload.request_id)
+            gone.add(workload.request_id)
             log.info(
                 f"admitted in queue {workload.queue}",
                 extra=logged(
@@ -196,10 +204,10 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
                 # Not created here (its create failed, or is left to the tick): due.
                 admitted.remove(workload.request_id)
     _note_held(ports, plan, admissions, sweep, now)
-    _fail_inadmissible(ports, queues, plan, sweep)
+    gone.update(_fail_inadmissible(ports, queues, plan, sweep))
     if plan.held:
         sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
-    return admitted
+    return admitted, [w for w in workloads if w.request_id not in gone]
 
 
 def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
@@ -229,7 +237,7 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
         if ledger is None:
             ledger = ports.store.admissions.ledger()
             standing = dataclasses.replace(standing, usage=ledger.usage())
-        running, freeing = _running(ports, queues, ledger, queue.name, queue.cohort)
+        running, freeing, records = _running(ports, queues, ledger, queue.name, queue.cohort)
         usage: dict[str, dict[Resource, int]] = {q: dict(h) for q, h in standing.usage.items()}
         for entry in freeing:
             add(usage, entry.queue, entry.demand, -1)
@@ -246,7 +254,8 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
                 f"in queue {workload.queue}"
             )
             with request_context(victim.request_id):
-                if sweep.each(victim.request_id, "preempt", _preempt, ports, victim, reason):
+                record = records[victim.request_id]
+                if sweep.each(victim.request_id, "preempt", _preempt, ports, record, reason):
                     ended.append(victim.request_id)
         if ended:
             log.info(
@@ -259,12 +268,13 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
 
 def _running(
     ports: CapacityPorts, queues: Queues, ledger: Ledger, queue: str, cohort: str | None
-) -> tuple[list[Running], list[Entry]]:
+) -> tuple[list[Running], list[Entry], dict[str, JobRecord]]:
     """The admitted jobs a head of ``queue`` could preempt (its own queue's, and its
-    cohort's), read fresh, and the entries of those already being preempted (their GPUs
-    count as freed)."""
+    cohort's), read fresh, with their records as read; and the entries of those already
+    ended or being preempted (their GPUs count as freed)."""
     running: list[Running] = []
     freeing: list[Entry] = []
+    records: dict[str, JobRecord] = {}
     for request_id, entry in sorted(ledger.held.items()):
         other = queues.queues.get(entry.queue)
         if other is None or (entry.queue != queue and (cohort is None or other.cohort != cohort)):
@@ -285,6 +295,7 @@ def _running(
         if not isinstance(priority, int) or isinstance(priority, bool):
             continue
         saved = record.latest_checkpoint
+        records[request_id] = record
         running.append(
             Running(
                 request_id,
@@ -295,16 +306,17 @@ def _running(
                 checkpoint=saved.at if saved is not None else None,
             )
         )
-    return running, freeing
+    return running, freeing, records
 
 
-def _preempt(ports: CapacityPorts, victim: Running, reason: str) -> bool:
-    """End one victim's running attempt by choice; True when this call marked it."""
-    record = ports.store.get(victim.request_id)
-    if record is None or not record.vertex_job:
+def _preempt(ports: CapacityPorts, record: JobRecord, reason: str) -> bool:
+    """End one victim's running attempt by choice, decided on the record as
+    :func:`_running` read it (the write is conditional on it: a record that moved on is
+    read again); True when this call marked it."""
+    if not record.vertex_job:
         return False
     return yield_attempt(
-        ports, victim.request_id, record.vertex_job, why=PREEMPTED, reason=reason, known=record
+        ports, record.request_id, record.vertex_job, why=PREEMPTED, reason=reason, known=record
     )
 
 
@@ -320,14 +332,15 @@ def _note_held(
         sweep.each(request_id, "held", admissions.note_held, request_id, reason, now)
 
 
-def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: Sweep) -> None:
+def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: Sweep) -> list[str]:
     """A waiting request that can never be admitted under the queue file (it changed since
     the request arrived) fails with the reason, rather than wait for ever. One that only the
     project's quota as last read from the Cloud Quotas API keeps out waits, saying so: one
     read (a default dimension, a limit lowered for a day) must not end accepted work for
-    good, and the next read may lift it."""
+    good, and the next read may lift it. Returns the requestIds failed."""
     configured = Ceiling.of(queues, {})
     admissions = ports.store.admissions
+    failed_ids: list[str] = []
     for workload in plan.inadmissible:
         if not never_fits(queues, configured, workload):
             why = "the project's quota as read from the Cloud Quotas API is below its demand"
@@ -339,7 +352,7 @@ def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: 
             f"(it changed since the request arrived)"
         )
         now = ports.clock()
-        sweep.each(
+        done = sweep.each(
             workload.request_id,
             "inadmissible",
             apply_and_notify,
@@ -349,6 +362,9 @@ def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: 
                 failed(rec, at, why) if rec.awaiting_admission else None
             ),
         )
+        if done is not None:
+            failed_ids.append(workload.request_id)
+    return failed_ids
 
 
 def release(
@@ -438,8 +454,8 @@ def tick(
     seen = admissions.ledger()
     drop, restore = heal_candidates(seen, admitted)
     # Confirmed on a fresh read each. Dropped: the entry of a record gone, of one that ended
-    # and whose cancels Vertex has confirmed (a cancelled running job's GPUs come back here,
-    # at the tick after Vertex confirms: holds_quota), and of one waiting again. Otherwise
+    # and whose jobs Vertex has ended (a cancelled running job's GPUs come back here, at the
+    # first tick that reads its job ended: holds_quota), and of one waiting again. Otherwise
     # normally none: the ledger and its records are written in one batch; a hand edit or a
     # deleted record leaves them apart. Each drop names the entry it saw (``at``), so one
     # admitted again meanwhile is kept.
@@ -469,8 +485,10 @@ def tick(
             log.warning("admission ledger healed", extra={"fields": fields})
         else:
             log.info("admission released at the tick", extra={"fields": fields})
-    admitted_now = admit_waiting(ports, queues, submit)
-    Sweep("admission").each(None, "summary", summarise_for_operators, ports, queues, active)
+    admitted_now, still_waiting = _pass(ports, queues, submit)
+    Sweep("admission").each(
+        None, "summary", summarise_for_operators, ports, queues, active, still_waiting
+    )
     return admitted_now
 
 
@@ -498,17 +516,20 @@ def _live_jobs(ports: CapacityPorts, record: JobRecord) -> set[str] | None:
 
 
 def summarise_for_operators(
-    ports: CapacityPorts, queues: Queues, active: Sequence[JobRecord]
+    ports: CapacityPorts,
+    queues: Queues,
+    active: Sequence[JobRecord],
+    waiting: Sequence[Workload],
 ) -> dict[str, object]:
     """Write what ``flexjobs queues``, ``flexjobs status`` and the page show of admission
-    (:mod:`shared.domain.admission.summary`), from fresh reads of the ledger and the waiting
-    records, and the active records the tick read (their expected ends: ``attemptStartedAt``
+    (:mod:`shared.domain.admission.summary`), from a fresh read of the ledger, the
+    workloads the tick's pass left waiting (``waiting``: read once per tick), and the active
+    records the tick read (their expected ends: ``attemptStartedAt``
     plus the request's ``estimatedRunSeconds``, kept as ``admission.runSeconds``, where it
     names one: AUTO requests)."""
     admissions = ports.store.admissions
     now = ports.clock()
     ledger = admissions.ledger()
-    waiting = waiting_workloads(admissions.waiting())
     by_id = {r.request_id: r for r in active}
     running = [
         _expected(request_id, entry, by_id.get(request_id))

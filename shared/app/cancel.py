@@ -110,8 +110,8 @@ def finish_cancel(ports: CapacityPorts, record: JobRecord) -> list[str]:
     if ports.queues is not None and not names:
         # No job of it lives in Vertex (it was waiting, or admitted and not yet created): its
         # GPUs are free now; give them back and admit what now fits. A live job keeps them
-        # until Vertex confirms its cancel (CANCELLING still holds them): the tick gives
-        # them back then (holds_quota).
+        # until Vertex has ended it (CANCELLING still holds them): the tick gives them back
+        # then (holds_quota).
         queues = ports.queues
         admission.release(ports, queues, [request_id], lambda rid: submit_admitted(ports, rid))
     left = drive_cancels(ports, request_id, names)

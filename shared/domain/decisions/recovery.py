@@ -57,17 +57,14 @@ def settle(
             attempt_fields=attempt_fields,
             fields=record_fields,
         )
+    # Admission is ending this job for a higher priority (a user's cancel overrides it).
+    preempting = yielded(record, job.name) and record.yielding.get("why") == PREEMPTED
     if change.state is JobState.CANCELLED and yielded(record, job.name):
-        if record.yielding.get("why") == PREEMPTED:
+        if preempting:
             return _requeued(record, now, attempt_fields, record_fields)
         return _switched(record, now, attempt_fields, record_fields)
     failure = policy.classify(job.state, job.error_code, job.error_message)
-    if (
-        record.yielding.get("why") == PREEMPTED
-        and record.yielding.get("vertexJob") == job.name
-        and not record.cancel_requested
-        and GROUP_OF.get(failure) in (PREEMPTION, CAPACITY)
-    ):
+    if preempting and GROUP_OF.get(failure) in (PREEMPTION, CAPACITY):
         # Reclaimed by Vertex before admission's cancel landed: the same end, by another
         # hand. It waits again (so its GPUs go to the head it was ended for, not to a
         # second victim), with no budget charged.
@@ -290,7 +287,7 @@ def finish(
         "reason": clip(reason),
     }
     if record.admission.get("stage") in (Stage.WAITING.value, Stage.ADMITTED.value):
-        # Out of its queue's line and, once its cancels are confirmed, out of the ledger.
+        # Out of its queue's line and, once Vertex has ended its jobs, out of the ledger.
         written["admission"] = {**record.admission, "stage": Stage.ENDED.value, "heldBy": None}
     change = _with(record, state, written, attempt_fields or {}, clip(reason))
     # Nothing is submitted after an end: no claim, no retry schedule, no switch.
