@@ -104,7 +104,8 @@ def attempt_running(stack: LocalStack, db: Any, rid: str, attempt: int) -> str:
         step = (record(db, rid).get("latestCheckpoint") or {}).get("step") or 0
         return record(db, rid).get("attempt") == attempt and step > began
 
-    wait_for(checkpointed, 60, f"a checkpoint of attempt {attempt} recorded from its upload")
+    # Long for a loaded CI machine: the upload goes through the storage bridge to a function.
+    wait_for(checkpointed, 120, f"a checkpoint of attempt {attempt} recorded from its upload")
     return name
 
 

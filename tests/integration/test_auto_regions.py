@@ -79,11 +79,17 @@ def test_a_job_preempted_where_spot_went_bad_moves_to_the_other_region_and_resum
     first = str(wait_for(lambda: record(db, rid).get("vertexJob"), 60, "attempt 1"))
     assert f"/locations/{home}/" in first
     sim.wait_for_job(first, "JOB_STATE_RUNNING", timeout=60)
-    wait_for(
-        lambda: ((record(db, rid).get("latestCheckpoint") or {}).get("step") or 0) > 0,
-        60,
-        "a checkpoint of attempt 1 recorded from its upload",
-    )
+    # A checkpoint falls due every 5 s; the wait is long for a loaded CI machine (the upload
+    # goes through the storage bridge, Eventarc's stand-in, to the upload function), and a
+    # timeout says where the checkpoint stopped.
+    try:
+        wait_for(
+            lambda: ((record(db, rid).get("latestCheckpoint") or {}).get("step") or 0) > 0,
+            120,
+            "a checkpoint of attempt 1 recorded from its upload",
+        )
+    except AssertionError as late:
+        raise AssertionError(f"{late}\n{_where_the_checkpoint_stopped(stack, db, rid)}") from None
     saved = record(db, rid)["latestCheckpoint"]
     # 2. Its region's Spot goes bad: the pool empties and attempt 1 is preempted.
     sim.set_capacity(home, ACCELERATOR, 0)
@@ -130,3 +136,19 @@ def test_a_job_preempted_where_spot_went_bad_moves_to_the_other_region_and_resum
     mine = [j for j in sim.jobs() if j.get("labels", {}).get("flexjobs-request") == rid]
     assert len(mine) == len(docs)
     assert all(j["state"] in {f"JOB_STATE_{s}" for s in TERMINAL} for j in mine)
+
+
+def _where_the_checkpoint_stopped(stack: LocalStack, db: Any, rid: str) -> str:
+    """The record, the simulator's jobs of ``rid`` and the functions' log lines naming it."""
+    jobs = [
+        (j["name"], j["state"], j.get("_sim", {}))
+        for j in stack.simulator.jobs()
+        if j.get("labels", {}).get("flexjobs-request") == rid
+    ]
+    lines = [
+        f"{target}: {line}"
+        for target in stack.config.functions
+        for line in stack.function_logs(target).splitlines()
+        if rid in line or "checkpoint" in line
+    ]
+    return "\n".join([f"record: {record(db, rid)}", f"jobs: {jobs}", *lines[-60:]])
