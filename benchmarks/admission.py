@@ -29,6 +29,9 @@ Two policies, each timed at its worst, as production has it:
   a job released sits idle until then). Each queue's decayed usage is updated at each tick
   with :func:`~shared.domain.admission.rule.decayed_usage` (half-life 1 h). Each admitted
   workload is created at once; Vertex still enforces its quota, so a refusal would count.
+  The rule backfills (its rule 4) on each request's declared limit (:func:`declared_limit`:
+  a third keep the product's defaults, eight days; the others overstate their run by a
+  lognormal factor, as people do); the same day without backfill is printed beside it.
 
 Measured over the day (24 h from the first arrival; jobs not started by then count with the
 wait they had so far):
@@ -60,7 +63,7 @@ from datetime import UTC, datetime, timedelta
 
 from shared.domain.admission.config import Pool, Queues, Resource, read_queues
 from shared.domain.admission.quota import Ceiling
-from shared.domain.admission.rule import Standing, Workload, admit, decayed_usage
+from shared.domain.admission.rule import Release, Standing, Workload, admit, decayed_usage
 from shared.domain.policy.retry import Backoff
 from shared.domain.serving.split import largest_remainder
 
@@ -86,6 +89,12 @@ SEED = 25
 #: How long after a job's end its hint is delivered, in the figures printed beside the
 #: worst case (the log sink's delivery: seconds; 10 s is its slow side).
 HINT_SECONDS = 10.0
+#: Requests that declare no limit of their own (the product's defaults apply), and the
+#: ``maxWaitDuration`` the others declare.
+DEFAULT_LIMIT_SHARE = 1 / 3
+DEFAULT_MAX_WAIT_SECONDS = 86400.0
+DEFAULT_TIMEOUT_SECONDS = 7 * 86400.0
+DECLARED_WAIT = 1800.0
 #: The acceptance targets of issue 25.
 UTILISATION_TARGET = 0.95
 SHARE_TOLERANCE = 0.10
@@ -102,10 +111,27 @@ class Job:
     gpus: int
     duration: float
     seed: int = 0  # the park-and-retry backoff's jitter draws
+    #: The longest its admission may hold its GPUs, as its request declares it (its
+    #: ``maxWaitDuration`` plus ``scheduling.timeout``): what backfill reads.
+    limit: float = 0.0
 
 
 def _duration(rng: random.Random) -> float:
     return min(max(rng.lognormvariate(math.log(45 * 60), 0.8), 5 * 60), 8 * HOUR)
+
+
+def declared_limit(job: Job) -> float:
+    """The limit ``job``'s request declares, drawn from its own seed (so the day's jobs are
+    the same with or without it): :data:`DEFAULT_LIMIT_SHARE` of requests keep the defaults
+    (a day's ``maxWaitDuration``, seven days' ``timeout``); the others wait at most
+    :data:`DECLARED_WAIT` and time out after their run times a factor ``exp(|N(0, 0.7)|)``
+    (median 1.6, one in ten over 3), rounded up to 10 minutes. A run never outlasts its
+    timeout: Vertex would stop it."""
+    rng = random.Random(job.seed ^ 0x5EED)
+    if rng.random() < DEFAULT_LIMIT_SHARE:
+        return DEFAULT_MAX_WAIT_SECONDS + DEFAULT_TIMEOUT_SECONDS
+    timeout = math.ceil(job.duration * math.exp(abs(rng.gauss(0, 0.7))) / 600) * 600
+    return DECLARED_WAIT + timeout
 
 
 def workload(seed: int = SEED, hours: float = 24.0) -> list[Job]:
@@ -131,7 +157,9 @@ def workload(seed: int = SEED, hours: float = 24.0) -> list[Job]:
     for _ in range(TRIALS):
         add("team-c", TRIALS_AT_HOUR * HOUR + rng.uniform(0, 60), 1, rng.uniform(600, 2400))
     kept = sorted((j for j in jobs if j.arrival < hours * HOUR), key=lambda j: j.arrival)
-    return [replace(j, rid=f"{j.team}-{i:04d}") for i, j in enumerate(kept)]
+    return [
+        replace(j, rid=f"{j.team}-{i:04d}", limit=declared_limit(j)) for i, j in enumerate(kept)
+    ]
 
 
 @dataclass
@@ -304,12 +332,15 @@ def admission(
     queues: Queues | None = None,
     rule: Callable[[Queues, Standing, Sequence[Workload]], Sequence[Workload]] | None = None,
     hint_seconds: float | None = None,
+    backfill: bool = True,
 ) -> Meter:
     """flexjobs admission: the rule at every tick, over what flexjobs knows (a job's end is
     seen at the tick after it); each admitted workload created at once. ``rule`` replaces
     :func:`admit`'s admitted list (the benchmark's own tests use it to check the meter).
     ``hint_seconds``: a job's end is also seen this long after it, by its hint (the
-    lifecycle then gives its GPUs back and runs a pass); None: no hint ever arrives."""
+    lifecycle then gives its GPUs back and runs a pass); None: no hint ever arrives.
+    ``backfill``: the rule is told the time and each admitted job's certain end (its create
+    plus its declared limit), as the product's pass tells it; False: it is not (rule 4 off)."""
     queues = queues or queue_file()
     meter = Meter(QUOTA, horizon)
     events = Events()
@@ -324,6 +355,7 @@ def admission(
     by_rid = {j.rid: j for j in jobs}
     ceiling = Ceiling({RESOURCE: QUOTA})
     last_tick: float | None = None
+    releases: dict[str, Release] = {}  # what flexjobs knows is admitted, and its certain end
     while events:
         t, what, job = events.pop()
         if t >= horizon:
@@ -338,6 +370,7 @@ def admission(
                 job.priority,
                 EPOCH + timedelta(seconds=job.arrival),
                 {RESOURCE: job.gpus},
+                limit_seconds=job.limit,
             )
             continue
         if what == "end":
@@ -351,6 +384,7 @@ def admission(
         # rule runs.
         for done in ended:
             known[done.team][RESOURCE] -= done.gpus
+            del releases[done.rid]
         ended.clear()
         if last_tick is not None:
             for team, _ in TEAMS:
@@ -360,12 +394,20 @@ def admission(
                 )
         last_tick = t
         standing = Standing(known, ceiling, decayed)
+        if backfill:
+            now = EPOCH + timedelta(seconds=t)
+            standing = replace(standing, now=now, releases=tuple(releases.values()))
         chosen = (rule or _admitted)(queues, standing, list(waiting.values()))
         for workload in chosen:
             created = by_rid[workload.request_id]
             if meter.create(created, t):
                 del waiting[workload.request_id]
                 known[created.team][RESOURCE] = known[created.team].get(RESOURCE, 0) + created.gpus
+                releases[created.rid] = Release(
+                    EPOCH + timedelta(seconds=t + created.limit),
+                    created.team,
+                    {RESOURCE: created.gpus},
+                )
                 events.at(t + created.duration, "end", created)
         if what == "tick":
             events.at(t + TICK_SECONDS, "tick")
@@ -481,6 +523,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report("park-and-retry (today)", park_and_retry(jobs, hours * HOUR, phase))
     report("admission (shared.domain.admission)", admission(jobs, hours * HOUR, phase))
+    # Beside it, the same day without backfill (rule 4 off): what backfill adds.
+    plain = admission(jobs, hours * HOUR, phase, backfill=False)
+    print(
+        f"\nadmission without backfill: utilisation {utilisation(plain):.1%}, "
+        f"{plain.refused} refused, {plain.inversions} inversions, worst share "
+        f"{_worst_share(plain):.1%} off, high p95 wait "
+        f"{percentile(plain.waits.get(HIGH, []), 95) / 60:.1f} min"
+    )
     # Beside it, the same day with each end also seen by its hint (the log sink's, ~10 s):
     # what production has when hints arrive; the figures above are its worst case.
     hinted = admission(jobs, hours * HOUR, phase, hint_seconds=HINT_SECONDS)

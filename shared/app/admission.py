@@ -56,8 +56,10 @@ from shared.domain.admission.ledger import (
     entry_of,
     heal_candidates,
     held_reason,
+    hold_limit,
     holds_quota,
     jobs_of,
+    not_before,
     workload_of,
 )
 from shared.domain.admission.preemption import choose_victims
@@ -112,7 +114,12 @@ def enter_queue(
     now = ports.clock()
     run = options.get("estimatedRunSeconds")
     run_seconds = run if isinstance(run, int) and not isinstance(run, bool) and run > 0 else None
-    fields = admission_fields(chosen.queue, chosen.priority, demand, now, run_seconds)
+    limit = hold_limit(
+        request.kind, request.strategy, request.max_wait_seconds, request.timeout_seconds
+    )
+    fields = admission_fields(
+        chosen.queue, chosen.priority, demand, now, run_seconds, limit_seconds=limit
+    )
     if admissions.enter(request, fields, now) is None:
         return None
     log.info(
@@ -163,13 +170,16 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
         # Ended while it waited, before records said so (admission.stage ENDED): out of
         # the line, so it neither holds its queue nor fills the read's bound.
         sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now)
-    workloads = waiting_workloads(waiting)
+    workloads = waiting_workloads(waiting, now)
     if not workloads:
         return [], []
     standing = Standing(
         usage=ledger.usage(),
         ceiling=Ceiling.of(queues, ledger.observed),
         decayed=ledger.decayed_now(now, queues.half_life_seconds),
+        # Backfill (rule 4): the estimate of starts replays the rule without it (no ``now``).
+        now=now,
+        releases=ledger.releases(),
     )
     plan = admit(queues, standing, workloads)
     admitted: list[str] = []
@@ -210,14 +220,17 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
     return admitted, [w for w in workloads if w.request_id not in gone]
 
 
-def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
+def waiting_workloads(waiting: Sequence[JobRecord], now: datetime) -> list[Workload]:
     """The workloads of the records waiting in their queues (none that ended or is being
-    cancelled: a record that ended waits for nothing)."""
+    cancelled: a record that ended waits for nothing; none whose retry's backoff runs until
+    after ``now``: it joins the line, its arrival kept, once the backoff is over, so that
+    it holds neither GPUs nor its queue while it may not start)."""
     return [
         w
         for r in waiting
         if r.awaiting_admission
         and not r.cancel_requested
+        and not_before(r.admission) <= now
         and (w := workload_of(r.request_id, r.admission)) is not None
     ]
 

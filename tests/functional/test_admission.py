@@ -822,3 +822,105 @@ def test_a_users_cancel_still_in_flight_counts_as_freed_so_nobody_else_is_preemp
     end(tracker, clock, name, "JOB_STATE_CANCELLED")
     assert tick(post_event, clock) == 200
     assert created(tracker) == ["cancelled", "other", "urgent"]
+
+
+BACKFILL_QUEUES = """
+projectQuota:
+  - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, limit: 8}
+queues:
+  - name: team-a
+    quotas:
+      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 8}
+"""
+
+
+@pytest.fixture
+def backfilling(ports: Ports, clock: FakeClock) -> Iterator[Tracker]:
+    """Intake and tracker with one queue of the project's 8 A100s."""
+    env = {**ENV, "FLEXJOBS_QUEUES": BACKFILL_QUEUES}
+    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
+    intake.clock = clock
+    tracker = bootstrap.build_tracker(Settings.from_env(env), clock, ports)
+    bootstrap.override(intake)
+    bootstrap.override_tracker(tracker)
+    yield tracker
+    bootstrap.override(None)
+    bootstrap.override_tracker(None)
+
+
+def sized(request_id: str, gpus: int, **scheduling: str) -> dict[str, Any]:
+    """A FLEX_START request of ``gpus`` A100s in team-a, with ``scheduling``'s fields."""
+    request = body(request_id)
+    pool = request["customJob"]["jobSpec"]["workerPoolSpecs"][0]
+    pool["machineSpec"].update(machineType=f"a2-highgpu-{gpus}g", acceleratorCount=gpus)
+    request["customJob"]["jobSpec"]["scheduling"].update(scheduling)
+    return request
+
+
+def test_a_job_sure_to_end_before_a_held_one_could_start_goes_first(backfilling, clock, post_event):
+    tracker = backfilling
+    # 4 of the 8 GPUs for at most 30 minutes' wait and an hour's run: back in 90 minutes.
+    assert publish(post_event, clock, sized("running", 4, timeout="3600s")) == 200
+    assert record(tracker, "running")["admission"]["limitSeconds"] == 1800 + 3600
+    # The 8-GPU job waits for them; StrictFIFO alone would keep the 4 free idle until then.
+    assert publish(post_event, clock, sized("big", 8)) == 200
+    # Seven days' default timeout: it could hold the 4 past the big one's start. It waits.
+    assert publish(post_event, clock, sized("long", 4)) == 200
+    # Ten minutes' wait and half an hour's run: back before the big one's start. It goes.
+    assert (
+        publish(post_event, clock, sized("short", 4, maxWaitDuration="600s", timeout="1800s"))
+        == 200
+    )
+    # Waits for ever ("0s"): no certain end, so it never backfills.
+    assert publish(post_event, clock, sized("forever", 4, maxWaitDuration="0s")) == 200
+
+    assert created(tracker) == ["running", "short"]
+    for request_id in ("big", "long", "forever"):
+        assert record(tracker, request_id)["admission"]["stage"] == "WAITING"
+    assert record(tracker, "forever")["admission"]["limitSeconds"] is None
+    ledger = tracker.store.admissions.ledger()
+    assert {rid: e.limit_seconds for rid, e in ledger.held.items()} == {
+        "running": 5400.0,
+        "short": 2400.0,
+    }
+    # Both end; the big one goes next, ahead of the long one that arrived after it.
+    finish(post_event, clock, tracker, "running")
+    assert created(tracker) == ["running", "short"]
+    finish(post_event, clock, tracker, "short")
+    assert created(tracker) == ["running", "short", "big"]
+
+
+def test_a_retry_of_a_job_with_a_limit_waits_in_line_again_after_its_backoff(
+    backfilling, clock, post_event
+):
+    """Backfill counted on a job's GPUs coming back within its limit, which a retry would
+    outlive: the retry gives its entry back, sits out its backoff outside the line, and
+    is created only once admitted again, as any waiting request."""
+    tracker = backfilling
+    assert publish(post_event, clock, sized("first", 8, timeout="3600s")) == 200
+    assert publish(post_event, clock, sized("next", 8, timeout="3600s")) == 200
+    name = record(tracker, "first")["vertexJob"]
+    clock.advance(1800)  # DWS placed nothing within its maxWaitDuration
+    end(tracker, clock, name, "JOB_STATE_EXPIRED")
+    assert hint(post_event, clock, name) == 200
+
+    first = record(tracker, "first")
+    assert (first["state"], first["admission"]["stage"]) == ("RETRYING", "WAITING")
+    assert first["retries"] == {"capacity": 1}
+    # Its backoff: it may not start yet, and nothing is due (the tick's sweep lists none).
+    assert first["admission"]["notBefore"] > clock.now
+    assert "nextAttemptAt" not in first
+    # Its 8 GPUs went back, to the request that waited; it holds none while it may not start.
+    assert created(tracker) == ["first", "next"]
+    assert set(tracker.store.admissions.ledger().held) == {"next"}
+
+    # The backoff over, it is first in line again (its arrival kept), and goes once "next"
+    # gives the GPUs back: attempt 2, from a fresh admission.
+    clock.advance(1800)
+    assert tick(post_event, clock) == 200
+    assert record(tracker, "first")["admission"]["stage"] == "WAITING"
+    finish(post_event, clock, tracker, "next")
+    first = record(tracker, "first")
+    assert (first["attempt"], first["admission"]["stage"]) == (2, "ADMITTED")
+    assert created(tracker) == ["first", "next", "first"]
+    assert tracker.store.admissions.ledger().held["first"].at == first["admission"]["admittedAt"]

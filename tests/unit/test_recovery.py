@@ -208,6 +208,42 @@ def test_preemption_schedules_a_retry_with_backoff():
     ]
 
 
+def admitted(limit: float | None) -> dict[str, Any]:
+    return {
+        "queue": "a",
+        "priority": 0,
+        "demand": [],
+        "limitSeconds": limit,
+        "stage": "ADMITTED",
+        "waitingSince": CREATED,
+        "admittedAt": CREATED,
+        "heldBy": None,
+    }
+
+
+def test_a_retry_of_an_admission_with_a_limit_waits_in_its_queue_again_after_its_backoff():
+    """Backfill counted on its GPUs' return within the limit, which a retry would outlive."""
+    change = settle(
+        record(admission=admitted(5400.0), nextAttemptAt=CREATED),
+        job("JOB_STATE_FAILED", PREEMPTED, code=14),
+        NOW,
+        POLICY,
+    )
+    assert change.state is JobState.RETRYING
+    admission = change.record["admission"]
+    assert (admission["stage"], admission["admittedAt"]) == ("WAITING", None)
+    assert admission["waitingSince"] == CREATED  # its arrival kept: first among its equals
+    assert admission["notBefore"] == NOW + timedelta(seconds=15)  # the backoff, out of line
+    # Nothing due: only its next admission makes the retry due (no tick lists it meanwhile).
+    assert "nextAttemptAt" not in change.record and "nextAttemptAt" in change.deletes
+    # One without a limit keeps its entry, and its retry is due after the backoff.
+    kept = settle(
+        record(admission=admitted(None)), job("JOB_STATE_FAILED", PREEMPTED, code=14), NOW, POLICY
+    )
+    assert "admission" not in kept.record
+    assert kept.record["nextAttemptAt"] == NOW + timedelta(seconds=15)
+
+
 def test_backoff_window_doubles_with_each_retry_of_the_group():
     seen = job("JOB_STATE_FAILED", PREEMPTED)
     change = settle(record(attempt=3, retries={"preemption": 2}), seen, NOW, POLICY)

@@ -114,7 +114,8 @@ def estimate_starts(
             break
         if ended is not None:
             add(usage, ended.queue, ended.demand, -1)
-        plan = admit(queues, replace(standing, usage=usage), left)
+        # Without backfill (no ``now``): an estimate is never earlier for it.
+        plan = admit(queues, replace(standing, usage=usage, now=None, releases=()), left)
         gone = {w.request_id for w in plan.inadmissible}
         for workload in plan.admitted:
             starts[workload.request_id] = when

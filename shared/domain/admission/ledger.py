@@ -34,17 +34,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
 from shared.domain.admission.config import Pool, Queues, Resource
 from shared.domain.admission.quota import Ceiling, Demand, Usage, shortfalls, usage_of
-from shared.domain.admission.rule import Workload, decayed_usage
+from shared.domain.admission.rule import Release, Workload, decayed_usage
+from shared.domain.model.kinds import CUSTOM_JOB
 from shared.domain.model.records import JobRecord
+from shared.domain.model.strategies import Strategy
 from shared.domain.model.values import clip
 
 #: The reason a record waiting for admission shows (``reason``), beside state QUEUED.
@@ -116,11 +119,14 @@ def demand_from_list(
 
 @dataclass(frozen=True)
 class Entry:
-    """One admitted request: its queue, its demand, and when it was admitted."""
+    """One admitted request: its queue, its demand, when it was admitted, and the longest
+    its first attempt may hold the GPUs (``limit_seconds``, :func:`hold_limit`; None: not
+    known)."""
 
     queue: str
     demand: Mapping[Resource, int]
     at: datetime
+    limit_seconds: float | None = None
 
     def to_dict(self, request_id: str) -> dict[str, Any]:
         return {
@@ -128,7 +134,19 @@ class Entry:
             "queue": self.queue,
             "demand": demand_to_list(self.demand),
             "at": self.at,
+            "limitSeconds": self.limit_seconds,
         }
+
+    def release(self) -> Release | None:
+        """When the entry's GPUs are back for certain, as backfill reads it (rule 4 of
+        :mod:`.rule`); None when not known. Vertex counts the limit from the job's create,
+        which may come after the admission (a create that failed is finished by the tick):
+        the time is then too early, which only ever holds a backfill back (an earlier
+        release, an earlier shadow), never lets one through. A retry never outlives it: it
+        waits in its queue again (:func:`one_attempt`)."""
+        if self.limit_seconds is None:
+            return None
+        return Release(self.at + timedelta(seconds=self.limit_seconds), self.queue, self.demand)
 
 
 @dataclass(frozen=True)
@@ -165,7 +183,7 @@ class Ledger:
             rid, queue, at = item.get("requestId"), item.get("queue"), item.get("at")
             demand = demand_from_list(item.get("demand"))
             if isinstance(rid, str) and isinstance(queue, str) and isinstance(at, datetime):
-                held[rid] = Entry(queue, demand, at)
+                held[rid] = Entry(queue, demand, at, _limit(item.get("limitSeconds")))
         decayed_raw = raw.get("decayed")
         decayed = {
             str(q): float(v)
@@ -205,6 +223,10 @@ class Ledger:
         """GPUs admitted now, per queue and resource."""
         return usage_of((e.queue, e.demand) for e in self.held.values())
 
+    def releases(self) -> list[Release]:
+        """When the admitted entries give their GPUs back for certain, where that is known."""
+        return [r for e in self.held.values() if (r := e.release()) is not None]
+
     def decayed_now(self, now: datetime, half_life_seconds: float) -> dict[str, float]:
         """Each queue's decayed usage brought forward to ``now``: what it held since
         ``decayed_at`` (the ledger's holdings, constant in between as far as it knows)."""
@@ -234,15 +256,23 @@ class Admitted:
 
 
 def admission_fields(
-    queue: str, priority: int, demand: Demand, now: datetime, run_seconds: int | None = None
+    queue: str,
+    priority: int,
+    demand: Demand,
+    now: datetime,
+    run_seconds: int | None = None,
+    *,
+    limit_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The ``admission`` field of a record that starts waiting; ``run_seconds``: the
-    request's ``estimatedRunSeconds`` (what an estimate of the others' starts assumes)."""
+    request's ``estimatedRunSeconds`` (what an estimate of the others' starts assumes);
+    ``limit_seconds``: :func:`hold_limit` (what backfill needs)."""
     return {
         "queue": queue,
         "priority": priority,
         "demand": demand_to_list(demand),
         "runSeconds": run_seconds,
+        "limitSeconds": limit_seconds,
         "stage": Stage.WAITING.value,
         "waitingSince": now,
         "admittedAt": None,
@@ -258,7 +288,56 @@ def workload_of(request_id: str, admission: Mapping[str, Any]) -> Workload | Non
         return None
     if not isinstance(priority, int) or isinstance(priority, bool):
         return None
-    return Workload(request_id, queue, priority, since, demand_from_list(admission.get("demand")))
+    demand = demand_from_list(admission.get("demand"))
+    limit = _limit(admission.get("limitSeconds"))
+    return Workload(request_id, queue, priority, since, demand, limit)
+
+
+def hold_limit(
+    kind: str, strategy: str, max_wait_seconds: float | None, timeout_seconds: float | None
+) -> float | None:
+    """The longest a request's first attempt may hold its GPUs, which Vertex enforces: a
+    custom job's FLEX_START ``maxWaitDuration`` (it fails when not started by then) plus its
+    ``scheduling.timeout`` (it is ended when it runs longer). None for any other: a Spot or
+    on-demand job may wait pending without end, a tuning job runs its trials one batch
+    after another (each with its own timeout), a pipeline or a deployment has no such bound,
+    and AUTO chooses its strategy and wait when it is created.
+
+    Examples:
+        >>> hold_limit("customJob", "FLEX_START", 1800.0, 3600.0)
+        5400.0
+        >>> hold_limit("customJob", "FLEX_START", None, 3600.0) is None  # waits for ever
+        True
+        >>> hold_limit("customJob", "SPOT", None, 3600.0) is None
+        True
+    """
+    if kind != CUSTOM_JOB.name or strategy != Strategy.FLEX_START:
+        return None
+    if max_wait_seconds is None or timeout_seconds is None:
+        return None
+    return max_wait_seconds + timeout_seconds
+
+
+def one_attempt(admission: Mapping[str, Any]) -> bool:
+    """Does a record's admission hold for its current attempt only? When it declared a
+    limit (:func:`hold_limit`): its entry's release (:meth:`Entry.release`) is that
+    attempt's end, which a retry would outlive, so a retry waits in its queue again. One
+    without a limit keeps its entry until the request ends."""
+    return _limit(admission.get("limitSeconds")) is not None
+
+
+def not_before(admission: Mapping[str, Any]) -> datetime:
+    """When a waiting record joins its queue's line: at once, or, for a retry waiting again
+    (:func:`one_attempt`), once its backoff is over (``admission.notBefore``)."""
+    at = admission.get("notBefore")
+    return at if isinstance(at, datetime) else datetime.min.replace(tzinfo=UTC)
+
+
+def _limit(raw: object) -> float | None:
+    """A stored ``limitSeconds``, or None when it does not read as a positive number."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and 0 < raw < math.inf:
+        return float(raw)
+    return None
 
 
 def admit_one(
@@ -284,7 +363,7 @@ def admit_one(
     queue = queues.queues.get(workload.queue)
     if queue is None or shortfalls(queues, ledger.usage(), ceiling, queue, workload.demand):
         return None
-    entry = Entry(workload.queue, workload.demand, now)
+    entry = Entry(workload.queue, workload.demand, now, workload.limit_seconds)
     after = ledger.replace(held={**ledger.held, workload.request_id: entry})
     if after.size_bytes() > MAX_LEDGER_BYTES:
         return None  # full, in bytes: it waits until an entry is given back
@@ -381,4 +460,5 @@ def entry_of(record: Mapping[str, Any]) -> Entry | None:
     queue, at = admission.get("queue"), admission.get("admittedAt")
     if not isinstance(queue, str) or not isinstance(at, datetime):
         return None
-    return Entry(queue, demand_from_list(admission.get("demand")), at)
+    demand = demand_from_list(admission.get("demand"))
+    return Entry(queue, demand, at, _limit(admission.get("limitSeconds")))

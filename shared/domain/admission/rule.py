@@ -48,6 +48,31 @@ order, the order recomputed after each admission (a queue's share grows as it ad
    gap and take a third more than its weight. This rule keeps each share within 10 % of its
    weight at the least idle of the three.
 
+4. **Backfill** (EASY backfilling, as Slurm's and Kueue's peers schedule HPC queues). A
+   workload the rules above keep waiting, its own queue's behind a held head included, is
+   admitted when all of these hold:
+
+   - it fits with nothing held charged;
+   - it declares how long it may hold its GPUs (``limit_seconds``: its request's
+     ``maxWaitDuration`` plus ``scheduling.timeout``, both of which Vertex enforces), and that
+     ends before every held workload's *shadow*: the time the held one fits for certain,
+     were every admitted job to hold its GPUs for all of its own limit
+     (:func:`shadow_time`). So it never delays when a held workload is sure to start;
+   - no waiting workload of a higher priority fits with nothing held charged (it would be
+     an inversion: that one could go first, and did not only because its limit is too long);
+   - it fits within its own queue's nominal quota, or it catches up with a held queue of its
+     own priority and never overtakes it (rule 3's fair-share bound). Borrowing beside a
+     held workload of a higher priority only is not backfill: measured, it left a team's
+     share 10.7 % off its weight's (seed 1).
+
+   Only when the caller says what time it is and when the admitted jobs end for certain
+   (:attr:`Standing.now`, :attr:`Standing.releases`): the estimate of starts replays the rule
+   without backfill, so an estimate is never earlier for it.
+
+   Measured (``./dev bench admission``, limits 1 to ~5 times the run and a third at the
+   default seven days, seeds 1, 2, 3 and 25): utilisation 93.8-94.3 % without backfill,
+   95.6-96.2 % with it, no inversion, each share within 10 % of its weight (worst 9.4 %).
+
 A workload that could never be admitted (larger than its queue with all it could borrow, or
 than the project's quota) is set aside as inadmissible, never held: holding it would block
 its queue for ever. Intake refuses those (:func:`~.demand.check_request`); this covers a
@@ -58,8 +83,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Final
 
@@ -87,19 +112,36 @@ class Workload:
     priority: int
     arrival: datetime
     demand: Demand
+    #: The longest one admission may hold its GPUs, in seconds (None: not known): what
+    #: backfill (rule 4) needs of it.
+    limit_seconds: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "demand", MappingProxyType(dict(self.demand)))
 
 
 @dataclass(frozen=True)
+class Release:
+    """An admitted job's GPUs, and when it has given them back for certain (its admission
+    plus its limit; a past time: any moment now)."""
+
+    at: datetime
+    queue: str
+    demand: Demand
+
+
+@dataclass(frozen=True)
 class Standing:
     """What admission reads besides the queues: the GPUs admitted per queue and resource,
-    the project's quota, and each queue's decayed usage (in GPUs, :func:`decayed_usage`)."""
+    the project's quota, and each queue's decayed usage (in GPUs, :func:`decayed_usage`).
+    With ``now``, the rule backfills (rule 4) against ``releases``: when each admitted job
+    gives its GPUs back for certain; an admitted job in none of them never does."""
 
     usage: Usage = field(default_factory=dict)
     ceiling: Ceiling = field(default_factory=Ceiling)
     decayed: Mapping[str, float] = field(default_factory=dict)
+    now: datetime | None = None
+    releases: Sequence[Release] = ()
 
 
 @dataclass(frozen=True)
@@ -192,17 +234,13 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
         (['first', 'big-high'], ['small-low'])
     """
     usage: dict[str, dict[Resource, int]] = {q: dict(held) for q, held in standing.usage.items()}
-    lines: dict[str, list[Workload]] = {}
-    inadmissible: list[Workload] = []
-    for workload in waiting:
-        if never_fits(queues, standing.ceiling, workload):
-            inadmissible.append(workload)
-        else:
-            lines.setdefault(workload.queue, []).append(workload)
-    for name, line in lines.items():
-        lines[name] = queue_order(line)[::-1]  # popped from the end: the head is last
+    lines, inadmissible = _lines(queues, standing.ceiling, waiting)
     holds: list[Workload] = []
     levels: dict[str, float] = {}
+    shadows: dict[str, datetime | None] = {}
+    releases = list(standing.releases)
+    blocked: set[str] = set()  # queues whose head is held: the rest of them only backfills
+    barred = -math.inf  # a priority that fits but did not backfill: none below it may
     admitted: list[Workload] = []
     held: list[Held] = []
     while lines:
@@ -224,25 +262,113 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
             (levels[h.request_id] for h in holds if h.priority == head.priority),
             default=-math.inf,
         )
-        fits = not short or (
-            not shortfalls(queues, above, standing.ceiling, queue, head.demand)
-            and (
-                _within_nominal(queue, above, head.demand)
-                or _share_after(queue, usage, standing.decayed, head.demand) <= catch_up
+        within = _within_nominal(queue, above, head.demand)
+        catches_up = _share_after(queue, usage, standing.decayed, head.demand) <= catch_up
+        fits = head.queue not in blocked and (
+            not short
+            or (
+                not shortfalls(queues, above, standing.ceiling, queue, head.demand)
+                and (within or catches_up)
             )
         )
+        if not fits and standing.now is not None and holds:
+            free = not shortfalls(queues, usage, standing.ceiling, queue, head.demand)
+            fits = free and _backfills(
+                head,
+                standing.now,
+                [shadows[h.request_id] for h in holds],
+                fair=within or catches_up,
+                barred=barred,
+            )
+            if free and not fits:
+                barred = max(barred, head.priority)
         if fits:
             admitted.append(head)
             add(usage, head.queue, head.demand, 1)
-            lines[head.queue].pop()
-            if not lines[head.queue]:
-                del lines[head.queue]
-        else:
+            if standing.now is not None and head.limit_seconds is not None:
+                at = standing.now + timedelta(seconds=head.limit_seconds)
+                releases.append(Release(at, head.queue, head.demand))
+        elif head.queue not in blocked:
             holds.append(head)
             levels[head.request_id] = _share_after(queue, usage, standing.decayed, head.demand)
+            if standing.now is not None:
+                before = [h for h in holds if h.priority > head.priority]
+                shadows[head.request_id] = shadow_time(
+                    queues, replace(standing, usage=_charged(usage, before)), releases, head
+                )
+                blocked.add(head.queue)
             held.append(Held(head, short))
-            del lines[head.queue]  # StrictFIFO: nothing behind it in its queue this pass
+            if standing.now is None:
+                del lines[head.queue]  # StrictFIFO: nothing behind it in its queue this pass
+                continue
+        line = lines[head.queue]
+        line.pop()
+        if not line:
+            del lines[head.queue]
     return Plan(tuple(admitted), tuple(held), tuple(inadmissible))
+
+
+def _lines(
+    queues: Queues, ceiling: Ceiling, waiting: Sequence[Workload]
+) -> tuple[dict[str, list[Workload]], list[Workload]]:
+    """Each queue's line, its head last (popped from the end), and those never admissible."""
+    lines: dict[str, list[Workload]] = {}
+    inadmissible: list[Workload] = []
+    for workload in waiting:
+        if never_fits(queues, ceiling, workload):
+            inadmissible.append(workload)
+        else:
+            lines.setdefault(workload.queue, []).append(workload)
+    return {name: queue_order(line)[::-1] for name, line in lines.items()}, inadmissible
+
+
+def _backfills(
+    workload: Workload,
+    now: datetime,
+    shadows: Sequence[datetime | None],
+    *,
+    fair: bool,
+    barred: float,
+) -> bool:
+    """Rule 4 for a workload that fits with nothing held charged: it declares its limit,
+    which ends before every held workload's shadow; no higher priority that fits waits
+    (``barred``); and it keeps to rule 3's fair-share bound (``fair``)."""
+    if workload.limit_seconds is None or workload.priority < barred or not fair:
+        return False
+    ends = now + timedelta(seconds=workload.limit_seconds)
+    return all(shadow is not None and ends <= shadow for shadow in shadows)
+
+
+def shadow_time(
+    queues: Queues, standing: Standing, releases: Sequence[Release], workload: Workload
+) -> datetime | None:
+    """When ``workload`` fits for certain: the first of ``releases`` (earliest first; one
+    already past counts as now) after which it fits beside ``standing.usage``; now when it
+    fits already; None when no release makes room (a job with no known end holds for ever).
+
+    Examples:
+        >>> from datetime import UTC, datetime, timedelta
+        >>> from shared.domain.admission.config import Pool, Resource, read_queues
+        >>> r = Resource("us-central1", "NVIDIA_L4", Pool.PREEMPTIBLE)
+        >>> t = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> st = Standing({"default": {r: 8}}, Ceiling({r: 8}), now=t)
+        >>> big = Workload("big", "default", 0, t, {r: 6})
+        >>> gone = [Release(t + timedelta(hours=h), "default", {r: 4}) for h in (3, 1)]
+        >>> shadow_time(read_queues({}), st, gone, big) - t
+        datetime.timedelta(seconds=10800)
+        >>> shadow_time(read_queues({}), st, gone[:1], big) is None
+        True
+    """
+    assert standing.now is not None, "a shadow is a time: the standing must say when it is"
+    queue = queues.queue(workload.queue)
+    usage = {name: dict(held) for name, held in standing.usage.items()}
+    if not shortfalls(queues, usage, standing.ceiling, queue, workload.demand):
+        return standing.now
+    for release in sorted(releases, key=lambda r: r.at):
+        add(usage, release.queue, release.demand, -1)
+        if not shortfalls(queues, usage, standing.ceiling, queue, workload.demand):
+            return max(release.at, standing.now)
+    return None
 
 
 def _charged(usage: Usage, holds: Sequence[Workload]) -> dict[str, dict[Resource, int]]:

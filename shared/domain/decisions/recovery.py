@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from shared.domain.admission.ledger import MAX_ENDED_JOBS, Stage
+from shared.domain.admission.ledger import MAX_ENDED_JOBS, Stage, one_attempt
 from shared.domain.decisions.jobs import observe
 from shared.domain.decisions.submissions import QUOTA_REASON, notification
 from shared.domain.model.changes import Change
@@ -105,10 +105,25 @@ def settle(
         lastFailureClass=failure.value,
     )
     record_fields.pop("endedAt", None)
+    deletes: tuple[str, ...] = ("yielding",) if record.yielding else ()
+    if record.admission.get("stage") == Stage.ADMITTED.value and one_attempt(record.admission):
+        # Its admission declared how long it holds its GPUs, for one attempt: backfill
+        # counted on their return by then. It waits in its queue's line again, its arrival
+        # kept, joining it once its backoff is over (``notBefore``: not ``nextAttemptAt``,
+        # which the tick's due sweep would list on every tick while it waits); only its
+        # next admission makes the retry due. Its caller gives its entry back.
+        record_fields["admission"] = {
+            **record.admission,
+            "stage": Stage.WAITING.value,
+            "admittedAt": None,
+            "heldBy": None,
+            "notBefore": record_fields.pop("nextAttemptAt"),
+        }
+        deletes = (*deletes, *(("nextAttemptAt",) if record.next_attempt_at else ()))
     # A switch asked for before this failure came first is moot: the attempt ended anyway.
     return replace(
         _with(record, JobState.RETRYING, record_fields, attempt_fields, reason),
-        deletes=("yielding",) if record.yielding else (),
+        deletes=deletes,
     )
 
 

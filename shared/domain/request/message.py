@@ -110,6 +110,16 @@ class JobRequest:
         return None if seconds == 0 else seconds
 
     @property
+    def timeout_seconds(self) -> float | None:
+        """The ``scheduling.timeout`` in seconds; None when absent or unreadable (the
+        validation package reports a bad one)."""
+        raw = self.scheduling.get("timeout")
+        try:
+            return parse_duration(raw) if isinstance(raw, str) else None
+        except ValueError:
+            return None
+
+    @property
     def display_name(self) -> str:
         body = self.spec.get("deployedModel", self.spec)
         return str(body.get("displayName", "")) if isinstance(body, dict) else ""
@@ -387,7 +397,7 @@ def check_options(request: JobRequest) -> list[FieldError]:
             auto=auto,
             strategy_path=strategy_path(request.kind),
             published_at=request.published_at,
-            timeout_seconds=_timeout_seconds(request),
+            timeout_seconds=request.timeout_seconds,
             scheduled=request.slot is not None,
         ),
         *check_region_options(
@@ -437,16 +447,6 @@ def check_admission_shape(options: dict[str, Any]) -> list[FieldError]:
                 FieldError("priority", "must be an integer or a priority class name of the queue")
             )
     return errors
-
-
-def _timeout_seconds(request: JobRequest) -> float | None:
-    """The request's ``scheduling.timeout`` in seconds; None when absent or unreadable (the
-    validation package reports a bad one)."""
-    raw = request.scheduling.get("timeout")
-    try:
-        return parse_duration(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
 
 
 #: Far above any training run's step count; keeps the progress arithmetic exact.

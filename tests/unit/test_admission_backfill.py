@@ -1,0 +1,232 @@
+"""Backfill, rule 4 of the admission rule (shared.domain.admission.rule), and what the ledger
+keeps for it (shared.domain.admission.ledger), on plain values: a workload behind a held one
+goes first only when it is sure to have given its GPUs back by the held one's shadow."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.domain.admission.config import Pool, Resource, read_queues
+from shared.domain.admission.ledger import (
+    Entry,
+    Ledger,
+    admission_fields,
+    entry_of,
+    hold_limit,
+    workload_of,
+)
+from shared.domain.admission.quota import Ceiling, shortfalls, usage_of
+from shared.domain.admission.rule import Release, Standing, Workload, admit, shadow_time
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+R = Resource("us-central1", "NVIDIA_H100_80GB", Pool.PREEMPTIBLE)
+HOUR = 3600.0
+
+
+def queue(name: str, nominal: int, **extra: Any) -> dict[str, Any]:
+    quota = {"region": R.region, "acceleratorType": R.accelerator, "pool": R.pool.value}
+    return {
+        "name": name,
+        "quotas": [{**quota, "nominal": nominal}],
+        "priorities": {"high": 100, "mid": 50, "normal": 0},
+        **extra,
+    }
+
+
+def work(rid: str, q: str, gpus: int, *, limit: float | None, priority: int = 0, minute: int = 0):
+    return Workload(rid, q, priority, T0 + timedelta(minutes=minute), {R: gpus}, limit)
+
+
+def ids(workloads: Any) -> list[str]:
+    return [w.request_id for w in workloads]
+
+
+#: One queue of 16 GPUs, 12 of them held by a job sure to end within two hours.
+ONE = read_queues({"queues": [queue("a", 16)]})
+RUNNING = Standing(
+    usage={"a": {R: 12}},
+    now=T0,
+    releases=[Release(T0 + timedelta(hours=2), "a", {R: 12})],
+)
+
+
+def test_a_job_that_ends_before_the_held_heads_shadow_goes_first():
+    waiting = [
+        work("big", "a", 8, limit=None),  # the head: 4 free, it waits for the 12
+        work("short", "a", 4, limit=1.5 * HOUR, minute=1),
+        work("long", "a", 4, limit=3 * HOUR, minute=2),
+    ]
+    plan = admit(ONE, RUNNING, waiting)
+    assert ids(plan.admitted) == ["short"]
+    assert ids(h.workload for h in plan.held) == ["big"]
+    # The shadow: the 12 are back in two hours; the backfilled 4 are back before then.
+    assert shadow_time(ONE, RUNNING, RUNNING.releases, waiting[0]) == T0 + timedelta(hours=2)
+
+
+def test_without_the_time_or_a_limit_nothing_goes_before_a_held_head():
+    short = work("short", "a", 4, limit=1.5 * HOUR, minute=1)
+    big = work("big", "a", 8, limit=None)
+    # No time: the rule is StrictFIFO behind the held head, as before backfill.
+    plan = admit(ONE, dataclasses.replace(RUNNING, now=None), [big, short])
+    assert ids(plan.admitted) == []
+    # No limit declared: nobody knows when it gives the GPUs back.
+    plan = admit(ONE, RUNNING, [big, dataclasses.replace(short, limit_seconds=None)])
+    assert ids(plan.admitted) == []
+    # The running job's end is not known: the held head's shadow is never, so none goes.
+    plan = admit(ONE, dataclasses.replace(RUNNING, releases=()), [big, short])
+    assert ids(plan.admitted) == []
+
+
+def test_a_release_already_past_counts_as_now_so_nothing_backfills_before_it():
+    # A retry under the same entry has outlived its first attempt's limit: any moment now.
+    past = dataclasses.replace(RUNNING, releases=[Release(T0 - timedelta(hours=1), "a", {R: 12})])
+    waiting = [work("big", "a", 8, limit=None), work("short", "a", 4, limit=60.0, minute=1)]
+    assert ids(admit(ONE, past, waiting).admitted) == []
+
+
+def test_a_higher_priority_that_fits_but_cannot_backfill_bars_every_lower_one():
+    queues = read_queues({"queues": [queue("a", 16), queue("b", 16)]})
+    standing = dataclasses.replace(RUNNING, ceiling=Ceiling({R: 16}))  # the project's 16
+    head = work("head", "a", 8, limit=None, priority=100)
+    mid = work("mid", "b", 4, limit=3 * HOUR, priority=50)  # fits, ends after the shadow
+    low = work("low", "b", 4, limit=HOUR, priority=0, minute=-5)  # would end before it
+    plan = admit(queues, standing, [head, mid, low])
+    # Backfilling "low" would admit a lower priority while a higher one that fits waits.
+    assert ids(plan.admitted) == []
+    plan = admit(queues, standing, [head, dataclasses.replace(mid, limit_seconds=HOUR), low])
+    assert ids(plan.admitted) == ["mid"]  # then b's line is "low", behind the 4 it took
+
+
+def test_this_passs_backfills_end_before_every_held_shadow():
+    # Two held heads of different sizes: the smaller's shadow comes first, and bounds all.
+    queues = read_queues({"queues": [queue("a", 32), queue("b", 32)]})
+    standing = Standing(
+        usage={"a": {R: 8}, "b": {R: 6}},
+        ceiling=Ceiling({R: 18}),
+        now=T0,
+        releases=[
+            Release(T0 + timedelta(hours=1), "a", {R: 8}),
+            Release(T0 + timedelta(hours=4), "b", {R: 6}),
+        ],
+    )
+    waiting = [
+        work("a-head", "a", 6, limit=None, priority=100),  # fits at 1 h, when a's 8 go
+        work("b-head", "b", 14, limit=None, priority=100, minute=1),  # fits at 4 h
+        work("fill-45m", "a", 2, limit=0.75 * HOUR, minute=2),
+        work("fill-2h", "b", 2, limit=2 * HOUR, minute=3),  # fits beside it, ends too late
+    ]
+    plan = admit(queues, standing, waiting)
+    assert ids(plan.admitted) == ["fill-45m"]
+
+
+@st.composite
+def backfill_configurations(draw: st.DrawFn):
+    names = ("qa", "qb")
+    queues = read_queues(
+        {
+            "queues": [
+                queue(n, draw(st.integers(0, 16)), weight=draw(st.sampled_from([1, 2])))
+                for n in names
+            ]
+        }
+    )
+    ceiling = Ceiling({R: draw(st.integers(4, 24))})
+    running = [
+        (
+            draw(st.sampled_from(names)),
+            draw(st.integers(1, 6)),
+            draw(st.none() | st.integers(-2, 6)),
+        )
+        for _ in range(draw(st.integers(0, 4)))
+    ]
+    usage = usage_of((q, {R: n}) for q, n, _ in running)
+    releases = [Release(T0 + timedelta(hours=h), q, {R: n}) for q, n, h in running if h is not None]
+    waiting = [
+        Workload(
+            f"w{i}",
+            draw(st.sampled_from(names)),
+            draw(st.sampled_from([0, 50, 100])),
+            T0 + timedelta(minutes=draw(st.integers(0, 30))),
+            {R: draw(st.integers(1, 12))},
+            draw(st.none() | st.sampled_from([HOUR, 3 * HOUR, 8 * HOUR])),
+        )
+        for i in range(draw(st.integers(0, 10)))
+    ]
+    return queues, Standing(usage, ceiling, now=T0, releases=releases), waiting
+
+
+@settings(max_examples=300, deadline=None)
+@given(backfill_configurations())
+def test_without_limits_backfill_changes_nothing(config):
+    queues, standing, waiting = config
+    plain = [dataclasses.replace(w, limit_seconds=None) for w in waiting]
+    with_time = admit(queues, standing, plain)
+    without = admit(queues, dataclasses.replace(standing, now=None, releases=()), plain)
+    assert with_time == without
+
+
+@settings(max_examples=300, deadline=None)
+@given(backfill_configurations())
+def test_a_backfill_stays_within_every_limit_and_ends_before_the_held_shadows(config):
+    queues, standing, waiting = config
+    plan = admit(queues, standing, waiting)
+    without = admit(queues, dataclasses.replace(standing, now=None, releases=()), waiting)
+    usage = {q: dict(h) for q, h in standing.usage.items()}
+    for w in plan.admitted:
+        assert not shortfalls(queues, usage, standing.ceiling, queues.queue(w.queue), w.demand)
+        usage.setdefault(w.queue, {})[R] = usage.get(w.queue, {}).get(R, 0) + w.demand[R]
+    decided = ids(plan.admitted) + ids(h.workload for h in plan.held) + ids(plan.inadmissible)
+    assert len(decided) == len(set(decided))
+    # What backfill added ends by the first head held without it, for certain.
+    extra = [w for w in plan.admitted if w not in without.admitted]
+    for w in extra:
+        assert w.limit_seconds is not None
+    if extra and without.held:
+        first = without.held[0].workload
+        before = usage_of((w.queue, w.demand) for w in without.admitted)
+        for q, held in standing.usage.items():
+            for r, n in held.items():
+                before.setdefault(q, {})[r] = before.get(q, {}).get(r, 0) + n
+        gone = [*standing.releases] + [
+            Release(T0 + timedelta(seconds=w.limit_seconds), w.queue, w.demand)
+            for w in without.admitted
+            if w.limit_seconds is not None
+        ]
+        shadow = shadow_time(queues, dataclasses.replace(standing, usage=before), gone, first)
+        if shadow is not None and first.priority == max(w.priority for w in waiting):
+            for w in extra:
+                assert w.limit_seconds is not None
+                assert T0 + timedelta(seconds=w.limit_seconds) <= shadow
+
+
+def test_the_limit_is_known_only_where_vertex_enforces_it():
+    assert hold_limit("customJob", "FLEX_START", 1800.0, 7200.0) == 9000.0
+    assert hold_limit("customJob", "SPOT", None, 7200.0) is None  # pending has no end
+    assert hold_limit("customJob", "STANDARD", None, 7200.0) is None
+    assert hold_limit("customJob", "AUTO", 1800.0, 7200.0) is None  # chosen at its create
+    assert hold_limit("hyperparameterTuningJob", "FLEX_START", 1800.0, 7200.0) is None
+    assert hold_limit("customJob", "FLEX_START", None, 7200.0) is None  # 0s: waits for ever
+
+
+def test_the_limit_travels_from_the_record_to_the_workload_the_entry_and_the_ledger():
+    fields = admission_fields("a", 0, {R: 4}, T0, None, limit_seconds=9000.0)
+    workload = workload_of("r1", fields)
+    assert workload is not None and workload.limit_seconds == 9000.0
+    admitted = {**fields, "stage": "ADMITTED", "admittedAt": T0}
+    entry = entry_of({"admission": admitted})
+    assert entry == Entry("a", {R: 4}, T0, 9000.0)
+    ledger = Ledger({"r1": entry, "r2": Entry("a", {R: 2}, T0)})
+    stored = Ledger.decode(ledger.to_dict())
+    assert stored.held == ledger.held
+    assert stored.releases() == [Release(T0 + timedelta(seconds=9000), "a", {R: 4})]
+    # A stored limit that does not read is not known: never a backfill on a guess.
+    for bad in (-1, 0, True, "9000", float("inf"), float("nan")):
+        raw = ledger.to_dict()
+        raw["held"][0]["limitSeconds"] = bad
+        assert Ledger.decode(raw).held["r1"].limit_seconds is None
+        assert workload_of("r1", {**fields, "limitSeconds": bad}).limit_seconds is None  # type: ignore[union-attr]
