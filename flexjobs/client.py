@@ -288,7 +288,10 @@ class Client:
         with google_errors("Firestore"):
             record = views.job(request_id)
             if record is not None:
-                return status_of(request_id, record, views.attempts(request_id), None)
+                from shared.status.listing import attempt_numbers
+
+                attempts = views.attempts(request_id, attempt_numbers(record))
+                return status_of(request_id, record, attempts, None)
             deployment = views.deployment(request_id)
             if deployment is not None:
                 return status_of(request_id, deployment, [], None, collection="deployments")

@@ -8,7 +8,7 @@ import itertools
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -914,11 +914,11 @@ class InMemoryJobViews:
         found = [d for d in self._documents() if d.get("requestId") == request_id]
         return _select(found[0], JOB_FIELDS) if found else None
 
-    def attempts(self, request_id: str) -> list[dict[str, Any]]:
+    def attempts(self, request_id: str, numbers: Sequence[int]) -> list[dict[str, Any]]:
         self._documents()
         with self.store._lock:
-            docs = [d for (rid, _), d in sorted(self.store.attempts.items()) if rid == request_id]
-        return [_select(d, ATTEMPT_FIELDS) for d in docs[:MAX_ATTEMPTS]]
+            found = [self.store.attempts.get((request_id, n)) for n in numbers[:MAX_ATTEMPTS]]
+        return [_select(d, ATTEMPT_FIELDS) for d in found if d is not None]
 
     def count(self, state: str) -> int:
         return sum(1 for d in self._documents() if d.get("state") == state)

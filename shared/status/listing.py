@@ -146,6 +146,24 @@ DEPLOYMENT_FIELDS: Final = (
 )
 #: A job page reads at most this many attempts (retry budgets keep real jobs far below it).
 MAX_ATTEMPTS: Final = 200
+
+
+def attempt_numbers(record: Mapping[str, Any]) -> range:
+    """The attempts a job page reads of a record: 1 to its ``attempt``, the first
+    :data:`MAX_ATTEMPTS` only. Read by key, not by a query of the subcollection: a batch get
+    costs the documents it names, whatever the database holds.
+
+    Examples:
+        >>> attempt_numbers({"attempt": 3}), len(attempt_numbers({"attempt": 10**6}))
+        (range(1, 4), 200)
+        >>> attempt_numbers({"attempt": "3"}), attempt_numbers({})
+        (range(1, 1), range(1, 1))
+    """
+    raw = record.get("attempt")
+    count = raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+    return range(1, max(0, min(count, MAX_ATTEMPTS)) + 1)
+
+
 #: The totals read at most this many jobs ended in the last 7 days; past it they say so.
 MAX_TOTALED: Final = 2000
 

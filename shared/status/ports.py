@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -26,8 +27,9 @@ class JobViews(Protocol):
         """One job record (``JOB_FIELDS``), or None."""
         ...
 
-    def attempts(self, request_id: str) -> list[dict[str, Any]]:
-        """A job's attempt documents (``ATTEMPT_FIELDS``), at most ``MAX_ATTEMPTS``."""
+    def attempts(self, request_id: str, numbers: Sequence[int]) -> list[dict[str, Any]]:
+        """A job's attempt documents (``ATTEMPT_FIELDS``) of ``numbers`` that exist, in
+        attempt order (``numbers``: :func:`~shared.status.listing.attempt_numbers`)."""
         ...
 
     def count(self, state: str) -> int:

@@ -61,6 +61,7 @@ from shared.status.listing import (
     MAX_TOTALED,
     Filters,
     Page,
+    attempt_numbers,
     read_filters,
 )
 from shared.status.overview import (
@@ -312,13 +313,11 @@ def _job_json(request_id: str, site: StatusSite) -> Response:
 def _job_and_attempts(
     request_id: str, site: StatusSite
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    # Both at once: the attempts of a missing record are an empty read, never a wrong page.
-    attempts = site.pool.submit(site.views.attempts, request_id)
+    # The record, then its attempts by key: how many it has is the record's.
     raw = site.views.job(request_id)
-    docs = attempts.result()
     if raw is None:
         raise NotFound(request_id)
-    return raw, docs
+    return raw, site.views.attempts(request_id, attempt_numbers(raw))
 
 
 def _job_facts(

@@ -376,7 +376,8 @@ def test_status_prints_a_table_json_or_yaml(
     import yaml
 
     created = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
-    stores.jobs.create("r1", {"requestId": "r1", "state": "RUNNING", "createdAt": created})
+    record = {"requestId": "r1", "state": "RUNNING", "attempt": 1, "createdAt": created}
+    stores.jobs.create("r1", record)
     stores.jobs.update_attempt("r1", 1, {"attempt": 1, "state": "RUNNING"})
     assert main(["--project", "p", "status", "r1", "--format", "json"]) == 0
     as_json = json.loads(capsys.readouterr().out)

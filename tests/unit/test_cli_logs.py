@@ -125,7 +125,7 @@ def client_with(record: dict[str, Any], attempts: list[dict[str, Any]]) -> Clien
 
 def test_logs_reads_every_attempts_job_in_order(logs: JobLogs) -> None:
     client = client_with(
-        {"requestId": "r1", "kind": "customJob", "state": "SUCCEEDED"},
+        {"requestId": "r1", "kind": "customJob", "state": "SUCCEEDED", "attempt": 2},
         [
             {"attempt": 1, "vertexJob": "projects/p/locations/l/customJobs/7"},
             {"attempt": 2, "vertexJob": "projects/p/locations/l/customJobs/8"},

@@ -2,9 +2,10 @@
 
 Every read is bounded and narrow: a page is ``size`` + 1 documents (the extra one only says a
 next page exists) of the fields the page shows (``select()``); a job page reads one record and
-at most ``MAX_ATTEMPTS`` attempts; the active counts are ``count()`` aggregations; the totals
-read at most ``limit`` records of three fields. No read depends on a row of another (no query
-per row).
+then at most ``MAX_ATTEMPTS`` attempts by key (one batch get, no query: its cost is the
+documents it names, however many records the database holds); the active counts are
+``count()`` aggregations; the totals read at most ``limit`` records of three fields. No read
+depends on a row of another (no query per row).
 
 Pages are ordered by ``createdAt`` then document id (``__name__``), both descending, so a
 cursor (the last row's time and document id) resumes exactly after it. Filtering on states
@@ -14,7 +15,7 @@ and ordering on ``createdAt`` is the one composite index these queries need
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -112,12 +113,20 @@ class FirestoreJobViews:
         found: dict[str, Any] | None = self._one(JOBS, request_id, JOB_FIELDS)
         return found
 
-    def attempts(self, request_id: str) -> list[dict[str, Any]]:
+    def attempts(self, request_id: str, numbers: Sequence[int]) -> list[dict[str, Any]]:
+        if not numbers:
+            return []
         ref = self._store.db.collection(JOBS).document(doc_id(request_id))
-        query = ref.collection(ATTEMPTS).select(list(ATTEMPT_FIELDS)).limit(MAX_ATTEMPTS)
-        return read_firestore(
-            "attempts", lambda: [d.to_dict() or {} for d in query.stream(timeout=self._timeout)]
-        )
+        refs = [ref.collection(ATTEMPTS).document(str(n)) for n in numbers[:MAX_ATTEMPTS]]
+        fields = list(ATTEMPT_FIELDS)
+
+        def read() -> dict[str, dict[str, Any]]:
+            # One batch get by key; its answers come in any order.
+            found = self._store.db.get_all(refs, field_paths=fields, timeout=self._timeout)
+            return {s.id: s.to_dict() or {} for s in found if s.exists}
+
+        by_id = read_firestore("attempts", read)
+        return [by_id[str(n)] for n in numbers[:MAX_ATTEMPTS] if str(n) in by_id]
 
     def count(self, state: str) -> int:
         query = IN_STATE.on(self._store.db, state).count(alias="n")
