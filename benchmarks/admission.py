@@ -62,6 +62,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from shared.domain.admission.config import Pool, Queues, Resource, read_queues
+from shared.domain.admission.ledger import Entry
 from shared.domain.admission.quota import Ceiling
 from shared.domain.admission.rule import Release, Standing, Workload, admit, decayed_usage
 from shared.domain.policy.retry import Backoff
@@ -384,7 +385,7 @@ def admission(
         # rule runs.
         for done in ended:
             known[done.team][RESOURCE] -= done.gpus
-            del releases[done.rid]
+            releases.pop(done.rid, None)
         ended.clear()
         if last_tick is not None:
             for team, _ in TEAMS:
@@ -403,11 +404,16 @@ def admission(
             if meter.create(created, t):
                 del waiting[workload.request_id]
                 known[created.team][RESOURCE] = known[created.team].get(RESOURCE, 0) + created.gpus
-                releases[created.rid] = Release(
-                    EPOCH + timedelta(seconds=t + created.limit),
+                # As the product's ledger entry gives it (its margin included).
+                entry = Entry(
                     created.team,
                     {RESOURCE: created.gpus},
+                    EPOCH + timedelta(seconds=t),
+                    created.limit,
                 )
+                release = entry.release()
+                if release is not None:
+                    releases[created.rid] = release
                 events.at(t + created.duration, "end", created)
         if what == "tick":
             events.at(t + TICK_SECONDS, "tick")

@@ -59,7 +59,6 @@ from shared.domain.admission.ledger import (
     hold_limit,
     holds_quota,
     jobs_of,
-    not_before,
     workload_of,
 )
 from shared.domain.admission.preemption import choose_victims
@@ -115,7 +114,11 @@ def enter_queue(
     run = options.get("estimatedRunSeconds")
     run_seconds = run if isinstance(run, int) and not isinstance(run, bool) and run > 0 else None
     limit = hold_limit(
-        request.kind, request.strategy, request.max_wait_seconds, request.timeout_seconds
+        request.kind,
+        request.strategy,
+        request.max_wait_seconds,
+        request.timeout_seconds,
+        ladder=bool(options.get("fallback")),
     )
     fields = admission_fields(
         chosen.queue, chosen.priority, demand, now, run_seconds, limit_seconds=limit
@@ -170,7 +173,7 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
         # Ended while it waited, before records said so (admission.stage ENDED): out of
         # the line, so it neither holds its queue nor fills the read's bound.
         sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now)
-    workloads = waiting_workloads(waiting, now)
+    workloads = waiting_workloads(waiting)
     if not workloads:
         return [], []
     standing = Standing(
@@ -220,17 +223,16 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
     return admitted, [w for w in workloads if w.request_id not in gone]
 
 
-def waiting_workloads(waiting: Sequence[JobRecord], now: datetime) -> list[Workload]:
+def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
     """The workloads of the records waiting in their queues (none that ended or is being
-    cancelled: a record that ended waits for nothing; none whose retry's backoff runs until
-    after ``now``: it joins the line, its arrival kept, once the backoff is over, so that
-    it holds neither GPUs nor its queue while it may not start)."""
+    cancelled: a record that ended waits for nothing). A retry waiting out its backoff is
+    one (``Workload.not_before``): the rule holds it until then, so that what it waits for
+    is kept from lower priorities, as for any held head."""
     return [
         w
         for r in waiting
         if r.awaiting_admission
         and not r.cancel_requested
-        and not_before(r.admission) <= now
         and (w := workload_of(r.request_id, r.admission)) is not None
     ]
 
@@ -341,6 +343,9 @@ def _note_held(
     del ports
     for held in plan.held:
         reason = held_reason(str(s) for s in held.shortfalls)
+        later = held.workload.not_before
+        if later is not None and later > now:
+            reason = held_reason([f"its retry's backoff, until {later.isoformat()}", reason])
         request_id = held.workload.request_id
         sweep.each(request_id, "held", admissions.note_held, request_id, reason, now)
 

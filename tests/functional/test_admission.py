@@ -871,11 +871,14 @@ def test_a_job_sure_to_end_before_a_held_one_could_start_goes_first(backfilling,
         publish(post_event, clock, sized("short", 4, maxWaitDuration="600s", timeout="1800s"))
         == 200
     )
-    # Waits for ever ("0s"): no certain end, so it never backfills.
+    # Waits for ever ("0s"), or ten thousand years: no certain end, so it never backfills
+    # (and no pass ever computes a time past the calendar's end).
     assert publish(post_event, clock, sized("forever", 4, maxWaitDuration="0s")) == 200
+    assert publish(post_event, clock, sized("ages", 4, maxWaitDuration="315576000000s")) == 200
+    assert record(tracker, "ages")["admission"]["limitSeconds"] is None
 
     assert created(tracker) == ["running", "short"]
-    for request_id in ("big", "long", "forever"):
+    for request_id in ("big", "long", "forever", "ages"):
         assert record(tracker, request_id)["admission"]["stage"] == "WAITING"
     assert record(tracker, "forever")["admission"]["limitSeconds"] is None
     ledger = tracker.store.admissions.ledger()
@@ -894,8 +897,8 @@ def test_a_retry_of_a_job_with_a_limit_waits_in_line_again_after_its_backoff(
     backfilling, clock, post_event
 ):
     """Backfill counted on a job's GPUs coming back within its limit, which a retry would
-    outlive: the retry gives its entry back, sits out its backoff outside the line, and
-    is created only once admitted again, as any waiting request."""
+    outlive: the retry gives its entry back and waits in its queue again, held (its place
+    kept) until its backoff is over, and is created only once admitted again."""
     tracker = backfilling
     assert publish(post_event, clock, sized("first", 8, timeout="3600s")) == 200
     assert publish(post_event, clock, sized("next", 8, timeout="3600s")) == 200
@@ -908,19 +911,20 @@ def test_a_retry_of_a_job_with_a_limit_waits_in_line_again_after_its_backoff(
     assert (first["state"], first["admission"]["stage"]) == ("RETRYING", "WAITING")
     assert first["retries"] == {"capacity": 1}
     # Its backoff: it may not start yet, and nothing is due (the tick's sweep lists none).
-    assert first["admission"]["notBefore"] > clock.now
-    assert "nextAttemptAt" not in first
-    # Its 8 GPUs went back, to the request that waited; it holds none while it may not start.
-    assert created(tracker) == ["first", "next"]
-    assert set(tracker.store.admissions.ledger().held) == {"next"}
+    until = first["admission"]["notBefore"]
+    assert until > clock.now and "nextAttemptAt" not in first
+    assert first["admission"]["heldBy"].startswith("its retry's backoff, until")
+    # Its entry is given back, and "next", behind it in the line, does not take its place.
+    assert tracker.store.admissions.ledger().held == {}
+    assert record(tracker, "next")["admission"]["stage"] == "WAITING"
+    assert created(tracker) == ["first"]
 
-    # The backoff over, it is first in line again (its arrival kept), and goes once "next"
-    # gives the GPUs back: attempt 2, from a fresh admission.
-    clock.advance(1800)
+    # The backoff over, the tick admits it again: attempt 2, from a fresh admission.
+    clock.advance((until - clock.now).total_seconds())
     assert tick(post_event, clock) == 200
-    assert record(tracker, "first")["admission"]["stage"] == "WAITING"
-    finish(post_event, clock, tracker, "next")
     first = record(tracker, "first")
     assert (first["attempt"], first["admission"]["stage"]) == (2, "ADMITTED")
-    assert created(tracker) == ["first", "next", "first"]
+    assert first["admission"]["notBefore"] is None
+    assert created(tracker) == ["first", "first"]
     assert tracker.store.admissions.ledger().held["first"].at == first["admission"]["admittedAt"]
+    assert record(tracker, "next")["admission"]["stage"] == "WAITING"

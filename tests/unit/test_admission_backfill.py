@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from shared.domain.admission.config import Pool, Resource, read_queues
 from shared.domain.admission.ledger import (
+    MAX_LIMIT_SECONDS,
+    RELEASE_MARGIN_SECONDS,
     Entry,
     Ledger,
     admission_fields,
@@ -211,6 +213,52 @@ def test_the_limit_is_known_only_where_vertex_enforces_it():
     assert hold_limit("customJob", "AUTO", 1800.0, 7200.0) is None  # chosen at its create
     assert hold_limit("hyperparameterTuningJob", "FLEX_START", 1800.0, 7200.0) is None
     assert hold_limit("customJob", "FLEX_START", None, 7200.0) is None  # 0s: waits for ever
+    # A fallback ladder may move a retry to Spot, whose wait has no end.
+    assert hold_limit("customJob", "FLEX_START", 1800.0, 7200.0, ladder=True) is None
+    # Past DWS's longest wait and run: not a limit (and its end would not be a time).
+    assert hold_limit("customJob", "FLEX_START", 7 * 86400.0, 7 * 86400.0) == MAX_LIMIT_SECONDS
+    assert hold_limit("customJob", "FLEX_START", 315576000000.0, 7200.0) is None
+
+
+def test_nothing_backfills_before_a_head_whose_queue_preempts():
+    """Its victims' GPUs come back at its asking; a backfill beside it would take them (a
+    job just created is never a victim), and the head would wait for the backfill."""
+    queues = read_queues(
+        {
+            "queues": [
+                queue("a", 16, preemption={"withinQueue": True}),
+                queue("b", 16),
+            ]
+        }
+    )
+    standing = dataclasses.replace(RUNNING, ceiling=Ceiling({R: 16}))
+    head = work("head", "a", 8, limit=None, priority=100)
+    low = work("low", "b", 4, limit=600.0)
+    plan = admit(queues, standing, [head, low])
+    assert ids(plan.admitted) == []
+    assert ids(h.workload for h in plan.held) == ["head", "low"]
+    # The same queue without preemption: the short one backfills.
+    plain = read_queues({"queues": [queue("a", 16), queue("b", 16)]})
+    assert ids(admit(plain, standing, [head, low]).admitted) == ["low"]
+
+
+def test_a_retry_in_its_backoff_is_held_and_keeps_its_place():
+    queues = read_queues({"queues": [queue("a", 16), queue("b", 16)]})
+    standing = Standing(ceiling=Ceiling({R: 8}), now=T0)
+    retry = dataclasses.replace(
+        work("retry", "a", 8, limit=HOUR, priority=100), not_before=T0 + timedelta(hours=1)
+    )
+    long = work("long", "b", 4, limit=2 * HOUR)
+    short = work("short", "b", 4, limit=0.5 * HOUR, minute=1)
+    plan = admit(queues, standing, [retry, long, short])
+    # It may not start for an hour: held, and what it waits for is kept from lower
+    # priorities, but for a job sure to be done by then.
+    assert ids(h.workload for h in plan.held) == ["retry", "long"]
+    assert ids(plan.admitted) == ["short"]
+    # Once the backoff is over it goes; the estimate's replay (no time) takes it as due.
+    later = dataclasses.replace(standing, now=T0 + timedelta(hours=1))
+    assert ids(admit(queues, later, [retry, long, short]).admitted) == ["retry"]
+    assert ids(admit(queues, Standing(ceiling=Ceiling({R: 8})), [retry]).admitted) == ["retry"]
 
 
 def test_the_limit_travels_from_the_record_to_the_workload_the_entry_and_the_ledger():
@@ -223,9 +271,12 @@ def test_the_limit_travels_from_the_record_to_the_workload_the_entry_and_the_led
     ledger = Ledger({"r1": entry, "r2": Entry("a", {R: 2}, T0)})
     stored = Ledger.decode(ledger.to_dict())
     assert stored.held == ledger.held
-    assert stored.releases() == [Release(T0 + timedelta(seconds=9000), "a", {R: 4})]
+    # Given back when seen, and after Vertex's teardown: the margin is counted.
+    assert stored.releases() == [
+        Release(T0 + timedelta(seconds=9000 + RELEASE_MARGIN_SECONDS), "a", {R: 4})
+    ]
     # A stored limit that does not read is not known: never a backfill on a guess.
-    for bad in (-1, 0, True, "9000", float("inf"), float("nan")):
+    for bad in (-1, 0, True, "9000", float("inf"), float("nan"), MAX_LIMIT_SECONDS + 1, 3e11):
         raw = ledger.to_dict()
         raw["held"][0]["limitSeconds"] = bad
         assert Ledger.decode(raw).held["r1"].limit_seconds is None

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -146,7 +145,8 @@ class Entry:
         waits in its queue again (:func:`one_attempt`)."""
         if self.limit_seconds is None:
             return None
-        return Release(self.at + timedelta(seconds=self.limit_seconds), self.queue, self.demand)
+        held = timedelta(seconds=self.limit_seconds + RELEASE_MARGIN_SECONDS)
+        return Release(self.at + held, self.queue, self.demand)
 
 
 @dataclass(frozen=True)
@@ -290,18 +290,28 @@ def workload_of(request_id: str, admission: Mapping[str, Any]) -> Workload | Non
         return None
     demand = demand_from_list(admission.get("demand"))
     limit = _limit(admission.get("limitSeconds"))
-    return Workload(request_id, queue, priority, since, demand, limit)
+    after = admission.get("notBefore")
+    later = after if isinstance(after, datetime) else None
+    return Workload(request_id, queue, priority, since, demand, limit, later)
 
 
 def hold_limit(
-    kind: str, strategy: str, max_wait_seconds: float | None, timeout_seconds: float | None
+    kind: str,
+    strategy: str,
+    max_wait_seconds: float | None,
+    timeout_seconds: float | None,
+    *,
+    ladder: bool = False,
 ) -> float | None:
-    """The longest a request's first attempt may hold its GPUs, which Vertex enforces: a
+    """The longest one attempt of a request may hold its GPUs, which Vertex enforces: a
     custom job's FLEX_START ``maxWaitDuration`` (it fails when not started by then) plus its
     ``scheduling.timeout`` (it is ended when it runs longer). None for any other: a Spot or
     on-demand job may wait pending without end, a tuning job runs its trials one batch
     after another (each with its own timeout), a pipeline or a deployment has no such bound,
-    and AUTO chooses its strategy and wait when it is created.
+    AUTO chooses its strategy and wait when it is created, and a fallback ladder
+    (``ladder``) may move a retry to Spot or on-demand, where its wait has no end. None as
+    well past :data:`MAX_LIMIT_SECONDS`: a limit that long backfills nothing, and its end
+    would not be a time.
 
     Examples:
         >>> hold_limit("customJob", "FLEX_START", 1800.0, 3600.0)
@@ -310,12 +320,25 @@ def hold_limit(
         True
         >>> hold_limit("customJob", "SPOT", None, 3600.0) is None
         True
+        >>> hold_limit("customJob", "FLEX_START", 1800.0, 3600.0, ladder=True) is None
+        True
+        >>> hold_limit("customJob", "FLEX_START", 315576000000.0, 3600.0) is None
+        True
     """
-    if kind != CUSTOM_JOB.name or strategy != Strategy.FLEX_START:
+    if kind != CUSTOM_JOB.name or strategy != Strategy.FLEX_START or ladder:
         return None
     if max_wait_seconds is None or timeout_seconds is None:
         return None
-    return max_wait_seconds + timeout_seconds
+    return _limit(max_wait_seconds + timeout_seconds)
+
+
+#: The longest limit backfill reads (:func:`hold_limit`): DWS's longest wait and run, seven
+#: days each. Longer ones are not known.
+MAX_LIMIT_SECONDS: Final = 14 * 86400.0
+#: Added to every release (:meth:`Entry.release`): an end is given back when the lifecycle
+#: sees it (a hint, or the next tick) and Vertex may take a while to tear a timed-out job
+#: down, so a release is never counted earlier than it can be seen.
+RELEASE_MARGIN_SECONDS: Final = 600.0
 
 
 def one_attempt(admission: Mapping[str, Any]) -> bool:
@@ -334,9 +357,11 @@ def not_before(admission: Mapping[str, Any]) -> datetime:
 
 
 def _limit(raw: object) -> float | None:
-    """A stored ``limitSeconds``, or None when it does not read as a positive number."""
-    if isinstance(raw, int | float) and not isinstance(raw, bool) and 0 < raw < math.inf:
-        return float(raw)
+    """A ``limitSeconds``, or None when it does not read as a positive number of at most
+    :data:`MAX_LIMIT_SECONDS` (a stored value is never trusted to be a time)."""
+    number = isinstance(raw, int | float) and not isinstance(raw, bool)
+    if number and 0 < raw <= MAX_LIMIT_SECONDS:  # type: ignore[operator]  # NaN: False
+        return float(raw)  # type: ignore[arg-type]
     return None
 
 
@@ -360,6 +385,8 @@ def admit_one(
         return None
     if workload.request_id in ledger.held or len(ledger.held) >= MAX_HELD:
         return None
+    if not_before(admission) > now:
+        return None  # a retry's backoff, on the fresh read: a pass on an older snapshot
     queue = queues.queues.get(workload.queue)
     if queue is None or shortfalls(queues, ledger.usage(), ceiling, queue, workload.demand):
         return None
@@ -373,6 +400,7 @@ def admit_one(
             "stage": Stage.ADMITTED.value,
             "admittedAt": now,
             "heldBy": None,
+            "notBefore": None,
         },
         # Due now: the exactly-once create runs next; if this delivery dies first, the tick's
         # due-submission sweep runs it.
@@ -449,7 +477,7 @@ def jobs_of(record: JobRecord) -> list[str]:
 
 def held_reason(shortfalls_text: Iterable[str]) -> str:
     """What a held request waits for, as its record says it (``admission.heldBy``)."""
-    return clip("; ".join(shortfalls_text), 500) or ""
+    return clip("; ".join(t for t in shortfalls_text if t), 500) or ""
 
 
 def entry_of(record: Mapping[str, Any]) -> Entry | None:

@@ -109,9 +109,9 @@ def settle(
     if record.admission.get("stage") == Stage.ADMITTED.value and one_attempt(record.admission):
         # Its admission declared how long it holds its GPUs, for one attempt: backfill
         # counted on their return by then. It waits in its queue's line again, its arrival
-        # kept, joining it once its backoff is over (``notBefore``: not ``nextAttemptAt``,
-        # which the tick's due sweep would list on every tick while it waits); only its
-        # next admission makes the retry due. Its caller gives its entry back.
+        # kept, held until its backoff is over (``notBefore``: not ``nextAttemptAt``, which
+        # the tick's due sweep would list on every tick while it waits); only its next
+        # admission makes the retry due. Its caller gives its entry back.
         record_fields["admission"] = {
             **record.admission,
             "stage": Stage.WAITING.value,
