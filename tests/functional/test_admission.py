@@ -9,6 +9,7 @@ before the create, a ledger that lost or kept an entry it should not have.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -52,20 +53,31 @@ QUOTA = 8
 _ids = itertools.count(1)
 
 
+@contextlib.contextmanager
+def wired(
+    ports: Ports, clock: FakeClock, queues: str, *, backoff: str | None = "0"
+) -> Iterator[tuple[Intake, Tracker]]:
+    """Intake and tracker wired with the queue file ``queues``, on the shared fakes and
+    clock; ``backoff``: the retries' backoff base in seconds (None: the product's)."""
+    env = {**ENV, "FLEXJOBS_QUEUES": queues}
+    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
+    intake.clock = clock
+    tracked = env if backoff is None else {**env, "FLEXJOBS_BACKOFF_BASE_SECONDS": backoff}
+    tracker = bootstrap.build_tracker(Settings.from_env(tracked), clock, ports)
+    bootstrap.override(intake)
+    bootstrap.override_tracker(tracker)
+    try:
+        yield intake, tracker
+    finally:
+        bootstrap.override(None)
+        bootstrap.override_tracker(None)
+
+
 @pytest.fixture
 def queued(ports: Ports, clock: FakeClock) -> Iterator[tuple[Intake, Tracker]]:
     """Intake and tracker wired with the queue file, on the shared fakes and clock."""
-    env = {**ENV, "FLEXJOBS_QUEUES": QUEUES}
-    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
-    intake.clock = clock
-    tracker = bootstrap.build_tracker(
-        Settings.from_env({**env, "FLEXJOBS_BACKOFF_BASE_SECONDS": "0"}), clock, ports
-    )
-    bootstrap.override(intake)
-    bootstrap.override_tracker(tracker)
-    yield intake, tracker
-    bootstrap.override(None)
-    bootstrap.override_tracker(None)
+    with wired(ports, clock, QUEUES) as both:
+        yield both
 
 
 def body(request_id: str, queue: str | None = "team-a", **options: Any) -> dict[str, Any]:
@@ -430,20 +442,14 @@ def preempting(ports: Ports, clock: FakeClock, checkpoints) -> Iterator[tuple[Tr
     from tests.fakes import InMemoryStoredObjects
     from tests.functional.conftest import SOURCE
 
-    env = {**ENV, "FLEXJOBS_QUEUES": PREEMPTING}
-    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
-    intake.clock = clock
-    tracker = bootstrap.build_tracker(
-        Settings.from_env({**env, "FLEXJOBS_BACKOFF_BASE_SECONDS": "0"}), clock, ports
-    )
-    uploads = Uploads(intake=intake, objects=InMemoryStoredObjects(), checkpoints=checkpoints)
-    bootstrap.override(intake)
-    bootstrap.override_tracker(tracker)
-    bootstrap.override_uploads(uploads)
-    yield tracker, (uploads, create_app("handle_upload", SOURCE, "cloudevent").test_client())
-    bootstrap.override(None)
-    bootstrap.override_tracker(None)
-    bootstrap.override_uploads(None)
+    with wired(ports, clock, PREEMPTING) as (intake, tracker):
+        uploads = Uploads(intake=intake, objects=InMemoryStoredObjects(), checkpoints=checkpoints)
+        bootstrap.override_uploads(uploads)
+        try:
+            client = create_app("handle_upload", SOURCE, "cloudevent").test_client()
+            yield tracker, (uploads, client)
+        finally:
+            bootstrap.override_uploads(None)
 
 
 def checkpointing(request_id: str, **options: Any) -> dict[str, Any]:
@@ -836,16 +842,10 @@ queues:
 
 @pytest.fixture
 def backfilling(ports: Ports, clock: FakeClock) -> Iterator[Tracker]:
-    """Intake and tracker with one queue of the project's 8 A100s."""
-    env = {**ENV, "FLEXJOBS_QUEUES": BACKFILL_QUEUES}
-    intake = bootstrap.build_intake(Settings.from_env(env), ports=ports)
-    intake.clock = clock
-    tracker = bootstrap.build_tracker(Settings.from_env(env), clock, ports)
-    bootstrap.override(intake)
-    bootstrap.override_tracker(tracker)
-    yield tracker
-    bootstrap.override(None)
-    bootstrap.override_tracker(None)
+    """Intake and tracker with one queue of the project's 8 A100s, and the product's
+    retry backoff (a retry's wait in its line is what is tested)."""
+    with wired(ports, clock, BACKFILL_QUEUES, backoff=None) as (_, tracker):
+        yield tracker
 
 
 def sized(request_id: str, gpus: int, **scheduling: str) -> dict[str, Any]:
