@@ -397,14 +397,18 @@ def admission(
         standing = Standing(known, ceiling, decayed)
         if backfill:
             now = EPOCH + timedelta(seconds=t)
-            standing = replace(standing, now=now, releases=tuple(releases.values()))
+            standing = replace(
+                standing,
+                now=now,
+                releases=tuple(releases.values()),
+            )
         chosen = (rule or _admitted)(queues, standing, list(waiting.values()))
         for workload in chosen:
             created = by_rid[workload.request_id]
             if meter.create(created, t):
                 del waiting[workload.request_id]
                 known[created.team][RESOURCE] = known[created.team].get(RESOURCE, 0) + created.gpus
-                # As the product's ledger entry gives it (its margin included).
+                # As the product's ledger entry gives it.
                 entry = Entry(
                     created.team,
                     {RESOURCE: created.gpus},

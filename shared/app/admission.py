@@ -246,6 +246,8 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
     ledger: Ledger | None = None
     for held in sorted(plan.held, key=lambda h: -h.workload.priority):
         workload = held.workload
+        if workload.not_before is not None and workload.not_before > ports.clock():
+            continue  # a retry in its backoff: victims ended now would free GPUs it may not use
         queue = queues.queues.get(workload.queue)
         if queue is None or not (queue.preemption.within_queue or queue.preemption.within_cohort):
             continue

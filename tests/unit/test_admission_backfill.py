@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from shared.domain.admission.config import Pool, Resource, read_queues
 from shared.domain.admission.ledger import (
     MAX_LIMIT_SECONDS,
-    RELEASE_MARGIN_SECONDS,
     Entry,
     Ledger,
     admission_fields,
@@ -271,13 +270,23 @@ def test_the_limit_travels_from_the_record_to_the_workload_the_entry_and_the_led
     ledger = Ledger({"r1": entry, "r2": Entry("a", {R: 2}, T0)})
     stored = Ledger.decode(ledger.to_dict())
     assert stored.held == ledger.held
-    # Given back when seen, and after Vertex's teardown: the margin is counted.
-    assert stored.releases() == [
-        Release(T0 + timedelta(seconds=9000 + RELEASE_MARGIN_SECONDS), "a", {R: 4})
-    ]
+    assert stored.releases() == [Release(T0 + timedelta(seconds=9000), "a", {R: 4})]
     # A stored limit that does not read is not known: never a backfill on a guess.
     for bad in (-1, 0, True, "9000", float("inf"), float("nan"), MAX_LIMIT_SECONDS + 1, 3e11):
         raw = ledger.to_dict()
         raw["held"][0]["limitSeconds"] = bad
         assert Ledger.decode(raw).held["r1"].limit_seconds is None
         assert workload_of("r1", {**fields, "limitSeconds": bad}).limit_seconds is None  # type: ignore[union-attr]
+
+
+def test_a_retry_in_its_backoff_never_stalls_its_queue_nor_loses_its_place():
+    queues = read_queues({"queues": [queue("a", 16)]})
+    standing = Standing(ceiling=Ceiling({R: 12}), now=T0)
+    retry = dataclasses.replace(
+        work("retry", "a", 8, limit=None), not_before=T0 + timedelta(minutes=30)
+    )
+    beside = work("beside", "a", 4, limit=None, minute=1)  # fits beside the 8 it will need
+    instead = work("instead", "a", 8, limit=None, minute=2)  # would take them
+    plan = admit(queues, standing, [retry, instead, beside])
+    assert ids(plan.admitted) == ["beside"]
+    assert ids(h.workload for h in plan.held) == ["retry", "instead"]

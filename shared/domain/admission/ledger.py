@@ -36,14 +36,14 @@ import dataclasses
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
 from shared.domain.admission.config import Pool, Queues, Resource
 from shared.domain.admission.quota import Ceiling, Demand, Usage, shortfalls, usage_of
-from shared.domain.admission.rule import Release, Workload, decayed_usage
+from shared.domain.admission.rule import Release, Workload, decayed_usage, held_until
 from shared.domain.model.kinds import CUSTOM_JOB
 from shared.domain.model.records import JobRecord
 from shared.domain.model.strategies import Strategy
@@ -137,7 +137,7 @@ class Entry:
         }
 
     def release(self) -> Release | None:
-        """When the entry's GPUs are back for certain, as backfill reads it (rule 4 of
+        """When the entry's GPUs are back at the latest, as backfill reads it (rule 4 of
         :mod:`.rule`); None when not known. Vertex counts the limit from the job's create,
         which may come after the admission (a create that failed is finished by the tick):
         the time is then too early, which only ever holds a backfill back (an earlier
@@ -145,8 +145,8 @@ class Entry:
         waits in its queue again (:func:`one_attempt`)."""
         if self.limit_seconds is None:
             return None
-        held = timedelta(seconds=self.limit_seconds + RELEASE_MARGIN_SECONDS)
-        return Release(self.at + held, self.queue, self.demand)
+        back = held_until(self.at, self.limit_seconds)
+        return Release(back, self.queue, self.demand)
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class Ledger:
         return usage_of((e.queue, e.demand) for e in self.held.values())
 
     def releases(self) -> list[Release]:
-        """When the admitted entries give their GPUs back for certain, where that is known."""
+        """When the admitted entries give their GPUs back at the latest, where that is known."""
         return [r for e in self.held.values() if (r := e.release()) is not None]
 
     def decayed_now(self, now: datetime, half_life_seconds: float) -> dict[str, float]:
@@ -335,10 +335,6 @@ def hold_limit(
 #: The longest limit backfill reads (:func:`hold_limit`): DWS's longest wait and run, seven
 #: days each. Longer ones are not known.
 MAX_LIMIT_SECONDS: Final = 14 * 86400.0
-#: Added to every release (:meth:`Entry.release`): an end is given back when the lifecycle
-#: sees it (a hint, or the next tick) and Vertex may take a while to tear a timed-out job
-#: down, so a release is never counted earlier than it can be seen.
-RELEASE_MARGIN_SECONDS: Final = 600.0
 
 
 def one_attempt(admission: Mapping[str, Any]) -> bool:

@@ -73,10 +73,9 @@ order, the order recomputed after each admission (a queue's share grows as it ad
    starts replays the rule without backfill, so an estimate is never earlier for it.
 
    Measured (``./dev bench admission``, limits 1 to ~5 times the run and a third at the
-   default eight days, the product's release margin, seeds 1, 2, 3 and 25): utilisation
-   93.8-94.3 % without backfill, 95.3-95.8 % with it, no inversion, each share within 6 %
-   of its weight. With each end also seen by a hint 10 s after it, seed 1's worst share is
-   16 % off (the others within 9 %), which the benchmark does not yet explain.
+   default eight days, seeds 25, 1, 2 and 3, no hint): utilisation 93.8-94.3 % without
+   backfill, 94.5-95.8 % with it, no inversion; shares within 8.1 % of their weights but on
+   seed 1 (12.4 %).
 
 A workload that could never be admitted (larger than its queue with all it could borrow, or
 than the project's quota) is set aside as inadmissible, never held: holding it would block
@@ -130,7 +129,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class Release:
-    """An admitted job's GPUs, and when it has given them back for certain (its admission
+    """An admitted job's GPUs, and when it has given them back at the latest (its admission
     plus its limit; a past time: any moment now)."""
 
     at: datetime
@@ -143,7 +142,9 @@ class Standing:
     """What admission reads besides the queues: the GPUs admitted per queue and resource,
     the project's quota, and each queue's decayed usage (in GPUs, :func:`decayed_usage`).
     With ``now``, the rule backfills (rule 4) against ``releases``: when each admitted job
-    gives its GPUs back for certain; an admitted job in none of them never does."""
+    gives its GPUs back at the latest, as far as its limit bounds it; an admitted job in none
+    of them never does. No margin is added: an end is seen late (at a hint or the next
+    tick) alike for the releases a shadow counts on and for a backfill's own end."""
 
     usage: Usage = field(default_factory=dict)
     ceiling: Ceiling = field(default_factory=Ceiling)
@@ -248,6 +249,8 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
     shadows: dict[str, datetime | None] = {}
     releases = list(standing.releases)
     blocked: set[str] = set()  # queues whose head is held: the rest of them only backfills
+    # Queues with a retry in its backoff held: the rest of them fit beside it, or wait.
+    reserved: set[str] = set()
     barred = -math.inf  # a priority that fits but did not backfill: none below it may
     admitted: list[Workload] = []
     held: list[Held] = []
@@ -279,7 +282,8 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
             and (
                 not short
                 or (
-                    not shortfalls(queues, above, standing.ceiling, queue, head.demand)
+                    head.queue not in reserved
+                    and not shortfalls(queues, above, standing.ceiling, queue, head.demand)
                     and (within or catches_up)
                 )
             )
@@ -299,7 +303,7 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
             admitted.append(head)
             add(usage, head.queue, head.demand, 1)
             if standing.now is not None and head.limit_seconds is not None:
-                at = standing.now + timedelta(seconds=head.limit_seconds)
+                at = held_until(standing.now, head.limit_seconds)
                 releases.append(Release(at, head.queue, head.demand))
         elif head.queue not in blocked:
             holds.append(head)
@@ -308,7 +312,10 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
                 shadows[head.request_id] = _shadow(
                     queues, standing, usage, holds, releases=releases, head=head, shadows=shadows
                 )
-                blocked.add(head.queue)
+                # A retry in its backoff is charged as a hold, but its queue goes on: the
+                # rest of it may fit beside what the retry will need (never in its place:
+                # rule 3's exceptions are for other queues).
+                (reserved if backing_off else blocked).add(head.queue)
             held.append(Held(head, short))
             if standing.now is None:
                 del lines[head.queue]  # StrictFIFO: nothing behind it in its queue this pass
@@ -350,7 +357,7 @@ def _shadow(
     head: Workload,
     shadows: Mapping[str, datetime | None],
 ) -> datetime | None:
-    """A held head's shadow (rule 4): when it fits for certain beside ``usage`` with the
+    """A held head's shadow (rule 4): when it fits at the latest beside ``usage`` with the
     higher holds charged (from now: they may start any moment; each given back at its own
     shadow plus its limit, where both are known), and not before its backoff is over. Now
     for a head of a queue that preempts: its victims' GPUs come back at its asking, which a
@@ -358,12 +365,13 @@ def _shadow(
     backfills before it."""
     assert standing.now is not None
     queue = queues.queue(head.queue)
-    if queue.preemption.within_queue or queue.preemption.within_cohort:
+    preempts = queue.preemption.within_queue or queue.preemption.within_cohort
+    if preempts and not _backing_off(head, standing.now):  # a retry preempts nobody
         return standing.now
     before = [h for h in holds if h.priority > head.priority]
     charged = replace(standing, usage=_charged(usage, before))
     after_them = [
-        Release(at + timedelta(seconds=h.limit_seconds), h.queue, h.demand)
+        Release(held_until(at, h.limit_seconds), h.queue, h.demand)
         for h in before
         if (at := shadows.get(h.request_id)) is not None and h.limit_seconds is not None
     ]
@@ -386,14 +394,31 @@ def _backfills(
     (``barred``); and it borrows nothing (``fair``: it fits within its queue's nominal)."""
     if workload.limit_seconds is None or workload.priority < barred or not fair:
         return False
-    ends = now + timedelta(seconds=workload.limit_seconds)
+    ends = held_until(now, workload.limit_seconds)
     return all(shadow is not None and ends <= shadow for shadow in shadows)
+
+
+def held_until(at: datetime, seconds: float) -> datetime:
+    """``at`` plus ``seconds``: when GPUs held from ``at`` for ``seconds`` are back; the end
+    of the calendar when that is past it (a hand-edited time is never trusted to leave room).
+
+    Examples:
+        >>> from datetime import UTC, datetime
+        >>> held_until(datetime(2026, 12, 1, tzinfo=UTC), 3600).hour
+        1
+        >>> held_until(datetime.max.replace(tzinfo=UTC), 3600).year
+        9999
+    """
+    try:
+        return at + timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=at.tzinfo)
 
 
 def shadow_time(
     queues: Queues, standing: Standing, releases: Sequence[Release], workload: Workload
 ) -> datetime | None:
-    """When ``workload`` fits for certain: the first of ``releases`` (earliest first; one
+    """When ``workload`` fits at the latest: the first of ``releases`` (earliest first; one
     already past counts as now) after which it fits beside ``standing.usage``; now when it
     fits already; None when no release makes room (a job with no known end holds for ever).
 
