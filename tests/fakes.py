@@ -8,21 +8,25 @@ import itertools
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
 from shared.app.ports import MAX_WAITING, MAX_WATCHERS
 from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
+from shared.domain.model import tally as tallies
+from shared.domain.model import watch as watches
 from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_CLAIM, LABEL_REQUEST, doc_id
 from shared.domain.model.kinds import TRAINING, kind_named, training_kind_of
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import DeploymentState, JobState, from_vertex
+from shared.domain.model.tally import Tally
 from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.model.watch import WATCH_FIELDS, Saved, Watch
 from shared.domain.policy.checkpoints import (
     COMMIT_SUCCESS,
     confirm,
@@ -125,10 +129,42 @@ class InMemoryJobStore:
         # What operators see of admission (admission/summary), None until first written.
         self.admission_summary: dict[str, Any] | None = None
         self.versions: dict[str, int] = {}
-        self._version = itertools.count(1)
+        # Every write of a record takes the next version: it is also the record's stamp
+        # (Firestore's touchedAt), and a watch mark is the version the next write will take.
+        self.last_version = 0
+        # The tick's watch list as saved (watch/head, watch/shard-N, watch/tally): the
+        # shards in their stored form, so the fake holds the list to its bound as Firestore's
+        # documents do.
+        self.watch_head: dict[str, Any] | None = None
+        self.watch_shards: list[bytes] = []
+        self.watch_tally: dict[str, Any] | None = None
+        self.watch_version = 0
+        self.history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.calls: Counter[str] = Counter()
         self.ops: Counter[str] = Counter()
         self._lock = threading.RLock()
+
+    def _written(self, request_id: str) -> None:
+        """A write of the record: its next version, and its state then (for reads as of a
+        version: the history Firestore keeps for reads at a past time)."""
+        self.last_version += 1
+        self.versions[request_id] = self.last_version
+        self.history.setdefault(request_id, []).append(
+            (self.last_version, copy.deepcopy(self.jobs[request_id]))
+        )
+
+    def _as_of(self, request_id: str, at: Any) -> dict[str, Any] | None:
+        """The record as it was at version ``at`` (now when None), or None when it did not
+        exist yet. A record changed by hand since its last write (no version: as a console
+        edit leaves no stamp) reads as it is now, unless a later write followed."""
+        current = self.jobs.get(request_id)
+        if at is None or current is None:
+            return current
+        kept = self.history.get(request_id, [])
+        if not kept or kept[-1][0] <= at:
+            return current if not kept or kept[0][0] <= at else None
+        before = [doc for version, doc in kept if version <= at]
+        return before[-1] if before else None
 
     def _count(self, method: str, **ops: int) -> None:
         self.calls[method] += 1
@@ -159,7 +195,7 @@ class InMemoryJobStore:
                 return None
             _check_size(f"jobs/{doc_id(request_id)}", record)
             self.jobs[request_id] = _stored(record)
-            self.versions[request_id] = next(self._version)
+            self._written(request_id)
             return self._snapshot(request_id)
 
     def transact(
@@ -195,7 +231,7 @@ class InMemoryJobStore:
                 current.update(_stored(change.record))
                 for name in change.deletes:
                     current.pop(name, None)
-                self.versions[request_id] = next(self._version)
+                self._written(request_id)
             if change.attempt:
                 _merge(self.attempts.setdefault((request_id, number), {}), change.attempt)
             return Written(change, self._snapshot(request_id))
@@ -216,20 +252,115 @@ class InMemoryJobStore:
                     return self._snapshot(request_id)
             return None
 
-    def active(self) -> list[Stored]:
+    def active(self, at: Any = None) -> list[Stored]:
         with self._lock:
             self._count("active", query=1)
-            return [
-                Stored(_select(record, TICK_FIELDS), self.versions[rid], partial=True)
-                for rid, record in self.jobs.items()
-                if not JobState(record["state"]).terminal
-            ]
+            return self._partial(sorted(self._active_ids(at), key=doc_id), TICK_FIELDS, at)
 
-    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
-        ended = self._where(
-            lambda r: isinstance(r.get("endedAt"), datetime) and r["endedAt"] >= since
-        )
-        return [_select(r, TICK_FIELDS) for r in ended]
+    def _partial(self, found: Iterable[str], fields: Sequence[str], at: Any = None) -> list[Stored]:
+        """Records as a query of ``fields`` returns them (as of version ``at``), each counted
+        as a document a query returned."""
+        rows = []
+        for rid in found:
+            doc = self._as_of(rid, at)
+            if doc is not None:
+                rows.append(Stored(_select(doc, fields), self.versions[rid], True, doc_id(rid)))
+        self.ops["returned"] += len(rows)
+        return rows
+
+    def _active_ids(self, at: Any) -> list[str]:
+        found = []
+        for rid in self.jobs:
+            doc = self._as_of(rid, at)
+            if doc is not None and not JobState(doc["state"]).terminal:
+                found.append(rid)
+        return found
+
+    def count_active(self, at: Any) -> int:
+        with self._lock:
+            self._count("count_active", query=1)
+            return len(self._active_ids(at))
+
+    def changed_since(self, mark: Any, at: Any) -> list[Stored]:
+        with self._lock:
+            self._count("changed_since", query=1)
+            # Written after the mark and by ``at``, read as it was at ``at``, by stamp.
+            found = sorted(
+                (max(v for v, _ in kept if mark < v <= at), rid)
+                for rid, kept in self.history.items()
+                if any(mark < v <= at for v, _ in kept)
+            )
+            return self._partial([rid for _, rid in found], WATCH_FIELDS, at)
+
+    def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
+        with self._lock:
+            self._count("ended_since", query=1)
+            found = []
+            for rid in self.jobs:
+                doc = self._as_of(rid, at)
+                ended = doc.get("endedAt") if doc is not None else None
+                if isinstance(ended, datetime) and ended >= since:
+                    found.append((ended, doc_id(rid), rid))
+            rows = self._partial([rid for _, _, rid in sorted(found)], WATCH_FIELDS, at)
+        yield from rows
+
+    def newest(self, limit: int, at: Any = None) -> list[dict[str, Any]]:
+        with self._lock:
+            self._count("newest", query=1)
+            found = []
+            for rid in self.jobs:
+                doc = self._as_of(rid, at)
+                if doc is not None and isinstance(doc.get("createdAt"), datetime):
+                    found.append((doc["createdAt"], doc_id(rid), rid))
+            ranked = [rid for _, _, rid in sorted(found, reverse=True)[:limit]]
+            rows = self._partial(ranked, ("requestId", "createdAt"), at)
+            return [dict(row.raw) for row in rows]
+
+    def read_watch(self) -> Saved:
+        with self._lock:
+            # One batch get of the head, the tally and every shard a list may have.
+            self.ops["watch_read"] += 2 + watches.MAX_SHARDS
+            self.calls["read_watch"] += 1
+            # Reads as of this one are as of the last version written.
+            at = self.last_version
+            head = self.watch_head
+            if head is None:
+                return Saved(None, None, None, None, at)
+            version = self.watch_version
+            overflowed = head.get("overflowedAt")
+            if isinstance(overflowed, datetime):
+                return Saved(None, None, overflowed, version, at)
+            return Saved(
+                watches.decode(list(self.watch_shards)),
+                tallies.decode(copy.deepcopy(self.watch_tally)),
+                None,
+                version,
+                at,
+            )
+
+    def save_watch(
+        self, watch: Watch | None, tally: Tally | None, version: Any, *, list_too: bool = True
+    ) -> bool:
+        with self._lock:
+            shards = watches.encode(watch) if watch is not None else []
+            stored_tally = tallies.encode(tally) if tally is not None else None
+            for i, shard in enumerate(shards):
+                _check_size(f"watch/shard-{i}", {"data": shard})
+            if stored_tally is not None:
+                _check_size("watch/tally", stored_tally)
+            current = self.watch_version if self.watch_head is not None else None
+            if version != current:
+                return False  # another tick saved since this one read: the precondition fails
+            # The head and the tally, and every shard when the list is written too.
+            self.ops["watch_write"] += 2 + (watches.MAX_SHARDS if list_too else 0)
+            self.calls["save_watch"] += 1
+            if list_too:
+                overflowed = None if watch is not None else datetime.now(UTC)
+                self.watch_head = {"shards": len(shards), "overflowedAt": overflowed}
+                self.watch_shards = shards
+            self.watch_tally = _stored(stored_tally) if stored_tally is not None else None
+            self.watch_version += 1
+            return True
 
     def due_submissions(self, now: datetime) -> list[str]:
         due = self._where(
@@ -309,7 +440,7 @@ class InMemoryJobStore:
                 record.update(_stored(change.record))
                 for name in change.deletes:
                     record.pop(name, None)
-                self.versions[request_id] = next(self._version)
+                self._written(request_id)
             return True
 
     def waiting_admission(self) -> list[Stored]:
@@ -922,6 +1053,15 @@ class InMemoryJobViews:
 
     def count(self, state: str) -> int:
         return sum(1 for d in self._documents() if d.get("state") == state)
+
+    def rows(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
+        by_id = {d.get("requestId"): d for d in self._documents()}
+        return [_select(by_id[rid], LIST_FIELDS) for rid in request_ids if rid in by_id]
+
+    def tally(self) -> Tally | None:
+        self._documents()
+        with self.store._lock:
+            return tallies.decode(copy.deepcopy(self.store.watch_tally))
 
     def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
         ended = [d for d in self._documents() if _at_or_after(d.get("endedAt"), since)]

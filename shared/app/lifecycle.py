@@ -24,6 +24,8 @@ from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import flush_outbox
 from shared.app.steps.sweep import Sweep
 from shared.app.steps.switches import yield_attempt
+from shared.app.steps.watch import save as save_watch
+from shared.app.steps.watch import watched
 from shared.domain.admission.ledger import Stage
 from shared.domain.capacity.situations import waited_in_vain
 from shared.domain.decisions.hints import HintAction, parse_hint, read_start
@@ -44,7 +46,7 @@ from shared.domain.model.ids import LABEL_REQUEST
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState
 from shared.domain.model.values import parse_rfc3339
-from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.model.vertex_jobs import VertexJob, location_of
 from shared.domain.policy.failures import FailureClass
 from shared.kernel.errors import HintDeferred
 from shared.kernel.events import Event, logged
@@ -318,32 +320,13 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
     sweep = Sweep("tick")
     for request_id in sweep.query("due submissions", store.due_submissions, now):
         sweep.each(request_id, "submit", run_retry, tracker, request_id)
-    active = sweep.query("active records", store.active)
-    # Records that ended lately are still watched for strays: a create that lands after its
-    # request ended (a timed-out create, a cancel that came first) has no other sweeper.
-    ended = sweep.query("ended records", store.ended_since, now - STRAY_WATCH)
-    by_name = {r.vertex_job: r for r in active if r.vertex_job}
-    by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
-    changed = 0
-    listed: list[VertexJob] = []
-    for location, since in _listing_windows(active, ended, tracker.settings.location):
-        listed += sweep.each(None, f"list {location}", _listed, tracker, location, since) or []
-    # A request's jobs side by side: one may show that another is a stray (is_stray).
-    by_request: dict[str, list[VertexJob]] = defaultdict(list)
-    for job in listed:
-        by_request[job.labels.get(LABEL_REQUEST, "")].append(job)
-    for job in listed:
-        # A listed job belongs to the record that follows it, else to the request its label
-        # names (then it may be a stray).
-        label = job.labels.get(LABEL_REQUEST, "")
-        record = by_name.get(job.name) or by_label.get(label)
-        if record is None:
-            continue
-        siblings = by_request[label]
-        state = sweep.each(
-            record.request_id, "reconcile", _settle_listed, tracker, record, job, siblings
-        )
-        changed += state is not None
+    # Every active record, and those that ended lately: they are still watched for strays (a
+    # create that lands after its request ended, a timed-out create or a cancel that came
+    # first, has no other sweeper). From the watch list: a quiet record costs no read.
+    seen = sweep.read("watched records", watched, None, store.store, now, STRAY_WATCH)
+    active = seen.active if seen is not None else []
+    ended = seen.ended if seen is not None else []
+    changed = _reconcile_listings(tracker, sweep, active, ended)
     if tracker.queues is not None:
         queues = tracker.queues
         sweep.each(
@@ -366,11 +349,64 @@ def reconcile(cmd: Reconcile, tracker: Tracker) -> int:
         changed += (
             sweep.each(None, "deployments", refresh_deployments, tracker.deployments, sweep) or 0
         )
+    if seen is not None:
+        # Saved once the records were used: a tick that dies before this saves nothing, and
+        # the next one syncs from the same mark (the tally adds each end once).
+        sweep.each(None, "save watch", save_watch, store.store, seen)
+    watch = {"watch": seen.how, "recordsRead": seen.reads} if seen is not None else {}
     log.info(
         "tick done",
-        extra=logged(Event.TICK_DONE, changed=changed, failed=sweep.failed, **sweep.failures),
+        extra=logged(
+            Event.TICK_DONE, changed=changed, failed=sweep.failed, **watch, **sweep.failures
+        ),
     )
     sweep.raise_if_nothing_ran()
+    return changed
+
+
+def _reconcile_listings(
+    tracker: Tracker, sweep: Sweep, active: list[JobRecord], ended: list[JobRecord]
+) -> int:
+    """One paged listing per location, each listed job settled against its record (or
+    cancelled as a stray), then every active record whose job its listing no longer shows
+    read whole. Returns how many records changed state."""
+    by_name = {r.vertex_job: r for r in active if r.vertex_job}
+    by_label = {r.run_id: r for r in [*ended, *active] if r.run_id}
+    changed = 0
+    listed: list[VertexJob] = []
+    answered: set[str] = set()
+    for location, since in _listing_windows(active, ended, tracker.settings.location):
+        jobs = sweep.each(None, f"list {location}", _listed, tracker, location, since)
+        if jobs is not None:
+            listed += jobs
+            answered.add(location)
+    # A request's jobs side by side: one may show that another is a stray (is_stray).
+    by_request: dict[str, list[VertexJob]] = defaultdict(list)
+    for job in listed:
+        by_request[job.labels.get(LABEL_REQUEST, "")].append(job)
+    for job in listed:
+        # A listed job belongs to the record that follows it, else to the request its label
+        # names (then it may be a stray).
+        label = job.labels.get(LABEL_REQUEST, "")
+        record = by_name.get(job.name) or by_label.get(label)
+        if record is None:
+            continue
+        siblings = by_request[label]
+        state = sweep.each(
+            record.request_id, "reconcile", _settle_listed, tracker, record, job, siblings
+        )
+        changed += state is not None
+    # Level triggering: a record whose job its location's listing no longer shows (deleted in
+    # Vertex, say) is read whole and its job read, as a hint would have it read: its entry in
+    # the watch list says nothing about that.
+    names = {job.name for job in listed}
+    for record in active:
+        name = record.vertex_job
+        if name and name not in names and location_of(name) in answered:
+            state = sweep.each(
+                record.request_id, "unlisted", _read_current, tracker, record.request_id
+            )
+            changed += state is not None
     return changed
 
 

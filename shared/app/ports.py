@@ -6,7 +6,7 @@ used by unit and functional tests are ``InMemory…``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -16,7 +16,9 @@ from shared.domain.decisions.submissions import Claimed, Submission
 from shared.domain.model.changes import Change, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import Stored
+from shared.domain.model.tally import Tally
 from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.model.watch import Saved, Watch
 from shared.domain.request.message import JobRequest
 from shared.domain.serving.model import Fallback, ObservedEndpoint
 
@@ -95,14 +97,54 @@ class JobStore(Protocol):
         itself, with its version), or None."""
         ...
 
-    def active(self) -> list[Stored]:
+    def active(self, at: Any = None) -> list[Stored]:
         """Every record not yet in a terminal state, with its version: only the fields of
-        :data:`~shared.domain.model.records.TICK_FIELDS` (``partial``), read in pages."""
+        :data:`~shared.domain.model.records.TICK_FIELDS` (``partial``), read in pages, as of
+        ``at`` (a :meth:`read_watch` time; now when None)."""
         ...
 
-    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+    def count_active(self, at: Any) -> int:
+        """How many records are not yet in a terminal state, as of ``at`` (an aggregation: no
+        record is read)."""
+        ...
+
+    def changed_since(self, mark: Any, at: Any) -> list[Stored]:
+        """Every record, in any state, written after ``mark`` (an earlier :meth:`read_watch`
+        time), as it was at ``at`` (this one's), of
+        :data:`~shared.domain.model.watch.WATCH_FIELDS` (``partial``), read in pages. Every
+        write of a record (create, transact, transact_ledger) stamps it. It may also return
+        records written shortly before ``mark``: never fewer than those after it."""
+        ...
+
+    def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
         """Every record that reached a terminal state at or after ``since`` (``endedAt``),
-        of ``TICK_FIELDS`` only, read in pages."""
+        of ``WATCH_FIELDS`` (``partial``), as of ``at``, streamed page by page (a week of
+        them may not fit in memory at once)."""
+        ...
+
+    def newest(self, limit: int, at: Any = None) -> list[dict[str, Any]]:
+        """The ``requestId`` and ``createdAt`` of the ``limit`` newest records, in the status
+        page's order (``createdAt``, then document id, both descending), as of ``at``."""
+        ...
+
+    def read_watch(self) -> Saved:
+        """The tick's watch list and tally as last saved, read at one time (``at``), with
+        the version :meth:`save_watch` must still find."""
+        ...
+
+    def save_watch(
+        self, watch: Watch | None, tally: Tally | None, version: Any, *, list_too: bool = True
+    ) -> bool:
+        """Save the list and the tally together (``watch`` None: the list did not fit, and
+        that is saved instead, with no tally), only if what is saved is still at ``version``
+        (None: nothing was). ``list_too`` False: the list is unchanged, only the tally is
+        written (the stored list and its mark stay). False when another writer saved
+        meanwhile: nothing written.
+
+        Raises:
+            WatchTooLarge: the list is past its stored bound (nothing written).
+            StoreUnavailable: Firestore could not be written.
+        """
         ...
 
     def due_submissions(self, now: datetime) -> list[str]:

@@ -130,6 +130,13 @@ class ObjectGone(FlexjobsError):
     retryable = False
 
 
+class WatchTooLarge(FlexjobsError):
+    """The tick's watch list would not fit its stored bound: the tick reads every record
+    instead (as without a list), which is slower, never wrong."""
+
+    retryable = False
+
+
 class TransientError(FlexjobsError):
     """A fault that may pass: the message must be redelivered."""
 

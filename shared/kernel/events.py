@@ -63,7 +63,8 @@ FIELDS: Final[Mapping[Event, frozenset[str]]] = {
     Event.JOB_REJECTED: frozenset({"errors", "count"}),
     Event.JOB_WAITING: frozenset({"queue", "priority", "gpus"}),
     Event.JOB_ADMITTED: frozenset({"queue", "priority", "gpus", "waitedSeconds"}),
-    Event.TICK_DONE: frozenset({"changed", "failed"}),
+    # watch: how the tick read its records (synced, built, whole); recordsRead: how many.
+    Event.TICK_DONE: frozenset({"changed", "failed", "watch", "recordsRead"}),
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState
+from shared.domain.model.tally import Tally
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.request.attempts import usage
 
@@ -207,6 +208,35 @@ def totals(
         )
     counts = tuple((state, int(active.get(state, 0))) for state in ACTIVE_STATES)
     return Totals(counts, tuple(windows), now)
+
+
+def tallied(tally: Tally, now: datetime) -> Totals:
+    """The totals from the tick's tally (:mod:`shared.domain.model.tally`): its active counts,
+    and each window to the tally's 10-minute buckets. Never truncated: the tick added every
+    job that ended.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> from shared.domain.model.tally import built
+        >>> t = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+        >>> ended = {"endedAt": t, "gpuSeconds": 60.0, "cost": {"costUsd": 0.5}}
+        >>> figures = tallied(built({"QUEUED": 3}, [ended], [], t), t)
+        >>> figures.active_total, [(w.label, w.jobs, w.money.cost_usd) for w in figures.windows]
+        (3, [('24 hours', 1, 0.5), ('7 days', 1, 0.5)])
+    """
+    windows = []
+    for label, span in WINDOWS:
+        since = now - span
+        added = tally.window(since)
+        money = Money(
+            round(added.cost_usd, 2),
+            round(added.on_demand_usd, 2),
+            round(added.savings_usd, 2),
+            added.unpriced == 0,
+        )
+        windows.append(Window(label, since, added.jobs, added.gpu_seconds, money, False))
+    counts = tuple((state, int(tally.active.get(state, 0))) for state in ACTIVE_STATES)
+    return Totals(counts, tuple(windows), tally.as_of)
 
 
 @dataclass(frozen=True)

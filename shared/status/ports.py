@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from shared.domain.model.tally import Tally
 from shared.status.listing import Listing, Page
 
 
@@ -39,6 +40,16 @@ class JobViews(Protocol):
     def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
         """Job records (``TOTAL_FIELDS``) that ended at or after ``since``, newest end first,
         at most ``limit``."""
+        ...
+
+    def rows(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The job records (``LIST_FIELDS``) of ``request_ids`` that exist, in that order (one
+        batch get by key: no query)."""
+        ...
+
+    def tally(self) -> Tally | None:
+        """What the tick last tallied (``watch/tally``), or None (no tick since, or one that
+        cannot be read)."""
         ...
 
     def deployments(self, listing: Listing) -> Page:

@@ -42,6 +42,7 @@ from werkzeug.wrappers import Request, Response
 from shared.domain.admission.summary import place_of
 from shared.domain.model.ids import check_request_id
 from shared.domain.model.records import DeploymentRecord, JobRecord
+from shared.domain.model.tally import NEWEST, Tally, first_ids
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import HISTORY_LIMIT
 from shared.kernel.errors import FieldError, InvalidRequest, StoreUnavailable
@@ -62,6 +63,7 @@ from shared.status.listing import (
     Filters,
     Page,
     attempt_numbers,
+    next_cursor,
     read_filters,
 )
 from shared.status.overview import (
@@ -73,6 +75,7 @@ from shared.status.overview import (
     deployment_row,
     job_row,
     notifications,
+    tallied,
     totals,
 )
 from shared.status.page import (
@@ -200,16 +203,44 @@ class JobsView:
 def _jobs(params: dict[str, list[str]], site: StatusSite) -> JobsView:
     now = site.clock()
     asked = read_filters(params, now=now, default_size=site.page_size)
-    page = site.pool.submit(site.views.jobs, asked.listing)
-    figures = _totals(site, now)
+    listing = asked.listing
+    tally = _tally(site, now)
+    first = not listing.states and listing.since is None and listing.after is None
+    if tally is not None and first and listing.size < NEWEST:
+        # The first page of the whole list: its members from the tally, each row read fresh
+        # by key (no query, whatever the database holds).
+        page = site.pool.submit(_newest_page, site, tally, listing.size)
+    else:
+        page = site.pool.submit(site.views.jobs, listing)
+    figures = tallied(tally, now) if tally is not None else _totals(site, now)
     found = page.result()
     rows = [job_row(raw, now, site.prices) for raw in found.rows]
     return JobsView(asked, found, rows, figures, now)
 
 
+#: The tick's tally serves the page while it is at most this old (a tick a minute): an older
+#: one means the tick is not running, and the page reads the records instead.
+TALLY_FRESH_SECONDS = 300.0
+
+
+def _tally(site: StatusSite, now: datetime) -> Tally | None:
+    """The tick's tally when it is fresh (:data:`TALLY_FRESH_SECONDS`), else None."""
+    tally = site.views.tally()
+    if tally is None or not 0 <= (now - tally.as_of).total_seconds() <= TALLY_FRESH_SECONDS:
+        return None
+    return tally
+
+
+def _newest_page(site: StatusSite, tally: Tally, size: int) -> Page:
+    """The newest ``size`` jobs the tick tallied, as their records are now."""
+    rows = site.views.rows(first_ids(tally, size + 1))
+    return Page(rows[:size], next_cursor(rows, size))
+
+
 def _totals(site: StatusSite, now: datetime) -> Totals:
-    """The active counts by state and the jobs ended in the longest window, read at once,
-    or the ones read less than ``site.totals_seconds`` ago."""
+    """Without a fresh tally (no tick yet, or the tick stopped): the active counts by state
+    and the jobs ended in the longest window, read at once (capped), or the ones read less
+    than ``site.totals_seconds`` ago."""
     with site._lock:
         kept = site._totals
     if kept is not None and 0 <= (now - kept[1].as_of).total_seconds() < site.totals_seconds:

@@ -126,12 +126,24 @@ def test_a_tick_over_active_jobs_reads_each_once_and_lists_once(tracker, clock, 
         assert response.status_code == 200
     reset(tracker)
 
+    # The first tick builds its watch list: each active record read once (and the newest
+    # jobs, the same records, for the status page's first page).
     assert tick(post_event, clock) == 200
     firestore, vertex = counted(tracker)
-
     # One paged listing per location (the fake's listing is one call), no Vertex read.
     assert vertex == Counter(list_labelled=1)
-    # Five queries (due, active, ended, outboxes, pending cancels); nothing changed, so
-    # nothing written and no record read again: each settle decided on the queried record.
-    assert firestore == Counter(query=5)
+    # Six queries (due, active, the week's ended, the newest, outboxes, pending cancels);
+    # nothing changed, so nothing written and no record read again: each settle decided on
+    # the queried record. The list and its tally: one batch get, one batch write.
+    assert firestore == Counter(query=6, returned=2 * active, watch_read=10, watch_write=10)
     assert tracker.store.store.calls["active"] == 1
+
+    # A steady tick reads no record: the list, what changed since it (nothing), a count.
+    reset(tracker)
+    assert tick(post_event, clock) == 200
+    firestore, vertex = counted(tracker)
+    assert vertex == Counter(list_labelled=1)
+    # Five queries (due, changed since the mark, the active count, outboxes, pending
+    # cancels), none returning a record; the list unchanged, only the tally is saved.
+    assert firestore == Counter(query=5, watch_read=10, watch_write=2)
+    assert tracker.store.store.calls["active"] == 0

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
 from shared.app.ports import MAX_WAITING, MAX_WATCHERS
+from shared.domain.model import tally as tallies
+from shared.domain.model import watch as watches
 from shared.domain.model.changes import AnyChange, Change, Written
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import JobState
+from shared.domain.model.tally import Tally
+from shared.domain.model.watch import WATCH_FIELDS, Saved, Watch
 from shared.kernel.config import Settings
 from shared.kernel.errors import StoreUnavailable
 
@@ -34,6 +38,19 @@ SERIES = "series"
 ADMISSION = "admission"
 LEDGER = "ledger"
 SUMMARY = "summary"
+#: The tick's watch list (shared.domain.model.watch): ``watch/head``, ``watch/shard-N`` (the
+#: list, compressed) and ``watch/tally`` (what the status page reads), saved in one batch.
+WATCH = "watch"
+HEAD = "head"
+TALLY = "tally"
+#: Every write of a record stamps it with its commit time (a server timestamp), so the tick
+#: reads only the records written since its watch list's mark.
+TOUCHED_AT = "touchedAt"
+#: How far before its mark a sync reads: a read as of a time sees every commit before it, and
+#: a later commit's stamp is later; the margin still re-reads the writes of the second before
+#: the mark rather than trust that the stamp and the read time tie exactly (the emulator keeps
+#: stamps to the millisecond).
+MARK_MARGIN = timedelta(seconds=1)
 
 _TRANSIENT = (
     gexc.ServiceUnavailable,
@@ -97,6 +114,8 @@ DUE = Query(JOBS, (("nextAttemptAt", "<="),))
 WITH_OUTBOX = Query(JOBS, (("outboxPending", "=="),))
 WITH_PENDING_CANCELS = Query(JOBS, (("cancelPending", "=="),))
 WAITING = Query(JOBS, (("admission.stage", "=="),), (("admission.waitingSince", "ASCENDING"),))
+CHANGED = Query(JOBS, ((TOUCHED_AT, ">="),), ((TOUCHED_AT, "ASCENDING"),))
+JOBS_NEWEST = Query(JOBS, (), (("createdAt", "DESCENDING"),))
 
 
 def call_firestore(what: str, fn: Callable[[], T]) -> T:
@@ -194,22 +213,57 @@ def _until_unchanged(step: Callable[[], T]) -> Callable[[], T]:
 PAGE_SIZE = 500
 
 
-def _pages(query: Any, fields: tuple[str, ...], most: int | None = None) -> list[Any]:
+def _pages(
+    query: Any, fields: tuple[str, ...], most: int | None = None, at: Any = None
+) -> list[Any]:
     """Every document ``query`` finds (the first ``most`` when given), of ``fields`` only,
     read :data:`PAGE_SIZE` at a time (each page a query of its own, resumed after the last
-    document of the one before)."""
-    query = query.select(list(fields)).limit(PAGE_SIZE)
+    document of the one before), as of ``at`` (a read time; now when None)."""
     found: list[Any] = []
+    for doc in _stream(query, fields, PAGE_SIZE, at):
+        found.append(doc)
+        if most is not None and len(found) >= most:
+            break
+    return found
+
+
+def _stream(query: Any, fields: tuple[str, ...], size: int, at: Any = None) -> Iterator[Any]:
+    """:func:`_pages` one page at a time: only a page is held in memory. The query's order
+    fields must be among ``fields`` (a page resumes after the last document's values)."""
+    query = query.select(list(fields)).limit(size)
+    last = None
     while True:
-        page = query.start_after(found[-1]) if found else query
-        docs: list[Any] = call_firestore("query", functools.partial(_all, page))
-        found.extend(docs)
-        if len(docs) < PAGE_SIZE or (most is not None and len(found) >= most):
-            return found if most is None else found[:most]
+        page = query.start_after(last) if last is not None else query
+        docs: list[Any] = call_firestore("query", functools.partial(_all, page, at))
+        yield from docs
+        if len(docs) < size:
+            return
+        last = docs[-1]
 
 
-def _all(query: Any) -> list[Any]:
-    return list(query.stream())
+def _all(query: Any, at: Any = None) -> list[Any]:
+    return list(query.stream(read_time=at))
+
+
+def _partial(docs: Iterable[Any]) -> list[Stored]:
+    return [Stored(d.to_dict() or {}, d.update_time, partial=True, key=d.id) for d in docs]
+
+
+#: Documents per page of a build's read of the week's ended records (of a few small fields).
+ENDED_PAGE = 2000
+
+
+def _to_microseconds(at: datetime) -> datetime:
+    """``at`` truncated to the microsecond (a read time may carry nanoseconds; a read *at* a
+    time must not), as a plain datetime in UTC."""
+    t = at.astimezone(UTC)
+    return datetime(t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond, UTC)
+
+
+def _stamp() -> Any:
+    from google.cloud import firestore
+
+    return firestore.SERVER_TIMESTAMP
 
 
 def _stored(snap: Any) -> Stored:
@@ -250,7 +304,7 @@ class FirestoreJobStore:
         return snap.to_dict() if snap.exists else None
 
     def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
-        version = create_document(self._ref(request_id), record)
+        version = create_document(self._ref(request_id), {**record, TOUCHED_AT: _stamp()})
         return None if version is None else Stored(dict(record), version)
 
     def transact(
@@ -267,7 +321,8 @@ class FirestoreJobStore:
             deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
             updated = bool(change.record or deletes)
             if updated:  # Firestore refuses an update with no fields
-                batch.update(ref, {**change.record, **deletes}, option=unchanged)
+                fields = {**change.record, **deletes, TOUCHED_AT: firestore.SERVER_TIMESTAMP}
+                batch.update(ref, fields, option=unchanged)
             # Attempt fields alone (update_attempt) are a merge that no read decided.
             if change.attempt:
                 number = change.attempt_no or current.get("attempt", 1)
@@ -287,9 +342,14 @@ class FirestoreJobStore:
         docs = call_firestore("query", lambda: list(query.stream()))
         return _stored(docs[0]) if docs else None
 
-    def active(self) -> list[Stored]:
-        pages = _pages(ACTIVE.on(self.db, ACTIVE_STATES).order_by("__name__"), TICK_FIELDS)
-        return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
+    def active(self, at: Any = None) -> list[Stored]:
+        query = ACTIVE.on(self.db, ACTIVE_STATES).order_by("__name__")
+        return _partial(_pages(query, TICK_FIELDS, at=at))
+
+    def count_active(self, at: Any) -> int:
+        query = ACTIVE.on(self.db, ACTIVE_STATES).count(alias="n")
+        result = call_firestore("count", lambda: query.get(read_time=at))
+        return int(result[0][0].value)
 
     def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
         # Equality plus "in": the composite index (checkpointPrefix, state) serves it.
@@ -368,7 +428,8 @@ class FirestoreJobStore:
             if change is not None and record is not None and held is not None:
                 deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
                 option = self.db.write_option(last_update_time=held.update_time)
-                batch.update(record_ref, {**change.record, **deletes}, option=option)
+                fields = {**change.record, **deletes, TOUCHED_AT: firestore.SERVER_TIMESTAMP}
+                batch.update(record_ref, fields, option=option)
             batch.commit()
             return True
 
@@ -384,10 +445,103 @@ class FirestoreJobStore:
         pages = _pages(query, TICK_FIELDS, most=MAX_WAITING)
         return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
 
-    def ended_since(self, since: datetime) -> list[dict[str, Any]]:
+    def changed_since(self, mark: Any, at: Any) -> list[Stored]:
+        # The range's field orders first; each page resumes after the last one's stamp. The
+        # margin re-reads a few seconds before the mark rather than trust two clocks' ties.
+        query = CHANGED.on(self.db, mark - MARK_MARGIN).order_by("__name__")
+        return _partial(_pages(query, (*WATCH_FIELDS, TOUCHED_AT), at=at))
+
+    def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
         # A range filter's field orders first; the cursor then takes endedAt from each page.
+        # Pages of ENDED_PAGE: a build reads a week of ended records once, and each page is
+        # a query of its own.
         query = ENDED_SINCE.on(self.db, since).order_by("endedAt").order_by("__name__")
-        return [d.to_dict() or {} for d in _pages(query, TICK_FIELDS)]
+        for doc in _stream(query, WATCH_FIELDS, ENDED_PAGE, at):
+            yield Stored(doc.to_dict() or {}, doc.update_time, partial=True, key=doc.id)
+
+    def newest(self, limit: int, at: Any = None) -> list[dict[str, Any]]:
+        from google.cloud.firestore import Query as Order
+
+        query = (
+            JOBS_NEWEST.on(self.db)
+            .order_by("__name__", direction=Order.DESCENDING)
+            .select(["requestId", "createdAt"])
+            .limit(limit)
+        )
+        return call_firestore("query", lambda: [d.to_dict() or {} for d in _all(query, at)])
+
+    def _watch_ref(self, name: str) -> Any:
+        return self.db.collection(WATCH).document(name)
+
+    def read_watch(self) -> Saved:
+        refs = [self._watch_ref(HEAD), self._watch_ref(TALLY)]
+        refs += [self._watch_ref(f"shard-{i}") for i in range(watches.MAX_SHARDS)]
+
+        def read() -> dict[str, Any]:
+            # One batch get: every document as of one read time, the mark's.
+            return {s.id: s for s in self.db.get_all(refs)}
+
+        found = call_firestore("get watch", read)
+        head = found.get(HEAD)
+        # Every later read of the sync is as of this one (to the microsecond, as read times
+        # must be): what they find is one consistent state of the records.
+        at = _to_microseconds(min(s.read_time for s in found.values()))
+        if head is None or not head.exists:
+            return Saved(None, None, None, None, at)
+        raw = head.to_dict() or {}
+        overflowed = raw.get("overflowedAt")
+        if isinstance(overflowed, datetime):
+            return Saved(None, None, overflowed, head.update_time, at)
+        count = raw.get("shards")
+        shards = []
+        for i in range(count if isinstance(count, int) else 0):
+            shard = found.get(f"shard-{i}")
+            data = (
+                (shard.to_dict() or {}).get("data") if shard is not None and shard.exists else None
+            )
+            if not isinstance(data, bytes):
+                return Saved(None, None, None, head.update_time, at)
+            shards.append(data)
+        tally = found.get(TALLY)
+        return Saved(
+            watches.decode(shards),
+            tallies.decode(tally.to_dict() if tally is not None and tally.exists else None),
+            None,
+            head.update_time,
+            at,
+        )
+
+    def save_watch(
+        self, watch: Watch | None, tally: Tally | None, version: Any, *, list_too: bool = True
+    ) -> bool:
+        from google.cloud import firestore
+
+        shards = watches.encode(watch) if watch is not None else []
+        head: dict[str, Any] = {"format": watches.FORMAT, "savedAt": firestore.SERVER_TIMESTAMP}
+        if list_too:
+            head["shards"] = len(shards)
+            head["overflowedAt"] = firestore.SERVER_TIMESTAMP if watch is None else None
+        batch = self.db.batch()
+        head_ref = self._watch_ref(HEAD)
+        if version is None:
+            batch.create(head_ref, head)
+        else:
+            batch.update(head_ref, head, option=self.db.write_option(last_update_time=version))
+        for i in range(watches.MAX_SHARDS if list_too else 0):
+            ref = self._watch_ref(f"shard-{i}")
+            if i < len(shards):
+                batch.set(ref, {"data": shards[i]})
+            else:
+                batch.delete(ref)
+        if tally is not None:
+            batch.set(self._watch_ref(TALLY), tallies.encode(tally))
+        else:
+            batch.delete(self._watch_ref(TALLY))
+        try:
+            call_firestore("save watch", batch.commit)
+        except (gexc.FailedPrecondition, gexc.Conflict, gexc.NotFound):
+            return False  # another tick saved (or created) it since this one read it
+        return True
 
     def due_submissions(self, now: datetime) -> list[str]:
         # One single-field range: Firestore indexes it on its own, no composite index needed.

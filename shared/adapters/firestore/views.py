@@ -26,11 +26,16 @@ from shared.adapters.firestore.job_store import (
     ADMISSION,
     ATTEMPTS,
     JOBS,
+    JOBS_NEWEST,
     SUMMARY,
+    TALLY,
+    WATCH,
     FirestoreJobStore,
     Query,
 )
+from shared.domain.model import tally as tallies
 from shared.domain.model.ids import doc_id
+from shared.domain.model.tally import Tally
 from shared.kernel.errors import StoreUnavailable
 from shared.status.listing import (
     ATTEMPT_FIELDS,
@@ -47,8 +52,7 @@ from shared.status.listing import (
 
 T = TypeVar("T")
 
-NEWEST = (("createdAt", "DESCENDING"),)
-JOBS_NEWEST = Query(JOBS, (), NEWEST)
+NEWEST = JOBS_NEWEST.order
 JOBS_NEWEST_SINCE = Query(JOBS, (("createdAt", ">="),), NEWEST)
 JOBS_IN_STATES = Query(JOBS, (("state", "in"),), NEWEST)
 JOBS_IN_STATES_SINCE = Query(JOBS, (("state", "in"), ("createdAt", ">=")), NEWEST)
@@ -138,6 +142,27 @@ class FirestoreJobViews:
         return read_firestore(
             "totals", lambda: [d.to_dict() or {} for d in query.stream(timeout=self._timeout)]
         )
+
+    def rows(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
+        if not request_ids:
+            return []
+        jobs = self._store.db.collection(JOBS)
+        refs = [jobs.document(doc_id(rid)) for rid in request_ids]
+
+        def read() -> dict[str, dict[str, Any]]:
+            # One batch get by key; its answers come in any order.
+            found = self._store.db.get_all(
+                refs, field_paths=list(LIST_FIELDS), timeout=self._timeout
+            )
+            return {s.id: s.to_dict() or {} for s in found if s.exists}
+
+        by_id = read_firestore("rows", read)
+        return [by_id[doc_id(rid)] for rid in request_ids if doc_id(rid) in by_id]
+
+    def tally(self) -> Tally | None:
+        ref = self._store.db.collection(WATCH).document(TALLY)
+        snap = read_firestore("tally", lambda: ref.get(timeout=self._timeout))
+        return tallies.decode(snap.to_dict() if snap.exists else None)
 
     def deployments(self, listing: Listing) -> Page:
         return self._page(DEPLOYMENTS_NEWEST.on(self._store.db), listing, DEPLOYMENT_LIST_FIELDS)

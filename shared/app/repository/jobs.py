@@ -86,15 +86,6 @@ class JobRecords:
         stored = self.store.find_by_job_id(job_id)
         return None if stored is None else _decoded(stored)
 
-    def active(self) -> list[JobRecord]:
-        """Every active record, of :data:`~shared.domain.model.records.TICK_FIELDS` only
-        (partial)."""
-        return [_decoded(stored) for stored in self.store.active()]
-
-    def ended_since(self, since: datetime) -> list[JobRecord]:
-        """The records ended at or after ``since``, of ``TICK_FIELDS`` only."""
-        return [JobRecord.decode(raw) for raw in self.store.ended_since(since)]
-
     def due_submissions(self, now: datetime) -> list[str]:
         return self.store.due_submissions(now)
 

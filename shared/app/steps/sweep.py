@@ -117,11 +117,16 @@ class Sweep:
 
     def query(self, step: str, fn: Callable[..., list[T]], *args: Any) -> list[T]:
         """Run one of the sweep's queries; a failure is counted and gives no items."""
+        return self.read(step, fn, [], *args)
+
+    def read(self, step: str, fn: Callable[..., T], default: T, *args: Any) -> T:
+        """Run one of the sweep's reads; a failure is counted (as a query that got no
+        answer) and gives ``default``."""
         self.queries += 1
         found = self.each(None, step, fn, *args)
         if found is None:
             self.queries_failed += 1
-            return []
+            return default
         return found
 
     def raise_if_nothing_ran(self) -> None:

@@ -92,6 +92,8 @@ class Stored:
     # Only some fields were read (a tick's page, :data:`TICK_FIELDS`): nothing may be decided
     # on it, and its write reads the record first (its version still guards nothing else).
     partial: bool = False
+    # The document's id, where a query returned it (the tick's watch list is keyed by it).
+    key: str | None = None
 
 
 @dataclass(frozen=True)

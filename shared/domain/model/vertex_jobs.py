@@ -27,3 +27,16 @@ class VertexJob:
     @property
     def job_id(self) -> str:
         return self.name.rsplit("/", 1)[-1]
+
+
+def location_of(name: str) -> str | None:
+    """The location a Vertex resource name says (``projects/P/locations/L/...``), or None.
+
+    Examples:
+        >>> location_of("projects/p/locations/us-east1/customJobs/7")
+        'us-east1'
+        >>> location_of("customJobs/7") is None
+        True
+    """
+    parts = name.split("/")
+    return parts[3] if len(parts) > 3 and parts[2] == "locations" and parts[3] else None
