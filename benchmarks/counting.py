@@ -44,6 +44,8 @@ class Counts:
     empty_queries: int = 0  # queries that returned nothing (each billed one read)
     writes: int = 0
     rpcs: Counter[str] = field(default_factory=Counter)
+    # Documents returned, per RPC (RunQuery, BatchGetDocuments, GetDocument).
+    returned: Counter[str] = field(default_factory=Counter)
 
     @property
     def billed_reads(self) -> int:
@@ -102,6 +104,10 @@ class DocumentCounter(
         with self._lock:
             self._counts.rpcs[method] += 1
 
+    def _returned(self, method: str) -> None:
+        with self._lock:
+            self._counts.returned[method] += 1
+
     def take(self) -> Counts:
         with self._lock:
             taken, self._counts = self._counts, Counts()
@@ -110,7 +116,14 @@ class DocumentCounter(
     def peek(self) -> Counts:
         with self._lock:
             c = self._counts
-            return Counts(c.reads, c.documents, c.empty_queries, c.writes, Counter(c.rpcs))
+            return Counts(
+                c.reads,
+                c.documents,
+                c.empty_queries,
+                c.writes,
+                Counter(c.rpcs),
+                Counter(c.returned),
+            )
 
     # --- unary: the request says it all ---------------------------------------------------
 
@@ -123,6 +136,7 @@ class DocumentCounter(
             self._add(writes=1)
         elif method == "GetDocument":
             self._add(reads=1, documents=1)
+            self._returned(method)
         return continuation(details, request)
 
     # --- streams: count what comes back ----------------------------------------------------
@@ -142,6 +156,7 @@ class DocumentCounter(
     def _query_response(self, response: Any) -> int:
         if "document" in response:
             self._add(reads=1, documents=1)
+            self._returned("RunQuery")
             return 1
         return 0
 
@@ -152,6 +167,7 @@ class DocumentCounter(
     def _get_response(self, response: Any) -> int:
         if "found" in response:
             self._add(reads=1, documents=1)
+            self._returned("BatchGetDocuments")
             return 1
         if "missing" in response:
             self._add(reads=1)

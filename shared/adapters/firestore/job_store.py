@@ -173,7 +173,7 @@ def transact_document(
             snap = ref.get()
             if not snap.exists:
                 return None
-            current, version = snap.to_dict() or {}, snap.update_time
+            current, version = _record(snap), snap.update_time
         change = decide(current)
         if change is None:
             return Written(None, Stored(current, version))
@@ -246,11 +246,19 @@ def _all(query: Any, at: Any = None) -> list[Any]:
 
 
 def _partial(docs: Iterable[Any]) -> list[Stored]:
-    return [Stored(d.to_dict() or {}, d.update_time, partial=True, key=d.id) for d in docs]
+    return [Stored(_record(d), d.update_time, partial=True, key=d.id) for d in docs]
 
 
 #: Documents per page of a build's read of the week's ended records (of a few small fields).
 ENDED_PAGE = 2000
+
+
+def _record(snap: Any) -> dict[str, Any]:
+    """A document's fields as the port hands them out: without the write stamp, which is
+    storage's own (only :meth:`FirestoreJobStore.changed_since` reads it, to page by it)."""
+    fields: dict[str, Any] = snap.to_dict() or {}
+    fields.pop(TOUCHED_AT, None)
+    return fields
 
 
 def _to_microseconds(at: datetime) -> datetime:
@@ -267,7 +275,7 @@ def _stamp() -> Any:
 
 
 def _stored(snap: Any) -> Stored:
-    return Stored(snap.to_dict() or {}, snap.update_time)
+    return Stored(_record(snap), snap.update_time)
 
 
 class FirestoreJobStore:
@@ -354,7 +362,7 @@ class FirestoreJobStore:
     def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
         # Equality plus "in": the composite index (checkpointPrefix, state) serves it.
         query = WATCHING.on(self.db, prefix, ACTIVE_STATES).limit(MAX_WATCHERS)
-        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
+        return call_firestore("query", lambda: [_record(d) for d in query.stream()])
 
     def transact_series(
         self,
@@ -373,7 +381,7 @@ class FirestoreJobStore:
             holder = (document or {}).get("current")
             if isinstance(holder, str) and holder:
                 held = self._ref(holder).get()
-                current = held.to_dict() if held.exists else None
+                current = _record(held) if held.exists else None
             write = decide(document, current)
             if write is None:
                 return
@@ -411,7 +419,7 @@ class FirestoreJobStore:
             snap = ledger_ref.get()
             ledger = snap.to_dict() if snap.exists else None
             held = record_ref.get() if record_ref is not None else None
-            record = held.to_dict() if held is not None and held.exists else None
+            record = _record(held) if held is not None and held.exists else None
             decided = decide(ledger, record)
             if decided is None:
                 return False

@@ -1,0 +1,77 @@
+"""A steady tick reads no record whose job is unchanged (issue 26), counted on the wire.
+
+The tick runs in this process on the production wiring (``bootstrap.build_tracker``) against
+the emulator and the simulator, its Firestore client's channel counted
+(:mod:`benchmarks.counting`): what is pinned is what Firestore would bill, not what the fakes
+say.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.counting import DocumentCounter, counted_firestore
+from benchmarks.scale import seed_tick
+from flexjobs_local.stack import LocalStack
+from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+from shared.app import lifecycle
+from shared.app.commands import Reconcile
+from shared.bootstrap import Ports, build_tracker
+from shared.domain.model.watch import MAX_SHARDS
+from shared.kernel.config import Settings
+
+pytestmark = pytest.mark.integration
+
+ACTIVE = 12
+
+
+def tracker_counted(counter: DocumentCounter) -> Any:
+    settings = Settings.from_env()
+    store = FirestoreJobStore(settings, client=counted_firestore(settings.project, counter))
+    ports = Ports(
+        job_store=store,
+        deployment_store=FirestoreDeploymentStore(store),
+        rejections=FirestoreRejectionLog(store),
+    )
+    return build_tracker(settings, ports=ports)
+
+
+def test_a_steady_tick_reads_no_record_and_a_changed_job_only_its_own(
+    stack: LocalStack, unique: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in stack.env.items():
+        monkeypatch.setenv(name, value)
+    names = seed_tick(stack, ACTIVE, unique("steady"))
+    counter = DocumentCounter()
+    tracker = tracker_counted(counter)
+
+    lifecycle.reconcile(Reconcile(), tracker)  # builds the watch list: every record once
+    built = counter.take()
+    assert built.returned["RunQuery"] >= ACTIVE
+
+    assert lifecycle.reconcile(Reconcile(), tracker) == 0
+    steady = counter.take()
+    # The watch list's one batch get (its head, its tally, its shards) and queries that
+    # return nothing: no record is read, by a query or by its key.
+    assert steady.returned["RunQuery"] == 0
+    assert steady.rpcs["BatchGetDocuments"] == 1 and steady.rpcs["GetDocument"] == 0
+    assert steady.returned["BatchGetDocuments"] <= 2 + MAX_SHARDS
+
+    # Two jobs preempted: only their records are read, each whole before it is settled.
+    for name in names[:2]:
+        stack.simulator.preempt(name)
+    for name in names[:2]:
+        stack.simulator.wait_for_job(name, "JOB_STATE_FAILED", timeout=120)
+    assert lifecycle.reconcile(Reconcile(), tracker) == 2
+    changed = counter.take()
+    assert changed.returned["RunQuery"] == 0  # nothing was written since the last tick
+    records = changed.returned["BatchGetDocuments"] - steady.returned["BatchGetDocuments"]
+    assert 2 <= records <= 2 * 2, changed  # each changed record read, its attempt at most
+
+    # The next tick reads the two records the last one wrote, and nothing else.
+    assert lifecycle.reconcile(Reconcile(), tracker) == 0
+    after = counter.take()
+    assert after.returned["RunQuery"] == 2
