@@ -212,3 +212,44 @@ def test_a_create_refused_in_the_region_moved_to_goes_back_to_the_request_locati
     assert f"/locations/{HOME}/" in record["vertexJob"]
     (request, _labels) = tracker.backend.created[-1]
     assert request.location == HOME
+
+
+def test_a_cancel_while_a_move_is_in_flight_ends_the_job_made_in_the_new_region(
+    intake, tracker, clock, post_event, monkeypatch
+):
+    give_up_spot(tracker, clock, post_event)
+    create = tracker.backend.create
+
+    event = pubsub_cloud_event({"cancel": SEED}, message_id="cancel-in-flight")
+
+    def cancelled_first(request, labels, location):
+        # The cancel lands after the retry recorded its region and claimed the attempt, and
+        # before its create: it can only mark the record (the claim is live), and asks for
+        # redelivery.
+        if location == OTHER:
+            record = current(tracker)
+            assert record["regionChoice"]["location"] == OTHER
+            assert OTHER in record["locationsUsed"]
+            assert post_event("handle_job_request", event).status_code == 500
+            assert current(tracker)["cancelRequested"] is True
+        return create(request, labels, location)
+
+    monkeypatch.setattr(tracker.backend, "create", cancelled_first)
+    assert tick(post_event, clock) == 200
+    assert post_event("handle_job_request", event).status_code == 200  # the redelivery
+
+    record = current(tracker)
+    moved = [n for n in tracker.backend.jobs if f"/locations/{OTHER}/" in n]
+    # The create in the new region happened, and its job is cancelled: the record will not
+    # take a job after its cancel, and nothing is left running in either region.
+    assert len(moved) == 1 and moved[0] in tracker.backend.cancels
+    assert record["state"] == "CANCELLED"
+    live = [
+        job
+        for job in tracker.backend.jobs.values()
+        if job.name not in tracker.backend.cancels and not job.state.endswith("CANCELLED")
+    ]
+    assert live == []
+    # A later tick finds nothing to do in either region.
+    assert tick(post_event, clock) == 200
+    assert current(tracker)["state"] == "CANCELLED"

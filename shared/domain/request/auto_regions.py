@@ -95,6 +95,8 @@ def check_region_options(
         ['regions']
         >>> check({"regions": ["us-east1"], "pinnedRegion": True})
         ['pinnedRegion']
+        >>> check({"regions": ["us-central1"]})
+        ['regions']
     """
     present = [key for key in REGION_FIELDS if options.get(key) is not None]
     if not auto:
@@ -152,6 +154,15 @@ def _check_regions(raw: object, location: str | None) -> list[FieldError]:
             errors.append(FieldError(f"regions[{i}]", f"names {region} twice; list each once"))
         else:
             seen.add(region)
+    if location is not None and seen and not seen - {location}:
+        # Nothing to move to: accepted, it would read as a choice of regions that AUTO never has.
+        errors.append(
+            FieldError(
+                "regions",
+                f"names only the request's location ({location}); list another region AUTO may "
+                "move the job to, or remove regions",
+            )
+        )
     return errors
 
 
