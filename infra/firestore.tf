@@ -82,3 +82,16 @@ resource "google_firestore_field" "jobs_expire_at" {
   ttl_config {}
   index_config {}
 }
+
+# The scheduler tick's watch list and tally (collection `watch`, docs/contract.md): a shard's
+# `data` is up to 1,000,000 bytes of compressed bytes, the tally's `buckets` and `newest` up to
+# a few hundred KiB of JSON text. Nothing queries them (the tick and the status page read
+# these documents by key), so their single-field indexes are off.
+resource "google_firestore_field" "watch_unindexed" {
+  for_each   = toset(["data", "buckets", "newest"])
+  database   = google_firestore_database.default.name
+  collection = "watch"
+  field      = each.key
+
+  index_config {}
+}
