@@ -154,15 +154,15 @@ def _build(store: JobStore, saved: Saved, now: datetime, since: datetime) -> Wat
 def save(store: JobStore, seen: Watched) -> bool:
     """Save the list and the tally ``seen`` brought, in one batch, only if no other tick saved
     since ``seen`` read them; a list past its bound is saved as overflowed (no list, no
-    tally: the next ticks read every record, and try a build again after a heal pass). True
-    when saved.
+    tally: the next ticks read every record, and try a build again after
+    :data:`RETRY_BUILD`). True when saved.
 
     Raises:
         StoreUnavailable: Firestore could not be written.
     """
     if seen.watch is None:
         # Read whole because the list did not fit: nothing new to save; the overflow's time
-        # stays, so a build is tried again once a heal pass has gone by.
+        # stays, so a build is tried again once RETRY_BUILD has gone by.
         return False
     try:
         done = store.save_watch(
