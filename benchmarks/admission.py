@@ -43,7 +43,12 @@ wait they had so far):
   only to a team that asks), against its weight's share; the whole day's beside it;
 * waits (arrival to the successful create) by priority, p50 and p95;
 * priority inversions: a create of a lower priority while a higher-priority job waits whose
-  GPUs are free in the quota at that moment.
+  GPUs are free in the quota at that moment;
+* for admission, where the idle GPU-time goes while demand exceeds the quota (:data:`IDLE`):
+  GPUs a job gave back that flexjobs has not seen yet (the tick's lag), and GPUs it knows are
+  free, by why its last pass left them so: kept for a held head (what fits would borrow past
+  its queue's nominal, or would delay a held head), nothing waiting fits them, or what fits
+  arrived since the pass.
 
 Then the acceptance targets of issue 25, computed from the figures.
 """
@@ -57,13 +62,13 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from shared.domain.admission.config import Pool, Queues, Resource, read_queues
 from shared.domain.admission.ledger import Entry
-from shared.domain.admission.quota import Ceiling
+from shared.domain.admission.quota import Ceiling, Usage
 from shared.domain.admission.rule import Release, Standing, Workload, admit, decayed_usage
 from shared.domain.policy.retry import Backoff
 from shared.domain.serving.split import largest_remainder
@@ -99,6 +104,16 @@ DECLARED_WAIT = 1800.0
 #: The acceptance targets of issue 25.
 UTILISATION_TARGET = 0.95
 SHARE_TOLERANCE = 0.10
+#: Why GPUs sit idle under admission while demand exceeds the quota, as the meter counts it.
+IDLE_LAG = "a job ended; flexjobs sees it at the next tick"
+IDLE_BORROWS = "kept for a held head: all that fits would borrow past its queue's nominal"
+IDLE_HELD = (
+    "kept for a held head: what fits within its nominal would delay one "
+    "(or a higher priority that fits waits)"
+)
+IDLE_NOTHING = "nothing waiting fits them"
+IDLE_ARRIVED = "what fits arrived since the last pass"
+IDLE = (IDLE_LAG, IDLE_BORROWS, IDLE_HELD, IDLE_NOTHING, IDLE_ARRIVED)
 
 
 @dataclass(frozen=True)
@@ -183,6 +198,12 @@ class Meter:
     over_seconds: float = 0.0
     over_held_gpu_seconds: float = 0.0
     waits: dict[int, list[float]] = field(default_factory=dict)
+    #: Admission only (None: not counted): the GPUs flexjobs counts as held, which lags
+    #: Vertex's count by the ends it has not seen; why those it knows are free sat idle after
+    #: its last pass (one of :data:`IDLE`); and the idle GPU-seconds by why.
+    known: int | None = None
+    cause: str = IDLE_NOTHING
+    idle: dict[str, float] = field(default_factory=dict)
 
     def advance(self, t: float) -> None:
         """Integrate the figures up to ``t`` (capped at the horizon)."""
@@ -196,6 +217,10 @@ class Meter:
         if asking > self.quota:
             self.over_seconds += dt
             self.over_held_gpu_seconds += dt * total
+            if self.known is not None:
+                for cause, gpus in ((IDLE_LAG, self.known - total), (self.cause, self.free_known)):
+                    if gpus > 0:
+                        self.idle[cause] = self.idle.get(cause, 0.0) + dt * gpus
         teams_waiting = {j.team for j in self.waiting.values()}
         contended = all(team in teams_waiting for team in self.teams)
         if contended:
@@ -213,8 +238,15 @@ class Meter:
     def free(self) -> int:
         return self.quota - sum(self.held.values())
 
+    @property
+    def free_known(self) -> int:
+        """The GPUs flexjobs knows are free (none when it does not count them)."""
+        return 0 if self.known is None else self.quota - self.known
+
     def arrive(self, job: Job) -> None:
         self.waiting[job.rid] = job
+        if self.cause == IDLE_NOTHING and job.gpus <= self.free_known:
+            self.cause = IDLE_ARRIVED  # it fits what is idle, and waits for the next pass
 
     def create(self, job: Job, t: float) -> bool:
         """A create call: refused for quota past the limit (Vertex's RESOURCE_EXHAUSTED),
@@ -419,6 +451,8 @@ def admission(
                 if release is not None:
                     releases[created.rid] = release
                 events.at(t + created.duration, "end", created)
+        meter.known = sum(sum(held.values()) for held in known.values())
+        meter.cause = why_idle(queues, known, meter.free_known, waiting.values())
         if what == "tick":
             events.at(t + TICK_SECONDS, "tick")
     meter.close()
@@ -429,6 +463,23 @@ def _admitted(
     queues: Queues, standing: Standing, waiting: Sequence[Workload]
 ) -> Sequence[Workload]:
     return admit(queues, standing, waiting).admitted
+
+
+def why_idle(queues: Queues, known: Usage, free: int, waiting: Iterable[Workload]) -> str:
+    """Why ``free`` GPUs stay idle after a pass that left ``waiting``: nothing fits them, or
+    the rule kept what fits for a held head: all of it would borrow past its queue's nominal
+    (a backfill borrows nothing), or some would not (then it would have delayed a held head,
+    or a higher priority that fits waits)."""
+    fitting = [w for w in waiting if w.demand[RESOURCE] <= free]
+    if not fitting:
+        return IDLE_NOTHING
+    nominal = {name: queue.quota(RESOURCE).nominal for name, queue in queues.queues.items()}
+    if all(
+        known.get(w.queue, {}).get(RESOURCE, 0) + w.demand[RESOURCE] > nominal[w.queue]
+        for w in fitting
+    ):
+        return IDLE_BORROWS
+    return IDLE_HELD
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -507,9 +558,25 @@ def report(name: str, meter: Meter) -> None:
             f"  wait, {label} ({len(waits)} jobs): p50 {percentile(waits, 50) / 60:.1f} min, "
             f"p95 {percentile(waits, 95) / 60:.1f} min"
         )
+    if meter.known is not None:
+        report_idle(meter)
     print("  acceptance (issue 25):")
     for what, ok, got in acceptance(meter):
         print(f"    {'PASS' if ok else 'FAIL'} {what} ({got})")
+
+
+def report_idle(meter: Meter) -> None:
+    """Where the idle GPU-time went while demand exceeded the quota, each cause in GPU-hours
+    and in points of utilisation (they sum to what it is short of 100%)."""
+    whole = meter.over_seconds * meter.quota
+    idle = sum(meter.idle.values())
+    print(
+        f"  idle while demand exceeds the quota: {idle / HOUR:.1f} GPU-hours "
+        f"({idle / whole:.1%} of the quota's time), of which:"
+    )
+    for cause in IDLE:
+        seconds = meter.idle.get(cause, 0.0)
+        print(f"    {seconds / HOUR:5.1f} GPU-h ({seconds / whole:5.2%}) {cause}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -871,8 +871,9 @@ def test_a_job_sure_to_end_before_a_held_one_could_start_goes_first(backfilling,
         publish(post_event, clock, sized("short", 4, maxWaitDuration="600s", timeout="1800s"))
         == 200
     )
-    # Waits for ever ("0s"), or ten thousand years: no certain end, so it never backfills
-    # (and no pass ever computes a time past the calendar's end).
+    # Waits for ever ("0s"), or ten thousand years: no certain end, so it backfills only into
+    # a room, and the big one needs all 8 at its start (no pass ever computes a time past the
+    # calendar's end).
     assert publish(post_event, clock, sized("forever", 4, maxWaitDuration="0s")) == 200
     assert publish(post_event, clock, sized("ages", 4, maxWaitDuration="315576000000s")) == 200
     assert record(tracker, "ages")["admission"]["limitSeconds"] is None
@@ -891,6 +892,35 @@ def test_a_job_sure_to_end_before_a_held_one_could_start_goes_first(backfilling,
     assert created(tracker) == ["running", "short"]
     finish(post_event, clock, tracker, "short")
     assert created(tracker) == ["running", "short", "big"]
+
+
+def test_a_job_with_no_known_end_takes_only_the_room_a_held_one_leaves(
+    backfilling, clock, post_event
+):
+    tracker = backfilling
+    # 4 GPUs back in 90 minutes at the latest; 2 for the default eight days.
+    assert publish(post_event, clock, sized("soon", 4, timeout="3600s")) == 200
+    assert publish(post_event, clock, sized("later", 2)) == 200
+    # The 4-GPU job waits for "soon": at 90 minutes it has 6 free and needs 4.
+    assert publish(post_event, clock, sized("big", 4)) == 200
+    # No end known: it may hold the 2 free for ever, which big never needs.
+    assert publish(post_event, clock, sized("forever", 2, maxWaitDuration="0s")) == 200
+    assert created(tracker) == ["soon", "later", "forever"]
+    assert record(tracker, "big")["admission"]["stage"] == "WAITING"
+    # "soon" ends: big goes, beside the two that hold their GPUs still (finish() counts
+    # GPUS_EACH a job: the ledger counts these sizes).
+    name = record(tracker, "soon")["vertexJob"]
+    run(tracker, clock, name)
+    clock.advance(600)
+    end(tracker, clock, name, "JOB_STATE_SUCCEEDED")
+    assert hint(post_event, clock, name) == 200
+    assert created(tracker) == ["soon", "later", "forever", "big"]
+    held = tracker.store.admissions.ledger().held
+    assert {rid: sum(e.demand.values()) for rid, e in held.items()} == {
+        "later": 2,
+        "forever": 2,
+        "big": 4,
+    }
 
 
 def test_a_retry_of_a_job_with_a_limit_waits_in_line_again_after_its_backoff(

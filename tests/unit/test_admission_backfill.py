@@ -1,6 +1,7 @@
 """Backfill, rule 4 of the admission rule (shared.domain.admission.rule), and what the ledger
 keeps for it (shared.domain.admission.ledger), on plain values: a workload behind a held one
-goes first only when it is sure to have given its GPUs back by the held one's shadow."""
+goes first only when it keeps the held one's shadow: it is sure to have given its GPUs back
+by then, or the held one still fits beside it then."""
 
 from __future__ import annotations
 
@@ -69,31 +70,42 @@ def test_a_job_that_ends_before_the_held_heads_shadow_goes_first():
     assert shadow_time(ONE, RUNNING, RUNNING.releases, waiting[0]) == T0 + timedelta(hours=2)
 
 
-def test_without_the_time_or_a_limit_nothing_goes_before_a_held_head():
+def test_without_the_time_or_a_known_end_nothing_goes_before_a_held_head():
     short = work("short", "a", 4, limit=1.5 * HOUR, minute=1)
     big = work("big", "a", 8, limit=None)
     # No time: the rule is StrictFIFO behind the held head, as before backfill.
     plan = admit(ONE, dataclasses.replace(RUNNING, now=None), [big, short])
-    assert ids(plan.admitted) == []
-    # No limit declared: nobody knows when it gives the GPUs back.
-    plan = admit(ONE, RUNNING, [big, dataclasses.replace(short, limit_seconds=None)])
     assert ids(plan.admitted) == []
     # The running job's end is not known: the held head's shadow is never, so none goes.
     plan = admit(ONE, dataclasses.replace(RUNNING, releases=()), [big, short])
     assert ids(plan.admitted) == []
 
 
-def test_a_release_already_past_counts_as_now_so_nothing_backfills_before_it():
+def test_a_job_with_no_limit_goes_only_into_the_room_the_held_head_leaves():
+    # At the shadow (2 h) the 12 are back: 16 free, big takes 8, so 8 are never its.
+    unknown = work("unknown", "a", 4, limit=None, minute=1)
+    assert ids(admit(ONE, RUNNING, [work("big", "a", 8, limit=None), unknown]).admitted) == [
+        "unknown"
+    ]
+    # A head of 14 leaves 2 at its shadow: 4 held for ever would delay it, for ever.
+    plan = admit(ONE, RUNNING, [work("big", "a", 14, limit=None), unknown])
+    assert ids(plan.admitted) == []
+    assert ids(h.workload for h in plan.held) == ["big"]
+
+
+def test_a_release_already_past_counts_as_now_so_only_the_room_backfills():
     # A retry under the same entry has outlived its first attempt's limit: any moment now.
     past = dataclasses.replace(RUNNING, releases=[Release(T0 - timedelta(hours=1), "a", {R: 12})])
-    waiting = [work("big", "a", 8, limit=None), work("short", "a", 4, limit=60.0, minute=1)]
-    assert ids(admit(ONE, past, waiting).admitted) == []
+    short = work("short", "a", 4, limit=60.0, minute=1)
+    assert ids(admit(ONE, past, [work("big", "a", 14, limit=None), short]).admitted) == []
+    # A head of 8 never needs the 4 free now: with the 12 back, it fits beside them.
+    assert ids(admit(ONE, past, [work("big", "a", 8, limit=None), short]).admitted) == ["short"]
 
 
 def test_a_higher_priority_that_fits_but_cannot_backfill_bars_every_lower_one():
     queues = read_queues({"queues": [queue("a", 16), queue("b", 16)]})
     standing = dataclasses.replace(RUNNING, ceiling=Ceiling({R: 16}))  # the project's 16
-    head = work("head", "a", 8, limit=None, priority=100)
+    head = work("head", "a", 14, limit=None, priority=100)  # leaves 2 at its shadow
     mid = work("mid", "b", 4, limit=3 * HOUR, priority=50)  # fits, ends after the shadow
     low = work("low", "b", 4, limit=HOUR, priority=0, minute=-5)  # would end before it
     plan = admit(queues, standing, [head, mid, low])
@@ -116,13 +128,63 @@ def test_this_passs_backfills_end_before_every_held_shadow():
         ],
     )
     waiting = [
-        work("a-head", "a", 6, limit=None, priority=100),  # fits at 1 h, when a's 8 go
+        work("a-head", "a", 12, limit=None, priority=100),  # fits at 1 h, when a's 8 go
         work("b-head", "b", 14, limit=None, priority=100, minute=1),  # fits at 4 h
         work("fill-45m", "a", 2, limit=0.75 * HOUR, minute=2),
-        work("fill-2h", "b", 2, limit=2 * HOUR, minute=3),  # fits beside it, ends too late
+        # Fits beside it, ends too late, and a-head needs all that is free at 1 h.
+        work("fill-2h", "b", 2, limit=2 * HOUR, minute=3),
     ]
     plan = admit(queues, standing, waiting)
     assert ids(plan.admitted) == ["fill-45m"]
+
+
+def test_a_job_that_runs_past_the_shadow_goes_when_the_held_head_still_fits_beside_it():
+    """EASY backfilling's extra GPUs: what the releases due by the shadow free beyond the
+    held head's demand may go to a job of any length, as long as this pass has not taken
+    them already."""
+    standing = Standing(
+        usage={"a": {R: 12}},
+        now=T0,
+        releases=[
+            Release(T0 + timedelta(hours=1), "a", {R: 8}),
+            Release(T0 + timedelta(hours=6), "a", {R: 4}),
+        ],
+    )
+    waiting = [
+        work("big", "a", 10, limit=None),  # 4 free; at 1 h 12 free: 2 more than it needs
+        work("four", "a", 4, limit=3 * HOUR, minute=1),  # would leave it 10 - 2 short
+        work("two", "a", 2, limit=3 * HOUR, minute=2),  # takes the 2 extra
+        work("two-more", "a", 2, limit=None, minute=3),  # fits now; the extra is taken
+    ]
+    plan = admit(ONE, standing, waiting)
+    assert ids(plan.admitted) == ["two"]
+    assert ids(h.workload for h in plan.held) == ["big"]
+    # The shadow is kept: with "two" running until 3 h, big still fits at 1 h.
+    after = dataclasses.replace(standing, usage={"a": {R: 14}})
+    gone = [*standing.releases, Release(T0 + timedelta(hours=3), "a", {R: 2})]
+    assert shadow_time(ONE, after, gone, waiting[0]) == T0 + timedelta(hours=1)
+
+
+def test_a_backfill_leaves_every_held_head_its_room():
+    queues = read_queues({"queues": [queue("a", 32), queue("b", 32)]})  # the project's 16 bind
+    standing = Standing(
+        usage={"a": {R: 8}, "b": {R: 4}},
+        ceiling=Ceiling({R: 16}),
+        now=T0,
+        releases=[
+            Release(T0 + timedelta(hours=1), "a", {R: 8}),
+            Release(T0 + timedelta(hours=6), "b", {R: 4}),
+        ],
+    )
+    # a-head's shadow is 1 h, with 2 to spare; b-head, charged a-head's 10 until 3 h, fits
+    # at 3 h with none to spare.
+    a_head = work("a-head", "a", 10, limit=2 * HOUR, priority=100)
+    b_head = work("b-head", "b", 12, limit=None, priority=50)
+    fill = work("fill", "a", 2, limit=4 * HOUR)  # past both shadows: it would delay b-head
+    assert ids(admit(queues, standing, [a_head, b_head, fill]).admitted) == []
+    # Back by b-head's shadow, it only takes a-head's 2 to spare at its own.
+    fill = dataclasses.replace(fill, limit_seconds=2.5 * HOUR)
+    assert ids(admit(queues, standing, [a_head, b_head, fill]).admitted) == ["fill"]
 
 
 @st.composite
@@ -163,17 +225,57 @@ def backfill_configurations(draw: st.DrawFn):
 
 @settings(max_examples=300, deadline=None)
 @given(backfill_configurations())
-def test_without_limits_backfill_changes_nothing(config):
+def test_with_no_end_known_backfill_changes_nothing(config):
+    # No admitted job's end is known, nor any waiting one's: no held head has a shadow.
     queues, standing, waiting = config
+    standing = dataclasses.replace(standing, releases=())
     plain = [dataclasses.replace(w, limit_seconds=None) for w in waiting]
     with_time = admit(queues, standing, plain)
-    without = admit(queues, dataclasses.replace(standing, now=None, releases=()), plain)
+    without = admit(queues, dataclasses.replace(standing, now=None), plain)
     assert with_time == without
 
 
-@settings(max_examples=300, deadline=None)
-@given(backfill_configurations())
-def test_a_backfill_stays_within_every_limit_and_ends_before_the_held_shadows(config):
+def _ends(workloads: Any) -> list[Release]:
+    return [
+        Release(T0 + timedelta(seconds=w.limit_seconds), w.queue, w.demand)
+        for w in workloads
+        if w.limit_seconds is not None
+    ]
+
+
+@st.composite
+def crowded_configurations(draw: st.DrawFn):
+    """The project's quota binds, the running jobs' ends are known, a large head waits and
+    small jobs of every length wait behind it: where a backfill may take the head's room."""
+    queues = read_queues({"queues": [queue("qa", 32), queue("qb", 32)]})
+    quota = draw(st.integers(8, 24))
+    running = [
+        (draw(st.sampled_from(["qa", "qb"])), draw(st.integers(1, 6)), draw(st.integers(-1, 6)))
+        for _ in range(draw(st.integers(1, 5)))
+    ]
+    usage = usage_of((q, {R: n}) for q, n, _ in running)
+    held = sum(n for _, n, _ in running)
+    if held > quota:
+        quota = held
+    releases = [Release(T0 + timedelta(hours=h), q, {R: n}) for q, n, h in running]
+    head = Workload("head", "qa", 100, T0, {R: draw(st.integers(quota - held + 1, quota))}, None)
+    waiting = [
+        Workload(
+            f"w{i}",
+            draw(st.sampled_from(["qa", "qb"])),
+            draw(st.sampled_from([0, 50])),
+            T0 + timedelta(minutes=i),
+            {R: draw(st.integers(1, 4))},
+            draw(st.none() | st.sampled_from([0.5 * HOUR, 2 * HOUR, 5 * HOUR, 9 * HOUR])),
+        )
+        for i in range(draw(st.integers(1, 6)))
+    ]
+    return queues, Standing(usage, Ceiling({R: quota}), now=T0, releases=releases), [head, *waiting]
+
+
+@settings(max_examples=500, deadline=None)
+@given(backfill_configurations() | crowded_configurations())
+def test_a_backfill_stays_within_every_limit_and_never_delays_the_first_held_head(config):
     queues, standing, waiting = config
     plan = admit(queues, standing, waiting)
     without = admit(queues, dataclasses.replace(standing, now=None, releases=()), waiting)
@@ -183,26 +285,35 @@ def test_a_backfill_stays_within_every_limit_and_ends_before_the_held_shadows(co
         usage.setdefault(w.queue, {})[R] = usage.get(w.queue, {}).get(R, 0) + w.demand[R]
     decided = ids(plan.admitted) + ids(h.workload for h in plan.held) + ids(plan.inadmissible)
     assert len(decided) == len(set(decided))
-    # What backfill added ends by the first head held without it, for certain.
+    # What backfill added keeps the first head held without it: it fits, with all that was
+    # admitted running until its limit, no later than it would have without backfill.
     extra = [w for w in plan.admitted if w not in without.admitted]
-    for w in extra:
-        assert w.limit_seconds is not None
-    if extra and without.held:
-        first = without.held[0].workload
-        before = usage_of((w.queue, w.demand) for w in without.admitted)
-        for q, held in standing.usage.items():
-            for r, n in held.items():
-                before.setdefault(q, {})[r] = before.get(q, {}).get(r, 0) + n
-        gone = [*standing.releases] + [
-            Release(T0 + timedelta(seconds=w.limit_seconds), w.queue, w.demand)
-            for w in without.admitted
-            if w.limit_seconds is not None
-        ]
-        shadow = shadow_time(queues, dataclasses.replace(standing, usage=before), gone, first)
-        if shadow is not None and first.priority == max(w.priority for w in waiting):
-            for w in extra:
-                assert w.limit_seconds is not None
-                assert T0 + timedelta(seconds=w.limit_seconds) <= shadow
+    if not (extra and without.held):
+        return
+    first = without.held[0].workload
+    if first.priority < max(w.priority for w in waiting):
+        return  # a lower head's shadow charges the higher ones held: not recomputed here
+    promised = shadow_time(
+        queues,
+        dataclasses.replace(standing, usage=usage_of(_held(standing, without.admitted))),
+        [*standing.releases, *_ends(without.admitted)],
+        first,
+    )
+    assert promised is not None  # no shadow, no backfill
+    kept = shadow_time(
+        queues,
+        dataclasses.replace(standing, usage=usage_of(_held(standing, plan.admitted))),
+        [*standing.releases, *_ends(plan.admitted)],
+        first,
+    )
+    assert kept is not None and kept <= promised
+
+
+def _held(standing: Standing, admitted: Any) -> list[tuple[str, Any]]:
+    return [
+        *((q, held) for q, held in standing.usage.items()),
+        *((w.queue, w.demand) for w in admitted),
+    ]
 
 
 def test_the_limit_is_known_only_where_vertex_enforces_it():

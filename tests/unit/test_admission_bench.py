@@ -4,7 +4,14 @@ prints come from the model its docstring states, and its checks can fail."""
 from __future__ import annotations
 
 from benchmarks.admission import (
+    EPOCH,
+    IDLE_ARRIVED,
+    IDLE_BORROWS,
+    IDLE_HELD,
+    IDLE_LAG,
+    IDLE_NOTHING,
     QUOTA,
+    RESOURCE,
     TICK_SECONDS,
     Job,
     Meter,
@@ -13,8 +20,11 @@ from benchmarks.admission import (
     park_and_retry,
     queue_file,
     tick_at_or_after,
+    utilisation,
+    why_idle,
     workload,
 )
+from shared.domain.admission.rule import Workload
 from shared.domain.policy.retry import Backoff
 
 
@@ -105,3 +115,36 @@ def test_the_acceptance_checks_fail_when_the_figures_miss():
     assert not marks["no create refused for quota"]
     assert not marks["no priority inversion"]
     assert not any(ok for what, ok in marks.items() if "share" in what)
+
+
+def test_idle_gpus_are_counted_by_why_while_demand_exceeds_the_quota():
+    # "a" takes the whole quota for 30 s; "b" and "c" ask more than all of it from t=2.
+    first = job("a", "team-a", QUOTA, length=30.0)
+    second = job("b", "team-b", QUOTA, at=1.0, length=3600.0)
+    third = job("c", "team-c", 8, at=2.0)
+    meter = admission([first, second, third], 600.0, phase=0.0)
+    # a ends at 30 and is seen at the tick at 60: its 32 GPUs idle for 30 s; b then holds all.
+    assert meter.idle == {IDLE_LAG: QUOTA * 30.0}
+    assert utilisation(meter) == 1 - (QUOTA * 30.0) / (QUOTA * meter.over_seconds)
+
+
+def test_free_gpus_nothing_fits_are_counted_as_such_until_an_arrival_fits_them():
+    running = job("a", "team-a", 24, length=3600.0)
+    big = job("b", "team-b", 16, at=1.0)  # 8 free: it does not fit, and waits from t=1
+    small = job("c", "team-c", 4, at=100.0)  # fits the 8, and waits for the tick at 120
+    meter = admission([running, big, small], 200.0, phase=0.0)
+    # c goes at 120 (within its queue's nominal); the 4 left fit nothing waiting.
+    assert meter.waiting.keys() == {"b"}
+    assert meter.idle == {IDLE_NOTHING: 8 * 99.0 + 4 * 80.0, IDLE_ARRIVED: 8 * 20.0}
+
+
+def test_what_fits_only_by_borrowing_is_counted_apart():
+    queues = queue_file()
+    usage = {"team-b": {RESOURCE: 24}, "team-c": {RESOURCE: 4}}
+    t = EPOCH
+    borrowing = Workload("b", "team-b", 0, t, {RESOURCE: 2})
+    within = Workload("c", "team-c", 0, t, {RESOURCE: 1})  # team-c: 5 of nominal, 4 held
+    head = Workload("a", "team-a", 0, t, {RESOURCE: 8})
+    assert why_idle(queues, usage, 4, [head, borrowing]) == IDLE_BORROWS
+    assert why_idle(queues, usage, 4, [head, borrowing, within]) == IDLE_HELD
+    assert why_idle(queues, usage, 1, [head, borrowing]) == IDLE_NOTHING

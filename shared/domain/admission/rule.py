@@ -53,20 +53,30 @@ order, the order recomputed after each admission (a queue's share grows as it ad
    admitted when all of these hold:
 
    - it fits with nothing held charged;
-   - it declares how long it may hold its GPUs (``limit_seconds``: its request's
-     ``maxWaitDuration`` plus ``scheduling.timeout``, both of which Vertex enforces), and that
-     ends before every held workload's *shadow*: the time the held one fits, were every
-     admitted job to hold its GPUs for all of its own limit (the caller's releases), every
-     held workload of a higher priority to hold its own from now until its shadow plus its
-     limit, and a retry's backoff to run its course (:attr:`Workload.not_before`). So a
-     backfill never delays a held workload past the start the declared limits promise it;
-     for a head whose queue preempts, the shadow is now (its victims' GPUs come back at its
-     asking, and a job just created is never a victim), so nothing backfills before it;
+   - it keeps every held workload's *shadow*: the time the held one fits at the latest,
+     were every admitted job to hold its GPUs for all of its own limit (the caller's
+     releases: a request's ``maxWaitDuration`` plus ``scheduling.timeout``, both of which
+     Vertex enforces), every held workload of a higher priority to hold its own from now
+     until its shadow plus its limit, and a retry's backoff to run its course
+     (:attr:`Workload.not_before`). It keeps it in either of two ways:
+
+     - it declares how long it may hold its GPUs (``limit_seconds``), and that ends by the
+       shadow;
+     - or, whatever its limit (none included), the held one still fits at its shadow beside
+       it and beside all that this pass admitted and that may still hold its GPUs then: it
+       takes only what the releases due by the shadow free beyond the held one's demand
+       (EASY's *extra* GPUs; the held one's *room*).
+
+     So a backfill never delays a held workload past the start the declared limits promise
+     it; for a head whose queue preempts, the shadow is now and it leaves no room (its
+     victims' GPUs come back at its asking, and a job just created is never a victim), so
+     nothing backfills before it;
    - no waiting workload of a higher priority fits with nothing held charged (it would be
-     an inversion: that one could go first, and did not only because its limit is too long);
+     an inversion: that one could go first, and did not only because it would delay a held
+     one);
    - it fits within its own queue's nominal quota: it borrows nothing. Measured, letting it
-     borrow as far as rule 3's catch-up left a team of short trials 17 % above its weight's
-     share (seed 1).
+     borrow left a team of short trials 25 % above its weight's share (seed 1), and letting
+     it borrow as far as rule 3's catch-up 11.7 % (seed 9).
 
    Only when the caller says what time it is and when the admitted jobs give their GPUs
    back at the latest (:attr:`Standing.now`, :attr:`Standing.releases`): the estimate of
@@ -74,8 +84,12 @@ order, the order recomputed after each admission (a queue's share grows as it ad
 
    Measured (``./dev bench admission``, limits 1 to ~5 times the run and a third at the
    default eight days, seeds 25, 1, 2 and 3, no hint): utilisation 93.8-94.3 % without
-   backfill, 94.5-95.8 % with it, no inversion; shares within 8.1 % of their weights but on
-   seed 1 (12.4 %).
+   backfill; 94.5-95.8 % when a backfill had to end by the shadow (GPUs kept idle for a
+   held head cost 3.2-4.6 points, the tick's lag 0.9-1.0) and seed 1's shares 12.4 % off
+   their weights; 95.7-96.4 % with the room as well (kept idle 2.7-3.4 points), no
+   inversion, shares within 8.4 %. With hints, seed 1's are 15 % off: team-c's one-GPU
+   trials, which backfill took 7 GPU-hours for and rule 3's catch-up 43; without the
+   catch-up they are still 11 % off, and utilisation falls to 94.6-95.5 %.
 
 A workload that could never be admitted (larger than its queue with all it could borrow, or
 than the project's quota) is set aside as inadmissible, never held: holding it would block
@@ -246,7 +260,7 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
     lines, inadmissible = _lines(queues, standing.ceiling, waiting)
     holds: list[Workload] = []
     levels: dict[str, float] = {}
-    shadows: dict[str, datetime | None] = {}
+    reserved_for: dict[str, _Reservation] = {}  # each held head's, by request id (rule 4)
     releases = list(standing.releases)
     blocked: set[str] = set()  # queues whose head is held: the rest of them only backfills
     # Queues with a retry in its backoff held: the rest of them fit beside it, or wait.
@@ -291,9 +305,11 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
         if not fits and not backing_off and standing.now is not None and holds:
             free = not shortfalls(queues, usage, standing.ceiling, queue, head.demand)
             fits = free and _backfills(
+                queues,
+                standing.ceiling,
                 head,
                 standing.now,
-                [shadows[h.request_id] for h in holds],
+                [reserved_for[h.request_id] for h in holds],
                 fair=within,  # rule 4: a backfill borrows nothing
                 barred=barred,
             )
@@ -302,15 +318,27 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
         if fits:
             admitted.append(head)
             add(usage, head.queue, head.demand, 1)
+            ends: datetime | None = None
             if standing.now is not None and head.limit_seconds is not None:
-                at = held_until(standing.now, head.limit_seconds)
-                releases.append(Release(at, head.queue, head.demand))
+                ends = held_until(standing.now, head.limit_seconds)
+                releases.append(Release(ends, head.queue, head.demand))
+            # Whatever this pass admits after a head was held (a backfill, or a workload
+            # rules 2 and 3 let in) and may still hold its GPUs at that head's shadow
+            # narrows the room a later backfill may take there.
+            for reservation in reserved_for.values():
+                reservation.charge(head, ends)
         elif head.queue not in blocked:
             holds.append(head)
             levels[head.request_id] = _share_after(queue, usage, standing.decayed, head.demand)
             if standing.now is not None:
-                shadows[head.request_id] = _shadow(
-                    queues, standing, usage, holds, releases=releases, head=head, shadows=shadows
+                reserved_for[head.request_id] = _reserve(
+                    queues,
+                    standing,
+                    usage,
+                    holds,
+                    releases=releases,
+                    head=head,
+                    reserved_for=reserved_for,
                 )
                 # A retry in its backoff is charged as a hold, but its queue goes on: the
                 # rest of it may fit beside what the retry will need (never in its place:
@@ -347,7 +375,43 @@ def _backing_off(workload: Workload, now: datetime | None) -> bool:
     return now is not None and workload.not_before is not None and workload.not_before > now
 
 
-def _shadow(
+@dataclass
+class _Reservation:
+    """What a held head is promised (rule 4): its *shadow*, when it fits at the latest (None:
+    no known end makes room), and the *room* it leaves there: the usage at its shadow of
+    everything that may still hold its GPUs then (None: nothing may run past its shadow).
+    A pass charges the room as it admits (:meth:`charge`), so the head still fits at its
+    shadow beside all that this pass let run past it."""
+
+    head: Workload
+    shadow: datetime | None
+    room: dict[str, dict[Resource, int]] | None = None
+
+    def charge(self, workload: Workload, ends: datetime | None) -> None:
+        """``workload`` is admitted and holds its GPUs until ``ends`` (None: not known)."""
+        if self.room is not None and (ends is None or self.shadow is None or ends > self.shadow):
+            add(self.room, workload.queue, workload.demand, 1)
+
+    def spares(
+        self, queues: Queues, ceiling: Ceiling, workload: Workload, ends: datetime | None
+    ) -> bool:
+        """Does admitting ``workload`` now, until ``ends`` (None: not known), keep this
+        head's shadow? It does when it is back by the shadow, or when the head still fits at
+        its shadow beside it (EASY backfilling's extra GPUs)."""
+        if self.shadow is None:
+            return False
+        if ends is not None and ends <= self.shadow:
+            return True
+        if self.room is None:
+            return False
+        beside = {name: dict(held) for name, held in self.room.items()}
+        add(beside, workload.queue, workload.demand, 1)
+        return not shortfalls(
+            queues, beside, ceiling, queues.queue(self.head.queue), self.head.demand
+        )
+
+
+def _reserve(
     queues: Queues,
     standing: Standing,
     usage: Usage,
@@ -355,11 +419,12 @@ def _shadow(
     *,
     releases: Sequence[Release],
     head: Workload,
-    shadows: Mapping[str, datetime | None],
-) -> datetime | None:
-    """A held head's shadow (rule 4): when it fits at the latest beside ``usage`` with the
-    higher holds charged (from now: they may start any moment; each given back at its own
-    shadow plus its limit, where both are known), and not before its backoff is over. Now
+    reserved_for: Mapping[str, _Reservation],
+) -> _Reservation:
+    """A held head's reservation (rule 4). Its shadow: when it fits at the latest beside
+    ``usage`` with the higher holds charged (from now: they may start any moment; each given
+    back at its own shadow plus its limit, where both are known), and not before its backoff
+    is over. Its room: that usage, less every release due by the shadow. Now, and no room,
     for a head of a queue that preempts: its victims' GPUs come back at its asking, which a
     backfill admitted beside it would take (a new job is never a victim), so nothing
     backfills before it."""
@@ -367,35 +432,43 @@ def _shadow(
     queue = queues.queue(head.queue)
     preempts = queue.preemption.within_queue or queue.preemption.within_cohort
     if preempts and not _backing_off(head, standing.now):  # a retry preempts nobody
-        return standing.now
+        return _Reservation(head, standing.now)
     before = [h for h in holds if h.priority > head.priority]
-    charged = replace(standing, usage=_charged(usage, before))
+    charged = _charged(usage, before)
     after_them = [
         Release(held_until(at, h.limit_seconds), h.queue, h.demand)
         for h in before
-        if (at := shadows.get(h.request_id)) is not None and h.limit_seconds is not None
+        if (at := reserved_for[h.request_id].shadow) is not None and h.limit_seconds is not None
     ]
-    shadow = shadow_time(queues, charged, [*releases, *after_them], head)
-    if shadow is None or head.not_before is None:
-        return shadow
-    return max(shadow, head.not_before)
+    gone = [*releases, *after_them]
+    shadow = shadow_time(queues, replace(standing, usage=charged), gone, head)
+    if shadow is None:
+        return _Reservation(head, None)
+    if head.not_before is not None:
+        shadow = max(shadow, head.not_before)
+    for release in gone:
+        if release.at <= shadow:
+            add(charged, release.queue, release.demand, -1)
+    return _Reservation(head, shadow, charged)
 
 
 def _backfills(
+    queues: Queues,
+    ceiling: Ceiling,
     workload: Workload,
     now: datetime,
-    shadows: Sequence[datetime | None],
+    reservations: Sequence[_Reservation],
     *,
     fair: bool,
     barred: float,
 ) -> bool:
-    """Rule 4 for a workload that fits with nothing held charged: it declares its limit,
-    which ends before every held workload's shadow; no higher priority that fits waits
+    """Rule 4 for a workload that fits with nothing held charged: it keeps every held
+    workload's shadow (:meth:`_Reservation.spares`); no higher priority that fits waits
     (``barred``); and it borrows nothing (``fair``: it fits within its queue's nominal)."""
-    if workload.limit_seconds is None or workload.priority < barred or not fair:
+    if workload.priority < barred or not fair:
         return False
-    ends = held_until(now, workload.limit_seconds)
-    return all(shadow is not None and ends <= shadow for shadow in shadows)
+    ends = None if workload.limit_seconds is None else held_until(now, workload.limit_seconds)
+    return all(r.spares(queues, ceiling, workload, ends) for r in reservations)
 
 
 def held_until(at: datetime, seconds: float) -> datetime:
