@@ -15,6 +15,7 @@ from benchmarks.floor import (
     function_of,
     inclusive,
     job_keys,
+    outside_library,
     request_ids,
     spread,
     with_job,
@@ -92,3 +93,23 @@ def test_inclusive_counts_a_function_once_per_stack_and_exclusive_its_own_time()
     )
     assert inclusive(stacks) == Counter({"h (x.py)": 6, "f (x.py)": 2, "g (y.py)": 3})
     assert exclusive(stacks) == Counter({"f (x.py)": 2, "g (y.py)": 3, "h (x.py)": 1})
+
+
+def test_samples_in_the_floors_library_calls_are_told_from_the_handlers_own() -> None:
+    stacks = Counter(
+        {
+            "main (main.py:1);submit (shared/app/x.py:2);WriteBatch.commit (batch.py:9)": 5,
+            "main (main.py:1);submit (shared/app/x.py:2);parse (shared/domain/y.py:3)": 3,
+            "main (main.py:1);submit (shared/app/x.py:2);deepcopy (copy.py:128)": 2,
+            "_run_channel_spin_thread (grpc/_channel.py:1)": 1,
+        }
+    )
+    inside, rest = outside_library(stacks)
+    assert inside == 5
+    assert rest == Counter(
+        {
+            "parse (shared/domain/y.py)": 3,
+            "submit (shared/app/x.py)": 2,
+            "(outside flexjobs' frames)": 1,
+        }
+    )
