@@ -14,7 +14,6 @@ resource name (``/customJobs/``, ``/hyperparameterTuningJobs/``, ``/trainingPipe
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -316,6 +315,18 @@ def kind_of_name(name: str) -> TrainingKind:
     raise BackendRejected(f"not a Vertex AI job or training pipeline name: {name!r}")
 
 
+def _from_body(proto_class: Any, body: Mapping[str, Any]) -> Any:
+    """The proto-plus message of a REST body (a dict), as ``proto_class.from_json`` reads
+    its JSON text: parsed by json_format, unknown fields refused. The body is JSON already,
+    so it is handed to ``ParseDict`` itself rather than written out and read back.
+    """
+    from google.protobuf import json_format
+
+    instance = proto_class()
+    json_format.ParseDict(body, proto_class.pb(instance))
+    return instance
+
+
 def _proto_class(kind: TrainingKind) -> Any:
     from google.cloud.aiplatform_v1 import types
 
@@ -359,7 +370,7 @@ class VertexJobBackend:
         kind = TRAINING_KINDS.get(request.kind)
         if kind is None:
             raise BackendRejected(f"{request.kind} is not a training job kind")
-        resource = _proto_class(kind).from_json(json.dumps(request.spec))
+        resource = _from_body(_proto_class(kind), request.spec)
         resource.labels.update(labels)
         client = self._client(kind, location)
         method = getattr(client, f"create_{kind.field}")
