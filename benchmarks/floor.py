@@ -769,11 +769,18 @@ LIBRARY_CALLS = (
     "BaseBatch.create ",
     "WriteBatch.commit ",
     "Query.stream ",
+    "StreamGenerator.__next__ ",  # a query's stream is read as it is iterated
     "JobServiceClient.create_custom_job ",
     "JobServiceClient.get_custom_job ",
     "Client.publish ",
     "Future.result ",
 )
+
+
+#: The floor handlers' own frames (their side of the profile's split).
+FLOORS = ("FreshFloor.", "HintFloor.")
+#: Samples in no handler: the benchmark's pool handing out work, gRPC's and Pub/Sub's threads.
+NOT_A_HANDLER = "(in no handler: the thread pool, gRPC's and the publisher's threads)"
 
 
 def outside_library(stacks: Mapping[str, int]) -> tuple[int, Counter[str]]:
@@ -786,8 +793,8 @@ def outside_library(stacks: Mapping[str, int]) -> tuple[int, Counter[str]]:
         if any(frame.startswith(LIBRARY_CALLS) for frame in frames):
             inside += count
             continue
-        ours = [f for f in frames if " (shared/" in f or " (main.py" in f or "/main.py" in f]
-        rest[function_of(ours[-1]) if ours else "(outside flexjobs' frames)"] += count
+        ours = [f for f in frames if " (shared/" in f or " (main.py" in f or f.startswith(FLOORS)]
+        rest[function_of(ours[-1]) if ours else NOT_A_HANDLER] += count
     return inside, rest
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.floor import (
+    NOT_A_HANDLER,
     REPO,
     Sides,
     collapsed,
@@ -110,6 +111,6 @@ def test_samples_in_the_floors_library_calls_are_told_from_the_handlers_own() ->
         {
             "parse (shared/domain/y.py)": 3,
             "submit (shared/app/x.py)": 2,
-            "(outside flexjobs' frames)": 1,
+            NOT_A_HANDLER: 1,
         }
     )
