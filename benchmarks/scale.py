@@ -31,8 +31,13 @@ figure. ``--ci`` runs small sizes (under a minute of ticks); the default is the 
    ``benchmarks/control_plane_prices.yaml`` (:mod:`benchmarks.costs`) against 1 hour of one
    A100 at the cheapest price of ``prices.yaml``.
 
-Not measured here yet: intake's CPU per request against a client-library floor (issue 26's
-third scenario).
+4. **Intake CPU against the client-library floor** (:mod:`benchmarks.floor`): a fresh
+   request through ``handle_job_request`` and a preemption's hint through
+   ``handle_job_event`` (functions/main.py, production wiring), each against a floor handler
+   that makes exactly the same RPCs with the same payloads on the same client objects and
+   nothing else: 2,000 requests a side (``--ci`` 200) from 8 threads, this process's CPU
+   time, the sides alternating over several rounds; ``--profile DIR`` adds a py-spy profile
+   of one more batch of each side. ``--no-cpu`` skips it.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import tracemalloc
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from flexjobs_local.procs import exit_on_sigterm
@@ -779,6 +785,11 @@ def main() -> int:
     parser.add_argument("--no-tick", action="store_true", help="skip the tick")
     parser.add_argument("--no-status", action="store_true", help="skip the status page")
     parser.add_argument("--records", type=int, help="records for the status page")
+    parser.add_argument("--no-cpu", action="store_true", help="skip intake CPU vs its floor")
+    parser.add_argument("--no-cost", action="store_true", help="skip one job's life and cost")
+    parser.add_argument("--cpu-requests", type=int, help="requests a side a round (2,000)")
+    parser.add_argument("--cpu-rounds", type=int, help="rounds of each side (5; --ci 3)")
+    parser.add_argument("--profile", type=Path, help="write py-spy profiles of the CPU sides")
     args = parser.parse_args()
     if args.tick_child:
         print(json.dumps(tick_child(args.traced)))
@@ -800,10 +811,22 @@ def main() -> int:
         records = args.records or (2000 if args.ci else 100_000)
         print(f"\n-- 2. the status page and flexjobs list at {records} records --", flush=True)
         checks.extend(print_status(status_at(records, 10 if args.ci else 20)))
-    print("\n-- 3. control-plane cost of one job's life (benchmarks/control_plane_prices.yaml) --")
-    steps = job_life()
-    steady = [r for r in results if r.label == "steady"]
-    checks.append(print_cost(steps, steady[-1] if steady else None))
+    if not args.no_cost:
+        print(
+            "\n-- 3. control-plane cost of one job's life (benchmarks/control_plane_prices.yaml) --"
+        )
+        steps = job_life()
+        steady = [r for r in results if r.label == "steady"]
+        checks.append(print_cost(steps, steady[-1] if steady else None))
+    if not args.no_cpu:
+        from benchmarks import floor
+
+        requests = args.cpu_requests or (200 if args.ci else 2000)
+        print("\n-- 4. intake CPU per request against the client-library floor --", flush=True)
+        result = floor.measure(
+            requests, requests, args.cpu_rounds or (3 if args.ci else 5), args.profile
+        )
+        checks.extend(floor.print_cpu(result))
     print(f"\nall targets: {sum(checks)} of {len(checks)} PASS")
     return 0
 

@@ -38,6 +38,7 @@ NOT_IN_THE_FUNCTION = (
     "types-pyyaml",
     "import-linter",
     "matplotlib",
+    "py-spy",
     "selenium",
 )
 

@@ -14,11 +14,10 @@ resource name (``/customJobs/``, ``/hyperparameterTuningJobs/``, ``/trainingPipe
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -237,22 +236,39 @@ def to_vertex_job(job: Any) -> VertexJob:
 
     ``state`` is the enum name: ``JOB_STATE_*`` for jobs, ``PIPELINE_STATE_*`` for pipelines;
     :func:`shared.domain.model.states.from_vertex` maps both.
+
+    The fields are read from the protobuf message under the proto-plus one: each proto-plus
+    field access marshals a value (a wrapper, a map, a datetime), and that was most of the
+    cost of this conversion, which every create, read and listed job goes through. Each value
+    is the one proto-plus would give (an unset time is None, a set one a
+    ``DatetimeWithNanoseconds``).
     """
-    error = getattr(job, "error", None)
+    pb = type(job).pb(job)
+    error = pb.error if "error" in pb.DESCRIPTOR.fields_by_name else None
     code = int(error.code) if error is not None and error.code else None
     strategy, max_wait = _scheduling_of(job)
     return VertexJob(
-        name=job.name,
+        name=pb.name,
         state=job.state.name,
-        labels=dict(job.labels),
-        create_time=job.create_time,
-        start_time=job.start_time,
-        end_time=job.end_time,
+        labels=dict(pb.labels),
+        create_time=_timestamp(pb, "create_time"),
+        start_time=_timestamp(pb, "start_time"),
+        end_time=_timestamp(pb, "end_time"),
         error_code=code,
         error_message=(error.message or None) if error is not None and code else None,
         strategy=strategy,
         max_wait_seconds=max_wait,
     )
+
+
+def _timestamp(pb: Any, name: str) -> datetime | None:
+    """A Timestamp field as proto-plus reads it: None when unset."""
+    from proto.datetime_helpers import DatetimeWithNanoseconds
+
+    if not pb.HasField(name):
+        return None
+    stamp: datetime = DatetimeWithNanoseconds.from_timestamp_pb(getattr(pb, name))
+    return stamp
 
 
 def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
@@ -261,18 +277,20 @@ def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
 
     A proto has the spec attribute of its own kind only; the others read as None.
     """
-    typed: Any = None
+    pb = type(job).pb(job)
+    typed: tuple[TrainingKind, Any] | None = None
     for kind in TRAINING_KINDS.values():
-        if not kind.untyped_spec:
+        if not kind.untyped_spec and (typed is None or not _truthy(job, *typed)):
             # ``job.job_spec or job.trial_job_spec``: an unset CustomJobSpec is falsy, so a
             # custom job without one reads as no scheduling (None), a tuning job's as STANDARD.
-            typed = typed or _spec_attribute(job, kind)
+            spec = _raw_attribute(pb, kind)
+            typed = (kind, spec) if spec is not None else None
     if typed is not None:
-        scheduling = typed.scheduling
-        strategy = scheduling.strategy.name
+        scheduling = typed[1].scheduling
+        strategy = _enum_name(scheduling, "strategy")
         wait = (
-            scheduling.max_wait_duration.total_seconds()
-            if "max_wait_duration" in scheduling
+            _seconds(scheduling.max_wait_duration)
+            if scheduling.HasField("max_wait_duration")
             else None
         )
         # Unspecified is what Vertex runs as on-demand (STANDARD): flexjobs always names one.
@@ -296,6 +314,51 @@ def _scheduling_of(job: Any) -> tuple[str | None, float | None]:
     return (strategy if isinstance(strategy, str) else None), wait
 
 
+def _raw_attribute(pb: Any, kind: TrainingKind) -> Any:
+    """:func:`_spec_attribute` on the protobuf message: None when it has no such field."""
+    node = pb
+    for attribute in kind.spec_attributes:
+        if attribute not in node.DESCRIPTOR.fields_by_name:
+            return None
+        node = getattr(node, attribute)
+    return node
+
+
+def _truthy(job: Any, kind: TrainingKind, spec: Any) -> bool:
+    """Whether proto-plus takes ``spec`` (``kind``'s spec of ``job``, as a protobuf message)
+    for true: some field of it holds a true value.
+
+    A non-empty repeated field or a scalar that is not zero says so at once, as it does for
+    proto-plus; a spec whose only set fields are messages is asked of proto-plus itself (its
+    truth of a time or a duration is that of the Python value it reads them as).
+    """
+    messages = False
+    for field, value in spec.ListFields():
+        if field.is_repeated or (field.message_type is None and value):
+            return True
+        messages = messages or field.message_type is not None
+    return messages and bool(_spec_attribute(job, kind))
+
+
+def _enum_name(message: Any, name: str) -> str:
+    """An enum field's value name, as proto-plus's enum gives it."""
+    number = getattr(message, name)
+    value = message.DESCRIPTOR.fields_by_name[name].enum_type.values_by_number.get(number)
+    if value is None:
+        # proto-plus reads a number its enum does not know as a plain int, which has no name.
+        raise AttributeError(f"{name}: {number} is no value of its enum")
+    return str(value.name)
+
+
+def _seconds(duration: Any) -> float:
+    """A Duration's seconds as proto-plus reads it (a timedelta, microseconds floored)."""
+    return timedelta(
+        days=duration.seconds // 86400,
+        seconds=duration.seconds % 86400,
+        microseconds=duration.nanos // 1000,
+    ).total_seconds()
+
+
 def _spec_attribute(job: Any, kind: TrainingKind) -> Any:
     """The proto's CustomJobSpec where ``kind`` holds it; None when the proto has no such field."""
     node = job
@@ -314,6 +377,18 @@ def kind_of_name(name: str) -> TrainingKind:
     if declared is not None:
         return TRAINING_KINDS[declared.name]
     raise BackendRejected(f"not a Vertex AI job or training pipeline name: {name!r}")
+
+
+def _from_body(proto_class: Any, body: Mapping[str, Any]) -> Any:
+    """The proto-plus message of a REST body (a dict), as ``proto_class.from_json`` reads
+    its JSON text: parsed by json_format, unknown fields refused. The body is JSON already,
+    so it is handed to ``ParseDict`` itself rather than written out and read back.
+    """
+    from google.protobuf import json_format
+
+    instance = proto_class()
+    json_format.ParseDict(body, proto_class.pb(instance))
+    return instance
 
 
 def _proto_class(kind: TrainingKind) -> Any:
@@ -359,7 +434,7 @@ class VertexJobBackend:
         kind = TRAINING_KINDS.get(request.kind)
         if kind is None:
             raise BackendRejected(f"{request.kind} is not a training job kind")
-        resource = _proto_class(kind).from_json(json.dumps(request.spec))
+        resource = _from_body(_proto_class(kind), request.spec)
         resource.labels.update(labels)
         client = self._client(kind, location)
         method = getattr(client, f"create_{kind.field}")

@@ -102,15 +102,21 @@ class JobRecords:
         the record after it (None: no record). ``known``: the record as last read or written,
         decided on without a read (see :meth:`~shared.app.ports.JobStore.transact`); a partial one
         (a tick's page) is read whole first: no decision is made on some of a record."""
-        if known is not None and known.partial:
-            known = None
-        done = self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
+        done = self._transact(request_id, decide, known)
         return None if done is None else Written(done.change, _decoded(done.record))
 
     def apply(self, request_id: str, decide: Decide, known: Stored | None = None) -> Change | None:
-        """:meth:`write`, for the change alone (None: nothing to write, or no record)."""
-        written = self.write(request_id, decide, known)
-        return None if written is None else written.change
+        """:meth:`write`, for the change alone (None: nothing to write, or no record): the
+        record after it is not decoded, as nobody reads it."""
+        done = self._transact(request_id, decide, known)
+        return None if done is None else done.change
+
+    def _transact(
+        self, request_id: str, decide: Decide, known: Stored | None
+    ) -> Written[Change, Stored] | None:
+        if known is not None and known.partial:
+            known = None
+        return self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
 
     # -- writes: a pure decision each ----------------------------------------------------------
 

@@ -146,3 +146,23 @@ def clip(text: str | None, limit: int = MAX_TEXT) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[: limit - 3] + "..."
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON data: new dicts and lists all the way down, the leaves (strings,
+    numbers, booleans, None: immutable) shared.
+
+    What ``copy.deepcopy`` gives for a parsed body, at a fraction of its cost: it keeps no
+    memo of shared objects, which JSON text cannot express, and asks no copier per type.
+
+    Examples:
+        >>> body = {"pools": [{"env": [{"name": "A"}]}], "n": 1}
+        >>> copied = copy_json(body)
+        >>> copied == body, copied["pools"][0] is body["pools"][0]
+        (True, False)
+    """
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
+    return value

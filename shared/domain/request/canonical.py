@@ -25,6 +25,7 @@ this module, and their cold start must stay cheap.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from typing import Any, Final
 
@@ -157,6 +158,14 @@ def _unencodable(body: Any, base: str) -> list[FieldError]:
         >>> _unencodable({"a": ["ok", "\\udcff"]}, "customJob")
         [FieldError(path='customJob.a[1]', message='is not valid Unicode: it holds a lone surrogate')]
     """  # noqa: E501
+    try:
+        # Every string of the body, keys too, in one pass of the C encoder: when they all
+        # encode, there is nothing to name, and no walk is needed (the walk is for naming).
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError, RecursionError):
+        pass  # one does not encode, or a value is not JSON: the walk says which
+    else:
+        return []
     problem = "is not valid Unicode: it holds a lone surrogate"
     found: list[FieldError] = []
     stack: list[tuple[Any, str]] = [(body, base)]

@@ -215,7 +215,11 @@ def apply_defaults(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     The strategy defaults to FLEX_START, ``maxWaitDuration`` to one day (``0s`` is kept: it
     means wait indefinitely) and ``timeout`` to seven days, the most DWS allows.
     """
-    out = copy.deepcopy(spec)
+    return _fill_defaults(kind, copy.deepcopy(spec))
+
+
+def _fill_defaults(kind: str, out: dict[str, Any]) -> dict[str, Any]:
+    """:func:`apply_defaults`, into ``out`` itself."""
     if kind not in TRAINING_KINDS:
         return out
     job_spec = job_spec_of(kind, out)
@@ -331,11 +335,9 @@ def parse_request(
         raise InvalidRequest(errors)
     assert kinds and isinstance(spec, dict)
     kind = kinds[0]
-    try:
-        spec = apply_defaults(kind, spec)
-    except RecursionError as exc:
-        # json.loads accepts nesting that copy.deepcopy cannot follow (it needs two frames a level).
-        raise InvalidRequest([FieldError(kind, "is nested too deeply to process")]) from exc
+    # The canonical body is this parse's own (canonical_body wrote it anew, and put_auto into
+    # it): the defaults go into it, with no copy.
+    spec = _fill_defaults(kind, spec)
     options = _options(body)
     if slot and isinstance(options.get("checkpointUri"), str):
         # Each run of a series checkpoints under its own prefix: with one shared prefix, a
