@@ -391,7 +391,10 @@ def job_life() -> list[Step]:
     from shared.kernel.logs import configure
 
     config = StackConfig(functions=(), hints=False, checkpoints=False, time_factor=60.0)
-    with LocalStack(config) as stack, open(os.devnull, "w") as sink:
+    # Open for the rest of the run: the handlers keep it after this scenario, and a later one
+    # replacing their stream flushes it first.
+    sink = open(os.devnull, "w")  # noqa: SIM115
+    with LocalStack(config) as stack:
         stack.apply_env()
         configure()
         for handler in logging.getLogger("flexjobs").handlers:
