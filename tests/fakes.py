@@ -281,7 +281,7 @@ class InMemoryJobStore:
             self._count("count_active", query=1)
             return len(self._active_ids(at))
 
-    def changed_since(self, mark: Any, at: Any) -> list[Stored]:
+    def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
         with self._lock:
             self._count("changed_since", query=1)
             # Written after the mark and by ``at``, read as it was at ``at``, by stamp.
@@ -290,7 +290,7 @@ class InMemoryJobStore:
                 for rid, kept in self.history.items()
                 if any(mark < v <= at for v, _ in kept)
             )
-            return self._partial([rid for _, rid in found], WATCH_FIELDS, at)
+            return self._partial([rid for _, rid in found][: most + 1], WATCH_FIELDS, at)
 
     def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
         with self._lock:

@@ -21,7 +21,7 @@ from shared.app.deploy import refresh_deployments
 from shared.app.steps.attempts import Prepared, submit_due
 from shared.app.steps.cancels import cancel_until_confirmed, drive_cancels
 from shared.app.steps.exactly_once import Outcome
-from shared.app.steps.outbox import flush_outbox
+from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.app.steps.sweep import Sweep
 from shared.app.steps.switches import yield_attempt
 from shared.app.steps.watch import save as save_watch
@@ -30,7 +30,7 @@ from shared.domain.admission.ledger import Stage
 from shared.domain.capacity.situations import waited_in_vain
 from shared.domain.decisions.hints import HintAction, parse_hint, read_start
 from shared.domain.decisions.jobs import observe
-from shared.domain.decisions.recovery import GAVE_UP, settle, work_lost_seconds
+from shared.domain.decisions.recovery import GAVE_UP, finish, settle, work_lost_seconds
 from shared.domain.decisions.submissions import (
     advances,
     checkpoints_under,
@@ -44,11 +44,11 @@ from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.ids import LABEL_REQUEST
 from shared.domain.model.records import JobRecord
-from shared.domain.model.states import JobState
-from shared.domain.model.values import parse_rfc3339
+from shared.domain.model.states import JobState, from_vertex
+from shared.domain.model.values import clip, parse_rfc3339
 from shared.domain.model.vertex_jobs import VertexJob, location_of
 from shared.domain.policy.failures import FailureClass
-from shared.kernel.errors import HintDeferred
+from shared.kernel.errors import HintDeferred, JobGone
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
@@ -389,9 +389,15 @@ def _reconcile_listings(
         # names (then it may be a stray).
         label = job.labels.get(LABEL_REQUEST, "")
         record = by_name.get(job.name) or by_label.get(label)
-        if record is None:
-            continue
         siblings = by_request[label]
+        if record is None:
+            state_now = from_vertex(job.state)
+            if state_now is not None and not state_now.terminal:
+                # A live job under flexjobs' labels that no watched record follows: its record
+                # is looked up (the list may have missed it), so no live job goes unfollowed.
+                found = sweep.each(None, "unmatched", _settle_unmatched, tracker, job, siblings)
+                changed += found is not None
+            continue
         state = sweep.each(
             record.request_id, "reconcile", _settle_listed, tracker, record, job, siblings
         )
@@ -403,11 +409,47 @@ def _reconcile_listings(
     for record in active:
         name = record.vertex_job
         if name and name not in names and location_of(name) in answered:
-            state = sweep.each(
-                record.request_id, "unlisted", _read_current, tracker, record.request_id
-            )
+            state = sweep.each(record.request_id, "unlisted", _read_unlisted, tracker, record)
             changed += state is not None
     return changed
+
+
+def _settle_unmatched(tracker: Tracker, job: VertexJob, siblings: list[VertexJob]) -> str | None:
+    """A live labelled job no entry of the watch list matches: settled on the record that
+    names it, if any (a record the list missed); one without a record is not flexjobs'."""
+    record = tracker.store.by_job_id(job.job_id)
+    if record is None:
+        return None
+    log.warning("a live job's record was not in the watch list", extra=_fields(job))
+    return _settle_listed(tracker, record, job, siblings)
+
+
+def _read_unlisted(tracker: Tracker, record: JobRecord) -> str | None:
+    """A record whose job its listing no longer shows: its job read as a hint would read it;
+    a job Vertex no longer has (deleted) ends the record FAILED, saying so, rather than be
+    looked for every tick."""
+    try:
+        return _read_current(tracker, record.request_id)
+    except JobGone as exc:
+        name = record.vertex_job
+        reason = clip(f"its Vertex job {name} no longer exists (deleted?): {exc}")
+
+        def gone(current: JobRecord) -> Change | None:
+            if current.vertex_job != name:
+                return None  # moved on meanwhile: that job is not the record's any more
+            return finish(current, JobState.FAILED, tracker.clock(), reason)
+
+        change = apply_and_notify(tracker, record.request_id, gone)
+        if change is None:
+            return None
+        if tracker.queues is not None:
+            admission.release(tracker, tracker.queues, [record.request_id], _submitter(tracker))
+        log.warning("job gone from Vertex: record failed", extra=_fields_of(record))
+        return change.state.value
+
+
+def _fields_of(record: JobRecord) -> dict[str, Any]:
+    return {"fields": {"vertexJob": record.vertex_job, "attempt": record.attempt}}
 
 
 def _listed(tracker: Tracker, location: str, since: datetime | None) -> list[VertexJob]:

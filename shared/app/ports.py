@@ -108,12 +108,13 @@ class JobStore(Protocol):
         record is read)."""
         ...
 
-    def changed_since(self, mark: Any, at: Any) -> list[Stored]:
+    def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
         """Every record, in any state, written after ``mark`` (an earlier :meth:`read_watch`
         time), as it was at ``at`` (this one's), of
-        :data:`~shared.domain.model.watch.WATCH_FIELDS` (``partial``), read in pages. Every
-        write of a record (create, transact, transact_ledger) stamps it. It may also return
-        records written shortly before ``mark``: never fewer than those after it."""
+        :data:`~shared.domain.model.watch.WATCH_FIELDS` (``partial``), read in pages; at
+        most ``most`` + 1 of them (one more says there were more). Every write of a record
+        (create, transact, transact_ledger) stamps it. It may also return records written
+        shortly before ``mark``: never fewer than those after it."""
         ...
 
     def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:

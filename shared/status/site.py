@@ -61,6 +61,7 @@ from shared.status.listing import (
     MAX_ATTEMPTS,
     MAX_TOTALED,
     Filters,
+    Listing,
     Page,
     attempt_numbers,
     next_cursor,
@@ -209,7 +210,7 @@ def _jobs(params: dict[str, list[str]], site: StatusSite) -> JobsView:
     if tally is not None and first and listing.size < NEWEST:
         # The first page of the whole list: its members from the tally, each row read fresh
         # by key (no query, whatever the database holds).
-        page = site.pool.submit(_newest_page, site, tally, listing.size)
+        page = site.pool.submit(_newest_page, site, tally, listing)
     else:
         page = site.pool.submit(site.views.jobs, listing)
     figures = tallied(tally, now) if tally is not None else _totals(site, now)
@@ -231,10 +232,15 @@ def _tally(site: StatusSite, now: datetime) -> Tally | None:
     return tally
 
 
-def _newest_page(site: StatusSite, tally: Tally, size: int) -> Page:
-    """The newest ``size`` jobs the tick tallied, as their records are now."""
-    rows = site.views.rows(first_ids(tally, size + 1))
-    return Page(rows[:size], next_cursor(rows, size))
+def _newest_page(site: StatusSite, tally: Tally, listing: Listing) -> Page:
+    """The newest jobs the tick tallied, as their records are now; read from a query when
+    one of them is gone (a tombstone or a skipped slot expires, a record deleted by hand),
+    so a page is never short, nor its next page lost."""
+    ids = first_ids(tally, listing.size + 1)
+    rows = site.views.rows(ids)
+    if len(rows) < len(ids):
+        return site.views.jobs(listing)
+    return Page(rows[: listing.size], next_cursor(rows, listing.size))
 
 
 def _totals(site: StatusSite, now: datetime) -> Totals:

@@ -531,3 +531,48 @@ def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_
         "HEDGED",
         "RESTORED",
     ]  # newest last
+
+
+# --- the tick's tally (issue 26) -------------------------------------------------------------
+
+
+def test_the_first_page_and_the_totals_come_from_the_tick_s_tally(
+    client, site, tracker, clock, post_event, monkeypatch
+):
+    three_jobs(tracker, clock, post_event)
+    tick(post_event, clock)  # the tick writes its tally
+
+    def no_query(*_args: Any) -> Any:
+        raise AssertionError("a query or a count where the tally serves")
+
+    monkeypatch.setattr(site.views, "jobs", no_query)
+    monkeypatch.setattr(site.views, "count", no_query)
+    monkeypatch.setattr(site.views, "ended_since", no_query)
+    body = json.loads(page(client, "/api/jobs?limit=2"))
+    assert [r["requestId"] for r in body["jobs"]] == ["job-3", "job-2"]
+    assert body["totals"]["active"]["QUEUED"] == 2 and body["totals"]["active"]["RUNNING"] == 1
+    # The rows are the records as they are now, not as the tick saw them.
+    name = record(tracker, "job-3")["vertexJob"]
+    vertex(tracker, clock, name, "JOB_STATE_RUNNING")
+    hint(post_event, clock, name)
+    assert json.loads(page(client, "/api/jobs?limit=1"))["jobs"][0]["state"] == "RUNNING"
+
+
+def test_a_first_page_missing_a_record_is_read_from_a_query_with_its_next_page(
+    client, tracker, clock, post_event
+):
+    three_jobs(tracker, clock, post_event)
+    submit(post_event, "job-4", "job 4")
+    tick(post_event, clock)
+    del tracker.store.store.jobs["job-4"]  # expired (a tombstone's TTL), or deleted by hand
+    first = json.loads(page(client, "/api/jobs?limit=2"))
+    assert [r["requestId"] for r in first["jobs"]] == ["job-3", "job-2"]
+    assert listed(client, f"/api/jobs?limit=2&cursor={first['next']}") == ["job-1"]
+
+
+def test_a_stale_tally_is_not_used(client, site, tracker, clock, post_event):
+    three_jobs(tracker, clock, post_event)
+    tick(post_event, clock)
+    clock.advance(3600)  # no tick for an hour: the page reads the records
+    submit(post_event, "job-4", "job 4")
+    assert listed(client, "/api/jobs?limit=2") == ["job-4", "job-3"]

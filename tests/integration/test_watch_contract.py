@@ -102,13 +102,13 @@ def test_changed_since_returns_the_records_written_after_the_mark(side):
     side.pause()
     second = side.store.read_watch().at
 
-    changed = side.store.changed_since(first, second)
+    changed = side.store.changed_since(first, second, 100)
     assert ids(changed) == {"new", "old"}
     assert all(s.partial and s.key for s in changed)
     created(side, "later")
     third = side.store.read_watch().at
     # Nothing written between the second mark and the third but "later".
-    assert ids(side.store.changed_since(second, third)) == {"later"}
+    assert ids(side.store.changed_since(second, third, 100)) == {"later"}
 
 
 def test_a_sync_reads_as_of_the_list_s_read(side):
@@ -119,7 +119,7 @@ def test_a_sync_reads_as_of_the_list_s_read(side):
     at = side.store.read_watch().at
     touch(side, "a", attempt=7)  # after ``at``: not seen as of it
     created(side, "c")
-    assert "c" not in ids(side.store.changed_since(mark, at))
+    assert "c" not in ids(side.store.changed_since(mark, at, 100))
     assert side.store.count_active(at) == 2
     assert {s.raw["attempt"] for s in side.store.active(at) if s.raw["requestId"] == "a"} == {1}
     later = side.store.read_watch().at

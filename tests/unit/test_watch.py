@@ -229,3 +229,33 @@ def test_the_stored_tally_stays_small_at_its_bounds():
     stored = tallies.encode(tally)
     size = sum(len(str(v)) for v in stored.values())
     assert size < 300 * 1024 and tallies.decode(stored) == tally
+
+
+def test_a_forged_list_of_containers_is_refused_before_it_is_decoded():
+    text = b'{"format":1,"active":{"a":[[' + b"[]," * 500_000 + b"[]],1]}}"
+    assert len(text) < watches.MAX_TEXT_BYTES
+    assert watches.decode([zlib.compress(text)]) is None
+
+
+def test_a_time_without_its_zone_or_a_number_that_is_no_number_reads_as_nothing():
+    good = big_watch(2)
+    text = zlib.decompress(b"".join(watches.encode(good))).decode()
+    naive = text.replace("+00:00", "", 1)
+    assert watches.decode([zlib.compress(naive.encode())]) is None
+    assert (
+        watches.decode([zlib.compress(text.replace('"format":1', '"format":NaN').encode())]) is None
+    )
+    stored = tallies.encode(built({}, [ended(T0)], [{"requestId": "a", "createdAt": T0}], T0))
+    for field, forged in (
+        ("buckets", "[[Infinity,1,0,0,0,0,0]]"),
+        ("buckets", "[[1e300,1,0,0,0,0,0]]"),
+        ("newest", '[["2026-01-01T00:00:00","a"]]'),
+    ):
+        assert tallies.decode({**stored, field: forged}) is None
+
+
+def test_an_end_the_list_held_active_is_new_however_far_back_its_time():
+    watch = watches.built([("a", record("a"))], [], 0, T0, T0 - STRAY)
+    later = T0 + timedelta(hours=3)
+    late = record("a", "SUCCEEDED", 2, endedAt=T0 - timedelta(hours=1))
+    assert [s.raw["requestId"] for s in sync(watch, [late], later).newly_ended] == ["a"]

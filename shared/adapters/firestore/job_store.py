@@ -453,11 +453,11 @@ class FirestoreJobStore:
         pages = _pages(query, TICK_FIELDS, most=MAX_WAITING)
         return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
 
-    def changed_since(self, mark: Any, at: Any) -> list[Stored]:
+    def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
         # The range's field orders first; each page resumes after the last one's stamp. The
         # margin re-reads a few seconds before the mark rather than trust two clocks' ties.
         query = CHANGED.on(self.db, mark - MARK_MARGIN).order_by("__name__")
-        return _partial(_pages(query, (*WATCH_FIELDS, TOUCHED_AT), at=at))
+        return _partial(_pages(query, (*WATCH_FIELDS, TOUCHED_AT), most + 1, at))
 
     def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
         # A range filter's field orders first; the cursor then takes endedAt from each page.

@@ -67,6 +67,13 @@ def _records(watch: Watch) -> tuple[list[JobRecord], list[JobRecord]]:
 
 #: How long after a list failed to fit the tick reads every record before it tries again.
 RETRY_BUILD = timedelta(hours=1)
+#: A list not synced for longer than this is built again rather than synced: ticks come a
+#: minute apart, so the gap is an outage, or an older revision (which neither stamps its
+#: writes nor saves the list) ran meanwhile.
+MAX_GAP = timedelta(minutes=15)
+#: The most records a sync reads as changed; past it (a backlog) the list is built again,
+#: which streams the ended records instead of holding them.
+MAX_CHANGED = 20_000
 
 
 def watched(store: JobStore, now: datetime, stray_watch: timedelta) -> Watched:
@@ -82,7 +89,24 @@ def watched(store: JobStore, now: datetime, stray_watch: timedelta) -> Watched:
         if overflowed is not None and now - overflowed < RETRY_BUILD:
             return _whole(store, since)
         return _build(store, saved, now, since)
-    changed = store.changed_since(saved.watch.mark, saved.at)
+    # The tally is saved by every tick (the list only when it changed): its time is the last
+    # tick's.
+    if now - saved.tally.as_of > MAX_GAP:
+        # No tick saved the list for a while (ticks stopped, or an older revision ran without
+        # stamping its writes): what changed since may be more than a sync should hold, and
+        # some of it unstamped. Built again, as after an upgrade.
+        log.warning(
+            "watch list not synced for a while: built again",
+            extra={"fields": {"lastTick": saved.tally.as_of.isoformat()}},
+        )
+        return _build(store, saved, now, since)
+    changed = store.changed_since(saved.watch.mark, saved.at, MAX_CHANGED)
+    if len(changed) > MAX_CHANGED:
+        log.warning(
+            "more records changed since the watch list's mark than a sync holds: built again",
+            extra={"fields": {"changed": len(changed)}},
+        )
+        return _build(store, saved, now, since)
     result: Synced = synced(
         saved.watch, changed=_keyed(changed), mark=saved.at, now=now, watch_since=since
     )

@@ -23,6 +23,7 @@ Examples:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -235,16 +236,24 @@ def decode(raw: Mapping[str, Any] | None) -> Tally | None:
     if sum(len(str(t)) for t in texts) > MAX_TEXT_BYTES:
         return None
     try:
-        buckets = tuple(_bucket(row) for row in json.loads(str(texts[0])))
-        newest = tuple(_entry(row) for row in json.loads(str(texts[1])))
+        buckets = tuple(_bucket(row) for row in json.loads(str(texts[0]), parse_constant=_bad))
+        newest = tuple(_entry(row) for row in json.loads(str(texts[1]), parse_constant=_bad))
         counts = {str(k): int(v) for k, v in active.items() if isinstance(v, int)}
-    except (ValueError, TypeError, RecursionError):
+    except Exception:  # noqa: BLE001 - a tally that does not read is rebuilt, never raised
+        return None
+    if since.tzinfo is None or as_of.tzinfo is None:
         return None
     return Tally(counts, buckets, newest, since, as_of)
 
 
+def _bad(name: str) -> Any:
+    raise ValueError(f"{name} was never written")
+
+
 def _bucket(row: Any) -> Bucket:
     start, jobs, gpu, cost, on_demand, savings, unpriced = row
+    if not all(math.isfinite(float(v)) for v in row):
+        raise ValueError("a bucket holds finite numbers")
     return Bucket(
         datetime.fromtimestamp(int(start), tz=UTC),
         int(jobs),
@@ -260,7 +269,10 @@ def _entry(row: Any) -> tuple[datetime, str]:
     at, request_id = row
     if not isinstance(request_id, str):
         raise TypeError("a requestId is text")
-    return datetime.fromisoformat(at), request_id
+    created = datetime.fromisoformat(at)
+    if created.tzinfo is None:
+        raise ValueError("a time without its zone was never written")
+    return created, request_id
 
 
 def first_ids(tally: Tally, count: int) -> Sequence[str]:

@@ -73,7 +73,10 @@ FORMAT = 1
 #: The most the list's JSON may hold before compression, written or read: a list that would
 #: inflate past it is neither written nor decoded (it is rebuilt), so a forged one cannot
 #: exhaust the tick's memory (the decoded objects take a few times the text).
-MAX_TEXT_BYTES = 48 * 1024 * 1024
+MAX_TEXT_BYTES = 24 * 1024 * 1024
+#: At most one JSON list or map per this many bytes of the list's text: a real entry is
+#: hundreds of bytes and a handful of maps; a forged text of empty lists is refused undecoded.
+BYTES_PER_CONTAINER = 24
 
 
 @dataclass(frozen=True)
@@ -207,11 +210,14 @@ def synced(
             if state is not None:
                 active[key] = project(stored, TICK_FIELDS)
             continue
-        active.pop(key, None)
+        was_active = active.pop(key, None) is not None
         at = _ended_at(stored.raw)
         if at is None:
             continue
-        if key not in watch.ended and key not in ended and at >= counted_before:
+        # A record the list held active ended now, whatever time its end carries (Vertex's
+        # own end time, which a late reading may put hours back); one it never held is new
+        # only if the last sync could not have seen it end.
+        if was_active or (key not in watch.ended and key not in ended and at >= counted_before):
             newly.append(stored)
         if at >= watch_since:
             ended[key] = project(stored, ENDED_FIELDS)
@@ -236,8 +242,15 @@ def _default(value: Any) -> Any:
 
 def _hook(value: dict[str, Any]) -> Any:
     if len(value) == 1 and "$t" in value and isinstance(value["$t"], str):
-        return datetime.fromisoformat(value["$t"])
+        at = datetime.fromisoformat(value["$t"])
+        if at.tzinfo is None:
+            raise ValueError("a time without its zone was never written")
+        return at
     return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} was never written")
 
 
 def encode(watch: Watch) -> list[bytes]:
@@ -276,8 +289,12 @@ def decode(shards: Sequence[bytes]) -> Watch | None:
         text = inflate.decompress(b"".join(shards), MAX_TEXT_BYTES)
         if inflate.unconsumed_tail or not inflate.eof:
             return None
-        document = json.loads(text.decode("utf-8"), object_hook=_hook)
-    except (zlib.error, UnicodeDecodeError, ValueError, RecursionError):
+        # The bytes bound the text; the containers bound what decoding it builds (an empty
+        # list is a few bytes of text and dozens of bytes of memory).
+        if text.count(b"[") + text.count(b"{") > len(text) // BYTES_PER_CONTAINER + 16:
+            return None
+        document = json.loads(text.decode("utf-8"), object_hook=_hook, parse_constant=_no_constant)
+    except Exception:  # noqa: BLE001 - whatever does not read as a list is rebuilt, not raised
         return None
     try:
         if document.get("format") != FORMAT:
@@ -291,7 +308,7 @@ def decode(shards: Sequence[bytes]) -> Watch | None:
             document.get("mark"),
             synced_at,
         )
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except Exception:  # noqa: BLE001 - as above: a list that does not read is rebuilt
         return None
 
 
