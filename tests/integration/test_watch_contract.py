@@ -178,3 +178,13 @@ def test_a_list_that_did_not_fit_is_saved_as_overflowed(side):
     assert side.store.save_watch(None, None, saved.version)
     after = side.store.read_watch()
     assert after.watch is None and after.tally is None and after.overflowed_at is not None
+
+
+def test_a_ledger_write_of_a_record_stamps_it_too(side):
+    created(side, "queued")
+    side.pause()
+    mark = side.store.read_watch().at
+    change = Change(state=JobState.ACCEPTED, record={"admission": {"stage": "WAITING"}})
+    assert side.store.transact_ledger("queued", lambda _ledger, _record: ({"v": 1}, change))
+    at = side.store.read_watch().at
+    assert ids(side.store.changed_since(mark, at, 100)) == {"queued"}
