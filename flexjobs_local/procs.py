@@ -22,9 +22,39 @@ from pathlib import Path
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
+
+    Held together while chosen, so the kernel never hands the same one out twice. Free a
+    moment ago only: anything on the machine (a client's outgoing connection included) may
+    take one before the service it is meant for binds it, which :class:`PortTaken` reports.
+    """
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
+# What a service prints when the port it was given is taken: Python's socket error, gunicorn's
+# "Connection in use", the Java emulators' BindException, gRPC's "Failed to add port".
+_PORT_TAKEN = (
+    "Address already in use",
+    "Connection in use",
+    "BindException",
+    "Failed to bind",
+    "could not bind",
+)
+
+
+class PortTaken(RuntimeError):
+    """A service exited at start because its port was taken between choice and bind: starting
+    again on other ports succeeds, unlike any other early exit."""
 
 
 @dataclass
@@ -121,7 +151,9 @@ def wait_until(child: Child, ready: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.alive():
-            raise RuntimeError(f"{child.name} exited early:\n{child.tail()}")
+            tail = child.tail()
+            error = PortTaken if any(m in tail for m in _PORT_TAKEN) else RuntimeError
+            raise error(f"{child.name} exited early:\n{tail}")
         if ready():
             return
         time.sleep(0.2)

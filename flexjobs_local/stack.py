@@ -46,6 +46,8 @@ TICKS_TOPIC = "scheduler-ticks"
 # Each function server's thread count, and so how many messages of a subscription the push
 # bridge has in flight: a gen2 function's concurrency, in production.
 FUNCTION_THREADS = 64
+# How many times start() tries when a chosen port is taken before its service binds it.
+START_ATTEMPTS = 3
 NOTIFICATIONS_TAP = "job-notifications-tap"
 
 
@@ -115,15 +117,35 @@ class LocalStack:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> LocalStack:
-        """Start every service, create topics and subscriptions, and wait until all answer."""
+        """Start every service, create topics and subscriptions, and wait until all answer.
+
+        A port is chosen free and bound seconds later by its service; anything on the machine
+        may take it in between (an outgoing connection draws from the same range). A service
+        that exits for that reason is no fault of the stack's: everything started is stopped
+        and the whole stack starts again on new ports, up to ``START_ATTEMPTS`` times. Any
+        other early exit fails at once.
+        """
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self._start_once()
+            except procs.PortTaken as taken:
+                self._stop_children()
+                if attempt == START_ATTEMPTS:
+                    raise
+                print(f"stack: a port was taken, starting again ({taken})", file=sys.stderr)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _start_once(self) -> LocalStack:
         cfg = self.config
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / "pubsub-data").mkdir(exist_ok=True)
+        # Empty, so a second attempt's emulator holds nothing of the first's.
+        shutil.rmtree(self.workdir / "pubsub-data", ignore_errors=True)
+        (self.workdir / "pubsub-data").mkdir()
         # The function ports too, before anything starts: the storage bridge, started first,
         # needs handle_upload's URL. It retries, so what is written before the function
         # answers is delivered once it does.
-        for name in ("pubsub", "firestore", "storage", "vertex", "vertex_control", *cfg.functions):
-            self.ports[name] = procs.free_port()
+        names = ("pubsub", "firestore", "storage", "vertex", "vertex_control", *cfg.functions)
+        self.ports = dict(zip(names, procs.free_ports(len(names)), strict=True))
         self.env = {
             "GOOGLE_CLOUD_PROJECT": cfg.project,
             "FLEXJOBS_LOCATION": cfg.location,
@@ -378,6 +400,11 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop everything this stack started, newest first, and remove its work folder."""
+        self._stop_children()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _stop_children(self) -> None:
         procs.kill_groups(
             [child.pgid for child in self.children], children=[c.proc for c in self.children]
         )
@@ -385,8 +412,6 @@ class LocalStack:
             child.proc.wait()
         self.children.clear()
         self._pubsub = None
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- use -------------------------------------------------------------------------------
 

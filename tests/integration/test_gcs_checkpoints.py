@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
+from flexjobs_local import procs
 from shared.adapters.gcs import GcsCheckpointStore
 from shared.domain.model.checkpoint import Checkpoint
 from shared.kernel.errors import StoreUnavailable
@@ -33,13 +33,6 @@ pytestmark = pytest.mark.integration
 
 PROJECT = "flexjobs-test"
 STARTUP_SECONDS = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _wait_until_answering(proc: subprocess.Popen[bytes], url: str) -> None:
@@ -60,7 +53,7 @@ def _wait_until_answering(proc: subprocess.Popen[bytes], url: str) -> None:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[str]:
-    port = _free_port()
+    port = procs.free_port()
     executable = Path(sys.executable).with_name("gcp-storage-emulator")
     proc = subprocess.Popen(
         [str(executable), "start", "--host=127.0.0.1", f"--port={port}", "--in-memory", "-q"],
@@ -183,7 +176,7 @@ def test_unreachable_storage_raises_store_unavailable() -> None:
     # Nothing listens on this port: connection errors are retried until the deadline.
     store = GcsCheckpointStore(
         project=PROJECT,
-        emulator_host=f"127.0.0.1:{_free_port()}",
+        emulator_host=f"127.0.0.1:{procs.free_port()}",
         timeout_seconds=0.5,
         deadline_seconds=1.0,
     )

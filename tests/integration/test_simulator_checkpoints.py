@@ -7,7 +7,6 @@ with FLEXJOBS_RESUME_FROM resumes from that step.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -16,6 +15,7 @@ from gcp_storage_emulator.server import create_server
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1, storage
 
+from flexjobs_local import procs
 from flexjobs_local.simulator import SimulatorHandle, serve
 
 pytestmark = pytest.mark.integration
@@ -25,15 +25,9 @@ PARENT = f"projects/{PROJECT}/locations/us-central1"
 BUCKET = "sim-checkpoints"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def storage_url() -> Iterator[str]:
-    port = free_port()
+    port = procs.free_port()
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
     yield f"http://127.0.0.1:{port}"

@@ -21,6 +21,7 @@ from google.cloud import aiplatform_v1, pubsub_v1
 from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
+from flexjobs_local import procs
 from flexjobs_local.simulator import SimulatorControl, SimulatorHandle, serve
 
 pytestmark = pytest.mark.integration
@@ -42,12 +43,6 @@ def emulator_command() -> list[str]:
     return [str(script)]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -63,7 +58,7 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 180
 
 @pytest.fixture(scope="module")
 def pubsub_host() -> Iterator[str]:
-    port = free_port()
+    port = procs.free_port()
     proc = subprocess.Popen(
         [*emulator_command(), "--host=127.0.0.1", f"--port={port}"],
         stdout=subprocess.DEVNULL,
