@@ -36,6 +36,7 @@ medians, against its target.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import gc
@@ -151,7 +152,7 @@ def collapsed(text: str) -> Counter[str]:
 def function_of(frame: str) -> str:
     """A frame's function and file, without the line: ``read_message (shared/x.py)``.
 
-    >>> function_of("read_message (/repo/shared/domain/request/reading.py:123)")
+    >>> function_of(f"read_message ({REPO}/shared/domain/request/reading.py:123)")
     'read_message (shared/domain/request/reading.py)'
     >>> function_of("dumps (json/__init__.py:231)")
     'dumps (json/__init__.py)'
@@ -730,6 +731,91 @@ def cpu_ms(step: Callable[[Any], None], items: list[Any]) -> float:
     return cpu * 1000 / len(items)
 
 
+#: The client-library methods a fresh request's two sides both call, by (module, class,
+#: method): :class:`LibraryClock` adds up the thread CPU spent inside them.
+LIBRARY_METHODS = (
+    ("google.cloud.firestore_v1.document", "DocumentReference", "get"),
+    ("google.cloud.firestore_v1.document", "DocumentReference", "create"),
+    ("google.cloud.firestore_v1.collection", "CollectionReference", "document"),
+    ("google.cloud.firestore_v1.base_batch", "BaseBatch", "create"),
+    ("google.cloud.firestore_v1.base_batch", "BaseBatch", "set"),
+    ("google.cloud.firestore_v1.base_batch", "BaseBatch", "update"),
+    ("google.cloud.firestore_v1.batch", "WriteBatch", "commit"),
+    ("google.cloud.aiplatform_v1", "JobServiceClient", "create_custom_job"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One batch of one side, from one thread: its thread CPU ms per request, in all and
+    inside the client-library methods both sides call."""
+
+    total: float
+    inside: float
+
+    @property
+    def outside(self) -> float:
+        """The side's own work: everything but the library calls."""
+        return self.total - self.inside
+
+
+def own_work_budget(floor: Split, real: Split, target: float) -> float:
+    """The most the real handler's own work may cost (ms per request) for ``real`` to stay
+    within ``target`` times ``floor``, its library calls as they are.
+
+    >>> round(own_work_budget(Split(3.5, 3.4), Split(5.0, 3.4), 1.3), 3)
+    1.15
+    """
+    return target * floor.total - real.inside
+
+
+class LibraryClock:
+    """Adds up the calling thread's CPU (``clock``: ``time.thread_time``) inside the wrapped
+    methods: the outermost call only, so a method calling another is counted once.
+    :meth:`installed` wraps them on their classes, for every caller, and puts them back
+    after. One thread at a time: :attr:`spent` is a plain sum."""
+
+    def __init__(self, clock: Callable[[], float] = time.thread_time) -> None:
+        self.spent = 0.0
+        self._clock = clock
+        self._depth = threading.local()
+
+    def wrapped(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self._depth, "n", 0)
+            self._depth.n = depth + 1
+            start = self._clock() if depth == 0 else 0.0
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._depth.n = depth
+                if depth == 0:
+                    self.spent += self._clock() - start
+
+        return timed
+
+    @contextlib.contextmanager
+    def installed(self, methods: Iterable[tuple[Any, str]]) -> Any:
+        originals = [(cls, name, cls.__dict__[name]) for cls, name in methods]
+        try:
+            for cls, name, method in originals:
+                setattr(cls, name, self.wrapped(method))
+            yield self
+        finally:
+            for cls, name, method in originals:
+                setattr(cls, name, method)
+
+
+def library_classes() -> list[tuple[Any, str]]:
+    """:data:`LIBRARY_METHODS`, imported."""
+    import importlib
+
+    return [
+        (getattr(importlib.import_module(module), cls), name)
+        for module, cls, name in LIBRARY_METHODS
+    ]
+
+
 class Profiler:
     """py-spy, attached to this process while a batch runs; ``--gil`` samples only the thread
     holding the GIL, so the waits on the emulators are left out. Absent py-spy, nothing."""
@@ -824,6 +910,7 @@ class CpuResult:
     hint_requests: int
     fresh_rpcs: str
     hint_rpcs: str
+    split: dict[str, list[Split]] | None = None
 
 
 def same_rpcs(label: str, floor: tuple[Counter[str], Counter[str]],
@@ -922,6 +1009,22 @@ class Bench:
             return cpu_ms(self.fresh_floors[side], ids)
         return cpu_ms(self.main.handle_job_request, [fresh_event(i) for i in ids])
 
+    def split(self, tag: str, side: str, count: int, clock: LibraryClock) -> Split:
+        """One batch of fresh requests from this thread alone (no pool, no other thread of
+        this process's own to wait for): its thread CPU per request, and the part of it
+        inside the library methods ``clock`` wraps."""
+        ids = request_ids(f"{tag}{SIDE_CODES[side]}", count)
+        floor = self.fresh_floors.get(side)
+        step = floor if floor is not None else self.main.handle_job_request
+        items: list[Any] = ids if floor is not None else [fresh_event(i) for i in ids]
+        gc.collect()
+        clock.spent = 0.0
+        start = time.thread_time()
+        for item in items:
+            step(item)
+        total = time.thread_time() - start
+        return Split(total * 1000 / count, clock.spent * 1000 / count)
+
     def hints(self, side: str, names: list[str]) -> float:
         """One batch of preemption hints, one per job of ``names``; CPU ms per hint."""
         if side == "floor":
@@ -952,8 +1055,11 @@ class Bench:
         return {"floor": list(made.names[:count]), "real": list(made.names[count:])}
 
 
-def measure(requests: int, hint_requests: int, rounds: int, profile: Path | None) -> CpuResult:
-    """Issue 26's third scenario on a stack of its own (see the module docstring)."""
+def measure(
+    requests: int, hint_requests: int, rounds: int, profile: Path | None, split_rounds: int = 0
+) -> CpuResult:
+    """Issue 26's third scenario on a stack of its own (see the module docstring);
+    ``split_rounds`` rounds of :meth:`Bench.split` after it (none by default)."""
     from flexjobs_local.stack import LocalStack, StackConfig
     from shared import bootstrap
 
@@ -1004,6 +1110,7 @@ def measure(requests: int, hint_requests: int, rounds: int, profile: Path | None
                 profiled = profiles(bench, stack, profile, requests, hint_requests)
                 for label, found in profiled.items():
                     print_profile(label, found)
+            splits = split_rounds_of(bench, split_rounds, requests // 2)
         finally:
             bootstrap.override(None)
             bootstrap.override_tracker(None)
@@ -1017,6 +1124,59 @@ def measure(requests: int, hint_requests: int, rounds: int, profile: Path | None
         hint_requests=hint_requests,
         fresh_rpcs=checks[0],
         hint_rpcs=checks[1],
+        split=splits,
+    )
+
+
+def split_rounds_of(bench: Bench, rounds: int, count: int) -> dict[str, list[Split]] | None:
+    """``rounds`` rounds of each fresh-request side from one thread, the library methods
+    timed (:class:`LibraryClock`), the sides' order alternating; None for no rounds."""
+    if rounds <= 0:
+        return None
+    assert rounds <= 10, rounds  # one digit of the request ids' tag each: no id used twice
+    clock = LibraryClock()
+    found: dict[str, list[Split]] = {"floor": [], "real": []}
+    print(f"  fresh request from one thread, {count} requests a side:", flush=True)
+    with clock.installed(library_classes()):
+        for r in range(rounds):
+            for side in ("floor", "real") if r % 2 == 0 else ("real", "floor"):
+                found[side].append(bench.split(f"s{r}", side, count, clock))
+            print(
+                f"  round {r + 1}: "
+                + ", ".join(
+                    f"{side} {s[-1].total:.3f} ms ({s[-1].inside:.3f} in the library calls)"
+                    for side, s in found.items()
+                ),
+                flush=True,
+            )
+    return found
+
+
+def print_split(splits: Mapping[str, list[Split]], target: float = FRESH_TARGET) -> None:
+    """Each side's thread CPU inside the library calls and outside them (its own work), and
+    what the real handler's own work may cost at ``target``."""
+    rounds = len(splits["floor"])
+    print(
+        f"fresh request from one thread, thread CPU ms per request, min / median of {rounds} "
+        "rounds (the client-library methods both sides call timed on their own):"
+    )
+    for side, found in splits.items():
+        print(
+            f"{side}: in all {spread(s.total for s in found)}, inside the library calls "
+            f"{spread(s.inside for s in found)}, its own work {spread(s.outside for s in found)}"
+        )
+    floor = Split(
+        statistics.median(s.total for s in splits["floor"]),
+        statistics.median(s.inside for s in splits["floor"]),
+    )
+    real = Split(
+        statistics.median(s.total for s in splits["real"]),
+        statistics.median(s.inside for s in splits["real"]),
+    )
+    print(
+        f"the real handler's own work at {target}x its floor: at most "
+        f"{own_work_budget(floor, real, target):.3f} ms a request (median: it spends "
+        f"{real.outside:.3f} ms, the floor {floor.outside:.3f} ms)"
     )
 
 
@@ -1063,4 +1223,6 @@ def print_cpu(result: CpuResult) -> list[bool]:
             f"side a round, {THREADS} threads); real / floor {sides.ratio:.2f} (rounds: "
             f"{ratios}); target <= {target}x: {'PASS' if ok else 'FAIL'}"
         )
+    if result.split is not None:
+        print_split(result.split)
     return checks

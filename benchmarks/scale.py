@@ -37,7 +37,10 @@ figure. ``--ci`` runs small sizes (under a minute of ticks); the default is the 
    that makes exactly the same RPCs with the same payloads on the same client objects and
    nothing else: 2,000 requests a side (``--ci`` 200) from 8 threads, this process's CPU
    time, the sides alternating over several rounds; ``--profile DIR`` adds a py-spy profile
-   of one more batch of each side. ``--no-cpu`` skips it.
+   of one more batch of each side, and ``--cpu-split ROUNDS`` (4 by default, none with
+   ``--ci``) runs the fresh request's sides from one thread with the client-library methods
+   both call timed on their own: each side's CPU inside them and outside them (its own work).
+   ``--no-cpu`` skips it.
 """
 
 from __future__ import annotations
@@ -793,6 +796,12 @@ def main() -> int:
     parser.add_argument("--cpu-requests", type=int, help="requests a side a round (2,000)")
     parser.add_argument("--cpu-rounds", type=int, help="rounds of each side (5; --ci 3)")
     parser.add_argument("--profile", type=Path, help="write py-spy profiles of the CPU sides")
+    parser.add_argument(
+        "--cpu-split",
+        type=int,
+        help="rounds of the fresh request's sides from one thread, split into the library "
+        "calls and the rest (4; --ci 0)",
+    )
     args = parser.parse_args()
     if args.tick_child:
         print(json.dumps(tick_child(args.traced)))
@@ -826,8 +835,9 @@ def main() -> int:
 
         requests = args.cpu_requests or (200 if args.ci else 2000)
         print("\n-- 4. intake CPU per request against the client-library floor --", flush=True)
+        split = args.cpu_split if args.cpu_split is not None else (0 if args.ci else 4)
         result = floor.measure(
-            requests, requests, args.cpu_rounds or (3 if args.ci else 5), args.profile
+            requests, requests, args.cpu_rounds or (3 if args.ci else 5), args.profile, split
         )
         checks.extend(floor.print_cpu(result))
     print(f"\nall targets: {sum(checks)} of {len(checks)} PASS")

@@ -3,20 +3,26 @@ payloads' job fields, and the reading of py-spy's collapsed stacks."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from benchmarks.floor import (
+    LIBRARY_METHODS,
     NOT_A_HANDLER,
     REPO,
+    LibraryClock,
     Sides,
+    Split,
     collapsed,
     exclusive,
     function_of,
     inclusive,
     job_keys,
     outside_library,
+    own_work_budget,
     request_ids,
     spread,
     with_job,
@@ -114,3 +120,68 @@ def test_samples_in_the_floors_library_calls_are_told_from_the_handlers_own() ->
             NOT_A_HANDLER: 1,
         }
     )
+
+
+def test_a_split_s_own_work_is_what_is_left_outside_the_library_calls() -> None:
+    assert Split(total=5.0, inside=3.25).outside == pytest.approx(1.75)
+
+
+def test_the_own_work_budget_is_the_target_times_the_floor_less_the_library_calls() -> None:
+    floor, real = Split(3.5, 3.35), Split(5.0, 3.4)
+    assert own_work_budget(floor, real, 1.3) == pytest.approx(1.3 * 3.5 - 3.4)
+    # Held to it exactly, the real side is at the target.
+    spent = Split(real.inside + own_work_budget(floor, real, 1.3), real.inside)
+    assert spent.total / floor.total == pytest.approx(1.3)
+
+
+class _Library:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def outer(self, n: int) -> int:
+        self.calls += 1
+        return self.inner(n) + n
+
+    def inner(self, n: int) -> int:
+        self.calls += 1
+        return 2 * n
+
+
+def ticking() -> Callable[[], float]:
+    """A clock that moves one unit each time it is read."""
+    ticks = itertools.count()
+    return lambda: float(next(ticks))
+
+
+def test_the_library_clock_times_the_outermost_call_once_and_puts_the_methods_back() -> None:
+    clock = LibraryClock(ticking())
+    original = _Library.__dict__["outer"], _Library.__dict__["inner"]
+    lib = _Library()
+    with clock.installed([(_Library, "outer"), (_Library, "inner")]):
+        assert lib.outer(5) == 15
+        # Read twice, once before and once after: inner, called from outer, is not timed
+        # again (timed, it would read the clock twice more, and outer would span 3).
+        assert clock.spent == 1.0
+        assert lib.inner(1) == 2  # a call of its own is timed
+        assert clock.spent == 2.0
+    assert lib.calls == 3
+    assert (_Library.__dict__["outer"], _Library.__dict__["inner"]) == original
+    lib.outer(1)  # put back: no longer timed
+    assert clock.spent == 2.0
+
+
+def test_the_library_clock_puts_the_methods_back_when_the_batch_fails() -> None:
+    original = _Library.__dict__["outer"]
+    with pytest.raises(RuntimeError), LibraryClock().installed([(_Library, "outer")]):
+        raise RuntimeError("the batch failed")
+    assert _Library.__dict__["outer"] is original
+
+
+def test_every_library_method_named_is_defined_on_its_class() -> None:
+    from benchmarks.floor import library_classes
+
+    for (cls, name), (_module, class_name, method) in zip(
+        library_classes(), LIBRARY_METHODS, strict=True
+    ):
+        assert cls.__name__ == class_name and name == method
+        assert name in cls.__dict__, f"{class_name}.{name} is inherited: wrap its own class"
