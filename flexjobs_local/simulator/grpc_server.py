@@ -284,7 +284,11 @@ def build_server(
         RuntimeError: the port could not be bound.
     """
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sim-grpc")
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sim-grpc"),
+        # gRPC binds with SO_REUSEPORT by default: a port another gRPC server holds would be
+        # shared without a word, the calls split between the two. Off, a taken port fails
+        # the bind, and the stack starts again on new ports (flexjobs_local.procs.PortTaken).
+        options=[("grpc.so_reuseport", 0)],
     )
     server.add_generic_rpc_handlers(
         (

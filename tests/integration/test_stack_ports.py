@@ -12,6 +12,8 @@ import pytest
 from flexjobs_local import procs
 from flexjobs_local.stack import LocalStack, StackConfig
 
+pytestmark = pytest.mark.integration
+
 
 def _held_port() -> socket.socket:
     sock = socket.socket()
@@ -38,9 +40,29 @@ def test_any_other_early_exit_is_not_a_taken_port(tmp_path: Path) -> None:
     assert not isinstance(raised.value, procs.PortTaken)
 
 
-def test_free_ports_are_distinct() -> None:
-    ports = procs.free_ports(64)
-    assert len(set(ports)) == 64
+def test_free_ports_holds_every_port_until_all_are_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Held together, the kernel cannot hand one port out twice; one at a time (each closed
+    # before the next is chosen), it may.
+    held = {"now": 0, "most": 0}
+    real = socket.socket
+
+    class Counted(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            held["now"] += 1
+            held["most"] = max(held["most"], held["now"])
+
+        def close(self) -> None:
+            if self.fileno() != -1:
+                held["now"] -= 1
+            super().close()
+
+    monkeypatch.setattr(socket, "socket", Counted)  # the module procs binds with
+    ports = procs.free_ports(8)
+    assert len(set(ports)) == 8
+    assert held == {"now": 0, "most": 8}
 
 
 def test_the_stack_starts_again_when_a_chosen_port_is_taken(
