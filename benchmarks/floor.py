@@ -759,6 +759,18 @@ class Split:
         return self.total - self.inside
 
 
+def median_split(found: Iterable[Split]) -> Split:
+    """The median CPU in all and the median inside the library calls of some rounds.
+
+    >>> median_split([Split(3.0, 2.0), Split(5.0, 4.5), Split(4.0, 3.0)])
+    Split(total=4.0, inside=3.0)
+    """
+    kept = list(found)
+    return Split(
+        statistics.median(s.total for s in kept), statistics.median(s.inside for s in kept)
+    )
+
+
 def own_work_budget(floor: Split, real: Split, target: float) -> float:
     """The most the real handler's own work may cost (ms per request) for ``real`` to stay
     within ``target`` times ``floor``, its library calls as they are.
@@ -1170,14 +1182,7 @@ def print_split(splits: Mapping[str, list[Split]], target: float = FRESH_TARGET)
             f"{side}: in all {spread(s.total for s in found)}, inside the library calls "
             f"{spread(s.inside for s in found)}, its own work {spread(s.outside for s in found)}"
         )
-    floor = Split(
-        statistics.median(s.total for s in splits["floor"]),
-        statistics.median(s.inside for s in splits["floor"]),
-    )
-    real = Split(
-        statistics.median(s.total for s in splits["real"]),
-        statistics.median(s.inside for s in splits["real"]),
-    )
+    floor, real = median_split(splits["floor"]), median_split(splits["real"])
     own = {side: statistics.median(s.outside for s in found) for side, found in splits.items()}
     print(
         f"the real handler's own work at {target}x its floor: at most "

@@ -803,8 +803,11 @@ def main() -> int:
         "calls and the rest (4; --ci 0)",
     )
     args = parser.parse_args()
-    if args.cpu_split is not None and not 0 <= args.cpu_split <= 10:
-        parser.error("--cpu-split takes 0 to 10 rounds")
+    if args.cpu_split is not None:
+        from benchmarks.floor import MAX_SPLIT_ROUNDS
+
+        if not 0 <= args.cpu_split <= MAX_SPLIT_ROUNDS:
+            parser.error(f"--cpu-split takes 0 to {MAX_SPLIT_ROUNDS} rounds")
     if args.cpu_requests is not None and args.cpu_requests < 2:
         parser.error("--cpu-requests takes 2 or more (the split runs half of them)")
     if args.tick_child:
