@@ -143,15 +143,26 @@ class InMemoryJobStore:
         self.calls: Counter[str] = Counter()
         self.ops: Counter[str] = Counter()
         self._lock = threading.RLock()
+        # False while a write that leaves no stamp is made (see _written).
+        self.stamping = True
+        # The waiting records one query returns at most (the Firestore adapter's bound; a
+        # simulation of a small scope lowers it to reach it).
+        self.max_waiting = MAX_WAITING
 
     def _written(self, request_id: str) -> None:
         """A write of the record: its next version, and its state then (for reads as of a
-        version: the history Firestore keeps for reads at a past time)."""
+        version: the history Firestore keeps for reads at a past time).
+
+        With ``stamping`` False the write is one that does not stamp the record (an older
+        revision of the functions during a rollout, a hand edit): its version moves (the
+        update time a precondition reads), but no query for records changed since a mark
+        finds it."""
         self.last_version += 1
         self.versions[request_id] = self.last_version
-        self.history.setdefault(request_id, []).append(
-            (self.last_version, copy.deepcopy(self.jobs[request_id]))
-        )
+        if self.stamping:
+            self.history.setdefault(request_id, []).append(
+                (self.last_version, copy.deepcopy(self.jobs[request_id]))
+            )
 
     def _as_of(self, request_id: str, at: Any) -> dict[str, Any] | None:
         """The record as it was at version ``at`` (now when None), or None when it did not
@@ -458,7 +469,7 @@ class InMemoryJobStore:
                     self.versions[rid],
                     partial=True,
                 )
-                for rid, r in waiting[:MAX_WAITING]
+                for rid, r in waiting[: self.max_waiting]
             ]
 
     def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:

@@ -1,0 +1,603 @@
+"""The invariants the simulator checks, each named once, here; docs/simulation.md lists the
+same names and what each stands for (tests/simulation/test_simulator.py holds the two lists
+equal).
+
+``always`` invariants hold after every step of a run, whatever is in flight. ``settled`` ones
+hold once the faults stop and the quiet ticks have run (liveness: everything that was asked
+is done, nothing is left that no tick moves on). ``at`` ones are checked when what they are
+about happens (a traffic move, a preemption, a tick that ran alone).
+
+Each check reads the world as it is (the stores, Vertex, what was notified, the facts the
+world recorded) and never calls flexjobs' code to decide: a check that asked the rule under
+test whether the rule was right could not fail.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.domain.admission.config import Resource
+from shared.domain.admission.ledger import Ledger
+from shared.domain.decisions.deploy_model import deployment_tag
+from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
+from shared.domain.model.states import JobState, from_vertex
+from tests.simulation.vertex import PLACEMENT, region_of
+from tests.simulation.world import Violation, World
+
+#: What a deployment's fallback is named after (the contract: the Spot model's name, then this).
+FALLBACK_SUFFIX = " (on-demand fallback)"
+#: How long before its deadline on-demand from the start must have finished for a missed
+#: deadline to count: the control plane's own minutes (a tick, a hint, a redelivery).
+DEADLINE_MARGIN = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str
+    when: str
+    check: Callable[[World], list[Violation]]
+
+    @property
+    def doc(self) -> str:
+        return (self.check.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+
+
+INVARIANTS: list[Invariant] = []
+
+
+def invariant(name: str, when: str) -> Callable[[Callable[[World], Iterator[str]]], Any]:
+    """Register a check: it yields what it found wrong, each in a sentence."""
+
+    def register(check: Callable[[World], Iterator[str]]) -> Callable[[World], list[Violation]]:
+        def run(world: World) -> list[Violation]:
+            return [Violation(name, detail) for detail in check(world)]
+
+        run.__doc__ = check.__doc__
+        run.__name__ = check.__name__
+        INVARIANTS.append(Invariant(name, when, run))
+        return run
+
+    return register
+
+
+def checks(when: str) -> list[Callable[[World], list[Violation]]]:
+    return [i.check for i in INVARIANTS if i.when == when]
+
+
+# -- helpers: the world as the checks read it ------------------------------------------------
+
+
+def _live(world: World) -> list[Any]:
+    out = []
+    for job in world.vertex.jobs.jobs.values():
+        state = from_vertex(job.state)
+        if state is None or not state.terminal:
+            out.append(job)
+    return out
+
+
+def _records(world: World) -> dict[str, dict[str, Any]]:
+    return world.store.jobs
+
+
+def _label_of(request_id: str) -> str:
+    return label_value(request_id)
+
+
+def _queues(world: World) -> Any:
+    return world.intake.queues
+
+
+def _options(record: Mapping[str, Any]) -> dict[str, Any]:
+    raw = record.get("options")
+    try:
+        found = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _tagged(display_name: str, request_id: str) -> bool:
+    tag = deployment_tag(request_id)
+    return display_name.endswith(tag) or display_name.endswith(tag + FALLBACK_SUFFIX)
+
+
+def _deployment_models(world: World, request_id: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for endpoint, models in world.vertex.endpoints.endpoints.items():
+        for model in models:
+            if _tagged(str(model.get("displayName") or ""), request_id):
+                out.append((endpoint, model))
+    return out
+
+
+def _pending_deploys(world: World, request_id: str) -> list[str]:
+    """Pending DeployModel operations that will put a model of ``request_id`` on an endpoint."""
+    out = []
+    for name, (_, deployed) in world.vertex.endpoints._pending.items():
+        if _tagged(str(deployed.get("displayName") or ""), request_id):
+            out.append(name)
+    return out
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+@invariant("one-job-per-attempt", "always")
+def one_job_per_attempt(world: World) -> Iterator[str]:
+    """Never two live Vertex jobs for one attempt of one request."""
+    seen = Counter(
+        (job.labels.get(LABEL_REQUEST), job.labels.get(LABEL_ATTEMPT))
+        for job in _live(world)
+        if job.labels.get(LABEL_REQUEST)
+    )
+    for (label, attempt), count in sorted(seen.items()):
+        if count > 1:
+            yield f"{count} live Vertex jobs for request {label} attempt {attempt}"
+
+
+@invariant("every-job-followed", "settled")
+def every_job_followed(world: World) -> Iterator[str]:
+    """Every live Vertex job flexjobs made is the current job of a record that follows it."""
+    following = {
+        r.get("vertexJob")
+        for r in _records(world).values()
+        if not JobState(r["state"]).terminal and r.get("vertexJob")
+    }
+    for job in _live(world):
+        if job.labels.get(LABEL_REQUEST) and job.name not in following:
+            yield f"{job.name} ({job.state}) runs with no record following it"
+
+
+@invariant("cancel-ends-everything", "settled")
+def cancel_ends_everything(world: World) -> Iterator[str]:
+    """A cancel ends with nothing of its request running (no live job, no deployed model,
+    no operation that will deploy one) and its record ended, within the quiet ticks,
+    whatever was in flight when it came."""
+    records = _records(world)
+    for request_id in sorted(world.cancelled):
+        label = _label_of(request_id)
+        for job in _live(world):
+            if job.labels.get(LABEL_REQUEST) == label:
+                yield f"cancelled {request_id}: {job.name} still {job.state}"
+        record = records.get(request_id)
+        if record is not None and not JobState(record["state"]).terminal:
+            yield f"cancelled {request_id}: its record is still {record['state']}"
+        deployment = world.deployment_store.records.get(request_id)
+        if deployment is not None:
+            if deployment.get("state") not in ("UNDEPLOYED", "FAILED"):
+                yield f"cancelled deployment {request_id} is {deployment.get('state')}"
+            for endpoint, model in _deployment_models(world, request_id):
+                yield (
+                    f"cancelled deployment {request_id}: model {model['id']} "
+                    f"({model.get('displayName')}) still on {endpoint.rsplit('/', 1)[-1]}"
+                )
+            for operation in _pending_deploys(world, request_id):
+                yield f"cancelled deployment {request_id}: DeployModel {operation} still pending"
+
+
+@invariant("no-stuck-record", "settled")
+def no_stuck_record(world: World) -> Iterator[str]:
+    """No record is left in a state no tick moves on: a record that is not ended follows a
+    job Vertex has not ended, or waits for something the tick does (a due submission, an
+    admission)."""
+    now = world.at
+    for request_id, record in sorted(_records(world).items()):
+        state = JobState(record["state"])
+        if state.terminal:
+            continue
+        name = record.get("vertexJob")
+        job = world.vertex.jobs.jobs.get(name) if isinstance(name, str) else None
+        if job is not None:
+            ended = from_vertex(job.state)
+            if ended is not None and ended.terminal and state is not JobState.RETRYING:
+                yield f"{request_id} is {state.value} but its job {name} is {job.state}"
+            continue
+        due = record.get("nextAttemptAt")
+        waiting = (record.get("admission") or {}).get("stage") == "WAITING"
+        if not waiting and not (isinstance(due, datetime) and due <= now + timedelta(hours=1)):
+            yield f"{request_id} is {state.value} with no job, nothing due and no admission"
+    for request_id, deployment in sorted(world.deployment_store.records.items()):
+        state = deployment.get("state")
+        operation = deployment.get("operation")
+        if state == "DEPLOYING" and isinstance(operation, str):
+            status = world.vertex.operation_status(operation)
+            if status is not None and status.done:
+                yield f"deployment {request_id} is DEPLOYING but {operation} ended"
+
+
+@invariant("region-allowed", "always")
+def region_allowed(world: World) -> Iterator[str]:
+    """Every region a job runs in, or a model is deployed in, is one the project allows
+    (``FLEXJOBS_ALLOWED_REGIONS``) and the request allows (its location and ``regions``)."""
+    allowed = set(world.settings.allowed_regions)
+    for fact in world.new("region-allowed", world.vertex.facts):
+        if fact.what == "job created":
+            where = fact.detail["location"]
+            request = world.published.get(fact.about, {})
+            asked = set(request.get("regions") or ()) | {
+                request.get("location") or world.settings.location
+            }
+            if allowed and where not in allowed:
+                yield f"{fact.about}: a job in {where}, outside {sorted(allowed)}"
+            elif request and where not in asked:
+                yield f"{fact.about}: a job in {where}, which the request does not allow"
+        elif fact.what == "deploy sent":
+            where = region_of(fact.about)
+            if allowed and where not in allowed:
+                yield f"a model deployed on {fact.about}, outside {sorted(allowed)}"
+
+
+@invariant("region-bound-kept", "always")
+def region_bound_kept(world: World) -> Iterator[str]:
+    """Every create flexjobs asks of Vertex runs in the region of every regional resource its
+    body names (a key, a reservation, a persistent resource): one that does not is refused
+    by Vertex, and the request, accepted, fails for good."""
+    for fact in world.new("region-bound-kept", world.vertex.facts):
+        if fact.what == "create asked" and fact.detail["bound"]:
+            where = fact.detail["location"]
+            yield f"{fact.about}: created in {where}, its body names {fact.detail['bound']}"
+
+
+@invariant("auto-meets-deadline", "settled")
+def auto_meets_deadline(world: World) -> Iterator[str]:
+    """AUTO never misses a deadline that on-demand from the start would meet under the
+    simulator's capacity (with the control plane's margin: :data:`DEADLINE_MARGIN`)."""
+    records = _records(world)
+    for request_id, request in sorted(world.published.items()):
+        if request.get("strategy") != "AUTO" or request_id in world.cancelled:
+            continue
+        if request_id in world.rejections.documents:
+            continue  # refused at the door, with its reasons recorded: nothing was promised
+        deadline = request["deadline"]
+        work = world.vertex.work[request_id]
+        home = request.get("location") or world.settings.location
+        if home in world.vertex.ever_down or work.fails_after is not None:
+            continue
+        on_demand = (
+            request["published"]
+            + PLACEMENT
+            + timedelta(seconds=work.restart_overhead + work.seconds)
+        )
+        if on_demand > deadline - DEADLINE_MARGIN or world.at < deadline:
+            continue
+        record = records.get(request_id)
+        ended = record.get("endedAt") if record else None
+        if record is None or record["state"] != "SUCCEEDED":
+            state = record["state"] if record else "no record"
+            yield (
+                f"{request_id} is {state} at {world.at:%H:%M}; on-demand from the start "
+                f"would have ended at {on_demand:%H:%M}, deadline {deadline:%H:%M}"
+            )
+        elif isinstance(ended, datetime) and ended > deadline:
+            yield f"{request_id} ended at {ended:%H:%M}, after its deadline {deadline:%H:%M}"
+
+
+@invariant("notice-happened", "always")
+def notice_happened(world: World) -> Iterator[str]:
+    """Every notification corresponds to a change that happened: a job SUCCEEDED that Vertex
+    ran to success, a CANCELLED that was asked for, a HEDGED whose fallback reached Vertex, a
+    RESTORED whose fallback was undeployed, an UNDEPLOYED with nothing of it left."""
+    facts = world.vertex.facts
+    for at, message in world.new("notice-happened", world.notified):
+        request_id, state = message.get("requestId"), message.get("state")
+        if state == "SUCCEEDED":
+            if not any(f.what == "job succeeded" and f.about == request_id for f in facts):
+                yield f"SUCCEEDED notified for {request_id}, whose job never succeeded"
+        elif state == "HEDGED":
+            tag = deployment_tag(str(request_id)) + FALLBACK_SUFFIX
+            sent = any(
+                f.what == "deploy_fallback sent"
+                and str(f.detail.get("displayName", "")).endswith(tag)
+                and f.at <= at
+                for f in facts
+            )
+            if not sent:
+                yield f"HEDGED notified for {request_id} at {at:%H:%M:%S}: no fallback reached Vertex"
+        elif state == "CANCELLED" and message.get("kind") != "deployModel":
+            series = (_records(world).get(str(request_id)) or {}).get("series")
+            if str(request_id) not in world.cancel_asked and not series:
+                yield f"CANCELLED notified for {request_id}, which nobody cancelled"
+
+
+# -- admission ----------------------------------------------------------------------------------
+
+
+def _ledger(world: World) -> Ledger:
+    return Ledger.decode(world.store.ledger)
+
+
+@invariant("within-quota", "always")
+def within_quota(world: World) -> Iterator[str]:
+    """Never more GPUs admitted than any quota: a queue's nominal plus its borrowing limit,
+    its cohort's nominal quotas together, the queue file's project quota, and the project's
+    real quota in Vertex."""
+    queues = _queues(world)
+    if queues is None:
+        return
+    usage: dict[str, Counter[Resource]] = defaultdict(Counter)
+    for entry in _ledger(world).held.values():
+        for resource, gpus in entry.demand.items():
+            usage[entry.queue][resource] += gpus
+    total: Counter[Resource] = Counter()
+    for held in usage.values():
+        total.update(held)
+    for resource, gpus in sorted(total.items(), key=str):
+        real = world.vertex.quota.get(resource)
+        if real is not None and gpus > real:
+            yield f"{gpus} GPUs of {resource} admitted, the project's quota is {real}"
+        configured = queues.project_quota.get(resource)
+        if configured is not None and gpus > configured:
+            yield f"{gpus} GPUs of {resource} admitted, the queue file's projectQuota {configured}"
+    cohorts: dict[str, Counter[Resource]] = defaultdict(Counter)
+    for name, held in usage.items():
+        queue = queues.queues.get(name)
+        if queue is None or queue.unbounded:
+            continue
+        for resource, gpus in held.items():
+            quota = queue.quota(resource)
+            if quota.borrowing_limit is not None and gpus > quota.nominal + quota.borrowing_limit:
+                yield f"queue {name} holds {gpus} of {resource}, past nominal plus borrowing"
+            if queue.cohort is None and gpus > quota.nominal:
+                yield f"queue {name} (no cohort) holds {gpus} of {resource}, past its nominal"
+            if queue.cohort is not None:
+                cohorts[queue.cohort][resource] += gpus
+    for cohort, held in cohorts.items():
+        members = [q for q in queues.queues.values() if q.cohort == cohort]
+        for resource, gpus in held.items():
+            nominal = sum(q.quota(resource).nominal for q in members)
+            if gpus > nominal:
+                yield f"cohort {cohort} holds {gpus} of {resource}, past its {nominal} nominal"
+
+
+@invariant("nominal-never-reclaimed", "always")
+def nominal_never_reclaimed(world: World) -> Iterator[str]:
+    """A queue within its nominal quota is never preempted for another queue's borrowing:
+    after every victim being preempted for another queue has given its GPUs back, the
+    victim's queue still holds at least its nominal of what they shared."""
+    queues = _queues(world)
+    if queues is None:
+        return
+    records = _records(world)
+    ledger = _ledger(world)
+    victims = {
+        rid: record
+        for rid, record in records.items()
+        if (record.get("yielding") or {}).get("why") == "preempted"
+        and not JobState(record["state"]).terminal
+    }
+    if not victims:
+        return
+    after: dict[str, Counter[Resource]] = defaultdict(Counter)
+    for rid, entry in ledger.held.items():
+        if rid in victims:
+            continue
+        for resource, gpus in entry.demand.items():
+            after[entry.queue][resource] += gpus
+    for rid, record in sorted(victims.items()):
+        entry = ledger.held.get(rid)
+        reason = str((record.get("yielding") or {}).get("reason") or "")
+        by_queue = reason.rsplit(" in queue ", 1)[-1] if " in queue " in reason else None
+        if entry is None or by_queue is None or by_queue == entry.queue:
+            continue
+        queue = queues.queues.get(entry.queue)
+        if queue is None:
+            continue
+        for resource in entry.demand:
+            nominal = queue.quota(resource).nominal
+            if after[entry.queue][resource] < nominal:
+                yield (
+                    f"{rid} of queue {entry.queue} preempted for queue {by_queue}: "
+                    f"{entry.queue} is left {after[entry.queue][resource]} of its {nominal} "
+                    f"nominal {resource}"
+                )
+
+
+def idle_nominal(world: World) -> Iterator[str]:
+    """The heads of queues that fit their idle nominal GPUs (:func:`no_idle_nominal`)."""
+    queues = _queues(world)
+    if queues is None:
+        return
+    ledger = _ledger(world)
+    used: dict[str, Counter[Resource]] = defaultdict(Counter)
+    total: Counter[Resource] = Counter()
+    for entry in ledger.held.values():
+        for resource, gpus in entry.demand.items():
+            used[entry.queue][resource] += gpus
+            total[resource] += gpus
+    heads: dict[str, tuple[Any, str, dict[str, Any]]] = {}
+    for rid, record in _records(world).items():
+        admission = record.get("admission") or {}
+        if admission.get("stage") != "WAITING" or JobState(record["state"]).terminal:
+            continue
+        if record.get("cancelRequested"):
+            continue
+        queue = admission.get("queue")
+        since = admission.get("waitingSince")
+        if not isinstance(queue, str) or not isinstance(since, datetime):
+            continue
+        if queue not in heads or (since, rid) < heads[queue][:2]:
+            heads[queue] = (since, rid, admission)
+    from shared.domain.admission.ledger import demand_from_list
+
+    for name, (_since, rid, admission) in sorted(heads.items()):
+        queue = queues.queues.get(name)
+        if queue is None or queue.unbounded:
+            continue
+        demand = demand_from_list(admission.get("demand"))
+        if not demand:
+            continue
+        members = [q for q in queues.queues.values() if queue.cohort and q.cohort == queue.cohort]
+        fits = True
+        for resource, gpus in demand.items():
+            # Idle: unused by its queue, and by every queue of its cohort (GPUs another
+            # queue borrows are not idle: they come back by preemption, or by their ends).
+            free = queue.quota(resource).nominal - used[name][resource]
+            if members:
+                pool = sum(q.quota(resource).nominal for q in members)
+                free = min(free, pool - sum(used[q.name][resource] for q in members))
+            real = world.vertex.quota.get(resource)
+            configured = queues.project_quota.get(resource)
+            ceilings = [c for c in (real, configured) if c is not None]
+            if ceilings:
+                free = min(free, min(ceilings) - total[resource])
+            if gpus > free:
+                fits = False
+        if fits:
+            held_by = admission.get("heldBy")
+            yield (
+                f"{rid}, head of queue {name}, fits its idle nominal GPUs but waits"
+                f" (heldBy: {held_by!r})"
+            )
+
+
+@invariant("no-idle-nominal", "always")
+def no_idle_nominal(world: World) -> Iterator[str]:
+    """No queue waits behind another queue's backlog while its own nominal GPUs sit idle:
+    after a tick that ran alone and unhurt, no queue's oldest waiting request fits within its
+    queue's unused nominal quota and the project's free quota."""
+    if world.new("no-idle-nominal", world.lone_ticks):
+        yield from idle_nominal(world)
+
+
+# -- serving ------------------------------------------------------------------------------------
+
+
+@invariant("split-valid", "always")
+def split_valid(world: World) -> Iterator[str]:
+    """A traffic split always sums to 100, or is empty only when no model of the endpoint
+    serves."""
+    backend = world.vertex.endpoints
+    for endpoint, models in sorted(backend.endpoints.items()):
+        split = backend.splits.get(endpoint, {})
+        total = sum(split.values())
+        if split and total != 100:
+            yield f"{endpoint.rsplit('/', 1)[-1]}: split {split} sums to {total}"
+        serving = [m["id"] for m in models if (m.get("status") or {}).get("availableReplicaCount")]
+        if not split and serving:
+            yield f"{endpoint.rsplit('/', 1)[-1]}: empty split while {serving} serve"
+
+
+@invariant("traffic-to-serving-models", "always")
+def traffic_to_serving(world: World) -> Iterator[str]:
+    """flexjobs never gives traffic to a model with no available replica, or to one it is
+    undeploying (each traffic move judged on the endpoint as it was when it was made)."""
+    for fact in world.new("traffic-to-serving-models", world.vertex.facts):
+        if fact.what != "traffic set":
+            continue
+        before, split = fact.detail["before"], fact.detail["split"]
+        available, leaving = fact.detail["available"], fact.detail["leaving"]
+        where = fact.about.rsplit("/", 1)[-1]
+        for model_id, share in sorted(split.items()):
+            if share <= before.get(model_id, 0):
+                continue
+            if not available.get(model_id):
+                yield f"{where}: traffic given to {model_id}, which serves no replica"
+            if model_id in leaving:
+                yield f"{where}: traffic given to {model_id}, which is being undeployed"
+
+
+@invariant("one-fallback", "always")
+def one_fallback(world: World) -> Iterator[str]:
+    """At most one fallback per deployment: on its endpoint, and on its way there."""
+    for request_id in sorted(world.deployment_store.records):
+        tag = deployment_tag(request_id) + FALLBACK_SUFFIX
+        count = sum(
+            1
+            for _, model in _deployment_models(world, request_id)
+            if str(model.get("displayName") or "").endswith(tag)
+        )
+        count += sum(
+            1
+            for _, deployed in world.vertex.endpoints._pending.values()
+            if str(deployed.get("displayName") or "").endswith(tag)
+        )
+        if count > 1:
+            yield f"deployment {request_id} has {count} fallbacks"
+
+
+@invariant("pause-only-for-hand-edits", "always")
+def pause_only_for_hand_edits(world: World) -> Iterator[str]:
+    """Our own actions are never taken for a hand edit, and another flexjobs deployment's
+    never pause ours: a deployment is paused only after someone edited its endpoint."""
+    for request_id, record in sorted(world.deployment_store.records.items()):
+        serving = record.get("serving") or {}
+        if serving.get("phase") != "PAUSED_BY_HAND":
+            continue
+        endpoint = str(record.get("endpoint") or "")
+        since = serving.get("since")
+        edits = world.hand_edits.get(endpoint, [])
+        if not edits or (isinstance(since, str) and min(edits).isoformat() > since):
+            yield f"deployment {request_id} paused as if by hand; nobody edited {endpoint.rsplit('/', 1)[-1]}"
+
+
+@invariant("every-model-followed", "settled")
+def every_model_followed(world: World) -> Iterator[str]:
+    """Every model flexjobs deployed is followed by its deployment's record: a DEPLOYED
+    record names it (its Spot model or its fallback)."""
+    records = world.deployment_store.records
+    for endpoint, models in sorted(world.vertex.endpoints.endpoints.items()):
+        for model in models:
+            name = str(model.get("displayName") or "")
+            owner = next((rid for rid in records if _tagged(name, rid)), None)
+            if owner is None:
+                continue
+            record = records[owner]
+            serving = record.get("serving") or {}
+            known = {record.get("deployedModelId"), serving.get("fallbackDeployedModelId")}
+            if record.get("state") != "DEPLOYED" or model["id"] not in known:
+                yield (
+                    f"model {model['id']} ({name}) on {endpoint.rsplit('/', 1)[-1]} is "
+                    f"followed by no record (its deployment is {record.get('state')})"
+                )
+
+
+# -- requests from clients ----------------------------------------------------------------------
+
+
+@invariant("client-body-kept", "always")
+def client_body_kept(world: World) -> Iterator[str]:
+    """A request a client built from an SDK job runs with what the SDK itself would have sent
+    (its service account, network, timeout...), and one the SDK would send is never refused."""
+    for fact in world.new("client-body-kept", world.vertex.facts):
+        if fact.what != "job created" or fact.about not in world.expected_bodies:
+            continue
+        expected = world.expected_bodies[fact.about]
+        got = fact.detail["spec"]
+        for path, value in expected.items():
+            if _at(got, path) != value:
+                yield f"{fact.about}: the job runs with {path}={_at(got, path)!r}, the SDK sent {value!r}"
+    for request_id in sorted(world.expected_bodies):
+        if world.rejections.documents.get(request_id):
+            errors = world.rejections.documents[request_id].get("errors")
+            yield f"{request_id}, as the SDK would send it, was refused: {errors}"
+
+
+def _at(body: Any, path: str) -> Any:
+    node = body
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+@invariant("series-one-active", "always")
+def series_one_active(world: World) -> Iterator[str]:
+    """A scheduled series that forbids overlap never has two of its slots running at once."""
+    running: dict[str, list[str]] = defaultdict(list)
+    live = {job.name for job in _live(world)}
+    for request_id, record in _records(world).items():
+        series = record.get("series")
+        if not series or world.series_concurrency.get(series, "allow") != "forbid":
+            continue
+        if record.get("vertexJob") in live:
+            running[series].append(request_id)
+    for series, slots in sorted(running.items()):
+        if len(slots) > 1:
+            yield f"series {series} runs {sorted(slots)} at once"
