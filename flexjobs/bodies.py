@@ -74,11 +74,54 @@ def vertex_body(job: Any) -> tuple[JobKind, dict[str, Any]]:
             resource, use_integers_for_enums=False, always_print_fields_with_no_presence=False
         )
         body = json.loads(text)
+    if resource is not job:
+        _as_sdk_sends(job, kind, body)
     return kind, body
 
 
+#: What the SDK's own ``submit()`` (a CustomJob) and ``run()`` (a HyperparameterTuningJob) take
+#: from ``aiplatform.init`` when the job does not set it: the service account for both, the
+#: network for a tuning job only (``CustomJob.submit`` takes the network from its argument
+#: alone; google-cloud-aiplatform's ``jobs.py``).
+_FROM_INIT = {
+    "customJob": ("jobSpec", ("service_account",)),
+    "hyperparameterTuningJob": ("trialJobSpec", ("service_account", "network")),
+}
+
+
+def _as_sdk_sends(job: Any, kind: JobKind, body: dict[str, Any]) -> None:
+    """Fill in what the SDK's own ``submit()``/``run()`` would have set on ``body`` from its
+    global configuration, where the job leaves it unset: published as built, the job must run
+    as the SDK would have run it (as ``aiplatform.init(service_account=...)``'s identity, not
+    Vertex's default one)."""
+    taken = _FROM_INIT.get(kind.name)
+    if taken is None:
+        return
+    try:
+        from google.cloud.aiplatform import initializer
+    except ImportError:  # not an SDK object after all: nothing was configured
+        return
+    spec_key, fields = taken
+    spec = body.setdefault(spec_key, {})
+    if not isinstance(spec, dict):
+        return
+    for field in fields:
+        value = getattr(initializer.global_config, field, None)
+        key = "serviceAccount" if field == "service_account" else "network"
+        if isinstance(value, str) and value and not spec.get(key):
+            spec[key] = value
+
+
 def _duration(seconds: int | float | None) -> str | None:
-    return None if seconds is None else f"{seconds:g}s"
+    """A duration in the proto3 JSON form the SDK sends (``Duration(seconds=...)``): the
+    seconds exactly, ``2592000s``, never ``2.592e+06s`` (which Vertex refuses)."""
+    if seconds is None:
+        return None
+    from google.protobuf.duration_pb2 import Duration
+
+    duration = Duration()
+    duration.FromNanoseconds(round(seconds * 1_000_000_000))
+    return str(duration.ToJsonString())
 
 
 def scheduling_fields(

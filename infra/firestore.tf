@@ -51,6 +51,29 @@ resource "google_firestore_index" "jobs_admission_waiting" {
   }
 }
 
+# Admission's line of one queue (shared/adapters/firestore/job_store.py, WAITING_IN): the
+# records waiting in that queue, oldest first, each pass reading every queue's whole line
+# (and counting one at intake, against its cap): admission.stage == WAITING and
+# admission.queue == Q, ordered by admission.waitingSince.
+resource "google_firestore_index" "jobs_admission_waiting_in_queue" {
+  database    = google_firestore_database.default.name
+  collection  = "jobs"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "admission.stage"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "admission.queue"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "admission.waitingSince"
+    order      = "ASCENDING"
+  }
+}
+
 # The status page's list filtered by state (shared/adapters/firestore/views.py,
 # JOBS_IN_STATES and JOBS_IN_STATES_SINCE): state in [chosen states], optionally createdAt >=
 # T, newest first (createdAt, then the document id, descending).

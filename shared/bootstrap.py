@@ -142,6 +142,7 @@ def build_intake(
     settings = settings or Settings.from_env()
     ports = ports or Ports()
     guards = Guards.from_settings(settings)
+    queues = admission_queues(settings)
     return Intake(
         settings=settings,
         store=_jobs(settings, ports),
@@ -157,7 +158,8 @@ def build_intake(
         deployments=build_deployments(settings, clock, ports),
         retry=retry_policy(settings, classify=False, jitter=ports.jitter),
         prices=ports.price_table(),
-        queues=admission_queues(settings),
+        queues=queues,
+        quota_limits=_quota_limits(settings, ports) if queues is not None else None,
     )
 
 
@@ -285,18 +287,20 @@ def build_tracker(
         sleep=ports.sleep,
         queues=queues,
         # Read only when admission is on; the client is built on the first read.
-        quota_limits=(
-            _given(ports.quota_limits, lambda: _cloudquotas(settings))
-            if queues is not None
-            else None
-        ),
+        quota_limits=_quota_limits(settings, ports) if queues is not None else None,
     )
 
 
-def _cloudquotas(settings: Settings) -> QuotaLimits:
-    from shared.adapters.cloudquotas import CloudQuotasLimits
+def _quota_limits(settings: Settings, ports: Ports) -> QuotaLimits:
+    """The quota limits port of a Ports (the Cloud Quotas adapter, built once: its client is
+    built on its first read)."""
 
-    return CloudQuotasLimits(settings)
+    def build() -> QuotaLimits:
+        from shared.adapters.cloudquotas import CloudQuotasLimits
+
+        return CloudQuotasLimits(settings)
+
+    return _given(ports.quota_limits, lambda: ports.once("quota_limits", build))
 
 
 def tracker() -> Tracker:

@@ -14,8 +14,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.app.ports import MAX_WAITING, MAX_WATCHERS
-from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
+from shared.app.ports import MAX_WATCHERS
+from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.model import tally as tallies
 from shared.domain.model import watch as watches
 from shared.domain.model.changes import Change, DeploymentChange, Written
@@ -36,7 +36,13 @@ from shared.domain.policy.checkpoints import (
 )
 from shared.domain.request.message import JobRequest, parse_duration
 from shared.domain.serving.model import ObservedEndpoint
-from shared.kernel.errors import BackendRejected, BackendUnavailable, JobGone, ObjectGone
+from shared.kernel.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    EndpointGone,
+    JobGone,
+    ObjectGone,
+)
 from shared.status.listing import (
     ATTEMPT_FIELDS,
     DEPLOYMENT_FIELDS,
@@ -145,9 +151,6 @@ class InMemoryJobStore:
         self._lock = threading.RLock()
         # False while a write that leaves no stamp is made (see _written).
         self.stamping = True
-        # The waiting records one query returns at most (the Firestore adapter's bound; a
-        # simulation of a small scope lowers it to reach it).
-        self.max_waiting = MAX_WAITING
 
     def _written(self, request_id: str) -> None:
         """A write of the record: its next version, and its state then (for reads as of a
@@ -454,23 +457,27 @@ class InMemoryJobStore:
                 self._written(request_id)
             return True
 
-    def waiting_admission(self) -> list[Stored]:
+    def _waiting(self, queue: str | None) -> list[tuple[str, dict[str, Any]]]:
+        found = [
+            (rid, r)
+            for rid, r in self.jobs.items()
+            if isinstance(r.get("admission"), dict)
+            and r["admission"].get("stage") == "WAITING"
+            and (queue is None or r["admission"].get("queue") == queue)
+        ]
+        found.sort(key=lambda item: (item[1]["admission"].get("waitingSince"), doc_id(item[0])))
+        return found
+
+    def waiting_admission(self, queue: str | None = None, most: int = 1) -> list[Stored]:
         with self._lock:
             self._count("waiting_admission", query=1)
-            waiting = [
-                (rid, r)
-                for rid, r in self.jobs.items()
-                if isinstance(r.get("admission"), dict) and r["admission"].get("stage") == "WAITING"
-            ]
-            waiting.sort(key=lambda item: item[1]["admission"].get("waitingSince"))
-            return [
-                Stored(
-                    {k: copy.deepcopy(v) for k, v in r.items() if k in TICK_FIELDS},
-                    self.versions[rid],
-                    partial=True,
-                )
-                for rid, r in waiting[: self.max_waiting]
-            ]
+            rows = self._partial([rid for rid, _ in self._waiting(queue)[:most]], TICK_FIELDS)
+            return [Stored(dict(row.raw), row.version, partial=True) for row in rows]
+
+    def count_waiting(self, queue: str) -> int:
+        with self._lock:
+            self._count("count_waiting", query=1)
+            return len(self._waiting(queue))
 
     def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         with self._lock:
@@ -734,29 +741,18 @@ class InMemoryDeploymentStore:
                     current.pop(name, None)
             return change
 
-    def deploying(self) -> list[dict[str, Any]]:
+    def alive(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [
-                copy.deepcopy(r)
-                for r in self.records.values()
-                if r.get("state") == DeploymentState.DEPLOYING.value
-            ]
+            alive = (
+                DeploymentState.ACCEPTED.value,
+                DeploymentState.DEPLOYING.value,
+                DeploymentState.DEPLOYED.value,
+            )
+            return [copy.deepcopy(r) for r in self.records.values() if r.get("state") in alive]
 
-    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
+    def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [
-                copy.deepcopy(r)
-                for r in self.records.values()
-                if r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
-            ]
-
-    def deployed(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [
-                copy.deepcopy(r)
-                for r in self.records.values()
-                if r.get("state") == DeploymentState.DEPLOYED.value
-            ]
+            return [copy.deepcopy(r) for r in self.records.values() if r.get("endpoint") == endpoint]
 
     def with_outbox(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -817,22 +813,28 @@ class InMemoryDeploymentBackend:
         self.splits[endpoint] = dict(split)
         self._changed(endpoint)
 
-    def deploy_fallback(self, endpoint: str, fallback: Any, template: Any = None) -> str:
-        """DeployModel of an on-demand model with an empty split (the split is not updated)."""
-        self.calls.append(("DeployModel", endpoint, fallback.display_name))
+    def deploy_on_demand(
+        self, endpoint: str, display_name: str, replicas: int, template: Mapping[str, Any]
+    ) -> str:
+        """DeployModel of an on-demand model (a floor, a fallback) with an empty split (the
+        split is not updated)."""
+        self.calls.append(("DeployModel", endpoint, display_name))
         self.templates.append(template)
         if self.call_fails_with is not None:
             raise self.call_fails_with
+        if endpoint not in self.endpoints:
+            raise BackendRejected(f"Vertex AI refused DeployModel: 404 {endpoint} not found")
         number = next(self._ids)
         name = f"{endpoint}/operations/{number}"
+        resources = dict(template.get("dedicatedResources") or {})
         deployed = {
             "id": str(9000 + number),
-            "model": fallback.model,
-            "displayName": fallback.display_name,
+            "model": template.get("model"),
+            "displayName": display_name,
             "dedicatedResources": {
-                "machineSpec": {"machineType": fallback.machine.machine_type},
-                "minReplicaCount": fallback.replicas,
-                "requiredReplicaCount": fallback.replicas,
+                "machineSpec": dict(resources.get("machineSpec") or {}),
+                "minReplicaCount": replicas,
+                "requiredReplicaCount": replicas,
                 "spot": False,
             },
         }
@@ -886,7 +888,7 @@ class InMemoryDeploymentBackend:
         if self.read_fails_with is not None:
             raise self.read_fails_with
         if endpoint not in self.endpoints:
-            raise BackendRejected(f"Vertex AI refused GetEndpoint: 404 {endpoint} not found")
+            raise EndpointGone(f"Vertex AI refused GetEndpoint: 404 {endpoint} not found")
         raw = {
             "name": endpoint,
             "deployedModels": copy.deepcopy(self.endpoints[endpoint]),
@@ -895,26 +897,24 @@ class InMemoryDeploymentBackend:
         }
         return ObservedEndpoint.from_json(raw)
 
-    def find(self, endpoint: str, request_id: str) -> str | None:
-        if endpoint not in self.endpoints:
-            raise BackendRejected(f"Vertex AI refused GetEndpoint: 404 {endpoint} not found")
-        for model in self.endpoints[endpoint]:
-            if carries_tag(model["displayName"], request_id):
-                return str(model["id"])
-        return None
-
-    def deploy(self, request: JobRequest) -> str:
+    def deploy(self, request: JobRequest, display_name: str, replicas: int) -> str:
+        """DeployModel of the request's Spot model under ``display_name``, ``replicas`` as
+        its min and required count, with the request's traffic split once it is done."""
         if self.fail_with is not None:
             raise self.fail_with
         endpoint = request.spec["endpoint"]
+        if endpoint not in self.endpoints:
+            raise BackendRejected(f"Vertex AI refused DeployModel: 404 {endpoint} not found")
         number = next(self._ids)
         name = f"{endpoint}/operations/{number}"
-        deployed = dict(request.spec["deployedModel"])
-        deployed["displayName"] = tagged_display_name(
-            deployed.get("displayName"), request.request_id
-        )
+        deployed = copy.deepcopy(dict(request.spec["deployedModel"]))
+        deployed["displayName"] = display_name
+        resources = deployed.setdefault("dedicatedResources", {})
+        resources["minReplicaCount"] = replicas
+        resources["requiredReplicaCount"] = replicas
+        resources["maxReplicaCount"] = max(int(resources.get("maxReplicaCount") or 0), replicas)
         deployed["id"] = str(9000 + number)
-        self.deployed.append((request, deployed["displayName"]))
+        self.deployed.append((request, display_name))
         self._pending[name] = (endpoint, deployed)
         self._split_of[name] = request.spec.get("trafficSplit")
         self.operations[name] = OperationStatus(name=name, done=False)

@@ -32,12 +32,13 @@ A request with no GPUs (a CPU-only job) holds no quota: it is never queued.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
 from shared.app.context import CapacityPorts
-from shared.app.ports import QuotaLimits
+from shared.app.ports import MAX_WAITING_ELSEWHERE, MAX_WAITING_PER_QUEUE, QuotaLimits
 from shared.app.repository.jobs import AdmissionRecords
 from shared.app.steps.attempts import submit_due
 from shared.app.steps.exactly_once import Outcome
@@ -71,7 +72,13 @@ from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import clip
 from shared.domain.request.message import JobRequest
-from shared.kernel.errors import FlexjobsError, JobGone, QuotaUnreadable
+from shared.kernel.errors import (
+    FieldError,
+    FlexjobsError,
+    InvalidRequest,
+    JobGone,
+    QuotaUnreadable,
+)
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
@@ -110,6 +117,18 @@ def enter_queue(
     ceiling = Ceiling.of(queues, {})
     options = request.options
     chosen = admission_of(queues, options.get("queue"), options.get("priority"), demand, ceiling)
+    waiting = admissions.count_waiting(chosen.queue)
+    if waiting >= MAX_WAITING_PER_QUEUE and ports.store.get(request.request_id) is None:
+        raise InvalidRequest(
+            [
+                FieldError(
+                    "queue",
+                    f"queue {chosen.queue!r} has {waiting} requests waiting, the most one "
+                    f"queue holds ({MAX_WAITING_PER_QUEUE}); submit it again once some have "
+                    "been admitted",
+                )
+            ]
+        )
     now = ports.clock()
     run = options.get("estimatedRunSeconds")
     run_seconds = run if isinstance(run, int) and not isinstance(run, bool) and run > 0 else None
@@ -161,14 +180,26 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
     return _pass(ports, queues, submit)[0]
 
 
-def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[str], list[Workload]]:
+def _pass(
+    ports: CapacityPorts, queues: Queues, submit: Submit, *, elsewhere: bool = False
+) -> tuple[list[str], list[Workload]]:
     """:func:`admit_waiting`, and the workloads still waiting after it (for the tick's
-    summary, so the waiting records are read once per tick)."""
+    summary, so the waiting records are read once per tick). ``elsewhere`` (the tick): also
+    the oldest records waiting in a queue the file no longer names, which end, saying so."""
     admissions = ports.store.admissions
     now = ports.clock()
     ledger = admissions.ledger()
-    waiting = admissions.waiting()
     sweep = Sweep("admission")
+    waiting = _lines(ports, queues, sweep, now)
+    if elsewhere:
+        waiting += [
+            r
+            for r in admissions.waiting(None, MAX_WAITING_ELSEWHERE)
+            if r.admission.get("queue") not in queues.queues
+        ]
+    reading = ports.quota_limits is not None
+    if reading:
+        ledger = _read_unasked(ports, queues, ledger, waiting, now) or ledger
     for ended in (r for r in waiting if r.state.terminal):
         # Ended while it waited, before records said so (admission.stage ENDED): out of
         # the line, so it neither holds its queue nor fills the read's bound.
@@ -178,7 +209,7 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
         return [], []
     standing = Standing(
         usage=ledger.usage(),
-        ceiling=Ceiling.of(queues, ledger.observed),
+        ceiling=ledger.ceiling(queues, reading=reading),
         decayed=ledger.decayed_now(now, queues.half_life_seconds),
         # Backfill (rule 4): the estimate of starts replays the rule without it (no ``now``).
         now=now,
@@ -190,7 +221,12 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
     for workload in plan.admitted:
         with request_context(workload.request_id):
             if not sweep.each(
-                workload.request_id, "admit", admissions.admit, workload, queues, now
+                workload.request_id,
+                "admit",
+                functools.partial(admissions.admit, reading=reading),
+                workload,
+                queues,
+                now,
             ):
                 continue  # no longer waiting, or no longer fits on the fresh read
             admitted.append(workload.request_id)
@@ -221,6 +257,66 @@ def _pass(ports: CapacityPorts, queues: Queues, submit: Submit) -> tuple[list[st
     if plan.held:
         sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
     return admitted, [w for w in workloads if w.request_id not in gone]
+
+
+def _lines(ports: CapacityPorts, queues: Queues, sweep: Sweep, now: datetime) -> list[JobRecord]:
+    """Every queue's whole line, oldest first: a pass never decides on part of one (a queue's
+    backlog hiding another queue's requests). A line past :data:`MAX_WAITING_PER_QUEUE` (two
+    intakes that raced past the count) ends its newest requests, saying why: refused late,
+    never left waiting unseen."""
+    admissions = ports.store.admissions
+    waiting: list[JobRecord] = []
+    for name in sorted(queues.queues):
+        line = admissions.waiting(name, MAX_WAITING_PER_QUEUE + MAX_WAITING_ELSEWHERE)
+        for late in line[MAX_WAITING_PER_QUEUE:]:
+            reason = (
+                f"queue {name!r} holds more than {MAX_WAITING_PER_QUEUE} waiting requests; "
+                "this one came past the limit"
+            )
+            sweep.each(
+                late.request_id,
+                "queue full",
+                apply_and_notify,
+                ports,
+                late.request_id,
+                lambda rec, why=reason: failed(rec, now, why) if rec.awaiting_admission else None,
+            )
+        waiting += line[:MAX_WAITING_PER_QUEUE]
+    return waiting
+
+
+def _read_unasked(
+    ports: CapacityPorts,
+    queues: Queues,
+    ledger: Ledger,
+    waiting: Sequence[JobRecord],
+    now: datetime,
+) -> Ledger | None:
+    """Read the quota limits of the resources the waiting records ask for that were never
+    asked of the quota system (a (region, accelerator, pool) first asked for since the last
+    read), before anything is admitted on them; the ledger after the read (None: none to
+    read, or a read failed within :data:`QUOTA_READ_EVERY`, which is not tried again: those
+    requests wait, saying so, as for any quota not read)."""
+    ceiling = ledger.ceiling(queues, reading=True)
+    unasked = sorted(
+        {
+            resource
+            for record in waiting
+            for resource in demand_from_list(record.admission.get("demand"))
+            if ceiling.unread(resource)
+        }
+    )
+    if not unasked or ports.quota_limits is None:
+        return None
+    failed_lately = (
+        ledger.unreadable is not None
+        and ledger.observed_at is not None
+        and now - ledger.observed_at < QUOTA_READ_EVERY
+    )
+    if failed_lately:
+        return None
+    read_limits(ports, ports.quota_limits, unasked[:MAX_OBSERVED], now)
+    return ports.store.admissions.ledger()
 
 
 def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
@@ -425,20 +521,31 @@ def observe_quota(
     ledger = admissions.ledger()
     if ledger.observed_at is not None and now - ledger.observed_at < QUOTA_READ_EVERY:
         return None
-    resources = resources_in_use(queues, ledger, active)
+    return read_limits(ports, limits, resources_in_use(queues, ledger, active), now)
+
+
+def read_limits(
+    ports: CapacityPorts, limits: QuotaLimits, resources: Sequence[Resource], now: datetime
+) -> str | None:
+    """One read of ``resources``' limits from the quota system, cached in the ledger beside
+    what earlier reads learned (:meth:`~shared.domain.admission.ledger.Ledger.with_limits`).
+    A read that fails keeps the limits read before, records why (``quotaUnreadable``) and
+    logs a warning: a failed read never lifts the ceiling. Returns why it failed (None:
+    read)."""
+    admissions = ports.store.admissions
     try:
         read = dict(limits.limits(resources))
     except QuotaUnreadable as exc:
         reason = clip(str(exc), 500) or type(exc).__name__
-        admissions.observe_quota({}, reason, now)
+        admissions.observe_quota({}, (), reason, now)
         log.warning(
             "quota limits unreadable: the last limits read stay, the queue file's elsewhere",
-            extra={"fields": {"reason": reason, "observed": len(ledger.observed)}},
+            extra={"fields": {"reason": reason, "asked": len(resources)}},
         )
         return reason
     asked = set(resources)
     kept = {r: n for r, n in sorted(read.items()) if r in asked}
-    admissions.observe_quota(kept, None, now)
+    admissions.observe_quota(kept, asked, None, now)
     log.info(
         "quota limits read",
         extra={
@@ -505,7 +612,7 @@ def tick(
             log.warning("admission ledger healed", extra={"fields": fields})
         else:
             log.info("admission released at the tick", extra={"fields": fields})
-    admitted_now, still_waiting = _pass(ports, queues, submit)
+    admitted_now, still_waiting = _pass(ports, queues, submit, elsewhere=True)
     Sweep("admission").each(
         None, "summary", summarise_for_operators, ports, queues, active, still_waiting
     )
@@ -557,7 +664,7 @@ def summarise_for_operators(
     ]
     standing = Standing(
         usage=ledger.usage(),
-        ceiling=Ceiling.of(queues, ledger.observed),
+        ceiling=ledger.ceiling(queues, reading=ports.quota_limits is not None),
         decayed=ledger.decayed_now(now, queues.half_life_seconds),
     )
     document = summarise(queues, standing, waiting, running, now=now, unreadable=ledger.unreadable)

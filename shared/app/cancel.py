@@ -74,6 +74,11 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
             if store.create_tombstone(request_id, tombstone(request_id, clock())):
                 flush_outbox(request_id, store, intake.notifier)
                 log.info("cancel for a request not seen yet: tombstone left")
+                # A deployModel request may have recorded its deployment since the read
+                # above (it looks for this tombstone after, as this looks for it after the
+                # tombstone): it goes.
+                if intake.deployments is not None and intake.deployments.store.get(request_id):
+                    cancel_deployment(request_id, intake.deployments)
                 return Outcome.CANCELLED
             # The request arrived between the read and the tombstone: decide on its record.
             raise SubmissionInProgress("the request arrived while its cancel was handled")

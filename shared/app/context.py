@@ -63,6 +63,9 @@ class Intake:
     prices: PriceTable | None = None
     # The admission queues (FLEXJOBS_QUEUES); None: admission is off.
     queues: Queues | None = None
+    # The project's quota limits (Cloud Quotas): a resource a request is the first to ask
+    # for is read before it is admitted; None: never read.
+    quota_limits: QuotaLimits | None = None
 
     def backoff(self, retry_number: int) -> float:
         """Seconds before a parked submission is tried again (full jitter, capped)."""
@@ -129,3 +132,6 @@ class CapacityPorts(AttemptPorts, Protocol):
 
     @property
     def queues(self) -> Queues | None: ...
+
+    @property
+    def quota_limits(self) -> QuotaLimits | None: ...

@@ -17,7 +17,12 @@ from shared.app.admission import demand_for, enter_queue
 from shared.app.cancel import cancel_job
 from shared.app.commands import CancelJob, CreateJob, DeployModel, ResumeServing, SubmitJob
 from shared.app.context import Deployments, Intake
-from shared.app.deploy import resume_deployment, submit_deployment
+from shared.app.deploy import (
+    accept_deployment,
+    cancel_deployment,
+    resume_deployment,
+    start_deployment,
+)
 from shared.app.ports import Claimed
 from shared.app.series import take_slot
 from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
@@ -168,12 +173,28 @@ def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
     """Deploy a ``deployModel`` request on Spot VMs exactly once; not at all when its cancel
     came first (Pub/Sub keeps no order: the cancel left a tombstone under its requestId)."""
     request_id = cmd.request.request_id
-    earlier = intake.store.get(request_id)
-    if earlier is not None and earlier.reason == TOMBSTONE_REASON:
-        with request_context(request_id):
+    deployments = _deployments_of(intake)
+    with request_context(request_id):
+        if _tombstoned(request_id, intake):
             log.info("deployment cancelled before it arrived: nothing deployed")
-        return Outcome.CANCELLED
-    return submit_deployment(cmd.request, _deployments_of(intake))
+            return Outcome.CANCELLED
+        if not accept_deployment(cmd.request, deployments):
+            log.info("duplicate delivery: the deployment is recorded already")
+            return Outcome.DUPLICATE
+        # A cancel may have left its tombstone since the read above. It looks for this
+        # record after writing its tombstone, as this looks for the tombstone after writing
+        # the record: one of the two sees the other, and the deployment goes.
+        if _tombstoned(request_id, intake):
+            cancel_deployment(request_id, deployments)
+            log.info("deployment cancelled as it arrived: nothing deployed")
+            return Outcome.CANCELLED
+    return start_deployment(request_id, deployments)
+
+
+def _tombstoned(request_id: str, intake: Intake) -> bool:
+    """A cancel came for this requestId before its request (its tombstone is there)."""
+    earlier = intake.store.get(request_id)
+    return earlier is not None and earlier.reason == TOMBSTONE_REASON
 
 
 def resume_serving(cmd: ResumeServing, intake: Intake) -> Outcome:

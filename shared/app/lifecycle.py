@@ -503,7 +503,19 @@ def _settle_listed(
                 # cannot keep one more pending cancel: say so, the wait goes on.
                 log.warning(f"not given up: {reason}", extra=_fields(job))
         return state
-    if is_stray(record, job, tracker.clock(), siblings):
+    ended = from_vertex(job.state)
+    if ended is not None and ended.terminal:
+        return None  # an earlier attempt's job, ended: nothing to follow, nothing to cancel
+    # A live job under the request's label that the entry does not name: the entry may be
+    # stale (its record written without its stamp, by an older revision or by hand, which no
+    # sync of the list sees), so the record is read whole before anything is decided on it.
+    fresh = tracker.store.get(request_id)
+    if fresh is None:
+        return None
+    if fresh.vertex_job == job.name:
+        log.warning("a record the watch list held stale follows a live job", extra=_fields(job))
+        return _settle_listed(tracker, fresh, job, siblings)
+    if is_stray(fresh, job, tracker.clock(), siblings):
         # Created under one of this request's attempts but not the job its record follows (a
         # create that landed after its claim expired, a crash after a cancel): nothing will
         # ever follow it, so it is cancelled rather than left holding GPUs.

@@ -20,7 +20,7 @@ from shared.domain.model.tally import Tally
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.model.watch import Saved, Watch
 from shared.domain.request.message import JobRequest
-from shared.domain.serving.model import Fallback, ObservedEndpoint
+from shared.domain.serving.model import ObservedEndpoint
 
 # Claimed and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
@@ -202,16 +202,25 @@ class JobStore(Protocol):
         alone, last writer wins (:mod:`shared.domain.admission.summary`)."""
         ...
 
-    def waiting_admission(self) -> list[Stored]:
-        """The records waiting for admission (``admission.stage`` WAITING), of
-        :data:`~shared.domain.model.records.TICK_FIELDS` only, in pages; at most
-        :data:`MAX_WAITING`."""
+    def waiting_admission(self, queue: str | None = None, most: int = 1) -> list[Stored]:
+        """The records waiting for admission (``admission.stage`` WAITING) in ``queue``
+        (None: in any queue), oldest first (``admission.waitingSince``), of
+        :data:`~shared.domain.model.records.TICK_FIELDS` only, in pages; at most ``most``."""
+        ...
+
+    def count_waiting(self, queue: str) -> int:
+        """How many records wait for admission in ``queue`` (an aggregation: no record is
+        read)."""
         ...
 
 
-#: Records read as waiting for admission at most, per pass: beyond them, the later arrivals
-#: wait for a later pass (the order is kept: they are read oldest first).
-MAX_WAITING = 5000
+#: Requests one queue holds waiting for admission at most (as Kueue bounds a queue's pending
+#: workloads): a request past it is refused at intake, saying so. An admission pass reads each
+#: queue's whole line, so no request waits unseen behind another queue's backlog.
+MAX_WAITING_PER_QUEUE = 1000
+#: Records read per tick, oldest first across every queue, to find those waiting in a queue the
+#: queue file no longer names (each ends, saying why; the next tick reads the next ones).
+MAX_WAITING_ELSEWHERE = 100
 
 #: More active jobs than this writing checkpoints under one prefix is a misconfiguration; a
 #: checkpoint upload updates the first ones found.
@@ -336,16 +345,13 @@ class DeploymentStore(Protocol):
         record is never decided on."""
         ...
 
-    def deploying(self) -> list[dict[str, Any]]:
-        """Every record in DEPLOYING (its operation not yet seen done)."""
+    def alive(self) -> list[dict[str, Any]]:
+        """Every record not UNDEPLOYED nor FAILED (the ones the tick follows)."""
         ...
 
-    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
-        """Every parked record whose next deployment is due."""
-        ...
-
-    def deployed(self) -> list[dict[str, Any]]:
-        """Every record in DEPLOYED (the ones whose serving the tick follows)."""
+    def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
+        """Every record of a deployment on ``endpoint`` (a single-field equality; an endpoint
+        holds a few deployments at most)."""
         ...
 
     def with_outbox(self) -> list[dict[str, Any]]:
@@ -356,12 +362,24 @@ class DeploymentStore(Protocol):
 class DeploymentBackend(Protocol):
     """Vertex AI EndpointService: where models are deployed for prediction."""
 
-    def find(self, endpoint: str, request_id: str) -> str | None:
-        """The id of this request's model already deployed on ``endpoint``, or None."""
+    def deploy(self, request: JobRequest, display_name: str, replicas: int) -> str:
+        """Start DeployModel of the request's Spot model under ``display_name`` (its tag:
+        the idempotency key) with ``replicas`` as its min (and required) replica count, and
+        the request's ``trafficSplit``; returns the operation's name. Never retried
+        in-process (a call that timed out may have started it)."""
         ...
 
-    def deploy(self, request: JobRequest) -> str:
-        """Start DeployModel for the request; returns the operation's name."""
+    def deploy_on_demand(
+        self,
+        endpoint: str,
+        display_name: str,
+        replicas: int,
+        template: Mapping[str, Any],
+    ) -> str:
+        """Start DeployModel of an on-demand model (a warm floor, or a fallback) of
+        ``template`` (the deployment's requested ``deployedModel``: its model, machine,
+        service account and logging are copied) under ``display_name``, with ``replicas``
+        and no traffic; the operation's name. Never retried in-process."""
         ...
 
     def operation(self, name: str) -> OperationStatus:
@@ -370,16 +388,11 @@ class DeploymentBackend(Protocol):
         ...
 
     def read(self, endpoint: str) -> ObservedEndpoint:
-        """One ``GetEndpoint`` read: the deployed models, their replicas, the traffic split."""
-        ...
+        """One ``GetEndpoint`` read: the deployed models, their replicas, the traffic split.
 
-    def deploy_fallback(
-        self, endpoint: str, fallback: Fallback, template: Mapping[str, Any] | None = None
-    ) -> str:
-        """Start DeployModel of an on-demand fallback without traffic; the operation's name.
-        ``template`` is the deployment's requested ``deployedModel`` (service account,
-        logging and the like are copied from it). Never retried in-process (a call that
-        timed out may have started it)."""
+        Raises:
+            EndpointGone: the endpoint does not exist (NOT_FOUND).
+        """
         ...
 
     def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:

@@ -123,6 +123,11 @@ class JobGone(BackendRejected):
     """Vertex AI has no such job (NOT_FOUND): deleted, or never made. It holds nothing."""
 
 
+class EndpointGone(BackendRejected):
+    """A Vertex AI endpoint no longer exists (NOT_FOUND): whatever was deployed on it is gone
+    with it."""
+
+
 class ObjectGone(FlexjobsError):
     """The uploaded object's generation no longer exists (replaced or deleted): it can never
     be read again."""

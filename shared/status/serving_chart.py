@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from shared.domain.serving.model import Change, Phase, ServingState
+from shared.domain.serving.model import CapacityChange, Phase, ServingState
 from shared.domain.serving.rule import HEDGE_CAUSE, HEDGE_FAILED_CAUSE, RESTORED_CAUSE
 from shared.status.chart import (
     AXIS_HEIGHT,
@@ -212,7 +212,7 @@ def layout(serving: Any, now: datetime, width: int = WIDTH) -> ServingChart:
     )
 
 
-def _bounds(changes: list[Change], now: datetime) -> tuple[datetime, datetime]:
+def _bounds(changes: list[CapacityChange], now: datetime) -> tuple[datetime, datetime]:
     """From the oldest change to now (or to the newest change, should the record be ahead of
     this clock), at least a minute."""
     if not changes:
@@ -237,7 +237,7 @@ def _levels(ceiling: int) -> list[int]:
     return [*values, ceiling]
 
 
-def _step(change: Change, until: datetime, x: Scale, y: Height) -> Step:
+def _step(change: CapacityChange, until: datetime, x: Scale, y: Height) -> Step:
     cap = change.capacity
     left = x(change.at)
     seconds = (until - change.at).total_seconds()
@@ -296,7 +296,7 @@ _Event = tuple[datetime, str, str, str]
 
 
 def _events(
-    changes: list[Change], state: ServingState | None, start: datetime, end: datetime
+    changes: list[CapacityChange], state: ServingState | None, start: datetime, end: datetime
 ) -> list[_Event]:
     found = [(c.at, *marked, c.cause) for c in changes if (marked := mark_kind(c.cause))]
     if state is not None and state.phase is Phase.HEDGED and state.since is not None:
@@ -357,14 +357,19 @@ def serving_facts(serving: Any, now: datetime) -> list[tuple[str, str]]:
     phase = state.phase.value
     if state.since is not None:
         phase += f" since {when(state.since)} ({duration((now - state.since).total_seconds())})"
-    facts = [("phase", phase), ("hedges", str(state.hedges))]
-    if state.fallback_id or state.fallback_name:
-        replicas = f"{state.fallback_replicas} replica(s)"
-        facts.append(("fallback", f"{state.fallback_id or 'being deployed'} ({replicas})"))
-    if state.operation_call:
-        claimed = f" since {when(state.operation_at)}" if state.operation_at else ""
-        operation = state.operation or "no operation name yet"
-        facts.append(("call in flight", f"{state.operation_call}{claimed}: {operation}"))
+    facts = [
+        ("phase", phase),
+        ("intent", state.intent.value.lower()),
+        ("hedges", str(state.hedges)),
+    ]
+    for ours, what in ((state.floor, "on-demand floor"), (state.fallback, "fallback")):
+        if ours is not None:
+            replicas = f"{ours.replicas} replica(s)"
+            facts.append((what, f"{ours.id or 'being deployed'} ({replicas})"))
+    call = state.call
+    if call is not None:
+        operation = call.operation or ("answer lost" if call.unknown else "no operation name yet")
+        facts.append(("call in flight", f"{call.kind.value} since {when(call.at)}: {operation}"))
     facts += [
         ("time short of replicas", duration(state.short_seconds)),
         (

@@ -207,10 +207,13 @@ def quiet_ticks(world: World, minutes: int) -> tuple[Violation | None, int]:
     world.vertex.flex_out.clear()
     world.vertex.on_time()
     steps = 0
-    for _ in range(minutes):
+    for minute in range(minutes):
         steps += world.drain(check=_always)
         if world.failed is not None:
             return world.failed, steps
+        found = _first(world, f"quiet+{minute}")
+        if found is not None:
+            return found, steps
         world.advance(60)
     steps += world.drain(check=_always)
     if world.failed is not None:

@@ -292,7 +292,7 @@ def notice_happened(world: World) -> Iterator[str]:
         elif state == "HEDGED":
             tag = deployment_tag(str(request_id)) + FALLBACK_SUFFIX
             sent = any(
-                f.what == "deploy_fallback sent"
+                f.what in ("deploy_on_demand sent", "deploy_fallback sent")
                 and str(f.detail.get("displayName", "")).endswith(tag)
                 and f.at <= at
                 for f in facts
@@ -358,8 +358,9 @@ def within_quota(world: World) -> Iterator[str]:
 @invariant("nominal-never-reclaimed", "always")
 def nominal_never_reclaimed(world: World) -> Iterator[str]:
     """A queue within its nominal quota is never preempted for another queue's borrowing:
-    after every victim being preempted for another queue has given its GPUs back, the
-    victim's queue still holds at least its nominal of what they shared."""
+    each victim taken for another queue was taken while its own queue held more than its
+    nominal of what they share (whatever the order the victims were taken in: its queue's
+    usage once every victim is gone, plus the largest of them, is above its nominal)."""
     queues = _queues(world)
     if queues is None:
         return
@@ -370,31 +371,40 @@ def nominal_never_reclaimed(world: World) -> Iterator[str]:
         for rid, record in records.items()
         if (record.get("yielding") or {}).get("why") == "preempted"
         and not JobState(record["state"]).terminal
+        and rid in ledger.held
     }
     if not victims:
         return
     after: dict[str, Counter[Resource]] = defaultdict(Counter)
     for rid, entry in ledger.held.items():
-        if rid in victims:
-            continue
-        for resource, gpus in entry.demand.items():
-            after[entry.queue][resource] += gpus
-    for rid, record in sorted(victims.items()):
-        entry = ledger.held.get(rid)
+        if rid not in victims:
+            for resource, gpus in entry.demand.items():
+                after[entry.queue][resource] += gpus
+    largest: dict[tuple[str, Resource], int] = defaultdict(int)
+    taken_for: dict[str, str] = {}
+    for rid, record in victims.items():
+        entry = ledger.held[rid]
         reason = str((record.get("yielding") or {}).get("reason") or "")
         by_queue = reason.rsplit(" in queue ", 1)[-1] if " in queue " in reason else None
-        if entry is None or by_queue is None or by_queue == entry.queue:
-            continue
+        if by_queue is None or by_queue == entry.queue:
+            continue  # within its own queue: a priority, not a reclaim
+        taken_for[rid] = by_queue
+        for resource, gpus in entry.demand.items():
+            largest[(entry.queue, resource)] = max(largest[(entry.queue, resource)], gpus)
+    for rid, by_queue in sorted(taken_for.items()):
+        entry = ledger.held[rid]
         queue = queues.queues.get(entry.queue)
         if queue is None:
             continue
         for resource in entry.demand:
             nominal = queue.quota(resource).nominal
-            if after[entry.queue][resource] < nominal:
+            before = after[entry.queue][resource] + largest[(entry.queue, resource)]
+            if before <= nominal:
                 yield (
-                    f"{rid} of queue {entry.queue} preempted for queue {by_queue}: "
-                    f"{entry.queue} is left {after[entry.queue][resource]} of its {nominal} "
-                    f"nominal {resource}"
+                    f"{rid} of queue {entry.queue} preempted for queue {by_queue}, though "
+                    f"{entry.queue} borrowed none of {resource}: it holds "
+                    f"{after[entry.queue][resource]} of its {nominal} nominal once its "
+                    f"victims are gone"
                 )
 
 
@@ -411,6 +421,16 @@ def idle_nominal(world: World) -> Iterator[str]:
             used[entry.queue][resource] += gpus
             total[resource] += gpus
     heads: dict[str, tuple[Any, str, dict[str, Any]]] = {}
+    # A higher priority waiting anywhere may hold lower ones back by design (no priority
+    # inversion: its demand is charged against them): only a line of one priority is judged.
+    priorities = {
+        (record.get("admission") or {}).get("priority")
+        for record in _records(world).values()
+        if (record.get("admission") or {}).get("stage") == "WAITING"
+        and not JobState(record["state"]).terminal
+    }
+    if len(priorities) > 1:
+        return
     for rid, record in _records(world).items():
         admission = record.get("admission") or {}
         if admission.get("stage") != "WAITING" or JobState(record["state"]).terminal:
@@ -459,8 +479,9 @@ def idle_nominal(world: World) -> Iterator[str]:
 @invariant("no-idle-nominal", "always")
 def no_idle_nominal(world: World) -> Iterator[str]:
     """No queue waits behind another queue's backlog while its own nominal GPUs sit idle:
-    after a tick that ran alone and unhurt, no queue's oldest waiting request fits within its
-    queue's unused nominal quota and the project's free quota."""
+    after a tick that ran alone and unhurt, with every waiting request of one priority, no
+    queue's oldest waiting request fits within its queue's unused nominal quota, its
+    cohort's and the project's free quota."""
     if world.new("no-idle-nominal", world.lone_ticks):
         yield from idle_nominal(world)
 
@@ -471,14 +492,20 @@ def no_idle_nominal(world: World) -> Iterator[str]:
 @invariant("split-valid", "always")
 def split_valid(world: World) -> Iterator[str]:
     """A traffic split always sums to 100, or is empty only when no model of the endpoint
-    serves."""
+    serves (a model of a deployment its owner cancelled, on its way out, does not count)."""
     backend = world.vertex.endpoints
+    going = sorted(world.cancel_asked)
     for endpoint, models in sorted(backend.endpoints.items()):
         split = backend.splits.get(endpoint, {})
         total = sum(split.values())
         if split and total != 100:
             yield f"{endpoint.rsplit('/', 1)[-1]}: split {split} sums to {total}"
-        serving = [m["id"] for m in models if (m.get("status") or {}).get("availableReplicaCount")]
+        serving = [
+            m["id"]
+            for m in models
+            if (m.get("status") or {}).get("availableReplicaCount")
+            and not any(_tagged(str(m.get("displayName") or ""), rid) for rid in going)
+        ]
         if not split and serving:
             yield f"{endpoint.rsplit('/', 1)[-1]}: empty split while {serving} serve"
 
@@ -536,6 +563,20 @@ def pause_only_for_hand_edits(world: World) -> Iterator[str]:
             yield f"deployment {request_id} paused as if by hand; nobody edited {endpoint.rsplit('/', 1)[-1]}"
 
 
+@invariant("cancel-stops-billing", "quiet+30")
+def cancel_stops_billing(world: World) -> Iterator[str]:
+    """Once the faults stop, no model of a cancelled deployment is left on its endpoint (and
+    billing) past 30 quiet minutes: an undeploy is not held behind a call already done."""
+    for request_id in sorted(world.cancelled):
+        if request_id not in world.deployment_store.records:
+            continue
+        for endpoint, model in _deployment_models(world, request_id):
+            yield (
+                f"cancelled deployment {request_id}: model {model['id']} still on "
+                f"{endpoint.rsplit('/', 1)[-1]} 30 quiet minutes after the faults stopped"
+            )
+
+
 @invariant("every-model-followed", "settled")
 def every_model_followed(world: World) -> Iterator[str]:
     """Every model flexjobs deployed is followed by its deployment's record: a DEPLOYED
@@ -549,7 +590,12 @@ def every_model_followed(world: World) -> Iterator[str]:
                 continue
             record = records[owner]
             serving = record.get("serving") or {}
-            known = {record.get("deployedModelId"), serving.get("fallbackDeployedModelId")}
+            floor = serving.get("floor") or {}
+            known = {
+                record.get("deployedModelId"),
+                serving.get("fallbackDeployedModelId"),
+                floor.get("deployedModelId"),
+            }
             if record.get("state") != "DEPLOYED" or model["id"] not in known:
                 yield (
                     f"model {model['id']} ({name}) on {endpoint.rsplit('/', 1)[-1]} is "
@@ -572,10 +618,14 @@ def client_body_kept(world: World) -> Iterator[str]:
         for path, value in expected.items():
             if _at(got, path) != value:
                 yield f"{fact.about}: the job runs with {path}={_at(got, path)!r}, the SDK sent {value!r}"
+    for request_id in sorted(world.new("client-refusals", sorted(world.expected_bodies))):
+        if request_id in world.client_refused:
+            errors = world.client_refused[request_id]
+            yield f"{request_id}, valid as the SDK would send it, was refused by the client: {errors}"
     for request_id in sorted(world.expected_bodies):
         if world.rejections.documents.get(request_id):
             errors = world.rejections.documents[request_id].get("errors")
-            yield f"{request_id}, as the SDK would send it, was refused: {errors}"
+            yield f"{request_id}, valid as the SDK would send it, was refused: {errors}"
 
 
 def _at(body: Any, path: str) -> Any:

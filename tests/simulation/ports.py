@@ -88,7 +88,7 @@ FAULTS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     },
     "endpoints": {
         "deploy": _CREATES,
-        "deploy_fallback": _CREATES,
+        "deploy_on_demand": _CREATES,
         "resize": _CREATES,
         "undeploy": _CREATES,
         "set_traffic": (UNAVAILABLE, TIMEOUT_HAPPENED),
@@ -120,7 +120,7 @@ _UNREACHED: Mapping[str, type[Exception]] = {
 CREATING = {
     ("vertex", "create"),
     ("endpoints", "deploy"),
-    ("endpoints", "deploy_fallback"),
+    ("endpoints", "deploy_on_demand"),
     ("endpoints", "resize"),
     ("endpoints", "undeploy"),
 }

@@ -456,8 +456,8 @@ def admission_setup(world: World, rng: random.Random) -> None:
     from shared.domain.admission.config import Pool, Resource
 
     world.vertex.quota[Resource(HOME, "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)] = 16
-    # The waiting line one read returns at most: 5,000 in Firestore, a few in this scope.
-    world.store.max_waiting = 4
+    # The waiting line of one queue at most: 1,000 in production, a few in this scope.
+    world.bounds[("shared.app.admission", "MAX_WAITING_PER_QUEUE")] = 4
     bodies = [queued(f"b{i}", "team-b", rng.choice((A100, A100_2))) for i in range(1, 7)]
     bodies += [queued(f"a{i}", "team-a", A100_2) for i in (1, 2)]
     bodies.append(queued("a-high", "team-a", A100_4, priority="high"))
@@ -657,13 +657,29 @@ def uploads_setup(world: World, rng: random.Random) -> None:
     world.events += job_faults()
 
 
+# -- clients ------------------------------------------------------------------------------
+
+
+def clients_setup(world: World, rng: random.Random) -> None:
+    """Four SDK jobs submitted through the client library, with knobs drawn per job."""
+    from tests.simulation.clients import sdk_request
+
+    for i in range(1, 5):
+        rid = f"sdk{i}"
+        world.vertex.work[rid] = Work(1200.0, checkpoint_every=600.0)
+        world.events.append(sdk_request(rid, rng))
+    world.events += clock_steps()
+    world.events += job_faults()
+
+
 SCENARIOS: dict[str, Scenario] = {
     "jobs": Scenario("jobs", setup=jobs_setup, quiet_minutes=90),
     "serving": Scenario(
         "serving",
         env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
         setup=serving_setup,
-        quiet_minutes=60,
+        # Past a DeployModel's 2-hour limit: a cancel waits for one whose answer was lost.
+        quiet_minutes=130,
     ),
     "admission": Scenario(
         "admission",
@@ -684,6 +700,12 @@ SCENARIOS: dict[str, Scenario] = {
         quiet_minutes=300,
     ),
     "uploads": Scenario("uploads", setup=uploads_setup, quiet_minutes=90),
+    "clients": Scenario(
+        "clients",
+        env={"FLEXJOBS_ALLOWED_SERVICE_ACCOUNTS": "trainer@p.iam.gserviceaccount.com"},
+        setup=clients_setup,
+        quiet_minutes=60,
+    ),
 }
 
 

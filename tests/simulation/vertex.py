@@ -216,7 +216,7 @@ class Vertex:
             if method == "operation" and args:
                 endpoint = str(args[0]).split("/operations/")[0]
             if region_of(endpoint) in self.down:
-                if method in ("deploy", "deploy_fallback", "resize", "undeploy"):
+                if method in ("deploy", "deploy_on_demand", "resize", "undeploy"):
                     return OutcomeUnknown(f"simulated: {region_of(endpoint)} does not answer")
                 return BackendUnavailable(f"simulated: {region_of(endpoint)} does not answer")
             if method == "set_traffic":
@@ -524,10 +524,10 @@ class Vertex:
     # -- endpoints ----------------------------------------------------------------------------
 
     def _endpoint_call(self, method: str, args: tuple[Any, ...], result: Any) -> None:
-        if method in ("deploy", "deploy_fallback", "resize", "undeploy"):
+        if method in ("deploy", "deploy_on_demand", "resize", "undeploy"):
             call = {
                 "deploy": "DeployModel",
-                "deploy_fallback": "DeployModel",
+                "deploy_on_demand": "DeployModel",
                 "resize": "MutateDeployedModel",
                 "undeploy": "UndeployModel",
             }[method]
@@ -538,8 +538,8 @@ class Vertex:
                 endpoint = str(args[0])
                 tag = None
             detail: dict[str, Any] = {"operation": result, "call": call}
-            if method == "deploy_fallback":
-                detail["displayName"] = args[1].display_name
+            if method in ("deploy", "deploy_on_demand"):
+                detail["displayName"] = args[1]
             if method == "undeploy":
                 detail["deployedModelId"] = args[1]
             self.operations[result] = Operation(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import importlib
 import json
 import random
 import uuid
@@ -200,12 +201,18 @@ class World:
         #: For requests a client built from an SDK job: what the SDK itself would have sent,
         #: by dotted path in the REST body.
         self.expected_bodies: dict[str, dict[str, Any]] = {}
+        #: Requests a client refused before publishing them, with its reasons.
+        self.client_refused: dict[str, list[str]] = {}
         #: The concurrency of each scheduled series (by its requestId template).
         self.series_concurrency: dict[str, str] = {}
         #: Ticks that ran alone, unhurt, to the end (the admission liveness check reads them).
         self.lone_ticks: list[datetime] = []
         self._cursors: dict[str, int] = {}
         self._names: dict[str, int] = {}
+        #: Bounds of the code a small scope lowers to reach them (module, name) -> value,
+        #: set while the run lasts (:meth:`installed`): 1,000 waiting requests per queue is
+        #: no scope to explore, 4 is.
+        self.bounds: dict[tuple[str, str], Any] = {}
         #: The first violation the quiet ticks found (None: none yet), and the always-checks
         #: a calm stretch of time runs after each step (the runner sets them).
         self.failed: Violation | None = None
@@ -266,10 +273,17 @@ class World:
         bootstrap.override(self.intake)
         bootstrap.override_tracker(self.tracker)
         bootstrap.override_uploads(self.uploads)
+        kept = {}
+        for (module, name), value in self.bounds.items():
+            owner = importlib.import_module(module)
+            kept[(module, name)] = getattr(owner, name)
+            setattr(owner, name, value)
         try:
             with seeded_tokens(self.rng):
                 yield self
         finally:
+            for (module, name), value in kept.items():
+                setattr(importlib.import_module(module), name, value)
             self.scheduler.abandon()
             bootstrap.override(None)
             bootstrap.override_tracker(None)

@@ -522,7 +522,9 @@ def test_guards_from_settings():
         max_gpus_per_job=8,
         max_replicas=4,
     )
-    assert Guards.from_settings(settings) == Guards(("gcr.io/p/",), ("a@b",), 8, 4)
+    assert Guards.from_settings(settings) == Guards(
+        ("gcr.io/p/",), ("a@b",), 8, 4, default_location="us-central1"
+    )
 
 
 # --- deployments ------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ mean lives in :class:`shared.app.repository.deployments.DeploymentRecords`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.adapters.firestore.job_store import (
@@ -23,10 +22,15 @@ if TYPE_CHECKING:
     from shared.adapters.firestore.job_store import FirestoreJobStore
 
 DEPLOYMENTS = "deployments"
-#: The records in one state (DEPLOYING to follow the operation, DEPLOYED to follow serving).
-DEPLOYING = Query(DEPLOYMENTS, (("state", "=="),))
-PARKED_DUE = Query(DEPLOYMENTS, (("nextAttemptAt", "<="),))
+#: The records the tick follows: in a state not ended (a single-field ``in``).
+ALIVE = Query(DEPLOYMENTS, (("state", "in"),))
 WITH_OUTBOX = Query(DEPLOYMENTS, (("outboxPending", "=="),))
+ON_ENDPOINT = Query(DEPLOYMENTS, (("endpoint", "=="),))
+ALIVE_STATES = [
+    DeploymentState.ACCEPTED.value,
+    DeploymentState.DEPLOYING.value,
+    DeploymentState.DEPLOYED.value,
+]
 
 
 class FirestoreDeploymentStore:
@@ -63,17 +67,14 @@ class FirestoreDeploymentStore:
         done = transact_document(self._jobs.db, ref, decide, write)
         return None if done is None else done.change
 
-    def deploying(self) -> list[dict[str, Any]]:
-        query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYING.value)
+    def alive(self) -> list[dict[str, Any]]:
+        """Every record not UNDEPLOYED nor FAILED (one single-field ``in`` query)."""
+        query = ALIVE.on(self._jobs.db, ALIVE_STATES)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
-    def deployed(self) -> list[dict[str, Any]]:
-        query = DEPLOYING.on(self._jobs.db, DeploymentState.DEPLOYED.value)
-        return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
-
-    def parked_due(self, now: datetime) -> list[dict[str, Any]]:
-        """Every parked record whose next deployment is due (one single-field range query)."""
-        query = PARKED_DUE.on(self._jobs.db, now)
+    def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
+        """Every record of a deployment on ``endpoint`` (a single-field equality)."""
+        query = ON_ENDPOINT.on(self._jobs.db, endpoint)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def with_outbox(self) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from shared.app.ports import MAX_WAITING, MAX_WATCHERS
+from shared.app.ports import MAX_WATCHERS
 from shared.domain.model import tally as tallies
 from shared.domain.model import watch as watches
 from shared.domain.model.changes import AnyChange, Change, Written
@@ -96,12 +96,13 @@ class Query:
         the single-field ones itself)."""
         return len(self.fields) > 1
 
-    def on(self, db: Any, *values: Any) -> Any:
-        """The query on ``db``, with one value per filter, in order, then its orders."""
+    def on(self, db: Any, *values: Any, ordered: bool = True) -> Any:
+        """The query on ``db``, with one value per filter, in order, then its orders (none
+        when not ``ordered``: a count)."""
         query = db.collection(self.collection)
         for (field, op), value in zip(self.filters, values, strict=True):
             query = query.where(filter=FieldFilter(field, op, value))
-        for field, direction in self.order:
+        for field, direction in self.order if ordered else ():
             query = query.order_by(field, direction=direction)
         return query
 
@@ -114,6 +115,11 @@ DUE = Query(JOBS, (("nextAttemptAt", "<="),))
 WITH_OUTBOX = Query(JOBS, (("outboxPending", "=="),))
 WITH_PENDING_CANCELS = Query(JOBS, (("cancelPending", "=="),))
 WAITING = Query(JOBS, (("admission.stage", "=="),), (("admission.waitingSince", "ASCENDING"),))
+WAITING_IN = Query(
+    JOBS,
+    (("admission.stage", "=="), ("admission.queue", "==")),
+    (("admission.waitingSince", "ASCENDING"),),
+)
 CHANGED = Query(JOBS, ((TOUCHED_AT, ">="),), ((TOUCHED_AT, "ASCENDING"),))
 JOBS_NEWEST = Query(JOBS, (), (("createdAt", "DESCENDING"),))
 
@@ -461,10 +467,19 @@ class FirestoreJobStore:
         ref = self.db.collection(ADMISSION).document(SUMMARY)
         call_firestore("summary write", lambda: ref.set(document))
 
-    def waiting_admission(self) -> list[Stored]:
-        query = WAITING.on(self.db, "WAITING")
-        pages = _pages(query, TICK_FIELDS, most=MAX_WAITING)
+    def waiting_admission(self, queue: str | None = None, most: int = 1) -> list[Stored]:
+        if queue is None:
+            query = WAITING.on(self.db, "WAITING")
+        else:
+            query = WAITING_IN.on(self.db, "WAITING", queue)
+        pages = _pages(query, TICK_FIELDS, most=most)
         return [Stored(d.to_dict() or {}, d.update_time, partial=True) for d in pages]
+
+    def count_waiting(self, queue: str) -> int:
+        # WAITING_IN's filters alone (no order), counted: its composite index serves it.
+        query = WAITING_IN.on(self.db, "WAITING", queue, ordered=False).count(alias="n")
+        result = call_firestore("count", query.get)
+        return int(result[0][0].value)
 
     def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
         # The range's field orders first; each page resumes after the last one's stamp. The

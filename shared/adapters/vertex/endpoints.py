@@ -3,8 +3,8 @@
 ``DeployModel`` is a long-running operation: :meth:`VertexDeploymentBackend.deploy` starts it
 and returns the operation's name without waiting (a deployment takes minutes; the scheduler
 tick follows it with ``GetOperation``). The deployed model's display name carries the request's
-tag (:mod:`shared.domain.decisions.deploy_model`), which :meth:`~VertexDeploymentBackend.find`
-looks for on the endpoint before anything is deployed.
+tag (:mod:`shared.domain.decisions.deploy_model`): the serving machine recognises its models
+on every read by their names (:mod:`shared.domain.serving.rule`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from shared.adapters.vertex.jobs import (
     call_vertex,
     location_of,
 )
-from shared.domain.decisions.deploy_model import OperationStatus, carries_tag, tagged_display_name
+from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.request.message import JobRequest
-from shared.domain.serving.model import Fallback, ObservedEndpoint
+from shared.domain.serving.model import ObservedEndpoint
 from shared.kernel.config import Settings
+from shared.kernel.errors import BackendRejected, EndpointGone
 
 
 def _deployed_model(request: JobRequest) -> Any:
@@ -65,29 +66,24 @@ class VertexDeploymentBackend:
         # An api_core Operation future; its raw operations_pb2.Operation has the name.
         return str(started.operation.name)
 
-    def find(self, endpoint: str, request_id: str) -> str | None:
-        """The id of the deployed model on ``endpoint`` whose display name carries the tag."""
-        client = self._client(endpoint)
-        found = call_vertex(
-            "GetEndpoint",
-            lambda: client.get_endpoint(
-                name=endpoint, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
-            ),
-        )
-        for deployed in found.deployed_models:
-            if carries_tag(deployed.display_name, request_id):
-                return str(deployed.id)
-        return None
+    def deploy(self, request: JobRequest, display_name: str, replicas: int) -> str:
+        """Start DeployModel of the request's Spot model under ``display_name``, with
+        ``replicas`` as its min and required replica count (its max at least as many), and the
+        request's ``trafficSplit``; returns the operation name at once (never waits for it).
 
-    def deploy(self, request: JobRequest) -> str:
-        """Start DeployModel; returns the operation name at once (never waits for it).
-
-        Never retried in-process: a DeployModel that timed out may have started, and only the
-        redelivery's :meth:`find` can tell.
+        Never retried in-process: a DeployModel that timed out may have started, and only a
+        later read of the endpoint can tell.
         """
+        from google.cloud.aiplatform_v1.types import DedicatedResources
+
         endpoint = str(request.spec["endpoint"])
         deployed = _deployed_model(request)
-        deployed.display_name = tagged_display_name(deployed.display_name, request.request_id)
+        deployed.display_name = display_name
+        resources = deployed.dedicated_resources or DedicatedResources()
+        resources.min_replica_count = replicas
+        resources.required_replica_count = replicas
+        resources.max_replica_count = max(resources.max_replica_count, replicas)
+        deployed.dedicated_resources = resources
         split = request.spec.get("trafficSplit") or {}
         return self._start(
             "DeployModel",
@@ -103,13 +99,22 @@ class VertexDeploymentBackend:
         :meth:`ObservedEndpoint.from_json`. Enums are written by name, as the REST API writes
         them (proto-plus writes them as integers by default, and an accelerator type read as
         a number would be lost, so the fallback copied from the read would have no GPU)."""
+        from google.api_core import exceptions as gexc
+
         client = self._client(endpoint)
-        found = call_vertex(
-            "GetEndpoint",
-            lambda: client.get_endpoint(
-                name=endpoint, retry=IDEMPOTENT_RETRY, timeout=self._settings.call_timeout_seconds
-            ),
-        )
+        try:
+            found = call_vertex(
+                "GetEndpoint",
+                lambda: client.get_endpoint(
+                    name=endpoint,
+                    retry=IDEMPOTENT_RETRY,
+                    timeout=self._settings.call_timeout_seconds,
+                ),
+            )
+        except BackendRejected as exc:
+            if isinstance(exc.__cause__, gexc.NotFound):
+                raise EndpointGone(f"{endpoint}: {exc}") from exc
+            raise
         text = type(found).to_json(found, use_integers_for_enums=False)
         return ObservedEndpoint.from_json(json.loads(text))
 
@@ -140,36 +145,34 @@ class VertexDeploymentBackend:
             name=name, done=True, deployed_model_id=str(response.deployed_model.id) or None
         )
 
-    def deploy_fallback(
-        self, endpoint: str, fallback: Fallback, template: Mapping[str, Any] | None = None
+    def deploy_on_demand(
+        self,
+        endpoint: str,
+        display_name: str,
+        replicas: int,
+        template: Mapping[str, Any],
     ) -> str:
-        """Start DeployModel of the on-demand fallback: the Spot model's model and machine (and,
-        from ``template``, the deployment's requested ``deployedModel``, the rest of it),
-        ``dedicatedResources.spot = false``, ``fallback.replicas`` as its min, max and
-        required replica count, and an empty ``traffic_split`` ("If this field is empty,
+        """Start DeployModel of an on-demand model (a warm floor, or a fallback): the
+        deployment's requested ``deployedModel`` (its model, machine, service account,
+        logging, autoscaling: ``template``, validated at intake) with
+        ``dedicatedResources.spot = false``, ``replicas`` as its min, max and required replica
+        count, its own display name, and an empty ``traffic_split`` ("If this field is empty,
         then the Endpoint's trafficSplit is not updated": no traffic to it yet).
 
         Never retried in-process, like every creating call.
         """
-        from google.cloud.aiplatform_v1.types import DedicatedResources, DeployedModel, MachineSpec
+        from google.cloud.aiplatform_v1.types import DedicatedResources, DeployedModel
 
-        machine = MachineSpec(machine_type=fallback.machine.machine_type)
-        if fallback.machine.accelerator_type:
-            machine.accelerator_type = fallback.machine.accelerator_type  # type: ignore[assignment]
-            machine.accelerator_count = fallback.machine.accelerator_count
-        # The deployment's own DeployedModel as requested (validated at intake) is the
-        # template: the fallback runs as the Spot model does (its service account, logging,
-        # autoscaling), on demand, sized to the deficit, under its own name.
-        deployed = DeployedModel.from_json(json.dumps(dict(template or {})))
+        deployed = DeployedModel.from_json(json.dumps(dict(template)))
         deployed.id = ""
-        deployed.model = fallback.model
-        deployed.display_name = fallback.display_name
+        deployed.display_name = display_name
+        asked = deployed.dedicated_resources
         deployed.dedicated_resources = DedicatedResources(
-            machine_spec=machine,
-            min_replica_count=fallback.replicas,
-            max_replica_count=fallback.replicas,
-            required_replica_count=fallback.replicas,
-            autoscaling_metric_specs=deployed.dedicated_resources.autoscaling_metric_specs,
+            machine_spec=asked.machine_spec,
+            min_replica_count=replicas,
+            max_replica_count=replicas,
+            required_replica_count=replicas,
+            autoscaling_metric_specs=asked.autoscaling_metric_specs,
             spot=False,
         )
         return self._start(

@@ -9,7 +9,7 @@ decided here by the domain's pure functions, once for Firestore and the in-memor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +25,6 @@ from shared.domain.admission.ledger import (
     healed,
     released,
 )
-from shared.domain.admission.quota import Ceiling
 from shared.domain.admission.rule import Workload
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
@@ -202,16 +201,18 @@ class JobRecords:
         now: datetime,
         ttl_seconds: float,
         known: Stored | None = None,
+        *,
+        location: str | None = None,
     ) -> Claimed | None:
-        """Claim the submission of ``attempt``; None when it may not be (see
-        :func:`~shared.domain.decisions.submissions.submission_claimable`). The claim is ``fresh``
-        when no delivery claimed this attempt before
+        """Claim the submission of ``attempt`` in ``location`` (the plan's region); None when
+        it may not be (see :func:`~shared.domain.decisions.submissions.submission_claimable`).
+        The claim is ``fresh`` when no delivery claimed this attempt before
         (:func:`~shared.domain.decisions.submissions.first_claim_of`)."""
         token, claim = new_claim(now, ttl_seconds, attempt)
         first: list[bool] = []
 
         def decide(current: JobRecord) -> Change | None:
-            if not submission_claimable(current, attempt, now):
+            if not submission_claimable(current, attempt, now, location):
                 return None
             first[:] = [first_claim_of(current, attempt)]
             return _same(current, {"claim": claim, "updatedAt": now})
@@ -340,9 +341,14 @@ class AdmissionRecords:
         """Write what operators see (:func:`~shared.domain.admission.summary.summarise`)."""
         self.store.write_admission_summary(document)
 
-    def waiting(self) -> list[JobRecord]:
-        """The records waiting for admission, oldest first (partial: decide on none)."""
-        return [_decoded(s) for s in self.store.waiting_admission()]
+    def waiting(self, queue: str | None, most: int) -> list[JobRecord]:
+        """The records waiting for admission in ``queue`` (None: in any), oldest first, at
+        most ``most`` (partial: decide on none)."""
+        return [_decoded(s) for s in self.store.waiting_admission(queue, most)]
+
+    def count_waiting(self, queue: str) -> int:
+        """How many records wait for admission in ``queue``."""
+        return self.store.count_waiting(queue)
 
     def enter(
         self, request: JobRequest, admission: Mapping[str, Any], now: datetime
@@ -357,9 +363,10 @@ class AdmissionRecords:
         }
         return self.store.create(request.request_id, record)
 
-    def admit(self, workload: Workload, queues: Queues, now: datetime) -> bool:
+    def admit(self, workload: Workload, queues: Queues, now: datetime, *, reading: bool) -> bool:
         """Admit ``workload`` if it still waits and still fits what the ledger holds now
-        (decided on a fresh read of both); True when admitted."""
+        (decided on a fresh read of both); True when admitted. ``reading``: the quota is
+        read from Cloud Quotas (a resource never asked is not admitted on)."""
 
         def decide(
             raw: dict[str, Any] | None, record: dict[str, Any] | None
@@ -367,7 +374,7 @@ class AdmissionRecords:
             if record is None:
                 return None
             ledger = Ledger.decode(raw).with_decay(now, queues.half_life_seconds)
-            ceiling = Ceiling.of(queues, ledger.observed)
+            ceiling = ledger.ceiling(queues, reading=reading)
             made = admit_one(ledger, queues, workload, record, ceiling=ceiling, now=now)
             if made is None:
                 return None
@@ -411,17 +418,24 @@ class AdmissionRecords:
         return self.store.transact_ledger(None, decide)
 
     def observe_quota(
-        self, observed: Mapping[Resource, int], unreadable: str | None, now: datetime
+        self,
+        read: Mapping[Resource, int],
+        asked: Collection[Resource],
+        unreadable: str | None,
+        now: datetime,
     ) -> None:
-        """Cache the quota limits read from the Cloud Quotas API (or why they could not be),
-        for every admission until the next read."""
+        """Cache the quota limits of ``asked`` as read from the Cloud Quotas API (``read``),
+        or why they could not be (``unreadable``: the limits read before stay), for every
+        admission until the next read (:meth:`Ledger.with_limits`)."""
 
         def decide(
             raw: dict[str, Any] | None, _record: dict[str, Any] | None
         ) -> tuple[dict[str, Any] | None, Change | None] | None:
             ledger = Ledger.decode(raw)
-            kept = ledger.observed if unreadable is not None else observed
-            after = ledger.replace(observed=kept, observed_at=now, unreadable=unreadable)
+            if unreadable is not None:
+                after = ledger.replace(observed_at=now, unreadable=unreadable)
+            else:
+                after = ledger.with_limits(read, asked, now)
             return after.to_dict(), None
 
         self.store.transact_ledger(None, decide)

@@ -33,7 +33,12 @@ from shared.domain.decisions.recovery import (
     failed,
     parked,
 )
-from shared.domain.decisions.submissions import next_placement, refused_away, region_chosen
+from shared.domain.decisions.submissions import (
+    next_placement,
+    refused_away,
+    region_chosen,
+    unanswered_away,
+)
 from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_CLAIM, LABEL_REQUEST, label_value, labels_for
 from shared.domain.model.records import JobRecord
@@ -43,7 +48,7 @@ from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
 from shared.domain.request.auto_regions import RegionOptions
 from shared.domain.request.message import JobRequest
-from shared.kernel.errors import BackendRejected, QuotaExhausted
+from shared.kernel.errors import BackendRejected, BackendUnavailable, QuotaExhausted
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger
 
@@ -237,8 +242,7 @@ def submit_attempt(
         return taken
 
     def find() -> VertexJob | None:
-        found = backend.find(labels[LABEL_REQUEST], plan.attempt, plan.location, request.kind)
-        return adoptable(found)
+        return _find(ports, request, labels[LABEL_REQUEST], plan)
 
     def create() -> VertexJob:
         body = attempt_spec(
@@ -316,7 +320,29 @@ def submit_attempt(
         release(token)
         return Outcome.PARKED
 
-    return create_once(Creation(take, find, create, record, release, refused, park))
+    try:
+        return create_once(Creation(take, find, create, record, release, refused, park))
+    except _GivenUp:
+        return Outcome.PARKED
+
+
+class _GivenUp(Exception):
+    """The attempt was given up in a region that did not answer (its next one is due)."""
+
+
+def _find(
+    ports: AttemptPorts, request: JobRequest, label: str, plan: AttemptPlan
+) -> VertexJob | None:
+    """The attempt's job an earlier delivery made, looked up by its labels where the plan
+    runs it. A takeover that cannot even look it up there (the region answered neither its
+    create nor this lookup) gives the attempt up, when it is away from home."""
+    try:
+        found = ports.backend.find(label, plan.attempt, plan.location, request.kind)
+    except BackendUnavailable as exc:
+        if _given_up_away(ports, request.request_id, plan, exc):
+            raise _GivenUp from exc
+        raise
+    return adoptable(found)
 
 
 def submit_due(
@@ -344,7 +370,7 @@ def submit_due(
         # None: not due, or another delivery is submitting it.
         now = ports.clock()
         return ports.store.claim_retry(
-            request_id, attempt, now, settings.claim_ttl_seconds, claimed_on
+            request_id, attempt, now, settings.claim_ttl_seconds, claimed_on, location=plan.location
         )
 
     return submit_attempt(request, plan, claim, ports)
@@ -395,6 +421,20 @@ def _job_fields(job: VertexJob, plan: AttemptPlan | None = None) -> dict[str, An
     if plan is not None:
         fields.update(strategy=plan.strategy, location=plan.location)
     return {"fields": fields}
+
+
+def _given_up_away(ports: AttemptPorts, request_id: str, plan: AttemptPlan, exc: Exception) -> bool:
+    """Whether the attempt was given up in the region it moved to, which answered neither its
+    create nor this lookup (:func:`~shared.domain.decisions.submissions.unanswered_away`);
+    False when it is not away from home, and the fault is raised as it always was."""
+    now = ports.clock()
+    change = ports.store.apply(
+        request_id, lambda rec: unanswered_away(rec, plan.attempt, plan.location, str(exc), now)
+    )
+    if change is None:
+        return False
+    log.warning(f"attempt {plan.attempt} given up in {plan.location}: it does not answer")
+    return True
 
 
 def _sent_home(ports: AttemptPorts, request_id: str, plan: AttemptPlan, exc: Exception) -> bool:

@@ -162,11 +162,16 @@ class Ledger:
     observed_at: datetime | None = None
     # Why the last read of the Cloud Quotas API failed (None: it did not).
     unreadable: str | None = None
+    # Every resource asked of the Cloud Quotas API, by this read or an earlier one: one asked
+    # and absent from ``observed`` has no limit there; one never asked has a limit not known
+    # yet (:meth:`ceiling`).
+    asked: frozenset[Resource] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "held", MappingProxyType(dict(self.held)))
         object.__setattr__(self, "decayed", MappingProxyType(dict(self.decayed)))
         object.__setattr__(self, "observed", MappingProxyType(dict(self.observed)))
+        object.__setattr__(self, "asked", frozenset(self.asked))
 
     def replace(self, **changes: Any) -> Ledger:
         return dataclasses.replace(self, **changes)
@@ -199,6 +204,7 @@ class Ledger:
             demand_from_list(raw.get("observed"), limit=MAX_OBSERVED, least=0),
             seen_at if isinstance(seen_at, datetime) else None,
             unreadable if isinstance(unreadable, str) else None,
+            frozenset(demand_from_list(raw.get("asked"), limit=MAX_OBSERVED, least=0)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,7 +218,31 @@ class Ledger:
             "observed": demand_to_list(self.observed),
             "observedAt": self.observed_at,
             "quotaUnreadable": self.unreadable,
+            "asked": demand_to_list(dict.fromkeys(self.asked, 0)),
         }
+
+    def ceiling(self, queues: Queues, *, reading: bool) -> Ceiling:
+        """The project's quota as admission weighs it: the limits read, else the queue
+        file's; with quota reads on (``reading``), a resource never asked has a limit not
+        known yet, and nothing is admitted on it until it is read."""
+        return Ceiling.of(queues, self.observed, self.asked if reading else None)
+
+    def with_limits(
+        self, read: Mapping[Resource, int], asked: Collection[Resource], now: datetime
+    ) -> Ledger:
+        """The ledger after one read of ``asked``'s limits (``read``: those it reported):
+        what earlier reads learned of the resources not asked now is kept, so a resource that
+        comes back into use is never without its ceiling; at most :data:`MAX_OBSERVED` each,
+        the ones just asked first."""
+        fresh = set(asked)
+        kept = [r for r in sorted(self.asked) if r not in fresh]
+        known = [*sorted(fresh), *kept][:MAX_OBSERVED]
+        limits = {r: n for r, n in self.observed.items() if r not in fresh}
+        limits.update(read)
+        observed = {r: limits[r] for r in known if r in limits}
+        return self.replace(
+            observed=observed, observed_at=now, unreadable=None, asked=frozenset(known)
+        )
 
     def size_bytes(self) -> int:
         """The stored form's size as compact UTF-8 JSON (times as their ISO text)."""

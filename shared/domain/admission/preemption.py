@@ -6,7 +6,8 @@ The rule:
 - Only a queue whose ``preemption`` allows it preempts: ``withinQueue``, its own running jobs;
   ``withinCohort``, jobs of the other queues of its cohort that borrow the resource it needs
   (they hold more than their nominal: Kueue's ``reclaimWithinCohort``, what was lent is taken
-  back; a queue within its nominal is never preempted by another).
+  back; a queue within its nominal is never preempted by another). Whether a queue still
+  borrows is asked again before each victim, on the usage the victims chosen before it left.
 - Only a job of a lower priority is ever a victim, and only one that holds a resource the
   waiting workload asks for.
 - A job with no complete checkpoint is never a victim unless its own queue says
@@ -74,6 +75,10 @@ def choose_victims(
     )
     chosen: list[Running] = []
     for job in candidates:
+        # Asked again after each victim: a queue that borrowed is reclaimed only while it
+        # still borrows, never below its own nominal by the victims chosen before this one.
+        if not _may_preempt(queues, usage, queue, workload, job):
+            continue
         chosen.append(job)
         add(usage, job.queue, job.demand, -1)
         if not shortfalls(queues, usage, standing.ceiling, queue, workload.demand):

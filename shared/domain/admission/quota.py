@@ -37,11 +37,13 @@ _EMPTY: Final[Mapping[Resource, int]] = MappingProxyType({})
 
 
 class Limit(StrEnum):
-    """Which of the three limits a demand is short of."""
+    """Which of the three limits a demand is short of (``unread``: the project's quota of the
+    resource is not known yet: it was never asked of the quota system)."""
 
     QUEUE = "queue"
     COHORT = "cohort"
     PROJECT = "project"
+    UNREAD = "unread"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Shortfall:
     need: int
 
     def __str__(self) -> str:
+        if self.limit is Limit.UNREAD:
+            return f"the project's quota of {self.resource} is not read yet"
         return f"{self.limit.value} quota of {self.resource}: {self.free} free, {self.need} needed"
 
 
@@ -74,6 +78,10 @@ class Ceiling:
 
     limits: Mapping[Resource, int] = field(default_factory=dict)
     configured: frozenset[Resource] = frozenset()
+    #: The resources whose limit is known (read, or the file's): with quota reads on, any
+    #: other has a limit nobody asked for yet, which no admission may run past. None: the
+    #: quota is not read at all (the file's ``projectQuota`` is the only ceiling).
+    known: frozenset[Resource] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "limits", MappingProxyType(dict(self.limits)))
@@ -81,12 +89,24 @@ class Ceiling:
     def limit(self, resource: Resource) -> int | None:
         return self.limits.get(resource)
 
+    def unread(self, resource: Resource) -> bool:
+        """True when ``resource``'s limit was never asked of the quota system (so it is not
+        known whether it has one, nor how low it is)."""
+        return self.known is not None and resource not in self.known
+
     @classmethod
-    def of(cls, queues: Queues, observed: Mapping[Resource, int | None]) -> Ceiling:
-        """The ceiling from the quota limits read (None: not readable) and the file's."""
+    def of(
+        cls,
+        queues: Queues,
+        observed: Mapping[Resource, int | None],
+        asked: Iterable[Resource] | None = None,
+    ) -> Ceiling:
+        """The ceiling from the quota limits read (None: not readable) and the file's;
+        ``asked``: every resource asked of the quota system (None: it is never read)."""
         limits = {r: v for r, v in observed.items() if v is not None}
         fallback = {r: v for r, v in queues.project_quota.items() if r not in limits}
-        return cls({**limits, **fallback}, frozenset(fallback))
+        known = None if asked is None else frozenset({*asked, *limits, *fallback})
+        return cls({**limits, **fallback}, frozenset(fallback), known)
 
 
 def usage_of(held: Iterable[tuple[str, Demand]]) -> dict[str, dict[Resource, int]]:
@@ -130,6 +150,9 @@ def shortfalls(
             continue
         if not queue.unbounded:
             out.extend(_queue_and_cohort(queues, usage, queue, resource, need))
+        if ceiling.unread(resource):
+            out.append(Shortfall(resource, Limit.UNREAD, 0, need))
+            continue
         limit = ceiling.limit(resource)
         if limit is not None:
             free = limit - sum(held.get(resource, 0) for held in usage.values())

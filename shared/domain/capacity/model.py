@@ -95,6 +95,8 @@ class AttemptOutcome:
     attempt given up while queued). ``lost_seconds`` is its running time no complete
     checkpoint saved (``workLostSeconds``). ``location`` is the region it ran in (None on an
     attempt recorded before attempts named one: the request's location).
+    ``transfer_seconds`` is the time it spent reading its checkpoint from another region
+    before it made progress (none saved, like its restart overhead).
     """
 
     strategy: str
@@ -103,6 +105,7 @@ class AttemptOutcome:
     queued_seconds: float = 0.0
     lost_seconds: float = 0.0
     location: str | None = None
+    transfer_seconds: float = 0.0
 
     @classmethod
     def from_attempt(cls, doc: Mapping[str, Any]) -> AttemptOutcome:
@@ -113,7 +116,7 @@ class AttemptOutcome:
             ...                              "runningSeconds": 3600, "workLostSeconds": 600,
             ...                              "location": "us-east1"})
             AttemptOutcome(strategy='SPOT', failure='preempted', running_seconds=3600.0, \
-queued_seconds=0.0, lost_seconds=600.0, location='us-east1')
+queued_seconds=0.0, lost_seconds=600.0, location='us-east1', transfer_seconds=0.0)
         """
         failure = doc.get("errorClass")
         location = doc.get("location")

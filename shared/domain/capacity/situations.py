@@ -17,11 +17,13 @@ from shared.domain.capacity.model import (
     Situation,
     Tuning,
 )
+from shared.domain.capacity.regions import CROSS_REGION_SECONDS_PER_GB, DEFAULT_CHECKPOINT_GB
 from shared.domain.capacity.rule import decide
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import CAPACITY, PREEMPTION, Backoff, Budgets
+from shared.domain.request.auto_regions import RegionOptions
 from shared.domain.request.deadlines import DeadlineOptions
 
 # --- the lifecycle's questions -----------------------------------------------------------------
@@ -79,7 +81,8 @@ def remaining_work(
 
     With ``totalSteps`` the record's ``progress`` (checkpoint step / total) says it exactly.
     Without, it is inferred from the attempts: each saved its running time less the work it
-    lost and its restart overhead.
+    lost, its restart overhead, and the time it spent reading its checkpoint across regions
+    (which saved nothing either).
 
     Examples:
         >>> from datetime import UTC
@@ -88,13 +91,16 @@ def remaining_work(
         27000.0
         >>> remaining_work(options, None, (AttemptOutcome("SPOT", "preempted", 7800, 0, 1200),))
         30000.0
+        >>> moved = AttemptOutcome("SPOT", "preempted", 7800, 0, 1200, "us-east1", 800)
+        >>> remaining_work(options, None, (moved,))
+        30800.0
     """
     work = float(options.work_seconds)
     if progress is not None:
         return work * (1.0 - min(1.0, max(0.0, progress)))
     overhead = options.restart_overhead_seconds
     saved = sum(
-        max(0.0, a.running_seconds - a.lost_seconds - float(overhead))
+        max(0.0, a.running_seconds - a.lost_seconds - float(overhead) - a.transfer_seconds)
         for a in history
         if a.running_seconds > 0
     )
@@ -144,7 +150,7 @@ def situation_from_record(
     options = DeadlineOptions.read(record.options)
     if options is None:
         return None
-    history = tuple(AttemptOutcome.from_attempt(a) for a in attempts)
+    history = tuple(_with_transfer(AttemptOutcome.from_attempt(a), a, record) for a in attempts)
     return Situation(
         now=now,
         deadline=options.deadline,
@@ -162,6 +168,20 @@ def situation_from_record(
         tuning=tuning,
         retry_delay_seconds=retry_delay(backoff, record.retries),
     )
+
+
+def _with_transfer(
+    outcome: AttemptOutcome, attempt: Mapping[str, Any], record: JobRecord
+) -> AttemptOutcome:
+    """``outcome`` with the time its attempt spent reading its checkpoint across regions: an
+    attempt that resumed (``resumedFrom``) in a region other than the checkpoint's (the
+    record's home) read ``checkpointSizeGb`` at :data:`CROSS_REGION_SECONDS_PER_GB` first."""
+    home = record.home
+    where = outcome.location
+    if not attempt.get("resumedFrom") or home is None or where is None or where == home:
+        return outcome
+    gb = RegionOptions.read(record.options).checkpoint_gb or DEFAULT_CHECKPOINT_GB
+    return replace(outcome, transfer_seconds=gb * CROSS_REGION_SECONDS_PER_GB)
 
 
 def situation_for_first_attempt(

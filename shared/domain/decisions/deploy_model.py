@@ -19,8 +19,8 @@ nothing that names the request.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared.domain.decisions.submissions import MAX_NOTIFIED, notification
@@ -30,6 +30,7 @@ from shared.domain.model.kinds import DEPLOY_MODEL
 from shared.domain.model.states import DeploymentState
 from shared.domain.model.values import clip
 from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
+from shared.domain.serving.model import CallKind, Phase, ServingState
 
 if TYPE_CHECKING:
     from shared.domain.model.records import DeploymentRecord
@@ -154,113 +155,9 @@ def observe_operation(
     return DeploymentChange(with_notice(record, deployed, DeploymentState.DEPLOYED.value, None))
 
 
-def deploy_failed(record: DeploymentRecord, reason: str, now: datetime) -> DeploymentChange | None:
-    """The fields that make a deployment FAILED for good, or None when it already ended.
-
-    A deployment that reached DEPLOYED or FAILED keeps it: a late refusal (a redelivery whose
-    lookup failed) never overwrites the outcome.
-    """
-    if record.state.terminal:
-        return None
-    fields = {
-        "state": DeploymentState.FAILED.value,
-        "reason": clip(reason),
-        "updatedAt": now,
-        "endedAt": now,
-    }
-    fields = with_notice(record, fields, DeploymentState.FAILED.value, reason)
-    return DeploymentChange(fields, deletes=("claim", "nextAttemptAt"))
-
-
-#: The flags a cancel and a resume leave on a deployment's record for the tick, which acts on
-#: them from its next fresh read of the endpoint (shared.app.repository.deployments).
-UNDEPLOY_REQUESTED = "undeployRequested"
-RESUME_REQUESTED = "resumeRequested"
-
-
-def undeploy_asked(record: DeploymentRecord, now: datetime) -> DeploymentChange | None:
-    """A cancel of a deployment that is deploying or deployed: the tick takes it down (its
-    fallback first). None when it already ended, or was already asked."""
-    if record.state not in (DeploymentState.DEPLOYING, DeploymentState.DEPLOYED):
-        return None
-    if record.undeploy_requested:
-        return None
-    return DeploymentChange({UNDEPLOY_REQUESTED: True, "updatedAt": now})
-
-
-def undeployed_before_deploying(record: DeploymentRecord, now: datetime) -> DeploymentChange | None:
-    """A cancel of a deployment that never started deploying (parked for quota, or whose
-    delivery died before its DeployModel was recorded, and nothing carries its tag on the
-    endpoint): UNDEPLOYED, with its notification. None when it moved on meanwhile."""
-    if record.state is not DeploymentState.ACCEPTED or record.operation:
-        return None
-    reason = "cancelled before it was deployed"
-    fields = {
-        "state": DeploymentState.UNDEPLOYED.value,
-        "reason": reason,
-        "updatedAt": now,
-        "endedAt": now,
-        "nextAttemptAt": None,
-    }
-    fields = with_notice(record, fields, DeploymentState.UNDEPLOYED.value, reason)
-    return DeploymentChange(fields, deletes=("claim",))
-
-
-def resume_asked(record: DeploymentRecord, now: datetime) -> DeploymentChange | None:
-    """A resume of a deployed deployment: the tick follows it again if it is paused."""
-    if record.state is not DeploymentState.DEPLOYED:
-        return None
-    return DeploymentChange({RESUME_REQUESTED: True, "updatedAt": now})
-
-
-def deployment_settled(record: DeploymentRecord) -> bool:
-    """A deployment record is past its claim once it has an operation or a deployed model."""
-    return record.state is not DeploymentState.ACCEPTED or bool(
-        record.operation or record.deployed_model_id
-    )
-
-
-def deploy_parked(
-    record: DeploymentRecord, now: datetime, delay_seconds: float, detail: str
-) -> DeploymentChange | None:
-    """The fields that park a deployment Vertex refused for quota, or None when settled.
-
-    The record stays ACCEPTED with ``reason`` ``quota``; the tick deploys it again once
-    ``nextAttemptAt`` is due (its claim is dropped, so that delivery takes it over).
-    """
-    if deployment_settled(record):
-        return None
-    fields = {
-        "reason": "quota",
-        "quotaDetail": clip(detail),
-        "quotaRetries": record.quota_retries + 1,
-        "nextAttemptAt": now + timedelta(seconds=delay_seconds),
-        "updatedAt": now,
-    }
-    return DeploymentChange(fields, deletes=("claim",))
-
-
-def deploy_recorded(record: DeploymentRecord, fields: dict[str, Any]) -> DeploymentChange | None:
-    """Record what the claim's delivery started (an operation) or found (a deployed model):
-    the claim is done, and a parked deployment no longer waits. None when a redelivery that
-    found the same deployment recorded it first."""
-    if deployment_settled(record):
-        return None
-    if fields.get("state") == DeploymentState.DEPLOYED.value:
-        # Adopted: the model was on the endpoint already; DEPLOYED is owed as if observed.
-        fields = with_notice(record, fields, DeploymentState.DEPLOYED.value, "adopted")
-    return DeploymentChange({**fields, "nextAttemptAt": None, "reason": None}, deletes=("claim",))
-
-
-def claim_released(record: DeploymentRecord, token: str, now: datetime) -> DeploymentChange | None:
-    """Drop the claim ``token`` holds, if it still holds it."""
-    if record.claim is None or record.claim.token != token:
-        return None
-    return DeploymentChange({"updatedAt": now}, deletes=("claim",))
-
-
-def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:
-    """The record of a ``deployModel`` request just claimed (state ACCEPTED)."""
+def new_deployment(request: JobRequest, state: ServingState, now: datetime) -> dict[str, Any]:
+    """The record of a ``deployModel`` request accepted (state ACCEPTED): its whole serving
+    state (the machine's, :mod:`shared.domain.serving.rule`) starts deploying."""
     spec = request.spec
     deployed = spec.get("deployedModel") or {}
     resources = deployed.get("dedicatedResources") or {}
@@ -276,6 +173,57 @@ def new_deployment(request: JobRequest, now: datetime) -> dict[str, Any]:
         "deployedModelId": None,
         # JSON text, like the jobs' request: Firestore cannot hold arrays of arrays.
         "request": json.dumps(spec, sort_keys=True),
+        "serving": state.to_dict(),
         "createdAt": now,
         "updatedAt": now,
     }
+
+
+def projected(
+    record: DeploymentRecord,
+    state: ServingState,
+    now: datetime,
+    notices: tuple[tuple[str, str | None], ...] = (),
+) -> DeploymentChange:
+    """The write of ``state`` on ``record``, with what the contract's record fields say of it
+    (``state``, ``deployedModelId``, ``operation``, ``reason``, ``deployedAt``, ``endedAt``),
+    and the notifications it owes (state, reason) queued in its outbox, in the same write."""
+    fields: dict[str, Any] = {"serving": state.to_dict(), "updatedAt": now}
+    phase = state.phase
+    call = state.call
+    if phase is Phase.FAILED:
+        top = DeploymentState.FAILED
+    elif phase is Phase.UNDEPLOYED:
+        top = DeploymentState.UNDEPLOYED
+    elif state.spot.id is not None and phase is not Phase.DEPLOYING:
+        top = DeploymentState.DEPLOYED
+    elif call is not None and call.kind is CallKind.DEPLOY_SPOT and call.operation:
+        top = DeploymentState.DEPLOYING
+    else:
+        top = DeploymentState.ACCEPTED
+    fields["state"] = top.value
+    if state.spot.id is not None and record.deployed_model_id != state.spot.id:
+        fields["deployedModelId"] = state.spot.id
+        fields["deployedAt"] = now
+    if call is not None and call.kind is CallKind.DEPLOY_SPOT and call.operation:
+        fields["operation"] = call.operation
+    if top is DeploymentState.ACCEPTED and state.retry_at is not None:
+        fields["reason"] = "quota"
+    elif phase is Phase.FAILED:
+        last = state.history[-1].cause if state.history else "refused"
+        fields["reason"] = clip(last)
+    elif phase is Phase.UNDEPLOYED:
+        fields["reason"] = "undeployed on request"
+    if top.terminal and top is not DeploymentState.DEPLOYED and record.state is not top:
+        fields["endedAt"] = now
+    for notice, reason in notices:
+        fields = with_notice(_with(record, fields), fields, notice, reason)
+    return DeploymentChange(fields)
+
+
+def _with(record: DeploymentRecord, fields: dict[str, Any]) -> DeploymentRecord:
+    """``record`` with the outbox ``fields`` holds so far (two notices in one write)."""
+    outbox = fields.get("outbox")
+    if not isinstance(outbox, list):
+        return record
+    return replace(record, outbox=tuple(outbox))

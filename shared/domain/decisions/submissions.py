@@ -314,16 +314,23 @@ def pending_attempt(current: JobRecord) -> int | None:
     return None
 
 
-def submission_claimable(current: JobRecord, attempt: int, now: datetime) -> bool:
+def submission_claimable(
+    current: JobRecord, attempt: int, now: datetime, location: str | None = None
+) -> bool:
     """May a delivery claim the submission of ``attempt`` (a retry or a parked attempt) now?
 
     Only when that attempt is the one waiting, it is due, no cancel was asked for, it is not
     waiting for admission (only an admission makes it due), and no live claim holds it (a
-    create whose outcome is unknown keeps its claim until it expires).
+    create whose outcome is unknown keeps its claim until it expires). With ``location`` (the
+    region the delivery planned it in), only when the record has not recorded another region
+    for it since: a plan made on a read taken before a refusal sent the attempt home would
+    create in the region that refused it.
     """
     due = current.next_attempt_at
+    recorded = current.chosen_location(attempt)
     return (
-        pending_attempt(current) == attempt
+        (location is None or recorded is None or recorded == location)
+        and pending_attempt(current) == attempt
         and not current.cancel_requested
         and not current.awaiting_admission
         and (due is None or due <= now)
@@ -550,6 +557,77 @@ def refused_away(
         "updatedAt": now,
     }
     return Change(state=record.state, record=fields)
+
+
+#: Why an attempt given up in a region that did not answer ended (its attempt's ``errorClass``).
+UNANSWERED = "unanswered"
+
+
+def unanswered_away(
+    record: JobRecord, attempt: int, location: str, detail: str, now: datetime
+) -> Change | None:
+    """Give ``attempt`` up in the region the region rule moved it to, once that region has
+    not answered a create and then a lookup (its create timed out, the claim expired, and
+    the delivery that took it over could not look it up there): the next attempt goes back
+    to the request's location, due at once, charged to no budget. Waiting for the region
+    would spend the deadline's slack on a region that may never answer.
+
+    Attempt ``attempt`` itself is not made again at home: its create may have happened in
+    the region that does not answer, and two jobs must never run one attempt. It ends
+    (``errorClass`` ``unanswered``) with no job; a job it made there is a stray of the
+    request, found by the tick's listing of every location used once the region answers,
+    and cancelled. None unless the attempt is a retry recorded for ``location``, away from
+    the request's location, with no cancel asked.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> now = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> record = JobRecord.decode({"state": "RETRYING", "attempt": 1,
+        ...     "location": "us-east1", "baseLocation": "us-east1",
+        ...     "regionChoice": {"attempt": 2, "location": "us-west1"}})
+        >>> change = unanswered_away(record, 2, "us-west1", "timed out", now)
+        >>> change.record["attempt"], change.record["regionChoice"]["location"]
+        (2, 'us-east1')
+        >>> change.record["regionChoice"]["attempt"], change.attempt["errorClass"]
+        (3, 'unanswered')
+        >>> unanswered_away(record, 2, "us-east1", "timed out", now) is None
+        True
+    """
+    home = record.home
+    if home is None or location == home or record.chosen_location(attempt) != location:
+        return None
+    if record.state is not JobState.RETRYING or record.cancel_requested:
+        return None
+    if pending_attempt(record) != attempt:
+        return None
+    reason = clip(f"attempt {attempt} given up in {location}, which did not answer: {detail}")
+    held = record.claim
+    fields = {
+        "attempt": attempt,
+        "regionChoice": {
+            "attempt": attempt + 1,
+            "location": home,
+            "reason": clip(f"{location} did not answer, back to {home}", 500),
+            "at": now,
+        },
+        "regionsRefused": list(dict.fromkeys((*record.regions_refused, location)))[
+            -MAX_REGIONS_REFUSED:
+        ],
+        "locationsUsed": with_location(record, location),
+        "nextAttemptAt": now,
+        "claim": {"token": held.token if held else None, "expiresAt": now, "attempt": attempt},
+        "updatedAt": now,
+    }
+    ended = {
+        "attempt": attempt,
+        "state": JobState.FAILED.value,
+        "location": location,
+        "errorClass": UNANSWERED,
+        "reason": reason,
+        "submittedAt": now,
+        "endedAt": now,
+    }
+    return Change(state=record.state, record=fields, attempt=ended, attempt_no=attempt)
 
 
 #: A QUEUED job still waiting this long past its max wait is flagged: Vertex should have

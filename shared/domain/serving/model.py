@@ -82,19 +82,24 @@ def _name(raw: object) -> str:
 
 
 class Phase(StrEnum):
-    """Where a Spot deployment's serving stands.
+    """Where a Spot deployment stands (the state machine's phases, docs/serving.md).
 
-    - ``SERVING``: the Spot model serves its required replicas, and no fallback is deployed.
+    - ``DEPLOYING``: its Spot model is not on the endpoint yet (its DeployModel is claimed,
+      running, or parked for quota).
+    - ``SERVING``: the Spot model (and the warm on-demand floor, if any) serves the required
+      replicas, and no fallback is deployed.
     - ``DEFICIT``: fewer than required since ``since``; no fallback yet (the grace period runs).
     - ``HEDGED``: an on-demand fallback is deployed (or being deployed) since ``since``.
     - ``RECOVERING``: Spot serves its required replicas again since ``since``, the fallback is
       still deployed, and the hold period runs before traffic goes back.
     - ``PAUSED_BY_HAND``: someone changed the endpoint by hand since ``since``; flexjobs keeps
-      recording capacity and changes nothing until told again (:func:`rule.resume`).
-    - ``UNDEPLOYING``: the deployment is being taken down (a cancel), fallback first.
+      recording capacity and changes nothing until told to resume.
+    - ``UNDEPLOYING``: the owner asked it to go; its models leave, one call at a time.
     - ``UNDEPLOYED``: none of its models is on the endpoint any more; nothing follows.
+    - ``FAILED``: Vertex refused its Spot model for good; nothing follows.
     """
 
+    DEPLOYING = "DEPLOYING"
     SERVING = "SERVING"
     DEFICIT = "DEFICIT"
     HEDGED = "HEDGED"
@@ -102,6 +107,21 @@ class Phase(StrEnum):
     PAUSED_BY_HAND = "PAUSED_BY_HAND"
     UNDEPLOYING = "UNDEPLOYING"
     UNDEPLOYED = "UNDEPLOYED"
+    FAILED = "FAILED"
+
+    @property
+    def ended(self) -> bool:
+        return self in (Phase.UNDEPLOYED, Phase.FAILED)
+
+
+class Intent(StrEnum):
+    """What the deployment's owner asked, durable: replaced only by a later intent, never
+    cleared by a phase. ``SERVE``: deploy and keep serving; ``RESUME``: serve again from the
+    endpoint as it is, after a hand edit paused it; ``UNDEPLOY``: take it all down."""
+
+    SERVE = "SERVE"
+    RESUME = "RESUME"
+    UNDEPLOY = "UNDEPLOY"
 
 
 #: A deployed model another flexjobs deployment owns: its display name ends with a deployment's
@@ -240,7 +260,7 @@ class Capacity:
 
 
 @dataclass(frozen=True)
-class Change:
+class CapacityChange:
     """One serving-capacity change in the history: when, what served, and why if known."""
 
     at: datetime
@@ -257,7 +277,7 @@ class Change:
         }
 
     @classmethod
-    def decode(cls, raw: object) -> Change | None:
+    def decode(cls, raw: object) -> CapacityChange | None:
         if not isinstance(raw, Mapping):
             return None
         at = parse_rfc3339(raw.get("at"))
@@ -273,7 +293,7 @@ class Change:
 
 @dataclass(frozen=True)
 class ServingSettings:
-    """The rule's two time constants (seconds).
+    """The machine's time constants (seconds).
 
     ``grace_seconds`` (default 300): how long Spot may serve fewer replicas than required
     before flexjobs hedges. When Compute Engine reclaims a Spot node, the workload fails with
@@ -301,69 +321,222 @@ class ServingSettings:
             raise ValueError("serving settings: max_replicas must be >= 1")
 
 
-#: The long-running calls a deployment may have in flight, one at a time.
-DEPLOY_CALL: Final = "DeployModel"
-MUTATE_CALL: Final = "MutateDeployedModel"
-UNDEPLOY_CALL: Final = "UndeployModel"
-CALLS: Final = (DEPLOY_CALL, MUTATE_CALL, UNDEPLOY_CALL)
+@dataclass(frozen=True)
+class ServingPolicy:
+    """How a deployment keeps serving, as its request names it (or objective mode chose):
+    ``required`` replicas must serve; ``min_on_demand`` of them run warm on-demand beside the
+    Spot model, always (a floor); ``extra_spot`` more Spot replicas are deployed than the
+    Spot model's share needs (over-provisioning); ``hedge``: a reactive on-demand fallback
+    covers a Spot deficit after the grace period. The Spot model has
+    ``required - min_on_demand + extra_spot`` replicas."""
+
+    required: int = 1
+    min_on_demand: int = 0
+    extra_spot: int = 0
+    hedge: bool = True
+
+    def __post_init__(self) -> None:
+        if self.required < 1 or not 0 <= self.min_on_demand <= self.required:
+            raise ValueError("a policy needs 1 or more replicas, and a floor of at most as many")
+        if self.extra_spot < 0:
+            raise ValueError("extra Spot replicas must be 0 or more")
+
+    @property
+    def spot_replicas(self) -> int:
+        """The Spot model's replicas: the required ones the floor does not cover, and the
+        extra ones."""
+        return max(self.required - self.min_on_demand, 0) + self.extra_spot
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "required": self.required,
+            "minOnDemandReplicas": self.min_on_demand,
+            "extraSpotReplicas": self.extra_spot,
+            "hedge": self.hedge,
+        }
+
+    @classmethod
+    def decode(cls, raw: object) -> ServingPolicy:
+        """A stored policy; one that does not read is the default (one Spot replica, hedged)."""
+        got = _mapping(raw)
+        required = _count(got.get("required")) or 1
+        floor = min(_count(got.get("minOnDemandReplicas")), required)
+        return cls(
+            required, floor, _count(got.get("extraSpotReplicas")), got.get("hedge") is not False
+        )
+
+
+class CallKind(StrEnum):
+    """The long-running calls a deployment makes, one at a time: DeployModel of its Spot
+    model, of its warm on-demand floor, of an on-demand fallback; MutateDeployedModel of the
+    fallback's replicas; UndeployModel of one of its models."""
+
+    DEPLOY_SPOT = "DeployModel(spot)"
+    DEPLOY_FLOOR = "DeployModel(floor)"
+    DEPLOY_FALLBACK = "DeployModel(fallback)"
+    MUTATE = "MutateDeployedModel"
+    UNDEPLOY = "UndeployModel"
+
+    @property
+    def deploys(self) -> bool:
+        return self in (CallKind.DEPLOY_SPOT, CallKind.DEPLOY_FLOOR, CallKind.DEPLOY_FALLBACK)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """The one long-running call in flight: what it is and what it is about (``target``: a
+    DeployModel's display name, the deployed model id of a mutate or an undeploy), when it was
+    claimed (written before the call is sent, so two deliveries never send it twice), its
+    operation once Vertex answered, and whether its answer was lost (``unknown``: the call
+    timed out, so it may have happened)."""
+
+    kind: CallKind
+    target: str
+    at: datetime
+    replicas: int = 0
+    operation: str | None = None
+    unknown: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "call": self.kind.value,
+            "target": self.target,
+            "at": self.at.isoformat(),
+            "replicas": self.replicas,
+            "operation": self.operation,
+            "unknown": self.unknown,
+        }
+
+    @classmethod
+    def decode(cls, raw: object) -> InFlight | None:
+        got = _mapping(raw)
+        call, at = got.get("call"), parse_rfc3339(got.get("at"))
+        if call not in CallKind._value2member_map_ or at is None:
+            return None
+        return cls(
+            CallKind(str(call)),
+            _name(got.get("target")),
+            at,
+            _count(got.get("replicas")),
+            _name(got.get("operation")) or None,
+            got.get("unknown") is True,
+        )
+
+
+@dataclass(frozen=True)
+class Ours:
+    """One of the deployment's own models: its display name (its key, known before its id),
+    its deployed model id once seen, and its replicas."""
+
+    name: str
+    id: str | None = None
+    replicas: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"displayName": self.name, "deployedModelId": self.id, "replicas": self.replicas}
+
+    @classmethod
+    def decode(cls, raw: object) -> Ours | None:
+        got = _mapping(raw)
+        name = _name(got.get("displayName"))
+        if not name:
+            return None
+        return cls(name, _name(got.get("deployedModelId")) or None, _count(got.get("replicas")))
 
 
 @dataclass(frozen=True)
 class ServingState:
-    """What a Spot deployment's record keeps about its serving (one map in the record).
+    """A Spot deployment's whole state, one value written in one transaction: its phase,
+    its owner's intent, the one call in flight, its own models, the baseline it judges hand
+    edits against, and its serving accounts (the rule is :mod:`shared.domain.serving.rule`).
 
-    ``others`` are the shares (0 included) of every other deployed model of the endpoint when
-    flexjobs last accepted the endpoint as it is (the baseline), and ``pool`` the percent that
-    the Spot model and its fallback share between them. An endpoint whose other models or
-    whose pool differ from these was changed by hand. ``fallback_name`` is the display name
-    the fallback is deployed under, so that the rule recognises it on the endpoint before its
-    id is recorded (a DeployModel that timed out may still have happened).
+    **The baseline.** ``others`` are the shares (0 included) of every deployed model of the
+    endpoint that no flexjobs deployment owns, ``pool`` the percent this deployment's models
+    share, ``theirs`` the percent other flexjobs deployments' models share and
+    ``neighbours`` their ids, all as flexjobs last accepted the endpoint. A change none of
+    them explains (a model added or removed by hand, another model's share edited, this
+    deployment's traffic taken) is a hand edit. Another flexjobs deployment's own moves are
+    explained: its models coming or going, or its traffic given to the others.
 
     ``last`` is the capacity at ``accounted_at``; ``short_seconds`` (time with fewer replicas
     than required) and the node-seconds of available replicas by capacity type accrue from it
-    whenever capacity changes, so a tick that sees no change writes nothing.
+    whenever capacity changes, so a read that sees no change writes nothing.
     """
 
-    spot_id: str
     phase: Phase
+    intent: Intent
+    intent_at: datetime
+    policy: ServingPolicy
+    spot: Ours
     accounted_at: datetime
     last: Capacity
-    pool: int
-    others: Mapping[str, int] = field(default_factory=dict)
     since: datetime | None = None
-    fallback_id: str | None = None
-    fallback_name: str | None = None
-    fallback_replicas: int = 0
+    #: The RESUME intent already taken (its ``intent_at``): a resume is applied once.
+    resumed_at: datetime | None = None
+    floor: Ours | None = None
+    fallback: Ours | None = None
+    pool: int = 0
+    others: Mapping[str, int] = field(default_factory=dict)
+    theirs: int = 0
+    neighbours: tuple[str, ...] = ()
+    call: InFlight | None = None
+    #: The last call given up (its effect may still show): a model it leaves, or takes away,
+    #: is recognised as this deployment's own doing, never taken for a hand edit.
+    given_up: InFlight | None = None
+    #: A DeployModel set aside while the deployment goes (its model may still land): the
+    #: deployment ends once it has landed (and gone) or can no longer land.
+    landing: InFlight | None = None
+    #: Nothing is sent before this time (a DeployModel parked for quota, a failed call).
+    retry_at: datetime | None = None
+    #: When the newest read decided on was taken: an older read (another delivery's, taken
+    #: before it) decides nothing, so the state never goes back on what it has seen.
+    read_at: datetime | None = None
     short_seconds: float = 0.0
     spot_node_seconds: float = 0.0
     on_demand_node_seconds: float = 0.0
     hedges: int = 0
-    history: tuple[Change, ...] = ()
-    # The one long-running call in flight (DeployModel of the fallback, MutateDeployedModel,
-    # UndeployModel): written before the call as its claim, so two ticks never send it twice;
-    # ``operation`` is its name once Vertex answered (None while unknown: the call timed out).
-    operation_call: str | None = None
-    operation: str | None = None
-    operation_at: datetime | None = None
+    history: tuple[CapacityChange, ...] = ()
 
     def __post_init__(self) -> None:
         # Every other deployed model is kept, with a share of 0 too: one added later is new.
         others = {k: max(int(v), 0) for k, v in sorted(self.others.items())}
         object.__setattr__(self, "others", MappingProxyType(others))
+        object.__setattr__(self, "neighbours", tuple(sorted(set(self.neighbours))[:MAX_MODELS]))
         if len(self.history) > HISTORY_LIMIT:
             object.__setattr__(self, "history", self.history[-HISTORY_LIMIT:])
 
     @property
-    def ours(self) -> tuple[str, ...]:
-        """The deployed model ids that are this deployment's (Spot first, then the fallback)."""
-        return (self.spot_id,) + ((self.fallback_id,) if self.fallback_id else ())
+    def ours(self) -> tuple[Ours, ...]:
+        """This deployment's models (the Spot model, the floor, the fallback), as known."""
+        return tuple(o for o in (self.spot, self.floor, self.fallback) if o is not None)
+
+    @property
+    def our_ids(self) -> tuple[str, ...]:
+        return tuple(o.id for o in self.ours if o.id)
+
+    @property
+    def our_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.ours)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able form stored in the deployment's record (camelCase, as the record)."""
+
+        def when(at: datetime | None) -> str | None:
+            return at.isoformat() if at else None
+
         return {
-            "spotDeployedModelId": self.spot_id,
             "phase": self.phase.value,
-            "since": self.since.isoformat() if self.since else None,
+            "intent": {"kind": self.intent.value, "at": when(self.intent_at)},
+            "resumedAt": when(self.resumed_at),
+            "policy": self.policy.to_dict(),
+            "since": when(self.since),
+            "spotDeployedModelId": self.spot.id,
+            "spotDisplayName": self.spot.name,
+            "spotReplicas": self.spot.replicas,
+            "floor": self.floor.to_dict() if self.floor else None,
+            "fallbackDeployedModelId": self.fallback.id if self.fallback else None,
+            "fallbackDisplayName": self.fallback.name if self.fallback else None,
+            "fallbackReplicas": self.fallback.replicas if self.fallback else 0,
             "accountedAt": self.accounted_at.isoformat(),
             "last": {
                 "spot": self.last.spot,
@@ -372,9 +545,13 @@ class ServingState:
             },
             "pool": self.pool,
             "others": dict(self.others),
-            "fallbackDeployedModelId": self.fallback_id,
-            "fallbackDisplayName": self.fallback_name,
-            "fallbackReplicas": self.fallback_replicas,
+            "theirs": self.theirs,
+            "neighbours": list(self.neighbours),
+            "pending": self.call.to_dict() if self.call else None,
+            "givenUp": self.given_up.to_dict() if self.given_up else None,
+            "landing": self.landing.to_dict() if self.landing else None,
+            "retryAt": when(self.retry_at),
+            "readAt": when(self.read_at),
             "shortSeconds": round(self.short_seconds, 3),
             "nodeSeconds": {
                 "SPOT": round(self.spot_node_seconds, 3),
@@ -382,61 +559,76 @@ class ServingState:
             },
             "hedges": self.hedges,
             "history": [change.to_dict() for change in self.history],
-            "pending": (
-                {
-                    "call": self.operation_call,
-                    "operation": self.operation,
-                    "at": self.operation_at.isoformat() if self.operation_at else None,
-                }
-                if self.operation_call
-                else None
-            ),
         }
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> ServingState | None:
         """Read the stored form back, bounded; None when it names no Spot model or no time."""
-        spot_id = _name(raw.get("spotDeployedModelId"))
+        spot_name = _name(raw.get("spotDisplayName"))
         accounted_at = parse_rfc3339(raw.get("accountedAt"))
-        if not spot_id or accounted_at is None:
+        intent = _mapping(raw.get("intent"))
+        intent_at = parse_rfc3339(intent.get("at"))
+        if not spot_name or accounted_at is None or intent_at is None:
             return None
         phase = str(raw.get("phase"))
+        kind = str(intent.get("kind"))
         last = _mapping(raw.get("last"))
         others = _mapping(raw.get("others"))
         nodes = _mapping(raw.get("nodeSeconds"))
         history = raw.get("history")
         history = history if isinstance(history, list) else []
-        changes = (Change.decode(item) for item in history[-HISTORY_LIMIT:])
+        changes = (CapacityChange.decode(item) for item in history[-HISTORY_LIMIT:])
+        neighbours = raw.get("neighbours")
+        fallback_name = _name(raw.get("fallbackDisplayName"))
+        fallback = (
+            Ours(
+                fallback_name,
+                _name(raw.get("fallbackDeployedModelId")) or None,
+                _count(raw.get("fallbackReplicas")),
+            )
+            if fallback_name
+            else None
+        )
 
         def seconds(value: object) -> float:
             ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
             return float(value) if ok else 0.0  # type: ignore[arg-type]
 
-        fallback_id = _name(raw.get("fallbackDeployedModelId")) or None
-        pending = _mapping(raw.get("pending"))
-        call = _name(pending.get("call"))
         return cls(
-            spot_id=spot_id,
             # An unknown phase reads as paused: flexjobs then changes nothing on its own.
             phase=Phase(phase) if phase in Phase.__members__ else Phase.PAUSED_BY_HAND,
+            intent=Intent(kind) if kind in Intent.__members__ else Intent.SERVE,
+            intent_at=intent_at,
+            resumed_at=parse_rfc3339(raw.get("resumedAt")),
+            policy=ServingPolicy.decode(raw.get("policy")),
+            spot=Ours(
+                spot_name,
+                _name(raw.get("spotDeployedModelId")) or None,
+                _count(raw.get("spotReplicas")),
+            ),
             accounted_at=accounted_at,
             last=Capacity(
                 _count(last.get("spot")), _count(last.get("onDemand")), _count(last.get("required"))
             ),
+            since=parse_rfc3339(raw.get("since")),
+            floor=Ours.decode(raw.get("floor")),
+            fallback=fallback,
             pool=min(_count(raw.get("pool")), 100),
             others={_name(k): _count(v) for k, v in list(others.items())[:MAX_MODELS]},
-            since=parse_rfc3339(raw.get("since")),
-            fallback_id=fallback_id,
-            fallback_name=_name(raw.get("fallbackDisplayName")) or None,
-            fallback_replicas=_count(raw.get("fallbackReplicas")),
+            theirs=min(_count(raw.get("theirs")), 100),
+            neighbours=tuple(
+                _name(n) for n in (neighbours if isinstance(neighbours, list) else [])[:MAX_MODELS]
+            ),
+            call=InFlight.decode(raw.get("pending")),
+            given_up=InFlight.decode(raw.get("givenUp")),
+            landing=InFlight.decode(raw.get("landing")),
+            retry_at=parse_rfc3339(raw.get("retryAt")),
+            read_at=parse_rfc3339(raw.get("readAt")),
             short_seconds=seconds(raw.get("shortSeconds")),
             spot_node_seconds=seconds(nodes.get("SPOT")),
             on_demand_node_seconds=seconds(nodes.get("ON_DEMAND")),
             hedges=_count(raw.get("hedges")),
             history=tuple(change for change in changes if change is not None),
-            operation_call=call if call in CALLS else None,
-            operation=(_name(pending.get("operation")) or None) if call in CALLS else None,
-            operation_at=parse_rfc3339(pending.get("at")) if call in CALLS else None,
         )
 
     def size_bytes(self) -> int:
@@ -446,60 +638,46 @@ class ServingState:
 
 
 class ActionKind(StrEnum):
-    """What the tick does for a deployment after one read of its endpoint.
+    """What follows one decision of the rule, on one fresh read of the endpoint.
 
     - ``NOTHING``: no call, no write.
-    - ``RECORD``: write the new state (capacity changed, a fallback was recognised); no call.
-    - ``HEDGE``: ``DeployModel`` an on-demand fallback (``deploy``), then write the state.
-    - ``SHIFT``: ``UpdateEndpoint`` with ``split`` (update mask ``traffic_split``, the etag of
-      the read), then write the state.
-    - ``GROW``: ``MutateDeployedModel`` of the fallback to ``resize`` replicas (its
-      ``min_replica_count``/``required_replica_count`` are mutable), when the deficit grew past
-      what the fallback was sized for.
-    - ``RESTORE``: the way back, one step per tick: first ``UpdateEndpoint`` with ``split``
-      (the fallback's share back to Spot), then, once a fresh read shows the fallback without
-      traffic, ``UndeployModel`` of ``undeploy``.
-    - ``PAUSE``: someone changed the endpoint by hand; write the paused state, call nothing.
-    - ``UNDEPLOY``: taking the deployment down: ``UndeployModel`` of ``undeploy`` (the
-      fallback first, then the Spot model), each once a read shows it without traffic.
+    - ``RECORD``: write the new state (capacity changed, a call's outcome seen, an intent
+      taken); no call.
+    - ``CALL``: a long-running call (a DeployModel, a MutateDeployedModel, an UndeployModel),
+      claimed in the state written first, then sent.
+    - ``TRAFFIC``: ``UpdateEndpoint`` of the traffic split (with the read's etag), then the
+      state written.
     """
 
     NOTHING = "NOTHING"
     RECORD = "RECORD"
-    HEDGE = "HEDGE"
-    SHIFT = "SHIFT"
-    GROW = "GROW"
-    RESTORE = "RESTORE"
-    PAUSE = "PAUSE"
-    UNDEPLOY = "UNDEPLOY"
+    CALL = "CALL"
+    TRAFFIC = "TRAFFIC"
 
 
 @dataclass(frozen=True)
-class Fallback:
-    """The on-demand ``DeployedModel`` a hedge deploys: the Spot model's model and machine,
-    ``dedicatedResources.spot = false``, ``replicas`` as its min (and required) replica count,
-    and no traffic until it reports available replicas."""
+class Deploy:
+    """A model to deploy: the Spot model from the request (``spot``), or an on-demand one (the
+    floor, a fallback: the Spot model's model and machine, ``dedicatedResources.spot =
+    false``), with its display name and replicas, and no traffic until it serves (the Spot
+    model: the request's own ``trafficSplit``)."""
 
-    model: str
     display_name: str
-    machine: MachineSpec
     replicas: int
+    spot: bool
 
 
 @dataclass(frozen=True)
 class ServingAction:
-    """The rule's answer: one call at most, and the state to write once it succeeded.
-
-    A call that fails changes nothing: the tick writes ``state`` only after the call, and the
-    next tick decides again from a fresh read.
-    """
+    """The rule's answer: the state to write, at most one call, why, the transition taken
+    (a name of :data:`~shared.domain.serving.rule.TRANSITIONS`), and the notifications the
+    write owes (DEPLOYED, FAILED, HEDGED, RESTORED, UNDEPLOYED)."""
 
     kind: ActionKind
     state: ServingState
     reason: str
+    transition: str = "none"
+    call: InFlight | None = None
+    deploy: Deploy | None = None
     split: Mapping[str, int] | None = None
-    deploy: Fallback | None = None
-    undeploy: str | None = None
-    resize: int | None = None
-    # The notification the change owes (HEDGED, RESTORED), queued in the same write.
-    notice: str | None = None
+    notices: tuple[str, ...] = ()

@@ -1,71 +1,87 @@
-"""The Spot serving rule: after one fresh ``GetEndpoint`` read, what the tick does for one Spot
-deployment (:func:`decide`), where following starts (:func:`start`) and how it resumes after a
-hand edit (:func:`resume`).
+"""The Spot serving state machine: one pure function from a deployment's state and one fresh
+read of its endpoint to its next state and at most one call (:func:`decide`), and the small
+functions that write what happened to a call (:func:`answered`, :func:`refused`,
+:func:`lost`, :func:`released`) or what the owner asked (:func:`told`).
 
-**Never make serving worse.** Every action is decided from the read in hand, and at most one
-call follows it, so each step starts again from what Vertex says now:
+**One state, intents that last.** Everything a deployment knows is one value
+(:class:`~shared.domain.serving.model.ServingState`): its phase, its owner's intent, the one
+call in flight and its own models. An intent (serve, resume, undeploy) is replaced only by a
+later intent, never by a phase: a failed or given-up call moves the state, never the intent,
+so a cancel is never lost to a call that went wrong.
 
-- a split the rule writes keeps the endpoint's other deployed models at their shares, and its
-  shares are integers that sum to 100 (:func:`~shared.domain.serving.split.hedged_split`);
-- it never gives traffic to a model of ours with no available replica: a fallback is deployed
-  without traffic (an empty ``DeployModelRequest.traffic_split`` leaves the endpoint's split as
-  it is) and gets its share by a later ``SHIFT``, once it reports available replicas;
-- the fallback is undeployed only after a read shows it without traffic and the Spot model
-  serving all its required replicas, so the last model that serves is never the one removed;
-- a hand edit (a model added or removed, another model's share or our pool of traffic changed)
-  pauses the deployment: flexjobs records it and stops changing that endpoint until told.
+**A call's outcome is an input.** A long-running call (DeployModel, MutateDeployedModel,
+UndeployModel) is claimed in the state written before it is sent, so two deliveries never
+send it twice. Its outcome comes in any of five ways, each moving the state on: done (its
+operation says so, or a read shows its effect: the model on the endpoint, or gone), failed
+(refused, or its operation ended with an error), unknown (the call timed out: it may have
+happened; its effect is looked for on every read), given up (no effect after
+:data:`DEPLOY_LIMIT_SECONDS` for a DeployModel, :data:`CALL_LIMIT_SECONDS` for the others),
+or never sent (released).
 
-**Traffic goes through ``UpdateEndpoint``.** ``MutateDeployedModel`` of the v1 API changes only a
-deployed model's replica counts, autoscaling metrics and container logging; the traffic split
-is a field of the ``Endpoint`` (``UpdateEndpoint`` with update mask ``traffic_split``, sent with
-the read's ``etag``), and ``DeployModel``/``UndeployModel`` may also overwrite it. The rule uses
-``UpdateEndpoint`` for every move of traffic and ``MutateDeployedModel`` only to grow a fallback.
+**Our own doing is never a hand edit.** A model this deployment is undeploying, or gave up
+undeploying, that leaves; a model it deploys that lands, even late; another flexjobs
+deployment's models coming and going, or its traffic given to the others when it leaves:
+none of these pauses a deployment. Anything else that changes the endpoint does (a model
+added or removed by hand, another model's share or this deployment's edited).
 
-**Timing.** The grace period leaves Compute Engine's own restarts of a reclaimed Spot node
-(up to six) time to work before an on-demand fallback is paid for; the hold period is
-hysteresis against a flapping zone (see :class:`~shared.domain.serving.model.ServingSettings`).
+**Never make serving worse.** Traffic goes only to models that serve (an available
+replica) and are not leaving; a split keeps the other models' shares and sums to 100 (largest
+remainder); a model of ours leaves only once it has no traffic, and the last one of an
+endpoint takes the split with it ("If last DeployedModel is being undeployed from the
+Endpoint, the Endpoint.traffic_split will always end up empty").
+
+Every transition is in :data:`TRANSITIONS`, the table docs/serving.md shows and the
+deterministic simulator checks each state change against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 from shared.domain.model.values import clip
 from shared.domain.serving.model import (
-    DEPLOY_CALL,
     MAX_CAUSE,
     MAX_MODELS,
-    MAX_NAME,
-    MUTATE_CALL,
-    UNDEPLOY_CALL,
     ActionKind,
+    CallKind,
     Capacity,
-    Change,
-    Fallback,
+    CapacityChange,
+    Deploy,
+    InFlight,
+    Intent,
     ObservedEndpoint,
     ObservedModel,
+    Ours,
     Phase,
     ServingAction,
+    ServingPolicy,
     ServingSettings,
     ServingState,
 )
 from shared.domain.serving.split import hedged_split, largest_remainder
 
-#: What the fallback's display name ends with, after the deployment's own display name.
-FALLBACK_SUFFIX = " (on-demand fallback)"
+#: What a fallback's and a floor's display names end with, after the Spot model's.
+FALLBACK_SUFFIX: Final = " (on-demand fallback)"
+FLOOR_SUFFIX: Final = " (on-demand floor)"
 
-#: A long-running call (DeployModel, MutateDeployedModel, UndeployModel) whose operation is
-#: unknown (the call timed out, so Vertex may or may not have started it) or still not done
-#: after this long is given up, so the deployment is never stuck behind it. A DeployModel of a
-#: GPU model takes minutes to tens of minutes; two hours is far past it, so a fallback that
-#: does land is already on the endpoint by then, and is adopted by its display name instead
-#: of being deployed a second time.
-OPERATION_LIMIT_SECONDS: Final = 2 * 3600.0
+#: A DeployModel with no outcome yet (its answer lost, or its operation never done) is
+#: given up after this long: a GPU DeployModel takes minutes to tens of minutes, so a model it
+#: does land is on the endpoint by then (and is adopted by its display name even later).
+#: Deploying again sooner could make a second model.
+DEPLOY_LIMIT_SECONDS: Final = 2 * 3600.0
+#: A MutateDeployedModel or an UndeployModel whose effect does not show after this long is
+#: given up and decided again: sending either twice does no harm (a second undeploy of a
+#: model already gone is refused, a second resize to the same size changes nothing).
+CALL_LIMIT_SECONDS: Final = 600.0
+#: A refused call is not sent again before this long (the next reads decide it again).
+REFUSED_BACKOFF_SECONDS: Final = 120.0
 
-#: The notifications a deployment's serving owes (docs/contract.md, *Notifications*).
+#: The notifications a deployment owes (docs/contract.md, *Notifications*).
+DEPLOYED: Final = "DEPLOYED"
+FAILED: Final = "FAILED"
 HEDGED: Final = "HEDGED"
 RESTORED: Final = "RESTORED"
 UNDEPLOYED: Final = "UNDEPLOYED"
@@ -76,48 +92,1034 @@ HEDGE_CAUSE: Final = "hedge:"
 HEDGE_FAILED_CAUSE: Final = "hedge failed:"
 RESTORED_CAUSE: Final = "restored:"
 
+_FOLLOWING: Final = frozenset(
+    {Phase.SERVING, Phase.DEFICIT, Phase.HEDGED, Phase.RECOVERING, Phase.PAUSED_BY_HAND}
+)
+_ALIVE: Final = frozenset({Phase.DEPLOYING, *_FOLLOWING, Phase.UNDEPLOYING})
 
-def fallback_display_name(spot: ObservedModel) -> str:
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the state table: the phases it leaves from and may arrive at, the call it
+    may send, and the notification it may owe."""
+
+    name: str
+    sources: frozenset[Phase]
+    targets: frozenset[Phase]
+    call: str = ""
+    notice: str = ""
+    when: str = ""
+
+
+def _t(
+    name: str,
+    sources: object,
+    targets: object,
+    call: str = "",
+    notice: str = "",
+    when: str = "",
+) -> Transition:
+    def phases(raw: object) -> frozenset[Phase]:
+        if isinstance(raw, Phase):
+            return frozenset({raw})
+        assert isinstance(raw, frozenset | set | tuple)
+        return frozenset(raw)
+
+    return Transition(name, phases(sources), phases(targets), call, notice, when)
+
+
+_UNHEDGED = frozenset({Phase.SERVING, Phase.DEFICIT})
+_HEDGING = frozenset({Phase.HEDGED, Phase.RECOVERING})
+
+#: Every transition the machine takes, one row each (docs/serving.md prints this table).
+TRANSITIONS: Final[tuple[Transition, ...]] = (
+    _t(
+        "deploy",
+        Phase.DEPLOYING,
+        Phase.DEPLOYING,
+        "DeployModel(spot)",
+        "",
+        "intent serve, nothing deployed, nothing in flight, not parked",
+    ),
+    _t(
+        "parked",
+        Phase.DEPLOYING,
+        Phase.DEPLOYING,
+        "",
+        "",
+        "its DeployModel was refused for quota: sent again after the backoff",
+    ),
+    _t(
+        "deployed",
+        Phase.DEPLOYING,
+        _UNHEDGED,
+        "",
+        DEPLOYED,
+        "a read shows the Spot model (or its operation says it is done)",
+    ),
+    _t(
+        "deploy-failed",
+        Phase.DEPLOYING,
+        Phase.FAILED,
+        "",
+        FAILED,
+        "its DeployModel was refused for good, or its operation ended with an error",
+    ),
+    _t(
+        "capacity",
+        _FOLLOWING,
+        _FOLLOWING,
+        "",
+        "",
+        "the replicas serving changed; the phase follows them",
+    ),
+    _t(
+        "floor",
+        _FOLLOWING - {Phase.PAUSED_BY_HAND},
+        _FOLLOWING,
+        "DeployModel(floor)",
+        "",
+        "a warm on-demand floor is asked for and not deployed",
+    ),
+    _t(
+        "hedge",
+        Phase.DEFICIT,
+        Phase.HEDGED,
+        "DeployModel(fallback)",
+        "",
+        "fewer replicas than required for the grace period, hedging on",
+    ),
+    _t(
+        "hedge-failed",
+        _HEDGING,
+        _UNHEDGED,
+        "",
+        "",
+        "the fallback's DeployModel failed, or was given up: a new grace period runs",
+    ),
+    _t(
+        "hedged",
+        _FOLLOWING,
+        _HEDGING,
+        "",
+        HEDGED,
+        "the fallback's DeployModel reached Vertex, or its model shows on the endpoint",
+    ),
+    _t(
+        "grow",
+        _HEDGING,
+        _HEDGING,
+        "MutateDeployedModel",
+        "",
+        "the deficit grew past the fallback's replicas",
+    ),
+    _t(
+        "shift",
+        _FOLLOWING - {Phase.PAUSED_BY_HAND},
+        _FOLLOWING,
+        "UpdateEndpoint",
+        "",
+        "traffic follows the replicas that serve (never to one that does not, or is leaving)",
+    ),
+    _t(
+        "restore",
+        Phase.RECOVERING,
+        Phase.RECOVERING,
+        "UpdateEndpoint, UndeployModel",
+        "",
+        "Spot has served every replica for the hold: traffic back, then the fallback goes",
+    ),
+    _t(
+        "restored",
+        _FOLLOWING,
+        _FOLLOWING,
+        "",
+        RESTORED,
+        "the fallback this deployment undeployed is gone",
+    ),
+    _t(
+        "cleanup",
+        _FOLLOWING,
+        _FOLLOWING,
+        "UndeployModel",
+        "",
+        "a second model under one of its names (a DeployModel given up that landed)",
+    ),
+    _t(
+        "pause",
+        _FOLLOWING,
+        Phase.PAUSED_BY_HAND,
+        "",
+        "",
+        "the endpoint changed in a way no flexjobs deployment explains",
+    ),
+    _t(
+        "resume",
+        _FOLLOWING,
+        _FOLLOWING,
+        "",
+        "",
+        "intent resume, not taken yet: the endpoint as it is becomes the baseline",
+    ),
+    _t(
+        "rebaseline",
+        _FOLLOWING,
+        _FOLLOWING,
+        "",
+        "",
+        "another flexjobs deployment came, went, or gave its traffic away",
+    ),
+    _t("told", _ALIVE, _ALIVE, "", "", "the owner's intent is written"),
+    _t(
+        "undeploy",
+        _ALIVE,
+        Phase.UNDEPLOYING,
+        "UpdateEndpoint, UndeployModel",
+        "",
+        "intent undeploy: traffic to the others that serve, then each model, last the Spot",
+    ),
+    _t(
+        "undeployed",
+        _ALIVE,
+        Phase.UNDEPLOYED,
+        "",
+        UNDEPLOYED,
+        "intent undeploy, and no model of it on the endpoint, nothing in flight",
+    ),
+    _t(
+        "call",
+        _ALIVE,
+        _ALIVE,
+        "",
+        "",
+        "a call's outcome (answered, refused, lost, released, done, given up) is recorded",
+    ),
+)
+TRANSITION_NAMES: Final = frozenset(t.name for t in TRANSITIONS)
+
+
+def allowed(name: str, before: Phase, after: Phase) -> bool:
+    """Is ``before`` -> ``after`` a move transition ``name`` may make (staying put always is)?"""
+    if before is after:
+        return True
+    row = next((t for t in TRANSITIONS if t.name == name), None)
+    return row is not None and before in row.sources and after in row.targets
+
+
+# -- names -----------------------------------------------------------------------------------
+
+
+def fallback_display_name(spot_name: str) -> str:
     """The fallback's display name: the Spot model's (which carries the deployment's tag),
     then :data:`FALLBACK_SUFFIX`, within Vertex's 128 characters.
 
     Examples:
-        >>> from shared.domain.serving.model import MachineSpec
-        >>> spot = ObservedModel("7", "m", "served [flexjobs s-1]", MachineSpec("g2"), True, 1, 0)
-        >>> fallback_display_name(spot)
+        >>> fallback_display_name("served [flexjobs s-1]")
         'served [flexjobs s-1] (on-demand fallback)'
     """
-    room = 128 - len(FALLBACK_SUFFIX)
     # The tag ends the Spot model's name: a long name loses its start, never its tag, so two
     # deployments' fallbacks never share a name.
-    return spot.display_name[-room:] + FALLBACK_SUFFIX
+    return spot_name[-(128 - len(FALLBACK_SUFFIX)) :] + FALLBACK_SUFFIX
 
 
-def _others(observed: ObservedEndpoint, ours: tuple[str, ...]) -> dict[str, int]:
-    """The baseline of the endpoint's other models: those no flexjobs deployment owns.
-    Another flexjobs deployment's models come and go, and move traffic between themselves,
-    by its own rule: they are not a hand edit of this one."""
-    return {
-        m.id: observed.share(m.id) for m in observed.models if m.id not in ours and not m.flexjobs
-    }
+def floor_display_name(spot_name: str) -> str:
+    """The warm on-demand floor's display name.
+
+    Examples:
+        >>> floor_display_name("served [flexjobs s-1]")
+        'served [flexjobs s-1] (on-demand floor)'
+    """
+    return spot_name[-(128 - len(FLOOR_SUFFIX)) :] + FLOOR_SUFFIX
 
 
-def _pool(observed: ObservedEndpoint, ours: tuple[str, ...]) -> int:
-    return sum(observed.share(i) for i in ours)
-
-
-def _capacity(spot: ObservedModel | None, fallback: ObservedModel | None) -> Capacity:
-    return Capacity(
-        spot.available if spot else 0,
-        fallback.available if fallback else 0,
-        # Vertex requires min_replica_count >= 1; a read without one still needs a replica.
-        max(spot.required, 1) if spot else 1,
+def owns(state: ServingState, display_name: str) -> bool:
+    """Does a deployed model of this display name belong to this deployment?"""
+    return display_name in (
+        state.spot.name,
+        fallback_display_name(state.spot.name),
+        floor_display_name(state.spot.name),
     )
 
 
-def _with_change(state: ServingState, now: datetime, cap: Capacity, cause: str) -> ServingState:
+# -- the owner's intent and a call's outcome ------------------------------------------------
+
+
+def new_state(spot_name: str, policy: ServingPolicy, now: datetime) -> ServingState:
+    """A deployment accepted: nothing deployed yet, intent serve (``spot_name``: the Spot
+    model's display name, which carries the deployment's tag: its idempotency key)."""
+    return ServingState(
+        phase=Phase.DEPLOYING,
+        intent=Intent.SERVE,
+        intent_at=now,
+        policy=policy,
+        spot=Ours(spot_name, None, policy.spot_replicas),
+        accounted_at=now,
+        last=Capacity(0, 0, policy.required),
+    )
+
+
+def told(state: ServingState, intent: Intent, now: datetime) -> ServingState | None:
+    """The state once the owner asked ``intent``; None when it changes nothing. An undeploy
+    is the last word: nothing after it brings the deployment back. A resume of a deployment
+    that is not paused is kept (it is taken as the new baseline on the next read, which a
+    deployment not paused does no harm by)."""
+    if state.phase.ended or state.intent is Intent.UNDEPLOY:
+        return None
+    if intent is Intent.SERVE:
+        return None
+    if intent is Intent.RESUME and state.phase is Phase.DEPLOYING:
+        return None  # nothing to resume yet
+    phase = Phase.UNDEPLOYING if intent is Intent.UNDEPLOY else state.phase
+    told_state = replace(state, intent=intent, intent_at=now, phase=phase)
+    if phase is not state.phase:
+        told_state = replace(told_state, since=now)
+    return _history(told_state, now, state.last, f"{intent.value.lower()} asked")
+
+
+def answered(
+    state: ServingState, at: datetime, operation: str
+) -> tuple[ServingState, tuple[str, ...]] | None:
+    """Vertex answered the call claimed at ``at`` with ``operation``; None when the claim is
+    no longer that call's. A fallback's DeployModel answered is a hedge that reached Vertex:
+    HEDGED is owed now (and never before it)."""
+    call = state.call
+    if call is None or call.at != at:
+        return None
+    after = replace(state, call=replace(call, operation=clip(operation, 256), unknown=False))
+    if call.kind is CallKind.DEPLOY_FALLBACK:
+        return after, (HEDGED,)
+    return after, ()
+
+
+def lost(state: ServingState, at: datetime) -> ServingState | None:
+    """The call claimed at ``at`` timed out: it may have happened. Its claim stays, and
+    every read looks for its effect, until it shows or the call is given up."""
+    call = state.call
+    if call is None or call.at != at or call.unknown:
+        return None
+    return replace(state, call=replace(call, unknown=True))
+
+
+def released(state: ServingState, at: datetime) -> ServingState | None:
+    """The call claimed at ``at`` surely never reached Vertex: its claim goes, and the next
+    read decides again (a fallback's hedge counted for it is taken back)."""
+    call = state.call
+    if call is None or call.at != at:
+        return None
+    after = replace(state, call=None)
+    if call.kind is CallKind.DEPLOY_FALLBACK:
+        after = replace(after, hedges=max(0, state.hedges - 1))
+    return after
+
+
+def refused(
+    state: ServingState, at: datetime, error: str, now: datetime, *, retry_at: datetime | None
+) -> tuple[ServingState, tuple[str, ...]] | None:
+    """Vertex refused the call claimed at ``at`` (nothing was made): for good (``retry_at``
+    None) or for quota (sent again at ``retry_at``). The Spot model refused for good fails
+    the deployment; refused for quota, it is parked. A refused hedge starts a new grace
+    period; a refused floor, resize or undeploy is decided again after a backoff."""
+    call = state.call
+    if call is None or call.at != at:
+        return None
+    done = replace(state, call=None)
+    cause = clip(f"{call.kind.value} refused: {error}", MAX_CAUSE) or ""
+    if call.kind is CallKind.DEPLOY_SPOT:
+        if state.intent is Intent.UNDEPLOY:
+            return _history(done, now, state.last, cause), ()  # nothing made: it may end
+        if retry_at is None:
+            return _failed(done, now, cause), (FAILED,)
+        return _history(replace(done, retry_at=retry_at), now, state.last, cause), ()
+    later = retry_at or now + timedelta(seconds=REFUSED_BACKOFF_SECONDS)
+    if call.kind is CallKind.DEPLOY_FALLBACK:
+        return _hedge_failed(done, now, cause), ()
+    if call.kind is CallKind.MUTATE and done.fallback is not None:
+        done = replace(done, fallback=replace(done.fallback, replicas=0))
+    return _history(replace(done, retry_at=later), now, state.last, cause), ()
+
+
+def _failed(state: ServingState, now: datetime, cause: str) -> ServingState:
+    return _history(replace(state, phase=Phase.FAILED, since=now), now, state.last, cause)
+
+
+def _hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState:
+    """No fallback is on its way any more: a new grace period runs before the next hedge, so
+    a refused hedge is not resent every minute. A fallback already on the endpoint stays."""
+    if state.fallback is not None and state.fallback.id is not None:
+        return state
+    short = state.last.short
+    failed = replace(
+        state,
+        phase=Phase.UNDEPLOYING
+        if state.intent is Intent.UNDEPLOY
+        else (Phase.DEFICIT if short else Phase.SERVING),
+        since=now if short else None,
+        fallback=None,
+    )
+    return _history(failed, now, state.last, f"{HEDGE_FAILED_CAUSE} {cause}")
+
+
+# -- the decision ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One fresh read and what the rule derives from it."""
+
+    observed: ObservedEndpoint
+    now: datetime
+    settings: ServingSettings
+    #: Models of other flexjobs deployments being taken away (their undeploy in flight, or
+    #: their owner's intent undeploy): never a target for traffic.
+    leaving: frozenset[str]
+    #: When the read was taken.
+    taken: datetime
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: ActionKind
+    state: ServingState
+    reason: str
+    transition: str
+    call: InFlight | None = None
+    deploy: Deploy | None = None
+    split: Mapping[str, int] | None = None
+    notices: tuple[str, ...] = ()
+
+
+def decide(
+    state: ServingState,
+    observed: ObservedEndpoint,
+    now: datetime,
+    settings: ServingSettings | None = None,
+    *,
+    operation: OperationOutcome | None = None,
+    leaving: frozenset[str] = frozenset(),
+    read_at: datetime | None = None,
+) -> ServingAction:
+    """What to do for one deployment after one fresh read of its endpoint (and, when its
+    call in flight has an operation, one read of that operation: ``operation``).
+
+    ``leaving``: the models of the endpoint that other flexjobs deployments are taking away.
+    ``read_at``: when the read was taken (``now`` when None); a read older than the newest
+    one the state was decided on decides nothing.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> from shared.domain.serving.model import MachineSpec, ServingPolicy
+        >>> t0 = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> name = "served [flexjobs s-1]"
+        >>> state = new_state(name, ServingPolicy(required=2), t0)
+        >>> empty = ObservedEndpoint("e", (), {})
+        >>> first = decide(state, empty, t0)
+        >>> first.kind, first.call.kind.value, first.deploy.replicas
+        (<ActionKind.CALL: 'CALL'>, 'DeployModel(spot)', 2)
+        >>> def read(n):
+        ...     spot = ObservedModel("7", "m", name, MachineSpec("g2-standard-4"), True, 2, n)
+        ...     return ObservedEndpoint("e", (spot,), {"7": 100})
+        >>> up = decide(first.state, read(2), t0 + timedelta(minutes=12))
+        >>> up.state.phase.value, up.notices
+        ('SERVING', ('DEPLOYED',))
+        >>> lost = decide(up.state, read(0), t0 + timedelta(minutes=13))
+        >>> lost.state.phase.value
+        'DEFICIT'
+        >>> hedge = decide(lost.state, read(0), t0 + timedelta(minutes=19))
+        >>> hedge.call.kind.value, hedge.deploy.replicas, hedge.state.phase.value
+        ('DeployModel(fallback)', 2, 'HEDGED')
+    """
+    settings = settings or ServingSettings()
+    if state.phase.ended:
+        return ServingAction(ActionKind.NOTHING, state, "ended", "none")
+    taken = read_at or now
+    if state.read_at is not None and taken < state.read_at:
+        return ServingAction(ActionKind.NOTHING, state, "a read older than the last one", "none")
+    read = _Read(observed, now, settings, leaving, taken)
+    resolved, notices, cause = _resolve(state, read, operation)
+    resolved, seen, adopted = _recognise(resolved, read)
+    notices += seen
+    if resolved.phase.ended:
+        step = _Step(ActionKind.RECORD, resolved, cause, "deploy-failed")
+    elif resolved.intent is Intent.UNDEPLOY:
+        step = _undeploying(resolved, read)
+    elif resolved.phase is Phase.DEPLOYING:
+        step = _deploying(resolved, read)
+    elif observed.truncated:
+        step = _truncated(resolved, read)
+    else:
+        step = _following(resolved, read)
+    if cause and step.transition == "none":
+        step = replace(step, transition="call")
+    if adopted and step.transition in ("none", "capacity"):
+        step = replace(step, transition="hedged")
+    return _accounted(state, step, read, notices, cause)
+
+
+@dataclass(frozen=True)
+class OperationOutcome:
+    """What one read of the call in flight's operation said: done or not, its error, and a
+    DeployModel's deployed model id."""
+
+    name: str
+    done: bool
+    deployed_model_id: str | None = None
+    error: str | None = None
+
+
+def _resolve(
+    state: ServingState, read: _Read, operation: OperationOutcome | None
+) -> tuple[ServingState, tuple[str, ...], str]:
+    """The call in flight's outcome, as this read and its operation show it: done, failed,
+    given up, or still running. Returns the state after it, the notifications it owes, and
+    the cause for the history ('' when nothing happened)."""
+    call = state.call
+    if call is None:
+        return state, (), ""
+    observed, now = read.observed, read.now
+    op = operation if operation is not None and operation.name == call.operation else None
+    elapsed = (now - call.at).total_seconds()
+    if call.kind.deploys:
+        seen = next((m for m in observed.models if m.display_name == call.target), None)
+        if seen is not None:
+            return _landed(state, call, seen.id, seen.required, now)
+        if op is not None and op.done and not op.error and op.deployed_model_id:
+            return _landed(state, call, op.deployed_model_id, call.replicas, now)
+        if op is not None and op.done:
+            return _deploy_failed(state, call, op.error or "the operation failed", now)
+        if call.operation:
+            # Vertex answered with its operation: the model lands when the operation ends
+            # (done or failed), however long it runs; it is never sent twice meanwhile.
+            return state, (), ""
+        if elapsed >= DEPLOY_LIMIT_SECONDS:
+            given = replace(state, call=None, given_up=call)
+            why = f"{call.kind.value}: no answer after {DEPLOY_LIMIT_SECONDS / 3600:.0f} h"
+            if call.kind is CallKind.DEPLOY_FALLBACK:
+                return _hedge_failed(given, now, why), (), why
+            return given, (), why
+        return state, (), ""
+    present = observed.model(call.target)
+    if call.kind is CallKind.UNDEPLOY:
+        if present is None or (op is not None and op.done and not op.error):
+            return _gone(replace(state, call=None), call.target, now)
+    elif (
+        present is not None
+        and present.required == call.replicas
+        or (op is not None and op.done and not op.error)
+    ):
+        fallback = state.fallback
+        if fallback is not None and fallback.id == call.target:
+            fallback = replace(fallback, replicas=call.replicas)
+        return replace(state, call=None, fallback=fallback), (), f"{call.kind.value} done"
+    if op is not None and op.done and op.error:
+        after = refused(state, call.at, op.error, now, retry_at=None)
+        assert after is not None
+        return after[0], after[1], f"{call.kind.value} failed: {op.error}"
+    if elapsed >= CALL_LIMIT_SECONDS:
+        why = f"{call.kind.value}: no effect after {CALL_LIMIT_SECONDS / 60:.0f} min"
+        return replace(state, call=None, given_up=call), (), why
+    return state, (), ""
+
+
+def _landed(
+    state: ServingState, call: InFlight, model_id: str, replicas: int, now: datetime
+) -> tuple[ServingState, tuple[str, ...], str]:
+    """A DeployModel of ours is done: its model is recorded in its slot."""
+    done = replace(state, call=None)
+    if call.kind is CallKind.DEPLOY_SPOT:
+        return replace(done, spot=replace(done.spot, id=model_id)), (), "the Spot model is deployed"
+    if call.kind is CallKind.DEPLOY_FLOOR:
+        floor = Ours(call.target, model_id, replicas or call.replicas)
+        return replace(done, floor=floor), (), "the on-demand floor is deployed"
+    fallback = Ours(call.target, model_id, replicas or call.replicas)
+    # HEDGED was owed when Vertex answered the call; a call whose answer was lost owes it now.
+    owed = (HEDGED,) if call.operation is None else ()
+    return replace(done, fallback=fallback), owed, "the fallback is deployed"
+
+
+def _deploy_failed(
+    state: ServingState, call: InFlight, error: str, now: datetime
+) -> tuple[ServingState, tuple[str, ...], str]:
+    cause = clip(f"{call.kind.value} failed: {error}", MAX_CAUSE) or ""
+    done = replace(state, call=None)
+    if call.kind is CallKind.DEPLOY_SPOT:
+        if state.intent is Intent.UNDEPLOY:
+            return done, (), cause
+        return _failed(done, now, cause), (FAILED,), cause
+    if call.kind is CallKind.DEPLOY_FALLBACK:
+        return _hedge_failed(done, now, cause), (), cause
+    later = now + timedelta(seconds=REFUSED_BACKOFF_SECONDS)
+    return replace(done, retry_at=later), (), cause
+
+
+def _gone(
+    state: ServingState, model_id: str, now: datetime
+) -> tuple[ServingState, tuple[str, ...], str]:
+    """One of our models that we undeployed is gone from the endpoint."""
+    if state.fallback is not None and state.fallback.id == model_id:
+        restored = state.intent is not Intent.UNDEPLOY
+        after = replace(state, fallback=None)
+        if restored and state.phase in _HEDGING:
+            short = state.last.short
+            after = replace(
+                after,
+                phase=Phase.DEFICIT if short else Phase.SERVING,
+                since=now if short else None,
+            )
+            return after, (RESTORED,), f"{RESTORED_CAUSE} the fallback is undeployed"
+        return after, (), "the fallback is undeployed"
+    if state.floor is not None and state.floor.id == model_id:
+        return replace(state, floor=None), (), "the floor is undeployed"
+    if state.spot.id == model_id:
+        return replace(state, spot=replace(state.spot, id=None)), (), "the Spot model is undeployed"
+    return state, (), f"model {model_id} is undeployed"
+
+
+def _recognise(state: ServingState, read: _Read) -> tuple[ServingState, tuple[str, ...], bool]:
+    """Our models as this read shows them, by their display names: an id not recorded yet (a
+    DeployModel whose answer was lost, or was given up, that landed), a fallback that landed
+    after its hedge was given up (the deployment is hedged by it from now). Returns the state,
+    the notifications owed, and whether a fallback was adopted."""
+    observed = read.observed
+    spot_name = state.spot.name
+    by_name: dict[str, ObservedModel] = {}
+    for model in observed.models:
+        by_name.setdefault(model.display_name, model)
+    after = state
+    if after.spot.id is None and (found := by_name.get(spot_name)) is not None and found.spot:
+        if after.call is None or after.call.kind is not CallKind.DEPLOY_SPOT:
+            after = replace(after, spot=replace(after.spot, id=found.id))
+    floor_name = floor_display_name(spot_name)
+    if (found := by_name.get(floor_name)) is not None and not found.spot:
+        if after.floor is None or after.floor.id is None:
+            if after.call is None or after.call.target != floor_name:
+                after = replace(after, floor=Ours(floor_name, found.id, found.required))
+    fallback_name = fallback_display_name(spot_name)
+    adopted = False
+    notices: tuple[str, ...] = ()
+    if (found := by_name.get(fallback_name)) is not None and not found.spot:
+        if after.fallback is None or after.fallback.id is None:
+            if after.call is None or after.call.target != fallback_name:
+                after = replace(after, fallback=Ours(fallback_name, found.id, found.required))
+                if after.phase in _UNHEDGED:
+                    after = replace(after, phase=Phase.HEDGED, since=read.now)
+                    adopted = True
+                    notices = (HEDGED,)
+    return after, notices, adopted
+
+
+def _deploying(state: ServingState, read: _Read) -> _Step:
+    """The Spot model is not followed yet: deploy it once, then start following it."""
+    observed, now = read.observed, read.now
+    spot = observed.model(state.spot.id) if state.spot.id else None
+    if spot is not None:
+        followed = _baseline(
+            replace(state, spot=replace(state.spot, replicas=spot.required)), observed
+        )
+        cap = _capacity(followed, observed)
+        phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
+        followed = replace(followed, phase=phase, since=since, retry_at=None)
+        return _Step(ActionKind.RECORD, followed, "following", "deployed", notices=(DEPLOYED,))
+    if state.call is not None:
+        return _Step(ActionKind.NOTHING, state, f"waiting for {state.call.kind.value}", "none")
+    if state.spot.id is not None:
+        # Its operation said it is deployed; the endpoint does not list it yet.
+        return _Step(ActionKind.NOTHING, state, "deployed, not listed yet", "none")
+    if state.retry_at is not None and state.retry_at > now:
+        return _Step(ActionKind.NOTHING, state, "parked for quota", "parked")
+    call = InFlight(CallKind.DEPLOY_SPOT, state.spot.name, now, state.policy.spot_replicas)
+    deploy = Deploy(state.spot.name, state.policy.spot_replicas, spot=True)
+    claimed = replace(state, call=call, retry_at=None)
+    return _Step(ActionKind.CALL, claimed, "deploy the Spot model", "deploy", call, deploy)
+
+
+def _baseline(state: ServingState, observed: ObservedEndpoint) -> ServingState:
+    """The endpoint as it is now, accepted as the baseline: the other models' shares, ours,
+    and the other flexjobs deployments'."""
+    ours = _our_present(state, observed)
+    mine = {m.id for m in ours}
+    theirs = [m for m in observed.models if m.flexjobs and m.id not in mine]
+    others = {
+        m.id: observed.share(m.id) for m in observed.models if not m.flexjobs and m.id not in mine
+    }
+    return replace(
+        state,
+        pool=sum(observed.share(i) for i in mine),
+        others=others,
+        theirs=sum(observed.share(m.id) for m in theirs),
+        neighbours=tuple(m.id for m in theirs),
+    )
+
+
+def _our_present(state: ServingState, observed: ObservedEndpoint) -> list[ObservedModel]:
+    """Every model of the endpoint that is this deployment's: by id, or by one of its names
+    (a second model under a name of ours, from a DeployModel given up that landed, too)."""
+    ids = set(state.our_ids)
+    return [m for m in observed.models if m.id in ids or owns(state, m.display_name)]
+
+
+def _capacity(state: ServingState, observed: ObservedEndpoint) -> Capacity:
+    spot = observed.model(state.spot.id) if state.spot.id else None
+    on_demand = 0
+    for ours in (state.floor, state.fallback):
+        model = observed.model(ours.id) if ours is not None and ours.id else None
+        on_demand += model.available if model is not None else 0
+    return Capacity(spot.available if spot else 0, on_demand, state.policy.required)
+
+
+def _truncated(state: ServingState, read: _Read) -> _Step:
+    why = f"the endpoint has more than {MAX_MODELS} deployed models"
+    if state.phase is Phase.PAUSED_BY_HAND:
+        return _Step(ActionKind.NOTHING, state, f"{why}: waiting", "none")
+    paused = replace(state, phase=Phase.PAUSED_BY_HAND, since=read.now)
+    return _Step(ActionKind.RECORD, paused, f"{why}: not hedged", "pause")
+
+
+def _ours_leaving(state: ServingState) -> set[str]:
+    """Our models an undeploy of ours is taking away (in flight, or given up: it may still
+    happen)."""
+    out = set()
+    for call in (state.call, state.given_up):
+        if call is not None and call.kind is CallKind.UNDEPLOY:
+            out.add(call.target)
+    return out
+
+
+def _edit(state: ServingState, read: _Read) -> tuple[str | None, bool]:
+    """What was changed by hand since the baseline (None: nothing), and whether the
+    baseline should move (another flexjobs deployment's doing, which explains the change)."""
+    observed = read.observed
+    mine = {m.id for m in _our_present(state, observed)}
+    leaving = _ours_leaving(state)
+    spot = observed.model(state.spot.id) if state.spot.id else None
+    if spot is None and state.spot.id not in leaving:
+        return f"Spot model {state.spot.id} was undeployed by hand", False
+    if spot is not None and state.spot.replicas and spot.required != state.spot.replicas:
+        return (
+            "the Spot model's required replicas were changed by hand "
+            f"({state.spot.replicas} -> {spot.required})"
+        ), False
+    for ours, what in ((state.fallback, "fallback"), (state.floor, "floor")):
+        if ours is not None and ours.id and ours.id not in mine and ours.id not in leaving:
+            return f"{what} {ours.id} was undeployed by hand", False
+    others = {
+        m.id: observed.share(m.id) for m in observed.models if not m.flexjobs and m.id not in mine
+    }
+    theirs = [m for m in observed.models if m.flexjobs and m.id not in mine]
+    theirs_share = sum(observed.share(m.id) for m in theirs)
+    pool = sum(observed.share(i) for i in mine)
+    if others.keys() != state.others.keys():
+        added = sorted(others.keys() - state.others.keys())
+        gone = sorted(state.others.keys() - others.keys())
+        return f"deployed models changed by hand (added {added}, removed {gone})", False
+    if others == dict(state.others) and pool == state.pool and theirs_share == state.theirs:
+        moved = {m.id for m in theirs} != set(state.neighbours)
+        return None, moved
+    # Another flexjobs deployment's models came or went (a DeployModel with its request's
+    # split, an undeploy), or it gave its traffic to the others as it left: its doing.
+    if {m.id for m in theirs} != set(state.neighbours):
+        return None, True
+    gave = (
+        theirs_share < state.theirs
+        and all(others[k] >= v for k, v in state.others.items())
+        and pool >= state.pool
+    )
+    if gave:
+        return None, True
+    if pool < state.pool:
+        return f"the traffic of this deployment was changed by hand ({state.pool}% before)", False
+    return "the traffic split of other deployed models was changed by hand", False
+
+
+def _following(state: ServingState, read: _Read) -> _Step:
+    """A deployed Spot model: resume, pause, deploy the floor, clean up, and serve."""
+    observed, now = read.observed, read.now
+    if state.intent is Intent.RESUME and state.resumed_at != state.intent_at:
+        resumed = _resumed(state, observed, now)
+        return _Step(ActionKind.RECORD, resumed, "resumed: the endpoint as it is now", "resume")
+    if state.phase is Phase.PAUSED_BY_HAND:
+        return _Step(ActionKind.NOTHING, state, "paused after a hand edit: recording only", "none")
+    edit, moved = _edit(state, read)
+    if edit is not None:
+        paused = replace(state, phase=Phase.PAUSED_BY_HAND, since=now)
+        return _Step(ActionKind.RECORD, paused, edit, "pause")
+    if moved:
+        state = _baseline(state, observed)
+    step = _serving_calls(state, read)
+    if step is None:
+        step = _serve(state, read)
+    if moved and step.kind is ActionKind.NOTHING:
+        step = replace(
+            step,
+            kind=ActionKind.RECORD,
+            transition="rebaseline",
+            reason="another flexjobs deployment moved",
+        )
+    return step
+
+
+def _resumed(state: ServingState, observed: ObservedEndpoint, now: datetime) -> ServingState:
+    """Follow again from the endpoint as it is now: a fallback or a floor found there is kept
+    as ours."""
+    spot = observed.model(state.spot.id) if state.spot.id else None
+    based = _baseline(replace(state, resumed_at=state.intent_at), observed)
+    if spot is None:
+        return replace(based, phase=Phase.PAUSED_BY_HAND, since=now)
+    based = replace(based, spot=replace(based.spot, replicas=spot.required))
+    cap = _capacity(based, observed)
+    fallback_here = (
+        based.fallback is not None and based.fallback.id and observed.model(based.fallback.id)
+    )
+    if fallback_here:
+        return replace(based, phase=Phase.HEDGED, since=now)
+    phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
+    return replace(based, phase=phase, since=since, fallback=None)
+
+
+def _serving_calls(state: ServingState, read: _Read) -> _Step | None:
+    """The housekeeping calls, one at a time: a second model under a name of ours goes (a
+    DeployModel given up that landed), and a warm floor asked for is deployed."""
+    if state.call is not None or (state.retry_at is not None and state.retry_at > read.now):
+        return None
+    observed, now = read.observed, read.now
+    known = set(state.our_ids)
+    for model in observed.models:
+        if (
+            owns(state, model.display_name)
+            and model.id not in known
+            and observed.share(model.id) == 0
+        ):
+            call = InFlight(CallKind.UNDEPLOY, model.id, now)
+            why = f"a second model {model.id} under the name {model.display_name!r}"
+            return _Step(ActionKind.CALL, replace(state, call=call), why, "cleanup", call)
+    floor = state.policy.min_on_demand
+    if floor and (state.floor is None or state.floor.id is None):
+        name = floor_display_name(state.spot.name)
+        call = InFlight(CallKind.DEPLOY_FLOOR, name, now, floor)
+        deploy = Deploy(name, floor, spot=False)
+        why = f"a warm floor of {floor} on-demand replica(s)"
+        return _Step(ActionKind.CALL, replace(state, call=call), why, "floor", call, deploy)
+    return None
+
+
+def _weights(state: ServingState, observed: ObservedEndpoint) -> tuple[list[str], list[int]]:
+    """Our models that may take traffic, and the replicas each serves (0: none, leaving, or a
+    second model under one of our names, whose traffic goes to the one we follow)."""
+    leaving = _ours_leaving(state)
+    known = set(state.our_ids)
+    ids: list[str] = []
+    weights: list[int] = []
+    for model in _our_present(state, observed):
+        ids.append(model.id)
+        serves = model.id in known and model.id not in leaving
+        weights.append(model.available if serves else 0)
+    return ids, weights
+
+
+def _serve(state: ServingState, read: _Read) -> _Step:
+    """Serving: the phase follows the replicas; traffic follows the replicas that serve; a
+    deficit past the grace period is hedged; Spot healthy for the hold period is restored."""
+    observed, now, settings = read.observed, read.now, read.settings
+    cap = _capacity(state, observed)
+    spot = observed.model(state.spot.id) if state.spot.id else None
+    spot_available = spot.available if spot else 0
+    floor_model = observed.model(state.floor.id) if state.floor and state.floor.id else None
+    floor_available = floor_model.available if floor_model else 0
+    healthy = spot_available + floor_available >= state.policy.required
+    fallback_model = (
+        observed.model(state.fallback.id) if state.fallback and state.fallback.id else None
+    )
+    hedging = state.fallback is not None
+    if hedging:
+        if healthy:
+            since = state.since if state.phase is Phase.RECOVERING and state.since else now
+            moved = replace(state, phase=Phase.RECOVERING, since=since)
+            label = "Spot serves all its replicas again: hold period"
+        else:
+            since = state.since if state.phase is Phase.HEDGED and state.since else now
+            moved = replace(state, phase=Phase.HEDGED, since=since)
+            label = "hedged"
+    elif healthy:
+        moved = replace(state, phase=Phase.SERVING, since=None)
+        label = "serving"
+    else:
+        since = state.since if state.phase is Phase.DEFICIT and state.since else now
+        moved = replace(state, phase=Phase.DEFICIT, since=since)
+        label = "fewer replicas than required: grace period"
+    ids, weights = _weights(moved, observed)
+    restoring = (
+        hedging
+        and healthy
+        and fallback_model is not None
+        and moved.since is not None
+        and (now - moved.since).total_seconds() >= settings.hold_seconds
+    )
+    if restoring:
+        assert fallback_model is not None
+        back = [0 if i == fallback_model.id else w for i, w in zip(ids, weights, strict=True)]
+        split = hedged_split(observed, ids, back)
+        if (
+            split is not None
+            and split != observed.traffic_split
+            and observed.share(fallback_model.id)
+        ):
+            return _Step(
+                ActionKind.TRAFFIC, moved, "restore: traffic back to Spot", "restore", split=split
+            )
+        if moved.call is None and not observed.share(fallback_model.id):
+            call = InFlight(CallKind.UNDEPLOY, fallback_model.id, now)
+            return _Step(
+                ActionKind.CALL,
+                replace(moved, call=call),
+                "restore: undeploy the fallback",
+                "restore",
+                call,
+            )
+    split = hedged_split(observed, ids, weights)
+    if split is not None and split != observed.traffic_split:
+        return _Step(
+            ActionKind.TRAFFIC,
+            moved,
+            f"{label}: traffic follows the replicas",
+            "shift",
+            split=split,
+        )
+    if moved.call is not None or (moved.retry_at is not None and moved.retry_at > now):
+        return _Step(ActionKind.NOTHING, moved, label, "capacity")
+    deficit = min(state.policy.required - spot_available - floor_available, settings.max_replicas)
+    if not hedging and not healthy and moved.policy.hedge and moved.since is not None:
+        if (now - moved.since).total_seconds() >= settings.grace_seconds:
+            name = fallback_display_name(state.spot.name)
+            call = InFlight(CallKind.DEPLOY_FALLBACK, name, now, deficit)
+            hedged = replace(
+                moved,
+                phase=Phase.HEDGED,
+                since=now,
+                fallback=Ours(name, None, deficit),
+                call=call,
+                hedges=moved.hedges + 1,
+            )
+            reason = (
+                f"{HEDGE_CAUSE} {deficit} on-demand replica(s) after "
+                f"{(now - moved.since).total_seconds():.0f} s with {spot_available} of "
+                f"{state.policy.required} serving"
+            )
+            return _Step(
+                ActionKind.CALL, hedged, reason, "hedge", call, Deploy(name, deficit, spot=False)
+            )
+    if (
+        hedging
+        and not healthy
+        and fallback_model is not None
+        and deficit > (moved.fallback.replicas if moved.fallback else 0)
+    ):
+        call = InFlight(CallKind.MUTATE, fallback_model.id, now, deficit)
+        assert moved.fallback is not None
+        grown = replace(moved, fallback=replace(moved.fallback, replicas=deficit), call=call)
+        return _Step(
+            ActionKind.CALL, grown, f"{label}: grow the fallback to {deficit}", "grow", call
+        )
+    return _Step(ActionKind.NOTHING, moved, label, "capacity")
+
+
+def _undeploying(state: ServingState, read: _Read) -> _Step:
+    """Taking a deployment down, one step per read: our traffic goes to the endpoint's other
+    models that serve and are not leaving, in proportion to their replicas; our models leave
+    one at a time, the Spot model last. A DeployModel in flight is set aside, not waited for:
+    the models already there leave at once (they bill), and the deployment ends only once it
+    is known that nothing it makes is left behind. Done when none of them is on the
+    endpoint."""
+    observed, now = read.observed, read.now
+    going = (
+        state
+        if state.phase is Phase.UNDEPLOYING
+        else replace(state, phase=Phase.UNDEPLOYING, since=now)
+    )
+    if going.call is not None and going.call.kind.deploys:
+        # A DeployModel in flight does not hold the models already deployed back: it is set
+        # aside (what it makes is ours by its name, and leaves when it lands), and the
+        # others leave now, their traffic first.
+        going = replace(going, call=None, landing=going.call)
+    present = _our_present(going, observed)
+    landing = going.landing
+    if landing is not None and any(m.display_name == landing.target for m in present):
+        going = replace(going, landing=None)  # it landed: it leaves with the others
+    elif landing is not None and (now - landing.at).total_seconds() >= DEPLOY_LIMIT_SECONDS:
+        going = replace(going, landing=None, given_up=landing)
+    if not present:
+        if going.call is not None or going.landing is not None:
+            call = going.call or going.landing
+            assert call is not None
+            why = f"waiting for {call.kind.value} before it ends"
+            return _Step(ActionKind.NOTHING, going, why, "undeploy")
+        gone = replace(going, phase=Phase.UNDEPLOYED, since=now, fallback=None, floor=None)
+        return _Step(ActionKind.RECORD, gone, "undeployed", "undeployed", notices=(UNDEPLOYED,))
+    if going.call is not None:
+        return _Step(ActionKind.NOTHING, going, f"waiting for {going.call.kind.value}", "undeploy")
+    mine = {m.id for m in present}
+    pool = sum(observed.share(i) for i in mine)
+    split = {k: v for k, v in observed.traffic_split.items() if k not in mine}
+    if pool:
+        targets = [
+            m
+            for m in observed.models
+            if m.id not in mine and m.id not in read.leaving and m.available > 0
+        ]
+        if targets:
+            parts = largest_remainder(pool, [m.available for m in targets])
+            for model, part in zip(targets, parts, strict=True):
+                split[model.id] = split.get(model.id, 0) + part
+            moved = {k: v for k, v in sorted(split.items()) if v > 0}
+            why = "undeploy: traffic to the others that serve"
+            return _Step(ActionKind.TRAFFIC, going, why, "undeploy", split=moved)
+        last = _last_to_go(going, [m for m in present if m.available > 0])
+        if len(present) > 1 and last is not None and observed.share(last.id) < pool:
+            moved = {k: v for k, v in sorted({**split, last.id: pool}.items()) if v > 0}
+            why = "undeploy: our traffic to the model that goes last"
+            return _Step(ActionKind.TRAFFIC, going, why, "undeploy", split=moved)
+    idle = sorted(
+        (m for m in present if not observed.share(m.id)),
+        key=lambda m: (m.id == going.spot.id, m.id),
+    )
+    if idle:
+        call = InFlight(CallKind.UNDEPLOY, idle[0].id, now)
+        why = f"undeploy {idle[0].id}"
+        return _Step(ActionKind.CALL, replace(going, call=call), why, "undeploy", call)
+    # Every model of ours left holds traffic: one, or none serves to gather it on.
+    holder = present[0]
+    others = [m for m in observed.models if m.id not in mine]
+    if not others and len(present) == 1:
+        call = InFlight(CallKind.UNDEPLOY, holder.id, now)
+        why = f"undeploy {holder.id}, the endpoint's last model (its split goes with it)"
+        return _Step(ActionKind.CALL, replace(going, call=call), why, "undeploy", call)
+    waited = (now - (going.since or now)).total_seconds()
+    if waited >= read.settings.hold_seconds:
+        # Nothing else has served for the hold period: the endpoint takes no traffic ("map
+        # must be empty if the Endpoint is to not accept any traffic") rather than keep a
+        # deployment its owner cancelled.
+        keep = {k: v for k, v in split.items() if v > 0}
+        why = "undeploy: nothing else serves: our traffic taken away"
+        return _Step(
+            ActionKind.TRAFFIC,
+            going,
+            why,
+            "undeploy",
+            split=keep if sum(keep.values()) == 100 else {},
+        )
+    why = "undeploy: waiting for another model to serve before our traffic goes"
+    return _Step(ActionKind.NOTHING, going, why, "undeploy")
+
+
+def _last_to_go(state: ServingState, models: list[ObservedModel]) -> ObservedModel | None:
+    """Of ``models``, the one our traffic gathers on while the others leave: the Spot model
+    if it serves, else the one serving the most replicas."""
+    if not models:
+        return None
+    return max(models, key=lambda m: (m.available > 0, m.id == state.spot.id, m.available))
+
+
+def _history(state: ServingState, now: datetime, cap: Capacity, cause: str) -> ServingState:
     """``state`` accounted up to ``now`` (the previous capacity held since ``accounted_at``,
-    as the ticks saw it), then ``cap`` as the capacity from now, and one history entry."""
+    as the reads saw it), then ``cap`` as the capacity from now, and one history entry."""
     elapsed = max((now - state.accounted_at).total_seconds(), 0.0)
     last = state.last
     return replace(
@@ -127,476 +1129,56 @@ def _with_change(state: ServingState, now: datetime, cap: Capacity, cause: str) 
         short_seconds=state.short_seconds + (elapsed if last.short else 0.0),
         spot_node_seconds=state.spot_node_seconds + elapsed * last.spot,
         on_demand_node_seconds=state.on_demand_node_seconds + elapsed * last.on_demand,
-        history=(*state.history, Change(now, cap, clip(cause, MAX_CAUSE) or "")),
+        history=(*state.history, CapacityChange(now, cap, clip(cause, MAX_CAUSE) or "")),
     )
 
 
-def start(spot_id: str, observed: ObservedEndpoint, now: datetime) -> ServingState:
-    """The state with which the tick starts following a Spot deployment once it is DEPLOYED:
-    the endpoint as it is now is the baseline (its other models, their shares, our pool)."""
-    spot = observed.model(spot_id)
-    ours = (spot_id,)
-    cap = _capacity(spot, None)
-    base = ServingState(
-        spot_id=clip(spot_id, MAX_NAME) or "",
-        phase=Phase.SERVING,
-        accounted_at=now,
-        last=cap,
-        pool=_pool(observed, ours),
-        others=_others(observed, ours),
-    )
-    if spot is None:
-        state = replace(base, phase=Phase.PAUSED_BY_HAND, since=now)
-        return _with_change(state, now, cap, f"Spot model {spot_id} is not on the endpoint")
-    phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
-    return _with_change(replace(base, phase=phase, since=since), now, cap, "following")
-
-
-def resume(state: ServingState, observed: ObservedEndpoint, now: datetime) -> ServingState:
-    """Follow a paused deployment again ("until told"): the endpoint as it is now becomes the
-    baseline. A fallback still on the endpoint is kept as ours, hedged from now."""
-    spot = observed.model(state.spot_id)
-    fallback = observed.model(state.fallback_id)
-    fallback_id = fallback.id if fallback else None
-    ours = (state.spot_id,) + ((fallback_id,) if fallback_id else ())
-    cap = _capacity(spot, fallback)
-    since: datetime | None = now
-    if spot is None:
-        phase = Phase.PAUSED_BY_HAND
-    elif fallback is not None:
-        phase = Phase.HEDGED
-    else:
-        phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
-    followed = replace(
-        state,
-        phase=phase,
-        since=since,
-        fallback_id=fallback_id,
-        fallback_name=fallback.display_name if fallback else None,
-        fallback_replicas=fallback.required if fallback else 0,
-        pool=_pool(observed, ours),
-        others=_others(observed, ours),
-    )
-    return _with_change(followed, now, cap, "resumed after a hand edit")
-
-
-def hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState:
-    """The state after the fallback's ``DeployModel`` operation ended with an error (the
-    wiring reads it, as it reads a deployment's): no fallback is on its way any more, and a
-    new grace period starts before the next hedge, so a refused hedge is not resent every
-    tick. A fallback already on the endpoint is kept."""
-    if state.fallback_id is not None or state.fallback_name is None:
-        return state
-    failed = replace(
-        _no_call(state),
-        phase=Phase.DEFICIT if state.last.short else Phase.SERVING,
-        since=now if state.last.short else None,
-        fallback_name=None,
-        fallback_replicas=0,
-    )
-    return _with_change(failed, now, state.last, f"{HEDGE_FAILED_CAUSE} {cause}")
-
-
-def _no_call(state: ServingState) -> ServingState:
-    return replace(state, operation_call=None, operation=None, operation_at=None)
-
-
-def _claimed(state: ServingState, call: str, now: datetime) -> ServingState:
-    """``state`` with ``call`` in flight from ``now``: written before the call is sent."""
-    return replace(state, operation_call=call, operation=None, operation_at=now)
-
-
-def call_started(state: ServingState, at: datetime, operation: str) -> ServingState:
-    """The state once Vertex answered the call claimed at ``at`` with its operation's name;
-    unchanged when the claim is no longer that one (given up, or another tick's)."""
-    if state.operation_call is None or state.operation_at != at or state.operation:
-        return state
-    return replace(state, operation=clip(operation, MAX_NAME))
-
-
-def call_finished(
-    state: ServingState, now: datetime, error: str | None, deployed_model_id: str | None = None
-) -> ServingState:
-    """The state once the call in flight ended: with ``error``, or done (a DeployModel's
-    ``deployed_model_id`` is the fallback's id).
-
-    - DeployModel failed: :func:`hedge_failed` (a new grace period before the next hedge).
-    - MutateDeployedModel failed: the fallback's size is forgotten, so the next read grows it
-      again (a control-plane error is retried on the next tick).
-    - UndeployModel failed: the fallback stays; the next read decides the way back again.
-    """
-    call = state.operation_call
-    if call is None:
-        return state
-    done = _no_call(state)
-    if call == DEPLOY_CALL:
-        if error:
-            return hedge_failed(done, now, error)
-        if done.fallback_id is None and deployed_model_id:
-            done = replace(done, fallback_id=clip(deployed_model_id, MAX_NAME))
-        return _with_change(done, now, state.last, "the fallback is deployed")
-    if not error:
-        return _with_change(done, now, state.last, f"{call} done")
-    if call == MUTATE_CALL:
-        done = replace(done, fallback_replicas=0)
-    return _with_change(done, now, state.last, f"{call} failed: {error}")
-
-
-def call_overdue(state: ServingState, now: datetime) -> bool:
-    """The call in flight has had no answer (or no end) for :data:`OPERATION_LIMIT_SECONDS`."""
-    at = state.operation_at
-    return state.operation_call is not None and (
-        at is None or _elapsed(at, now) >= OPERATION_LIMIT_SECONDS
-    )
-
-
-def _hand_edit(
-    observed: ObservedEndpoint, state: ServingState, settings: ServingSettings, now: datetime
-) -> str | None:
-    """What was changed by hand since the baseline, or None.
-
-    A move of traffic between the Spot model and its fallback alone is not a hand edit: it
-    is what the rule itself writes, and a ``SHIFT`` whose call timed out may still have
-    happened, so the next read may show it before the state does.
-    """
-    ours = state.ours
-    spot = observed.model(state.spot_id)
-    if spot is None:
-        return f"Spot model {state.spot_id} was undeployed by hand"
-    if max(spot.required, 1) != state.last.required:
-        return (
-            f"the Spot model's required replicas were changed by hand"
-            f" ({state.last.required} -> {spot.required})"
-        )
-    if state.fallback_id and observed.model(state.fallback_id) is None:
-        # Our own RESTORE undeploys it once the hold passed and its traffic went back; an
-        # UndeployModel that timed out may have happened, so that case is ours, not a hand's.
-        restored = (
-            state.phase is Phase.RECOVERING
-            and state.since is not None
-            and (now - state.since).total_seconds() >= settings.hold_seconds
-            and observed.share(state.spot_id) == state.pool
-        )
-        if not restored:
-            return f"fallback {state.fallback_id} was undeployed by hand"
-        ours = (state.spot_id,)
-    others = _others(observed, ours)
-    if others.keys() != state.others.keys():
-        added = sorted(others.keys() - state.others.keys())
-        gone = sorted(state.others.keys() - others.keys())
-        return f"deployed models changed by hand (added {added}, removed {gone})"
-    if others != dict(state.others):
-        return "the traffic split of other deployed models was changed by hand"
-    if _pool(observed, ours) < state.pool:
-        # A larger pool, with every other model's share as it was, came from another flexjobs
-        # deployment leaving the endpoint (its cancel gives its traffic to the models that
-        # serve): taken as the new pool by the caller. A smaller one was taken by hand.
-        return f"the traffic of this deployment was changed by hand ({state.pool}% before)"
-    return None
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One fresh read, with what the rule derives from it."""
-
-    observed: ObservedEndpoint
-    now: datetime
-    settings: ServingSettings
-    fallback: ObservedModel | None
-    cap: Capacity
-
-
-@dataclass(frozen=True)
-class _Step:
-    """A decision before its accounting: the call, the state's new fields, and why."""
-
-    kind: ActionKind
-    state: ServingState
-    reason: str
-    split: Mapping[str, int] | None = None
-    deploy: Fallback | None = None
-    undeploy: str | None = None
-    resize: int | None = None
-    notice: str | None = None
-
-
-def decide(
-    observed: ObservedEndpoint,
-    state: ServingState,
-    now: datetime,
-    settings: ServingSettings | None = None,
+def _accounted(
+    before: ServingState,
+    step: _Step,
+    read: _Read,
+    notices: tuple[str, ...],
+    cause: str,
 ) -> ServingAction:
-    """What to do for one Spot deployment after one fresh read of its endpoint.
-
-    The tick calls it every minute for every followed deployment, applies the one call the
-    action names, and writes ``action.state`` only once that call succeeded; a failed call
-    leaves the record as it was, and the next tick decides again from a new read. A tick that
-    sees nothing new gets ``NOTHING`` and writes nothing.
-
-    Examples:
-        >>> from datetime import UTC, timedelta
-        >>> from shared.domain.serving.model import MachineSpec
-        >>> t0 = datetime(2026, 12, 1, tzinfo=UTC)
-        >>> def read(n):
-        ...     spot = ObservedModel("7", "m", "s", MachineSpec("g2-standard-4"), True, 2, n)
-        ...     return ObservedEndpoint("e", (spot,), {"7": 100})
-        >>> state = start("7", read(2), t0)
-        >>> decide(read(2), state, t0 + timedelta(minutes=1)).kind
-        <ActionKind.NOTHING: 'NOTHING'>
-        >>> lost = decide(read(0), state, t0 + timedelta(minutes=2))
-        >>> lost.kind, lost.state.phase
-        (<ActionKind.RECORD: 'RECORD'>, <Phase.DEFICIT: 'DEFICIT'>)
-        >>> hedge = decide(read(0), lost.state, t0 + timedelta(minutes=7))
-        >>> hedge.kind, hedge.deploy.replicas, hedge.deploy.machine.machine_type
-        (<ActionKind.HEDGE: 'HEDGE'>, 2, 'g2-standard-4')
-    """
-    settings = settings or ServingSettings()
-    given = state
-    state = _adopt(observed, state, now)
-    if call_overdue(state, now):
-        limit = f"{OPERATION_LIMIT_SECONDS / 3600:.0f} h"
-        state = call_finished(state, now, f"{state.operation_call}: no answer after {limit}")
-    spot = observed.model(state.spot_id)
-    fallback = observed.model(state.fallback_id)
-    cap = _capacity(spot, fallback)
-    step = _held(_step(_Read(observed, now, settings, fallback, cap), state, spot), state, now)
-    changed = step.state != given or cap != state.last
+    """The step as an action: the capacity and the causes in the history when anything
+    changed, NOTHING when nothing did."""
+    after = step.state
+    cap = (
+        _capacity(after, read.observed)
+        if after.spot.id or after.phase is not Phase.DEPLOYING
+        else after.last
+    )
+    notices = (*notices, *step.notices)
+    changed = after != before or cap != before.last or notices
     if not changed and step.kind is ActionKind.NOTHING:
-        return ServingAction(ActionKind.NOTHING, given, step.reason)
-    causes = []
-    if cap != state.last:
-        last = state.last
+        return ServingAction(ActionKind.NOTHING, before, step.reason, "none")
+    causes = [cause] if cause else []
+    if cap != before.last:
+        last = before.last
         causes.append(
-            f"serving {last.spot}+{last.on_demand} -> {cap.spot}+{cap.on_demand}"
-            f" of {cap.required} (Spot+on-demand)"
+            f"serving {last.spot}+{last.on_demand} -> {cap.spot}+{cap.on_demand} of "
+            f"{cap.required} (Spot+on-demand)"
         )
-    if step.kind is not ActionKind.NOTHING or step.state.phase is not state.phase:
+    if step.kind is not ActionKind.NOTHING or after.phase is not before.phase:
         causes.append(step.reason)
-    # An UndeployModel is a long-running call: the fallback serves until a read shows it gone.
-    written = _with_change(step.state, now, cap, "; ".join(causes) or step.reason)
+    after = replace(after, read_at=max(read.taken, after.read_at or read.taken))
+    said = "; ".join(dict.fromkeys(c for c in causes if c)) or step.reason
+    if (
+        after.history
+        and after.history[-1].at == read.now
+        and after.history[-1] not in before.history
+    ):
+        # The step wrote its own entry at this time (a call's failure): one entry says both.
+        after = replace(after, history=after.history[:-1], last=before.last)
+    written = _history(after, read.now, cap, said)
     kind = ActionKind.RECORD if step.kind is ActionKind.NOTHING else step.kind
     return ServingAction(
         kind,
         written,
         step.reason,
-        step.split,
+        step.transition if step.transition != "none" else "capacity",
+        step.call,
         step.deploy,
-        step.undeploy,
-        step.resize,
-        step.notice,
+        step.split,
+        tuple(dict.fromkeys(notices)),
     )
-
-
-def _held(step: _Step, state: ServingState, now: datetime) -> _Step:
-    """One long-running call at a time: while one is in flight, a step that would send
-    another waits (recorded as it stands, without its call); a traffic move, which is
-    synchronous, still goes. A step that sends one claims it in the state it writes first."""
-    calls = {ActionKind.HEDGE: DEPLOY_CALL, ActionKind.GROW: MUTATE_CALL}
-    call = UNDEPLOY_CALL if step.undeploy else calls.get(step.kind)
-    if call is None:
-        return step
-    if state.operation_call is None:
-        return replace(step, state=_claimed(step.state, call, now))
-    waiting = replace(step.state, fallback_replicas=state.fallback_replicas, hedges=state.hedges)
-    return _Step(ActionKind.NOTHING, waiting, f"waiting for {state.operation_call}")
-
-
-def _adopt(observed: ObservedEndpoint, state: ServingState, now: datetime) -> ServingState:
-    """A fallback whose DeployModel was sent is ours once the endpoint shows it under its
-    display name, whether or not its id was recorded (the call may have timed out, or been
-    given up): its DeployModel is then done. Found while unhedged (a DeployModel given up
-    that landed late), the deployment is hedged by it from now rather than deploying another."""
-    if state.fallback_id is not None:
-        return state
-    spot = observed.model(state.spot_id)
-    name = state.fallback_name or (fallback_display_name(spot) if spot else None)
-    if not name:
-        return state
-    found = next(
-        (
-            m
-            for m in observed.models
-            if m.display_name == name and not m.spot and m.id != state.spot_id
-        ),
-        None,
-    )
-    if found is None:
-        return state
-    adopted = replace(state, fallback_id=found.id, fallback_name=name)
-    if adopted.operation_call == DEPLOY_CALL:
-        adopted = _no_call(adopted)
-    if adopted.phase in (Phase.SERVING, Phase.DEFICIT):
-        adopted = replace(adopted, phase=Phase.HEDGED, since=now, fallback_replicas=found.required)
-    return adopted
-
-
-def begin_undeploy(state: ServingState, now: datetime) -> ServingState:
-    """The state once a deployment is asked to go (a cancel): UNDEPLOYING from ``now``,
-    whatever it was doing (a paused one too: taking it down is what its owner asked). A call
-    in flight is kept and waited for, so nothing it makes is left behind."""
-    if state.phase in (Phase.UNDEPLOYING, Phase.UNDEPLOYED):
-        return state
-    going = replace(state, phase=Phase.UNDEPLOYING, since=now)
-    return _with_change(going, now, state.last, "undeploy requested")
-
-
-def _undeploying(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
-    """Taking a deployment down, one step per read: its traffic first goes to the endpoint's
-    other models (in proportion to the replicas they serve, else to their shares), or, when it
-    has none, from the fallback to the Spot model; then the fallback is undeployed, then the
-    Spot model (the last model of an endpoint takes the split with it: "If last DeployedModel
-    is being undeployed from the Endpoint, the Endpoint.traffic_split will always end up
-    empty"). Done when neither is on the endpoint."""
-    observed, fallback = read.observed, read.fallback
-    present = tuple(m for m in (fallback, spot) if m is not None)
-    if not present:
-        gone = replace(
-            _no_call(state),
-            phase=Phase.UNDEPLOYED,
-            since=read.now,
-            fallback_id=None,
-            fallback_name=None,
-            fallback_replicas=0,
-        )
-        return _Step(ActionKind.NOTHING, gone, "undeployed", notice=UNDEPLOYED)
-    ours = tuple(m.id for m in present)
-    serving = [m for m in observed.models if m.id not in ours and m.available > 0]
-    pool = sum(observed.share(i) for i in ours)
-    split = {k: v for k, v in observed.traffic_split.items() if k not in ours}
-    if pool and serving:
-        # Never to a model with no replica: the traffic goes where replicas serve it.
-        weights = [m.available for m in serving]
-        for model, part in zip(serving, largest_remainder(pool, weights), strict=True):
-            split[model.id] = split.get(model.id, 0) + part
-        moved = {k: v for k, v in sorted(split.items()) if v > 0}
-        return _Step(ActionKind.SHIFT, state, "undeploy: traffic to the other models", moved)
-    if fallback is not None and spot is not None and observed.share(fallback.id):
-        split[spot.id] = pool
-        return _Step(ActionKind.SHIFT, state, "undeploy: the fallback's traffic to Spot", split)
-    others = [m for m in observed.models if m.id not in ours]
-    if pool and others and len(present) == 1:
-        # No other model serves, and ours is not the endpoint's last (an UndeployModel of a
-        # model with traffic is refused then): the endpoint takes no traffic ("map must be
-        # empty if the Endpoint is to not accept any traffic"), rather than send it to a
-        # model with no replica.
-        return _Step(ActionKind.SHIFT, state, "undeploy: nothing else serves: no traffic", {})
-    target = present[0]
-    return _Step(ActionKind.UNDEPLOY, state, f"undeploy {target.id}", undeploy=target.id)
-
-
-def _step(read: _Read, state: ServingState, spot: ObservedModel | None) -> _Step:
-    if state.phase is Phase.UNDEPLOYED:
-        return _Step(ActionKind.NOTHING, state, "undeployed")
-    if read.observed.truncated:
-        # Past MAX_MODELS the read is not the whole endpoint: a split written from it would
-        # drop the shares it did not read, and a model of ours may be among them.
-        why = f"the endpoint has more than {MAX_MODELS} deployed models"
-        if state.phase in (Phase.UNDEPLOYING, Phase.PAUSED_BY_HAND):
-            return _Step(ActionKind.NOTHING, state, f"{why}: waiting")
-        paused = replace(state, phase=Phase.PAUSED_BY_HAND, since=read.now)
-        return _Step(ActionKind.PAUSE, paused, f"{why}: not hedged")
-    if state.phase is Phase.UNDEPLOYING:
-        return _undeploying(read, state, spot)
-    ours = (state.spot_id,) + ((read.fallback.id,) if read.fallback else ())
-    grown = _pool(read.observed, ours)
-    if (
-        state.phase is not Phase.PAUSED_BY_HAND
-        and grown > state.pool
-        and _others(read.observed, ours) == dict(state.others)
-    ):
-        # Another flexjobs deployment left and gave its traffic to ours (see _hand_edit).
-        state = replace(state, pool=grown)
-    if state.phase is Phase.PAUSED_BY_HAND:
-        return _Step(ActionKind.NOTHING, state, "paused after a hand edit: recording only")
-    edit = _hand_edit(read.observed, state, read.settings, read.now)
-    if edit is not None or spot is None:
-        paused = replace(state, phase=Phase.PAUSED_BY_HAND, since=read.now)
-        return _Step(ActionKind.PAUSE, paused, edit or "Spot model missing")
-    if state.fallback_id and read.fallback is None:
-        # Our RESTORE's UndeployModel happened (see _hand_edit): Spot alone serves again.
-        served = replace(
-            _no_call(state),
-            phase=Phase.SERVING,
-            since=None,
-            fallback_id=None,
-            fallback_name=None,
-            fallback_replicas=0,
-        )
-        return _Step(
-            ActionKind.NOTHING,
-            served,
-            f"{RESTORED_CAUSE} the fallback is undeployed",
-            notice=RESTORED,
-        )
-    if state.phase in (Phase.SERVING, Phase.DEFICIT):
-        return _unhedged(read, state, spot)
-    return _hedged(read, state, spot)
-
-
-def _elapsed(since: datetime | None, now: datetime) -> float:
-    return (now - since).total_seconds() if since else 0.0
-
-
-def _unhedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
-    """No fallback yet: SERVING, or DEFICIT while the grace period runs, then HEDGE."""
-    now, cap = read.now, read.cap
-    if spot.available >= cap.required:
-        return _Step(ActionKind.NOTHING, replace(state, phase=Phase.SERVING, since=None), "serving")
-    since = state.since if state.phase is Phase.DEFICIT and state.since else now
-    if _elapsed(since, now) < read.settings.grace_seconds:
-        short = replace(state, phase=Phase.DEFICIT, since=since)
-        return _Step(ActionKind.NOTHING, short, "fewer Spot replicas than required: grace period")
-    deficit = min(cap.required - spot.available, read.settings.max_replicas)
-    name = fallback_display_name(spot)
-    hedged = replace(
-        state,
-        phase=Phase.HEDGED,
-        since=now,
-        fallback_id=None,
-        fallback_name=name,
-        fallback_replicas=deficit,
-        hedges=state.hedges + 1,
-    )
-    reason = (
-        f"{HEDGE_CAUSE} {deficit} on-demand replica(s) after {_elapsed(since, now):.0f} s"
-        f" with {spot.available} of {cap.required} Spot replicas"
-    )
-    fallback = Fallback(spot.model, name, spot.machine, deficit)
-    return _Step(ActionKind.HEDGE, hedged, reason, deploy=fallback, notice=HEDGED)
-
-
-def _hedged(read: _Read, state: ServingState, spot: ObservedModel) -> _Step:
-    """A fallback is deployed or on its way: HEDGED, or RECOVERING while the hold runs, then
-    RESTORE; traffic follows the replicas each can serve, one call per read."""
-    observed, now, fallback, cap = read.observed, read.now, read.fallback, read.cap
-    healthy = spot.available >= cap.required
-    if healthy:
-        # The hold starts when Spot first serves all its replicas again; a flap resets it.
-        since = state.since if state.phase is Phase.RECOVERING else now
-        phase, label = Phase.RECOVERING, "Spot serves all its replicas again: hold period"
-    else:
-        since = state.since if state.phase is Phase.HEDGED else now
-        phase, label = Phase.HEDGED, "hedged"
-    moved = replace(state, phase=phase, since=since)
-    if fallback is None:
-        return _Step(ActionKind.NOTHING, moved, f"{label}; the fallback is being deployed")
-    ours = (spot.id, fallback.id)
-    if healthy and _elapsed(since, now) >= read.settings.hold_seconds:
-        if observed.share(fallback.id) > 0 or not observed.traffic_split:
-            back = hedged_split(observed, ours, (spot.available, 0))
-            if back is not None and back != observed.traffic_split:
-                return _Step(ActionKind.RESTORE, moved, "restore: traffic back to Spot", back)
-        # A fresh read shows the fallback without traffic, and Spot serving every replica it
-        # requires: undeploying the fallback removes no model that serves traffic.
-        return _Step(
-            ActionKind.RESTORE, moved, "restore: undeploy the fallback", undeploy=fallback.id
-        )
-    split = hedged_split(observed, ours, (spot.available, fallback.available))
-    if split is not None and split != observed.traffic_split:
-        return _Step(ActionKind.SHIFT, moved, f"{label}: traffic follows the replicas", split)
-    deficit = min(cap.required - spot.available, read.settings.max_replicas)
-    if deficit > state.fallback_replicas:
-        grown = replace(moved, fallback_replicas=deficit)
-        reason = f"{label}: grow the fallback to {deficit} replica(s)"
-        return _Step(ActionKind.GROW, grown, reason, resize=deficit)
-    return _Step(ActionKind.NOTHING, moved, label)

@@ -20,6 +20,7 @@ from shared.domain.model.kinds import (
 )
 from shared.domain.model.strategies import AUTO, STRATEGIES
 from shared.domain.model.values import kind_of, show
+from shared.domain.model.vertex_jobs import location_of
 from shared.domain.policy.checkpoints import split_gcs_uri
 from shared.domain.policy.retry import check_fallback, placement_for
 from shared.domain.request.attempts import attempt_spec
@@ -133,7 +134,7 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
         *errors,
         *_check_rungs(request, guards, errors),
         *_check_auto_choices(request, guards, errors),
-        *_check_region_moves(request),
+        *_check_region_moves(request, guards),
         *_check_allowed_regions(request, guards),
     ]
 
@@ -190,8 +191,10 @@ def _check_auto_choices(
     return errors
 
 
-def _check_region_moves(request: JobRequest) -> list[FieldError]:
-    """An AUTO request allowing other ``regions``: nothing in its body may tie it to one."""
+def _check_region_moves(request: JobRequest, guards: Guards) -> list[FieldError]:
+    """An AUTO request allowing other ``regions``: nothing in its body may tie it to one. A
+    request naming no location runs its first attempts in the default one
+    (``FLEXJOBS_LOCATION``), which counts as one of its regions."""
     options = getattr(request, "options", None)
     if (
         getattr(request, "kind", None) not in TRAINING_KINDS
@@ -201,7 +204,8 @@ def _check_region_moves(request: JobRequest) -> list[FieldError]:
         return []
     allowed = RegionOptions.read(options)
     regions = () if allowed.pinned else allowed.regions
-    return check_region_moves(request.spec, request.kind, request.location, regions)
+    location = request.location or guards.default_location
+    return check_region_moves(request.spec, request.kind, location, regions)
 
 
 def _check_allowed_regions(request: JobRequest, guards: Guards) -> list[FieldError]:
@@ -211,7 +215,7 @@ def _check_allowed_regions(request: JobRequest, guards: Guards) -> list[FieldErr
     allowed = guards.allowed_regions
     if not allowed:
         return []
-    named: list[tuple[str, object]] = [("location", getattr(request, "location", None))]
+    named: list[tuple[str, object]] = [_where(request, guards)]
     options = getattr(request, "options", None)
     if isinstance(options, dict):
         regions = options.get("regions")
@@ -233,6 +237,22 @@ def _check_allowed_regions(request: JobRequest, guards: Guards) -> list[FieldErr
         for path, region in named
         if isinstance(region, str) and region not in allowed
     ]
+
+
+def _where(request: JobRequest, guards: Guards) -> tuple[str, str | None]:
+    """The region a request runs in, and the field that says so: its ``location``; else, for
+    a deployment, its endpoint's (a model deploys in its endpoint's region, whatever the
+    default); else the default location (``FLEXJOBS_LOCATION``, where intake creates what
+    names none)."""
+    location = getattr(request, "location", None)
+    if isinstance(location, str) and location:
+        return "location", location
+    if getattr(request, "kind", None) == DEPLOY_MODEL.name:
+        spec = getattr(request, "spec", None)
+        endpoint = spec.get("endpoint") if isinstance(spec, dict) else None
+        found = location_of(endpoint) if isinstance(endpoint, str) else None
+        return f"{DEPLOY_MODEL.name}.endpoint", found
+    return "location", guards.default_location
 
 
 def _check_rungs(request: JobRequest, guards: Guards, known: list[FieldError]) -> list[FieldError]:

@@ -22,7 +22,9 @@ class Guards:
     (:mod:`shared.domain.request.field_policy`); empty keeps every field at its default.
     ``request_bucket`` (``FLEXJOBS_REQUEST_BUCKET``) is where request files come from: no job
     may write its checkpoints there, where an uploader could forge them. A non-empty
-    ``allowed_regions`` (``FLEXJOBS_ALLOWED_REGIONS``) is every region a request may run in.
+    ``allowed_regions`` (``FLEXJOBS_ALLOWED_REGIONS``) is every region a request may run in;
+    a request naming no location runs in ``default_location`` (a deployment, in its
+    endpoint's region).
     """
 
     allowed_image_prefixes: tuple[str, ...] = ()
@@ -32,6 +34,9 @@ class Guards:
     field_policy: Mapping[str, Allowance] = field(default_factory=dict, hash=False)
     request_bucket: str | None = None
     allowed_regions: tuple[str, ...] = ()
+    #: Where a request that names no location runs (``FLEXJOBS_LOCATION``); None: unknown
+    #: (offline checks with no settings), and then only named locations are checked.
+    default_location: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Guards:
@@ -44,4 +49,5 @@ class Guards:
             field_policy=parse_field_policy(settings.field_policy),
             request_bucket=settings.request_bucket,
             allowed_regions=tuple(settings.allowed_regions),
+            default_location=settings.location,
         )
