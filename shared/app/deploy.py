@@ -28,7 +28,7 @@ from shared.app.context import Deployments
 from shared.app.repository.deployments import Stepped, serving_state
 from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.sweep import Sweep
-from shared.domain.decisions.deploy_model import OperationStatus, tagged_display_name
+from shared.domain.decisions.deploy_model import OperationStatus, policy_of, tagged_display_name
 from shared.domain.model.records import DeploymentRecord
 from shared.domain.request.message import JobRequest
 from shared.domain.serving import rule
@@ -39,7 +39,6 @@ from shared.domain.serving.model import (
     ObservedEndpoint,
     Phase,
     ServingAction,
-    ServingPolicy,
     ServingSettings,
     ServingState,
 )
@@ -63,21 +62,6 @@ def serving_settings(settings: Settings) -> ServingSettings:
     )
 
 
-def policy_of(request: JobRequest) -> ServingPolicy:
-    """How a deployment keeps serving: its required replicas (``minReplicaCount``), and the
-    knobs its request names (validated at intake)."""
-    deployed = request.spec.get("deployedModel") or {}
-    resources = deployed.get("dedicatedResources") or {}
-    required = resources.get("requiredReplicaCount") or resources.get("minReplicaCount") or 1
-    options = request.options
-    return ServingPolicy(
-        required=int(required),
-        min_on_demand=int(options.get("minOnDemandReplicas") or 0),
-        extra_spot=int(options.get("extraSpotReplicas") or 0),
-        hedge=options.get("hedge") is not False,
-    )
-
-
 def accept_deployment(request: JobRequest, ports: Deployments) -> bool:
     """Record a validated ``deployModel`` request exactly once: its record, created only if
     none exists, holds its machine's first state (intent serve, nothing deployed). False for
@@ -90,7 +74,7 @@ def accept_deployment(request: JobRequest, ports: Deployments) -> bool:
     name = tagged_display_name(
         (request.spec.get("deployedModel") or {}).get("displayName"), request.request_id
     )
-    state = rule.new_state(name, policy_of(request), now)
+    state = rule.new_state(name, policy_of(request.spec, request.options), now)
     return ports.store.create(request, state, now)
 
 
@@ -166,13 +150,13 @@ def advance(
             error never moves a deployment).
     """
     record = ports.store.get(request_id)
-    state = serving_state(record) if record is not None else None
+    state = serving_state(record, ports.clock()) if record is not None else None
     if record is None or state is None or state.phase.ended:
         return None
     endpoint = str(record.request.get("endpoint") or "")
     if leaving is None:
         neighbours = [r for r in ports.store.on_endpoint(endpoint) if r.request_id != request_id]
-        leaving = _leaving(neighbours)
+        leaving = _leaving(neighbours, ports.clock())
     if seen is None:
         operation = _operation(ports, state)
         seen = Seen(*_read_endpoint_now(ports, endpoint), {request_id: operation})
@@ -305,10 +289,11 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
         endpoint = record.request.get("endpoint")
         if isinstance(endpoint, str) and endpoint:
             by_endpoint[endpoint].append(record)
+    now = ports.clock()
     for endpoint, group in sorted(by_endpoint.items()):
         operations: dict[str, OperationOutcome | None] = {}
         for record in group:
-            state = serving_state(record)
+            state = serving_state(record, now)
             if state is not None and state.call is not None and state.call.operation:
                 rid = record.request_id
                 operations[rid] = sweep.each(rid, "read operation", _operation, ports, state)
@@ -316,10 +301,10 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
         if read is None:
             continue
         seen = Seen(read[0], read[1], operations)
-        leaving = _leaving(group)
+        leaving = _leaving(group, now)
         for record in group:
             rid = record.request_id
-            own = _models_of(record)
+            own = _models_of(record, now)
             stepped = sweep.each(
                 rid, "follow deployment", _advance_in, ports, rid, seen, leaving - own
             )
@@ -335,17 +320,17 @@ def _advance_in(
     return advance(ports, request_id, seen, leaving=leaving)
 
 
-def _models_of(record: DeploymentRecord) -> frozenset[str]:
-    state = serving_state(record)
+def _models_of(record: DeploymentRecord, now: datetime) -> frozenset[str]:
+    state = serving_state(record, now)
     return frozenset(state.our_ids) if state is not None else frozenset()
 
 
-def _leaving(group: list[DeploymentRecord]) -> frozenset[str]:
+def _leaving(group: list[DeploymentRecord], now: datetime) -> frozenset[str]:
     """The models the deployments of one endpoint are taking away: every model of one whose
     owner asked it to go, and the one each undeploy in flight is about."""
     out: set[str] = set()
     for record in group:
-        state = serving_state(record)
+        state = serving_state(record, now)
         if state is None:
             continue
         if state.intent is Intent.UNDEPLOY:

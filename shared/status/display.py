@@ -107,8 +107,8 @@ def serving_text(record: Mapping[str, Any]) -> str:
 
 def serving_changes(serving: Mapping[str, Any]) -> tuple[CapacityChange, ...]:
     """The recorded serving-capacity changes as stored (oldest first): at most the last
-    :data:`HISTORY_LIMIT`, each read as the tick reads it (``CapacityChange.decode``: counts that are
-    not counts read 0, a cause is clipped), one without a time left out. The map comes from
+    :data:`HISTORY_LIMIT`, each read as the tick reads it (``CapacityChange.decode``: counts
+    that are not counts read 0, a cause is clipped), one without a time left out. The map comes from
     Firestore and may be edited by hand: this never raises.
 
     Examples:

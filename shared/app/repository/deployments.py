@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from shared.app.ports import DeploymentStore
-from shared.domain.decisions.deploy_model import new_deployment, projected
+from shared.domain.decisions.deploy_model import new_deployment, projected, state_of
 from shared.domain.decisions.submissions import MAX_NOTIFIED
 from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.records import DeploymentRecord
@@ -76,7 +76,7 @@ class DeploymentRecords:
         def decide(raw: dict[str, Any]) -> DeploymentChange | None:
             written.clear()
             record = DeploymentRecord.decode(raw)
-            state = serving_state(record)
+            state = serving_state(record, now)
             if state is None:
                 return None
             after = machine(state)
@@ -120,7 +120,7 @@ class DeploymentRecords:
         def decide(raw: dict[str, Any]) -> DeploymentChange | None:
             decided.clear()
             record = DeploymentRecord.decode(raw)
-            state = serving_state(record)
+            state = serving_state(record, now)
             if state is None:
                 return None
             action = rule.decide(
@@ -206,7 +206,7 @@ class DeploymentRecords:
         self.store.transact(request_id, decide)
 
 
-def serving_state(record: DeploymentRecord) -> ServingState | None:
-    """The machine's state a record holds (None: none that reads, a record hand-edited out
-    of shape: nothing decides on it)."""
-    return ServingState.decode(record.serving) if record.serving else None
+def serving_state(record: DeploymentRecord, now: datetime) -> ServingState | None:
+    """The machine's state a record holds (:func:`state_of`; None: none that reads, a record
+    hand-edited out of shape: nothing decides on it)."""
+    return state_of(record, now)

@@ -19,6 +19,7 @@ nothing that names the request.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,15 @@ from shared.domain.model.kinds import DEPLOY_MODEL
 from shared.domain.model.states import DeploymentState
 from shared.domain.model.values import clip
 from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
-from shared.domain.serving.model import CallKind, Phase, ServingState
+from shared.domain.serving.model import (
+    CallKind,
+    InFlight,
+    Intent,
+    Phase,
+    ServingPolicy,
+    ServingState,
+)
+from shared.domain.serving.rule import new_state, told
 
 if TYPE_CHECKING:
     from shared.domain.model.records import DeploymentRecord
@@ -116,45 +125,6 @@ class OperationStatus:
     error_message: str | None = None
 
 
-def observe_operation(
-    record: DeploymentRecord, status: OperationStatus, now: datetime
-) -> DeploymentChange | None:
-    """The fields to write on a deployment record after reading its operation, or None.
-
-    None when nothing changes: the operation is still running, it is not the record's
-    operation, or the record already reached a final state.
-
-    Examples:
-        >>> from datetime import UTC
-        >>> now = datetime(2025, 1, 1, tzinfo=UTC)
-        >>> from shared.domain.model.records import DeploymentRecord
-        >>> record = DeploymentRecord.decode({"state": "DEPLOYING", "operation": "op/1"})
-        >>> observe_operation(record, OperationStatus("op/1", True, "42"), now).fields["state"]
-        'DEPLOYED'
-        >>> observe_operation(record, OperationStatus("op/1", False), now) is None
-        True
-    """
-    if not status.done or record.operation != status.name or record.state.terminal:
-        return None
-    if status.error_code:
-        reason = clip(status.error_message) or f"DeployModel failed with code {status.error_code}"
-        failed = {
-            "state": DeploymentState.FAILED.value,
-            "reason": reason,
-            "errorCode": status.error_code,
-            "updatedAt": now,
-            "endedAt": now,
-        }
-        return DeploymentChange(with_notice(record, failed, DeploymentState.FAILED.value, reason))
-    deployed = {
-        "state": DeploymentState.DEPLOYED.value,
-        "deployedModelId": status.deployed_model_id,
-        "updatedAt": now,
-        "deployedAt": now,
-    }
-    return DeploymentChange(with_notice(record, deployed, DeploymentState.DEPLOYED.value, None))
-
-
 def new_deployment(request: JobRequest, state: ServingState, now: datetime) -> dict[str, Any]:
     """The record of a ``deployModel`` request accepted (state ACCEPTED): its whole serving
     state (the machine's, :mod:`shared.domain.serving.rule`) starts deploying."""
@@ -173,6 +143,7 @@ def new_deployment(request: JobRequest, state: ServingState, now: datetime) -> d
         "deployedModelId": None,
         # JSON text, like the jobs' request: Firestore cannot hold arrays of arrays.
         "request": json.dumps(spec, sort_keys=True),
+        "options": json.dumps(request.options, sort_keys=True),
         "serving": state.to_dict(),
         "createdAt": now,
         "updatedAt": now,
@@ -189,6 +160,7 @@ def projected(
     (``state``, ``deployedModelId``, ``operation``, ``reason``, ``deployedAt``, ``endedAt``),
     and the notifications it owes (state, reason) queued in its outbox, in the same write."""
     fields: dict[str, Any] = {"serving": state.to_dict(), "updatedAt": now}
+    deletes = tuple(f for f in (UNDEPLOY_REQUESTED, RESUME_REQUESTED) if getattr(record, _FLAGS[f]))
     phase = state.phase
     call = state.call
     if phase is Phase.FAILED:
@@ -218,7 +190,72 @@ def projected(
         fields["endedAt"] = now
     for notice, reason in notices:
         fields = with_notice(_with(record, fields), fields, notice, reason)
-    return DeploymentChange(fields)
+    return DeploymentChange(fields, deletes=deletes)
+
+
+#: The flags a record written before the machine kept its owner's asks in (read as intents,
+#: and deleted by the first write of the machine), and the record's fields for them.
+UNDEPLOY_REQUESTED = "undeployRequested"
+RESUME_REQUESTED = "resumeRequested"
+_FLAGS = {UNDEPLOY_REQUESTED: "undeploy_requested", RESUME_REQUESTED: "resume_requested"}
+
+
+def policy_of(spec: Mapping[str, Any], options: Mapping[str, Any]) -> ServingPolicy:
+    """How a deployment keeps serving: its required replicas (``requiredReplicaCount``, else
+    ``minReplicaCount``), and the knobs its request names (validated at intake)."""
+    deployed = spec.get("deployedModel")
+    resources = deployed.get("dedicatedResources") if isinstance(deployed, Mapping) else None
+    resources = resources if isinstance(resources, Mapping) else {}
+    required = _whole(resources.get("requiredReplicaCount")) or _whole(
+        resources.get("minReplicaCount")
+    )
+    required = max(required, 1)
+    floor = min(_whole(options.get("minOnDemandReplicas")), required)
+    return ServingPolicy(
+        required=required,
+        min_on_demand=floor,
+        extra_spot=_whole(options.get("extraSpotReplicas")),
+        hedge=options.get("hedge") is not False,
+    )
+
+
+def _whole(raw: object) -> int:
+    """A count from a body (int64 may come as a string), else 0."""
+    if isinstance(raw, bool):
+        return 0
+    if isinstance(raw, int):
+        return max(raw, 0)
+    if isinstance(raw, str) and raw.isdigit() and len(raw) <= 9:
+        return int(raw)
+    return 0
+
+
+def state_of(record: DeploymentRecord, now: datetime) -> ServingState | None:
+    """The machine's state a record holds. A record written before the machine (its
+    ``serving`` absent until it was followed, its owner's asks in the flags
+    ``undeployRequested`` and ``resumeRequested``) reads as the machine would have written
+    it: deploying (its DeployModel's operation, if recorded, in flight), or followed, with
+    the flags as intents. None for a record that reads as neither (hand-edited out of shape):
+    nothing decides on it."""
+    spec = record.request
+    display = (spec.get("deployedModel") or {}).get("displayName") if spec else None
+    name = tagged_display_name(display if isinstance(display, str) else None, record.request_id)
+    raw = record.serving
+    state = ServingState.decode(raw, spot_name=name) if raw else None
+    if state is None:
+        if record.state in (DeploymentState.FAILED, DeploymentState.UNDEPLOYED) or not spec:
+            return None
+        state = new_state(name, policy_of(spec, record.options), now)
+        if record.deployed_model_id:
+            state = replace(state, spot=replace(state.spot, id=record.deployed_model_id))
+        elif record.operation:
+            call = InFlight(CallKind.DEPLOY_SPOT, name, now, state.policy.spot_replicas)
+            state = replace(state, call=replace(call, operation=record.operation))
+    if record.undeploy_requested and state.intent is not Intent.UNDEPLOY:
+        state = told(state, Intent.UNDEPLOY, now) or state
+    elif record.resume_requested and state.intent is Intent.SERVE:
+        state = told(state, Intent.RESUME, now) or state
+    return state
 
 
 def _with(record: DeploymentRecord, fields: dict[str, Any]) -> DeploymentRecord:

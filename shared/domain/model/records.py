@@ -375,8 +375,11 @@ class DeploymentRecord:
     notified: tuple[dict[str, Any], ...] = ()
     # The ``serving`` map as stored (decoded by shared.domain.serving.model.ServingState).
     serving: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    # A cancel asked the tick to take the deployment down.
+    # A cancel (a resume) asked the tick to take the deployment down (follow it again): the
+    # flags of a record written before the serving machine, which holds them as intents now.
     undeploy_requested: bool = False
+    resume_requested: bool = False
+    options_text: str | None = field(default=None, repr=False)
 
     @classmethod
     def decode(cls, raw: Mapping[str, Any]) -> DeploymentRecord:
@@ -400,9 +403,16 @@ class DeploymentRecord:
             notified=_messages(raw.get("notified")),
             serving=_mapping(raw.get("serving")),
             undeploy_requested=raw.get("undeployRequested") is True,
+            resume_requested=raw.get("resumeRequested") is True,
+            options_text=_text(raw.get("options")),
         )
 
     @functools.cached_property
     def request(self) -> dict[str, Any]:
         """The ``deployModel`` body as submitted; parsed only when a redeploy needs it."""
         return _json(self.request_text)
+
+    @functools.cached_property
+    def options(self) -> dict[str, Any]:
+        """The request's envelope fields (its serving knobs), as submitted."""
+        return _json(self.options_text)

@@ -562,16 +562,20 @@ class ServingState:
         }
 
     @classmethod
-    def decode(cls, raw: Mapping[str, Any]) -> ServingState | None:
-        """Read the stored form back, bounded; None when it names no Spot model or no time."""
-        spot_name = _name(raw.get("spotDisplayName"))
+    def decode(cls, raw: Mapping[str, Any], spot_name: str = "") -> ServingState | None:
+        """Read the stored form back, bounded; None when it names no Spot model or no time.
+        A state stored before the machine (no ``spotDisplayName``, no ``intent``) reads with
+        ``spot_name`` (its record's tagged name) and the intent serve (undeploy, when it was
+        undeploying)."""
+        spot_name = _name(raw.get("spotDisplayName")) or spot_name
         accounted_at = parse_rfc3339(raw.get("accountedAt"))
         intent = _mapping(raw.get("intent"))
-        intent_at = parse_rfc3339(intent.get("at"))
-        if not spot_name or accounted_at is None or intent_at is None:
+        intent_at = parse_rfc3339(intent.get("at")) or accounted_at
+        if not (spot_name or raw.get("spotDeployedModelId")) or accounted_at is None:
             return None
+        assert intent_at is not None
         phase = str(raw.get("phase"))
-        kind = str(intent.get("kind"))
+        kind = str(intent.get("kind") or ("UNDEPLOY" if phase == "UNDEPLOYING" else "SERVE"))
         last = _mapping(raw.get("last"))
         others = _mapping(raw.get("others"))
         nodes = _mapping(raw.get("nodeSeconds"))
@@ -600,7 +604,9 @@ class ServingState:
             intent=Intent(kind) if kind in Intent.__members__ else Intent.SERVE,
             intent_at=intent_at,
             resumed_at=parse_rfc3339(raw.get("resumedAt")),
-            policy=ServingPolicy.decode(raw.get("policy")),
+            policy=ServingPolicy.decode(
+                raw.get("policy") or {"required": _count(last.get("required")) or 1}
+            ),
             spot=Ours(
                 spot_name,
                 _name(raw.get("spotDeployedModelId")) or None,

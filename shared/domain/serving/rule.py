@@ -112,12 +112,7 @@ class Transition:
 
 
 def _t(
-    name: str,
-    sources: object,
-    targets: object,
-    call: str = "",
-    notice: str = "",
-    when: str = "",
+    name: str, sources: object, targets: object, *, call: str = "", notice: str = "", when: str
 ) -> Transition:
     def phases(raw: object) -> frozenset[Phase]:
         if isinstance(raw, Phase):
@@ -130,171 +125,55 @@ def _t(
 
 _UNHEDGED = frozenset({Phase.SERVING, Phase.DEFICIT})
 _HEDGING = frozenset({Phase.HEDGED, Phase.RECOVERING})
+_ACTING = _FOLLOWING - {Phase.PAUSED_BY_HAND}
+_D, _F, _U = Phase.DEPLOYING, Phase.FAILED, Phase.UNDEPLOYING
 
-#: Every transition the machine takes, one row each (docs/serving.md prints this table).
+# fmt: off
+#: Every transition the machine takes, one row each (docs/serving.md prints this table, and
+#: the deterministic simulator holds every state change it sees to it).
 TRANSITIONS: Final[tuple[Transition, ...]] = (
-    _t(
-        "deploy",
-        Phase.DEPLOYING,
-        Phase.DEPLOYING,
-        "DeployModel(spot)",
-        "",
-        "intent serve, nothing deployed, nothing in flight, not parked",
-    ),
-    _t(
-        "parked",
-        Phase.DEPLOYING,
-        Phase.DEPLOYING,
-        "",
-        "",
-        "its DeployModel was refused for quota: sent again after the backoff",
-    ),
-    _t(
-        "deployed",
-        Phase.DEPLOYING,
-        _UNHEDGED,
-        "",
-        DEPLOYED,
-        "a read shows the Spot model (or its operation says it is done)",
-    ),
-    _t(
-        "deploy-failed",
-        Phase.DEPLOYING,
-        Phase.FAILED,
-        "",
-        FAILED,
-        "its DeployModel was refused for good, or its operation ended with an error",
-    ),
-    _t(
-        "capacity",
-        _FOLLOWING,
-        _FOLLOWING,
-        "",
-        "",
-        "the replicas serving changed; the phase follows them",
-    ),
-    _t(
-        "floor",
-        _FOLLOWING - {Phase.PAUSED_BY_HAND},
-        _FOLLOWING,
-        "DeployModel(floor)",
-        "",
-        "a warm on-demand floor is asked for and not deployed",
-    ),
-    _t(
-        "hedge",
-        Phase.DEFICIT,
-        Phase.HEDGED,
-        "DeployModel(fallback)",
-        "",
-        "fewer replicas than required for the grace period, hedging on",
-    ),
-    _t(
-        "hedge-failed",
-        _HEDGING,
-        _UNHEDGED,
-        "",
-        "",
-        "the fallback's DeployModel failed, or was given up: a new grace period runs",
-    ),
-    _t(
-        "hedged",
-        _FOLLOWING,
-        _HEDGING,
-        "",
-        HEDGED,
-        "the fallback's DeployModel reached Vertex, or its model shows on the endpoint",
-    ),
-    _t(
-        "grow",
-        _HEDGING,
-        _HEDGING,
-        "MutateDeployedModel",
-        "",
-        "the deficit grew past the fallback's replicas",
-    ),
-    _t(
-        "shift",
-        _FOLLOWING - {Phase.PAUSED_BY_HAND},
-        _FOLLOWING,
-        "UpdateEndpoint",
-        "",
-        "traffic follows the replicas that serve (never to one that does not, or is leaving)",
-    ),
-    _t(
-        "restore",
-        Phase.RECOVERING,
-        Phase.RECOVERING,
-        "UpdateEndpoint, UndeployModel",
-        "",
-        "Spot has served every replica for the hold: traffic back, then the fallback goes",
-    ),
-    _t(
-        "restored",
-        _FOLLOWING,
-        _FOLLOWING,
-        "",
-        RESTORED,
-        "the fallback this deployment undeployed is gone",
-    ),
-    _t(
-        "cleanup",
-        _FOLLOWING,
-        _FOLLOWING,
-        "UndeployModel",
-        "",
-        "a second model under one of its names (a DeployModel given up that landed)",
-    ),
-    _t(
-        "pause",
-        _FOLLOWING,
-        Phase.PAUSED_BY_HAND,
-        "",
-        "",
-        "the endpoint changed in a way no flexjobs deployment explains",
-    ),
-    _t(
-        "resume",
-        _FOLLOWING,
-        _FOLLOWING,
-        "",
-        "",
-        "intent resume, not taken yet: the endpoint as it is becomes the baseline",
-    ),
-    _t(
-        "rebaseline",
-        _FOLLOWING,
-        _FOLLOWING,
-        "",
-        "",
-        "another flexjobs deployment came, went, or gave its traffic away",
-    ),
-    _t("told", _ALIVE, _ALIVE, "", "", "the owner's intent is written"),
-    _t(
-        "undeploy",
-        _ALIVE,
-        Phase.UNDEPLOYING,
-        "UpdateEndpoint, UndeployModel",
-        "",
-        "intent undeploy: traffic to the others that serve, then each model, last the Spot",
-    ),
-    _t(
-        "undeployed",
-        _ALIVE,
-        Phase.UNDEPLOYED,
-        "",
-        UNDEPLOYED,
-        "intent undeploy, and no model of it on the endpoint, nothing in flight",
-    ),
-    _t(
-        "call",
-        _ALIVE,
-        _ALIVE,
-        "",
-        "",
-        "a call's outcome (answered, refused, lost, released, done, given up) is recorded",
-    ),
+    _t("deploy", _D, _D, call="DeployModel(spot)",
+       when="intent serve, nothing deployed, nothing in flight, not parked"),
+    _t("parked", _D, _D, when="its DeployModel was refused for quota: sent again after backoff"),
+    _t("deployed", _D, _UNHEDGED, notice=DEPLOYED,
+       when="a read shows the Spot model (or its operation says it is done)"),
+    _t("deploy-failed", _D, _F, notice=FAILED,
+       when="its DeployModel was refused for good, or its operation ended with an error"),
+    _t("capacity", _FOLLOWING, _FOLLOWING,
+       when="the replicas serving changed; the phase follows them"),
+    _t("floor", _ACTING, _FOLLOWING, call="DeployModel(floor)",
+       when="a warm on-demand floor is asked for and not deployed"),
+    _t("hedge", Phase.DEFICIT, Phase.HEDGED, call="DeployModel(fallback)",
+       when="fewer replicas than required for the grace period, hedging on"),
+    _t("hedge-failed", _HEDGING, _UNHEDGED,
+       when="the fallback's DeployModel failed, or was given up: a new grace period runs"),
+    _t("hedged", _FOLLOWING, _HEDGING, notice=HEDGED,
+       when="the fallback's DeployModel reached Vertex, or its model shows on the endpoint"),
+    _t("grow", _HEDGING, _HEDGING, call="MutateDeployedModel",
+       when="the deficit grew past the fallback's replicas"),
+    _t("shift", _ACTING, _FOLLOWING, call="UpdateEndpoint",
+       when="traffic follows the replicas that serve (never to one that does not, or leaves)"),
+    _t("restore", Phase.RECOVERING, Phase.RECOVERING, call="UpdateEndpoint, UndeployModel",
+       when="Spot served every replica for the hold: traffic back, then the fallback goes"),
+    _t("restored", _FOLLOWING, _FOLLOWING, notice=RESTORED,
+       when="the fallback this deployment undeployed is gone"),
+    _t("cleanup", _FOLLOWING, _FOLLOWING, call="UndeployModel",
+       when="a second model under one of its names (a DeployModel given up that landed)"),
+    _t("pause", _FOLLOWING, Phase.PAUSED_BY_HAND,
+       when="the endpoint changed in a way no flexjobs deployment explains"),
+    _t("resume", _FOLLOWING, _FOLLOWING,
+       when="intent resume, not taken yet: the endpoint as it is becomes the baseline"),
+    _t("rebaseline", _FOLLOWING, _FOLLOWING,
+       when="another flexjobs deployment came, went, or gave its traffic away"),
+    _t("told", _ALIVE, _ALIVE, when="the owner's intent is written"),
+    _t("undeploy", _ALIVE, _U, call="UpdateEndpoint, UndeployModel",
+       when="intent undeploy: traffic to the others that serve, then each model, last the Spot"),
+    _t("undeployed", _ALIVE, Phase.UNDEPLOYED, notice=UNDEPLOYED,
+       when="intent undeploy, no model of it on the endpoint, nothing it may still make"),
+    _t("call", _ALIVE, _ALIVE | {_F},
+       when="a call's outcome (answered, refused, lost, released, done, given up) is written"),
 )
+# fmt: on
 TRANSITION_NAMES: Final = frozenset(t.name for t in TRANSITIONS)
 
 
@@ -601,10 +480,8 @@ def _resolve(
     if call.kind is CallKind.UNDEPLOY:
         if present is None or (op is not None and op.done and not op.error):
             return _gone(replace(state, call=None), call.target, now)
-    elif (
-        present is not None
-        and present.required == call.replicas
-        or (op is not None and op.done and not op.error)
+    elif (present is not None and present.required == call.replicas) or (
+        op is not None and op.done and not op.error
     ):
         fallback = state.fallback
         if fallback is not None and fallback.id == call.target:
@@ -685,26 +562,32 @@ def _recognise(state: ServingState, read: _Read) -> tuple[ServingState, tuple[st
     for model in observed.models:
         by_name.setdefault(model.display_name, model)
     after = state
-    if after.spot.id is None and (found := by_name.get(spot_name)) is not None and found.spot:
-        if after.call is None or after.call.kind is not CallKind.DEPLOY_SPOT:
-            after = replace(after, spot=replace(after.spot, id=found.id))
+    found = by_name.get(spot_name)
+    spot_in_flight = after.call is not None and after.call.kind is CallKind.DEPLOY_SPOT
+    if after.spot.id is None and found is not None and found.spot and not spot_in_flight:
+        after = replace(after, spot=replace(after.spot, id=found.id))
     floor_name = floor_display_name(spot_name)
-    if (found := by_name.get(floor_name)) is not None and not found.spot:
-        if after.floor is None or after.floor.id is None:
-            if after.call is None or after.call.target != floor_name:
-                after = replace(after, floor=Ours(floor_name, found.id, found.required))
+    found = by_name.get(floor_name)
+    if found is not None and not found.spot and _unrecorded(after, after.floor, floor_name):
+        after = replace(after, floor=Ours(floor_name, found.id, found.required))
     fallback_name = fallback_display_name(spot_name)
     adopted = False
     notices: tuple[str, ...] = ()
-    if (found := by_name.get(fallback_name)) is not None and not found.spot:
-        if after.fallback is None or after.fallback.id is None:
-            if after.call is None or after.call.target != fallback_name:
-                after = replace(after, fallback=Ours(fallback_name, found.id, found.required))
-                if after.phase in _UNHEDGED:
-                    after = replace(after, phase=Phase.HEDGED, since=read.now)
-                    adopted = True
-                    notices = (HEDGED,)
+    found = by_name.get(fallback_name)
+    if found is not None and not found.spot and _unrecorded(after, after.fallback, fallback_name):
+        after = replace(after, fallback=Ours(fallback_name, found.id, found.required))
+        if after.phase in _UNHEDGED:
+            after = replace(after, phase=Phase.HEDGED, since=read.now)
+            adopted = True
+            notices = (HEDGED,)
     return after, notices, adopted
+
+
+def _unrecorded(state: ServingState, ours: Ours | None, name: str) -> bool:
+    """A model named ``name`` on the endpoint is one of ours whose id is not recorded, and no
+    call in flight is about to record it."""
+    in_flight = state.call is not None and state.call.target == name
+    return (ours is None or ours.id is None) and not in_flight
 
 
 def _deploying(state: ServingState, read: _Read) -> _Step:
@@ -919,7 +802,6 @@ def _serve(state: ServingState, read: _Read) -> _Step:
     """Serving: the phase follows the replicas; traffic follows the replicas that serve; a
     deficit past the grace period is hedged; Spot healthy for the hold period is restored."""
     observed, now, settings = read.observed, read.now, read.settings
-    cap = _capacity(state, observed)
     spot = observed.model(state.spot.id) if state.spot.id else None
     spot_available = spot.available if spot else 0
     floor_model = observed.model(state.floor.id) if state.floor and state.floor.id else None
@@ -986,26 +868,28 @@ def _serve(state: ServingState, read: _Read) -> _Step:
     if moved.call is not None or (moved.retry_at is not None and moved.retry_at > now):
         return _Step(ActionKind.NOTHING, moved, label, "capacity")
     deficit = min(state.policy.required - spot_available - floor_available, settings.max_replicas)
-    if not hedging and not healthy and moved.policy.hedge and moved.since is not None:
-        if (now - moved.since).total_seconds() >= settings.grace_seconds:
-            name = fallback_display_name(state.spot.name)
-            call = InFlight(CallKind.DEPLOY_FALLBACK, name, now, deficit)
-            hedged = replace(
-                moved,
-                phase=Phase.HEDGED,
-                since=now,
-                fallback=Ours(name, None, deficit),
-                call=call,
-                hedges=moved.hedges + 1,
-            )
-            reason = (
-                f"{HEDGE_CAUSE} {deficit} on-demand replica(s) after "
-                f"{(now - moved.since).total_seconds():.0f} s with {spot_available} of "
-                f"{state.policy.required} serving"
-            )
-            return _Step(
-                ActionKind.CALL, hedged, reason, "hedge", call, Deploy(name, deficit, spot=False)
-            )
+    graced = (
+        moved.since is not None and (now - moved.since).total_seconds() >= settings.grace_seconds
+    )
+    if not hedging and not healthy and moved.policy.hedge and graced:
+        name = fallback_display_name(state.spot.name)
+        call = InFlight(CallKind.DEPLOY_FALLBACK, name, now, deficit)
+        hedged = replace(
+            moved,
+            phase=Phase.HEDGED,
+            since=now,
+            fallback=Ours(name, None, deficit),
+            call=call,
+            hedges=moved.hedges + 1,
+        )
+        waited = (now - moved.since).total_seconds() if moved.since else 0.0
+        reason = (
+            f"{HEDGE_CAUSE} {deficit} on-demand replica(s) after {waited:.0f} s with "
+            f"{spot_available} of {state.policy.required} serving"
+        )
+        return _Step(
+            ActionKind.CALL, hedged, reason, "hedge", call, Deploy(name, deficit, spot=False)
+        )
     if (
         hedging
         and not healthy
