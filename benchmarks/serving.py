@@ -51,6 +51,9 @@ The model, worst case wherever a choice flatters:
 * **Billing**: a Spot node from its (re)start to its reclaim, an on-demand replica from the
   call that deploys it to its undeploy, priced per node-hour from
   ``shared/domain/policy/prices.yaml`` (one GPU per node: :data:`ACCELERATOR` on its machine).
+* **A warm floor** is deployed before the trace and billed every minute; on-demand is never
+  reclaimed (as always-on-demand's). Traffic between the Spot model and the floor follows the
+  replicas each serves at each tick, so a Spot loss starves its share for the minute before.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from shared.domain.serving.model import (
     ServingSettings,
     ServingState,
 )
+from shared.domain.serving.objective import ServingPolicy, default_policy
 from shared.domain.serving.rule import decide, start
 from shared.domain.serving.split import hedged_split
 
@@ -94,6 +98,8 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SPOT_ID, FALLBACK_ID = "1", "2"
 MACHINE = MachineSpec("g2-standard-4", ACCELERATOR, 1)
 GROUPS = (("preemption/1-node/", 1), ("preemption/4-node/", 4))
+#: The product today: N Spot replicas and the reactive hedge (no floor, no extra Spot).
+HEDGING = ServingPolicy()
 
 
 # --- capacity -------------------------------------------------------------------------------
@@ -224,12 +230,27 @@ class Run:
     hedges: int = 0
     series: list[tuple[int, int, int]] = field(default_factory=list)  # (capacity, spot, od)
     hedge_minutes: list[int] = field(default_factory=list)
+    #: The knobs replayed (:class:`ServingPolicy`), for the runs of :func:`hedged`.
+    knobs: ServingPolicy | None = None
+    #: The warm floor's on-demand node-seconds (part of ``on_demand_node_seconds``).
+    warm_node_seconds: float = 0.0
+    #: Spells of minutes with no replica serving: how many, the longest, the one running.
+    outages: int = 0
+    longest_outage: int = 0
+    dark: int = 0
+    #: The minute-by-minute series is kept for the plots of the four policies only: the knob
+    #: grid replays hundreds of runs, whose series would hold millions of tuples.
+    keep_series: bool = True
 
     def measure(self, serving: int, starved: bool, spot: int, on_demand: int, cap: int) -> None:
         self.minutes += 1
         self.full += serving >= self.required and not starved
         self.any += serving >= 1
-        self.series.append((cap, spot, on_demand))
+        self.dark = 0 if serving >= 1 else self.dark + 1
+        self.outages += self.dark == 1
+        self.longest_outage = max(self.longest_outage, self.dark)
+        if self.keep_series:
+            self.series.append((cap, spot, on_demand))
 
     def cost(self, spot_rate: float, standard_rate: float) -> float:
         """USD for the whole trace at these per-node-hour prices."""
@@ -242,24 +263,25 @@ class Run:
         base = self.required * self.minutes * MINUTE * standard_rate / 3600.0
         return self.cost(spot_rate, standard_rate) / base
 
+    def shares(self) -> tuple[float, float]:
+        """Spot and on-demand node-hours per node-hour of always-on-demand: the run costs
+        ``r * spot + on_demand`` of always-on-demand at Spot/on-demand r."""
+        base = self.required * self.minutes * MINUTE
+        return self.spot_node_seconds / base, self.on_demand_node_seconds / base
+
 
 def always_on_demand(name: str, caps: list[int], probe: int, n: int) -> Run:
-    run = Run("always on-demand", name, n)
-    for _ in caps:
-        run.measure(n, False, 0, n, n)
-        run.on_demand_node_seconds += n * MINUTE
-    return run
+    """N on-demand replicas: a warm floor of all N (:func:`default_policy`), no Spot model."""
+    return hedged(
+        name, caps, probe, n, ServingSettings(), label="always on-demand", knobs=default_policy(n)
+    )
 
 
 def spot_only(name: str, caps: list[int], probe: int, n: int, extra: int, label: str) -> Run:
-    run = Run(label, name, n)
-    pool = SpotPool(n + extra)
-    for m, value in enumerate(caps):
-        pool.step(m * MINUTE, granted(value, probe, n + extra))
-        up = pool.available()
-        run.measure(up, up == 0, up, 0, granted(value, probe, n))
-        run.spot_node_seconds += pool.holding() * MINUTE
-    return run
+    """N + ``extra`` Spot replicas deployed once; nothing follows them."""
+    return hedged(
+        name, caps, probe, n, ServingSettings(), label=label, knobs=ServingPolicy(0, extra, False)
+    )
 
 
 @dataclass
@@ -314,6 +336,136 @@ def spot_zone(region: Sequence[int], probe: int, replicas: int) -> int | None:
     return best
 
 
+#: The warm on-demand floor's deployed model on the simulated endpoint.
+FLOOR_ID = "4"
+
+
+@dataclass
+class Endpoint:
+    """The simulated endpoint of one replay: the Spot model, the warm on-demand floor beside
+    it (``floor`` replicas, never reclaimed), and the fallback.
+
+    ``split`` is the traffic as the product's rule sees it, where the Spot model and the floor
+    are one *warm pair* (``SPOT_ID``, required N, serving their sum): that is the deficit the
+    product hedges, N - (Spot available + floor available). ``served`` is the endpoint's own
+    split, each model's share: the pair's share divided between the Spot model and the floor
+    by the replicas each serves, at each tick (:meth:`follow`), as the standby's is. Without a
+    floor the two are the same.
+    """
+
+    required: int
+    floor: int
+    pool: SpotPool | ZonedPool
+    fallback: Fallback | None = None
+    split: dict[str, int] = field(default_factory=lambda: {SPOT_ID: 100})
+    served: dict[str, int] = field(default_factory=dict)
+
+    def read(self, t: int) -> ObservedEndpoint:
+        """What one ``GetEndpoint`` shows the rule: the warm pair, and the fallback once its
+        DeployModel is done."""
+        pair = self.pool.available() + self.floor
+        models = [ObservedModel(SPOT_ID, "m", FLEXJOBS_NAME, MACHINE, True, self.required, pair)]
+        fallback = self.fallback
+        if fallback is not None and fallback.listed_at <= t:
+            # Reported as on-demand even when the model deploys it as Spot: the rule adopts
+            # its fallback by display name among on-demand models, and knows no other kind.
+            models.append(
+                ObservedModel(
+                    FALLBACK_ID,
+                    "m",
+                    fallback.display_name,
+                    MACHINE,
+                    False,
+                    fallback.replicas(),
+                    fallback.available(t),
+                )
+            )
+        listed = {m.id for m in models}
+        split = {k: v for k, v in self.split.items() if k in listed}
+        return ObservedEndpoint("e", tuple(models), split)
+
+    def follow(self) -> None:
+        """The endpoint's split from the rule's: the pair's share divided by the replicas the
+        Spot model and the floor serve now (unchanged when neither serves)."""
+        if not self.floor:
+            self.served = dict(self.split)
+            return
+        observed = ObservedEndpoint("e", (), self.split)
+        moved = hedged_split(observed, (SPOT_ID, FLOOR_ID), (self.pool.available(), self.floor))
+        self.served = dict(moved) if moved is not None else dict(self.split)
+
+    def serving(self, t: int) -> tuple[int, bool, int, int]:
+        """Replicas serving (of the models with traffic), whether a share goes to a model of
+        ours with no replica, and the Spot and on-demand (floor + fallback) replicas up."""
+        spot_up = self.pool.available()
+        fallback_up = self.fallback.available(t) if self.fallback else 0
+        served = [
+            (spot_up, self.served.get(SPOT_ID, 0)),
+            (self.floor, self.served.get(FLOOR_ID, 0)),
+            (fallback_up, self.served.get(FALLBACK_ID, 0)),
+        ]
+        serving = sum(up for up, share in served if share > 0)
+        starved = any(share > 0 and up == 0 for up, share in served)
+        return serving, starved, spot_up, self.floor + fallback_up
+
+
+#: The display name the replays give the Spot model (a flexjobs tag, as the product's).
+FLEXJOBS_NAME = "served [flexjobs b]"
+#: SkyServe's dynamic fallback on the simulated endpoint (one on-demand model it resizes).
+SKYSERVE_NAME = "served [flexjobs b] (SkyServe on-demand)"
+
+
+def skyserve_fallback(endpoint: Endpoint, knobs: ServingPolicy, t: int, seconds: int) -> bool:
+    """One decision of SkyServe's dynamic on-demand fallback (SpotHedge, EuroSys 2025), on
+    the simulated endpoint, and the traffic split it leaves; True when it added on-demand
+    replicas.
+
+    Modelled on ``FallbackRequestRateAutoscaler`` (skypilot-org/skypilot,
+    ``sky/serve/autoscalers.py``, ``_generate_scaling_decisions``) and its docs
+    (docs.skypilot.co, *Using Spot Instances for Serving*), with ``base_ondemand_fallback_
+    replicas`` = the floor, ``num_overprovision`` = ``extra_spot``:
+
+    * Spot replicas to keep: ``num_spot_to_provision = target + num_overprovision -
+      base_ondemand_fallback_replicas`` (:meth:`ServingPolicy.spot_replicas`);
+    * on-demand replicas: ``base + max(0, num_spot_to_provision - num_ready_spot)``, capped at
+      the target ("we don't launch on-demand fallback for overprovisioned replicas"). It
+      counts *ready* Spot replicas, so a booting Spot node is covered too, and an
+      over-provisioned replica lost is covered even while N Spot replicas serve;
+    * no grace and no hold: it decides every ``AUTOSCALER_DEFAULT_DECISION_INTERVAL_SECONDS``
+      (20 s; here the tick's minute), and "when the spot replicas are ready, SkyServe will
+      automatically scale down on-demand replicas", provisioning ones first
+      (``scale_down_decision_order``).
+
+    On Vertex a new on-demand replica is a DeployModel (the first) or a MutateDeployedModel,
+    serving ``seconds`` later; a scale-down takes effect at the call. SpotHedge also spreads
+    Spot over regions and clouds; the traces here give one zone per deployment (the spread
+    designs of :func:`designs` model a region's zones), so its over-provisioned replicas share
+    their zone's fate, as the other policies' do.
+    """
+    n, floor = endpoint.required, knobs.min_on_demand
+    ready_spot = endpoint.pool.available()
+    wanted = min(floor + max(0, knobs.spot_replicas(n) - ready_spot), n) - floor
+    fallback = endpoint.fallback
+    have = fallback.replicas() if fallback else 0
+    added = wanted > have
+    if added and fallback is None:
+        endpoint.fallback = deployed(SKYSERVE_NAME, wanted, t, None, seconds)
+    elif added and fallback is not None:
+        fallback.grow(wanted, t + seconds)
+    elif fallback is not None and wanted < have:
+        # The replicas still provisioning go first; the rest serve until the call.
+        fallback.ready = sorted(fallback.ready)[:wanted]
+        if not wanted:
+            endpoint.fallback = None
+    # Its load balancer sends requests to the ready replicas: traffic follows them.
+    up = endpoint.fallback.available(t) if endpoint.fallback else 0
+    observed = ObservedEndpoint("e", (), endpoint.split)
+    weights = (endpoint.pool.available() + floor, up)
+    moved = hedged_split(observed, (SPOT_ID, FALLBACK_ID), weights)
+    endpoint.split = dict(moved) if moved is not None else endpoint.split
+    return added
+
+
 def hedged(
     name: str,
     caps: list[int],
@@ -325,8 +477,19 @@ def hedged(
     zones: Sequence[list[int]] = (),
     spread: bool = False,
     spot_fallback: bool = False,
+    knobs: ServingPolicy = HEDGING,
+    skyserve: bool = False,
+    keep_series: bool = True,
 ) -> Run:
     """Spot with the product's rule: a read, a decision, its call, then the write.
+
+    ``knobs`` are objective mode's (:class:`ServingPolicy`; the default is the product today,
+    N Spot replicas and the hedge). The Spot model asks for ``n - min_on_demand +
+    extra_spot`` replicas, all in its zone (they share its fate); a warm on-demand floor of
+    ``min_on_demand`` replicas is deployed beside it for the whole trace (serving from before
+    it, billed every minute); with ``hedge`` the product's rule hedges the deficit N - (Spot +
+    floor) (see :class:`Endpoint`), else nothing follows the Spot model but the split. With
+    ``skyserve``, SkyServe's dynamic fallback (:func:`skyserve_fallback`) replaces the rule.
 
     ``zones`` are the region's other zones' capacities, minute by minute (the same trace
     collection, so the same minutes): with ``spread``, the Spot model's nodes are placed over
@@ -334,75 +497,83 @@ def hedged(
     deployed as Spot in another zone that has capacity at the call, on-demand only when none
     has (a design not built: the product's DeployModel is on-demand).
     """
-    run = Run(label, name, n)
-    pool: SpotPool | ZonedPool = ZonedPool(1 + len(zones), n) if spread else SpotPool(n)
-    fallback: Fallback | None = None
-    split = {SPOT_ID: 100}
-
-    def read(t: int) -> ObservedEndpoint:
-        models = [
-            ObservedModel(SPOT_ID, "m", "served [flexjobs b]", MACHINE, True, n, pool.available())
-        ]
-        if fallback is not None and fallback.listed_at <= t:
-            replicas = fallback.replicas()
-            available = fallback.available(t)
-            # Reported as on-demand even when the model deploys it as Spot: the rule adopts
-            # its fallback by display name among on-demand models, and knows no other kind.
-            models.append(
-                ObservedModel(
-                    FALLBACK_ID, "m", fallback.display_name, MACHINE, False, replicas, available
-                )
-            )
-        listed = {m.id for m in models}
-        return ObservedEndpoint("e", tuple(models), {k: v for k, v in split.items() if k in listed})
-
+    run = Run(label, name, n, knobs=knobs, keep_series=keep_series)
+    spot = knobs.spot_replicas(n)
+    pool: SpotPool | ZonedPool = ZonedPool(1 + len(zones), spot) if spread else SpotPool(spot)
+    endpoint = Endpoint(n, knobs.min_on_demand, pool)
+    endpoint.follow()
     state: ServingState | None = None
     for m, value in enumerate(caps):
         t = m * MINUTE
         region = [value, *(z[m] for z in zones)]
         if isinstance(pool, ZonedPool):
-            pool.step(t, [granted(v, probe, n) for v in region])
+            pool.step(t, [granted(v, probe, spot) for v in region])
         else:
-            pool.step(t, granted(value, probe, n))
+            pool.step(t, granted(value, probe, spot))
+        fallback = endpoint.fallback
         if fallback is not None and fallback.pool is not None:
             fallback.pool.step(t, granted(region[fallback.zone], probe, fallback.replicas()))
-        spot_up = pool.available()
-        od_up = fallback.available(t) if fallback else 0
-        served = [(spot_up, split.get(SPOT_ID, 0)), (od_up, split.get(FALLBACK_ID, 0))]
-        serving = sum(up for up, share in served if share > 0)
-        starved = any(share > 0 and up == 0 for up, share in served)
-        run.measure(serving, starved, spot_up, od_up, granted(value, probe, n))
+        run.measure(*endpoint.serving(t), granted(value, probe, n))
         run.spot_node_seconds += pool.holding() * MINUTE
-        now = EPOCH + timedelta(seconds=t)
-        observed = read(t)
-        if state is None:
-            state = start(SPOT_ID, observed, now)
-            continue
-        action = decide(observed, state, now, cfg)
-        if action.deploy is not None:
-            zone = spot_zone(region, probe, action.deploy.replicas) if spot_fallback else None
-            fallback = deployed(
-                action.deploy.display_name, action.deploy.replicas, t, zone, deploy_seconds
+        run.warm_node_seconds += endpoint.floor * MINUTE
+        run.on_demand_node_seconds += endpoint.floor * MINUTE
+        if knobs.hedge and skyserve:
+            if skyserve_fallback(endpoint, knobs, t, deploy_seconds):
+                run.hedges += 1
+                run.hedge_minutes.append(m)
+        elif knobs.hedge:
+            state = follow_rule(
+                endpoint, state, run, m, region, probe, cfg, deploy_seconds, spot_fallback
             )
-            run.hedges += 1
-            run.hedge_minutes.append(m)
-        if action.resize is not None and fallback is not None:
-            fallback.grow(action.resize, t + deploy_seconds)
-        if action.split is not None:
-            split = dict(action.split)
-        if action.undeploy is not None:
-            fallback = None
-            split.pop(FALLBACK_ID, None)
-        if action.kind is ActionKind.PAUSE:
-            raise AssertionError(f"the rule paused on its own moves: {action.reason}")
-        state = action.state
+        endpoint.follow()
         # Billed from the call that deploys a replica to its undeploy (worst case: the minute
         # of the call counts whole).
+        fallback = endpoint.fallback
         if fallback is not None and fallback.pool is not None:
             run.spot_node_seconds += fallback.pool.holding() * MINUTE
         elif fallback is not None:
             run.on_demand_node_seconds += len(fallback.ready) * MINUTE
     return run
+
+
+def follow_rule(
+    endpoint: Endpoint,
+    state: ServingState | None,
+    run: Run,
+    m: int,
+    region: Sequence[int],
+    probe: int,
+    cfg: ServingSettings,
+    deploy_seconds: int,
+    spot_fallback: bool,
+) -> ServingState:
+    """One tick of the product's rule on the simulated endpoint: a read, the decision, its
+    call applied; the state to write. The one place the replays call
+    :func:`shared.domain.serving.rule.decide` (and :func:`~shared.domain.serving.rule.start`
+    on the first read)."""
+    t = m * MINUTE
+    now = EPOCH + timedelta(seconds=t)
+    observed = endpoint.read(t)
+    if state is None:
+        return start(SPOT_ID, observed, now)
+    action = decide(observed, state, now, cfg)
+    if action.deploy is not None:
+        zone = spot_zone(region, probe, action.deploy.replicas) if spot_fallback else None
+        endpoint.fallback = deployed(
+            action.deploy.display_name, action.deploy.replicas, t, zone, deploy_seconds
+        )
+        run.hedges += 1
+        run.hedge_minutes.append(m)
+    if action.resize is not None and endpoint.fallback is not None:
+        endpoint.fallback.grow(action.resize, t + deploy_seconds)
+    if action.split is not None:
+        endpoint.split = dict(action.split)
+    if action.undeploy is not None:
+        endpoint.fallback = None
+        endpoint.split.pop(FALLBACK_ID, None)
+    if action.kind is ActionKind.PAUSE:
+        raise AssertionError(f"the rule paused on its own moves: {action.reason}")
+    return action.state
 
 
 #: ``MutateDeployedModel`` adding replicas to a deployed model: Vertex publishes no latency

@@ -12,6 +12,7 @@ from benchmarks.serving import (
     RESTART_BOOT,
     SpotPool,
     ZonedPool,
+    always_on_demand,
     granted,
     hedged,
     minute_values,
@@ -28,6 +29,7 @@ from benchmarks.serving import (
 )
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import ServingSettings
+from shared.domain.serving.objective import ServingPolicy, default_policy
 
 CFG = ServingSettings()
 
@@ -195,3 +197,66 @@ def test_targets_and_bounds_are_computed_not_written_down():
     assert smallest_n(standby_held, 0.4) == 10
     assert smallest_n(standby_floor, 0.4) == 6
     assert smallest_n(standby_floor, 0.5) is None
+
+
+# --- the knobs, SpotHedge and objective mode (issue 39) ----------------------------------------
+
+DARK = GRACE + DEPLOY_SECONDS // 60 + 1  # the minutes a reactive hedge leaves dark
+
+
+def test_a_warm_floor_serves_through_an_outage_and_the_hedge_covers_only_the_rest():
+    caps = [4] * 60 + [0] * 120 + [4] * 60
+    bare = hedged("t", caps, 4, 4, CFG)
+    floor = hedged("t", caps, 4, 4, CFG, knobs=ServingPolicy(1, 0, True))
+    assert bare.any == bare.minutes - DARK
+    # The floor serves every minute; all four again once the fallback serves, as without it.
+    assert floor.any == floor.minutes
+    assert floor.full == bare.full == floor.minutes - DARK
+    # The deficit is N - (Spot + floor): three on-demand replicas, where the bare hedge needs four.
+    assert floor.warm_node_seconds == floor.minutes * 60
+    fallback = floor.on_demand_node_seconds - floor.warm_node_seconds
+    assert fallback * 4 == bare.on_demand_node_seconds * 3
+    # The Spot model asks for N - k: three replicas billed while they hold.
+    assert floor.spot_node_seconds * 4 == bare.spot_node_seconds * 3
+
+
+def test_a_floor_without_the_hedge_keeps_one_replica_but_never_grows():
+    run = hedged("t", OUTAGE, 1, 4, CFG, knobs=ServingPolicy(1, 0, False))
+    assert run.any == run.minutes and run.hedges == 0
+    assert run.on_demand_node_seconds == run.warm_node_seconds == run.minutes * 60
+
+
+def test_a_floor_of_n_is_always_on_demand():
+    run = hedged("t", OUTAGE, 1, 1, CFG, knobs=default_policy(1))
+    baseline = always_on_demand("t", OUTAGE, 1, 1)
+    assert (run.any, run.full, run.spot_node_seconds) == (run.minutes, run.minutes, 0)
+    assert run.vs_on_demand(0.4, 1.0) == baseline.vs_on_demand(0.4, 1.0) == 1.0
+
+
+def test_extra_spot_replicas_share_their_zone_and_are_billed_while_they_hold():
+    plain = hedged("t", OUTAGE, 1, 1, CFG, knobs=ServingPolicy(0, 0, False))
+    over = hedged("t", OUTAGE, 1, 1, CFG, knobs=ServingPolicy(0, 2, False))
+    assert over.any == plain.any
+    assert over.spot_node_seconds == 3 * plain.spot_node_seconds
+    assert over.shares() == (3 * plain.shares()[0], 0.0)
+
+
+def test_spothedge_falls_back_at_once_and_scales_down_as_soon_as_spot_is_ready():
+    rule = hedged("t", OUTAGE, 1, 1, CFG)
+    sky = hedged("t", OUTAGE, 1, 1, CFG, knobs=ServingPolicy(0, 1, True), skyserve=True)
+    # No grace period: dark only for the DeployModel and the tick that shifts the traffic.
+    assert sky.any == sky.minutes - DEPLOY_SECONDS // 60 - 1 > rule.any
+    assert sky.hedges == 1
+    # No hold: the on-demand replica goes when Spot serves again (a new placement 15 minutes
+    # after capacity returns at minute 180), where the rule keeps it for the hold period.
+    assert sky.on_demand_node_seconds == (180 + REPLACE_SECONDS // 60 - 60) * 60
+    assert rule.on_demand_node_seconds > sky.on_demand_node_seconds
+
+
+def test_spothedge_covers_an_over_provisioned_replica_even_while_n_serve():
+    # Six Spot replicas for N = 4: at 3 of 4 the zone grants four, all N serve, and SkyServe
+    # still provisions on-demand for the two it is short of its own target.
+    caps = [4] * 30 + [3] * 60 + [4] * 30
+    run = hedged("t", caps, 4, 4, CFG, knobs=ServingPolicy(0, 2, True), skyserve=True)
+    assert run.full == run.minutes
+    assert run.hedges >= 1 and run.on_demand_node_seconds >= 2 * 60 * 60
