@@ -7,17 +7,26 @@ from benchmarks.capacity.traces import Trace
 from benchmarks.serving import (
     DEPLOY_SECONDS,
     GROW_SECONDS,
+    HEDGING,
     REPLACE_SECONDS,
     RESTART_ATTEMPTS,
     RESTART_BOOT,
     SpotPool,
     ZonedPool,
     always_on_demand,
+    frontier,
     granted,
+    halves,
     hedged,
+    knob_grid,
+    learned_table,
     minute_values,
+    plot_frontier,
     policies,
+    print_frontier,
+    print_objective_mode,
     region_zones,
+    short,
     smallest_n,
     spot_ceiling,
     spot_only,
@@ -25,11 +34,19 @@ from benchmarks.serving import (
     standby,
     standby_floor,
     standby_held,
+    undominated,
     verdicts,
 )
+from shared.adapters.serving_table import decode_table, encode_table
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import ServingSettings
-from shared.domain.serving.objective import ServingPolicy, default_policy
+from shared.domain.serving.objective import (
+    AvailabilityObjective,
+    Measured,
+    ServingPolicy,
+    choose,
+    default_policy,
+)
 
 CFG = ServingSettings()
 
@@ -260,3 +277,90 @@ def test_spothedge_covers_an_over_provisioned_replica_even_while_n_serve():
     run = hedged("t", caps, 4, 4, CFG, knobs=ServingPolicy(0, 2, True), skyserve=True)
     assert run.full == run.minutes
     assert run.hedges >= 1 and run.on_demand_node_seconds >= 2 * 60 * 60
+
+
+def test_the_knob_grid_is_every_combination_and_a_floor_of_n_is_replayed_once():
+    assert len(knob_grid(1)) == 2 * 3 + 3
+    assert len(knob_grid(4)) == 4 * 5 * 2 + 5
+    assert ServingPolicy(4, 0, True) not in knob_grid(4)
+    assert default_policy(4) in knob_grid(4) and HEDGING in knob_grid(4)
+
+
+def loaded_traces():
+    def trace(name, caps, probe):
+        return (Trace(name, 60.0, tuple(caps)), caps, probe)
+
+    return [
+        trace("preemption/1-node/aws-x/us-east-1b_v100_1.json", OUTAGE, 1),
+        trace("preemption/1-node/aws-x/us-east-1c_v100_1.json", [1] * 240, 1),
+        trace("preemption/1-node/aws-x/us-east-1d_v100_1.json", [1] * 200 + [0] * 40, 1),
+        trace(
+            "preemption/4-node/aws-y/us-east-2a_v100_1.json", [4] * 100 + [0] * 40 + [4] * 100, 4
+        ),
+        trace("preemption/4-node/aws-y/us-west-2c_v100_1.json", [4] * 240, 4),
+    ]
+
+
+def test_the_halves_alternate_by_name_within_each_group():
+    learn, held = halves(loaded_traces())
+    assert [short(t) for t in learn] == [
+        "1n aws us-east-1b v100",
+        "1n aws us-east-1d v100",
+        "4n aws us-east-2a v100",
+    ]
+    assert [short(t) for t in held] == ["1n aws us-east-1c v100", "4n aws us-west-2c v100"]
+
+
+def test_the_table_is_learned_on_one_half_and_chooses_from_its_worst_trace():
+    loaded = loaded_traces()
+    found = frontier(loaded, [], CFG)
+    learn, _ = halves(loaded)
+    table = learned_table(found, loaded, learn, 0.4, "NVIDIA_L4")
+    assert table.learned_on == tuple(sorted(learn)) and table.spot_ratio == 0.4
+    hedge = next(r for r in table.rows if r.replicas == 1 and r.policy == HEDGING)
+    runs = [found.grid[(name, HEDGING)] for name in learn if "1-node" in name]
+    # The worst learning trace, rounded down; the mean node-hour shares, rounded up.
+    worst = min(r.any / r.minutes for r in runs)
+    assert worst - 1e-6 < hedge.at_least_one <= worst < 1
+    spot = sum(r.shares()[0] for r in runs) / len(runs)
+    assert spot <= hedge.spot_share < spot + 1e-4
+    # Over-provisioning in one zone serves no better than plain Spot and costs more: never a
+    # choice, so it is not in the file; always on-demand is.
+    assert all(r.policy.extra_spot == 0 for r in table.rows if r.replicas == 1)
+    assert any(r.policy == default_policy(4) for r in table.rows)
+    # N = 4 at >= 1 in 99.9%: a floor of one serves through the outage for far less than 1x.
+    chosen = choose(AvailabilityObjective(0.999), 4, table)
+    assert chosen.policy.min_on_demand == 1 and chosen.row is not None
+    assert decode_table(encode_table(table).encode()) == table
+
+
+def test_a_row_matched_or_beaten_on_every_figure_is_left_out_of_the_table():
+    def row(policy, any_, all_, spot, on_demand):
+        return Measured(4, policy, any_, all_, spot, on_demand)
+
+    hedge, hedge_off = ServingPolicy(0, 0, True), ServingPolicy(0, 0, False)
+    rows = [
+        row(hedge_off, 0.9, 0.9, 1.0, 0.0),
+        row(hedge, 0.9, 0.9, 1.0, 0.0),  # the same figures: the hedge is kept
+        row(ServingPolicy(0, 1, False), 0.9, 0.9, 1.25, 0.0),  # beaten
+        row(ServingPolicy(1, 0, True), 1.0, 0.9, 0.75, 0.3),  # more available, more on-demand
+    ]
+    assert [r.policy for r in undominated(rows)] == [hedge, ServingPolicy(1, 0, True)]
+
+
+def test_the_frontier_report_and_plot_run_on_synthetic_traces(capsys, tmp_path):
+    # One more 4-node trace alone in its group: it learns, and nothing of it is held out.
+    loaded = [
+        *loaded_traces(),
+        (Trace("preemption/2-node/aws-z/us-east-1a_v100_1.json", 60.0, (2,) * 60), [2] * 60, 2),
+    ]
+    found = frontier(loaded, [], CFG)
+    learn, held = halves(loaded)
+    table = learned_table(found, loaded, learn, 0.4, "NVIDIA_L4")
+    print_frontier(found, loaded, held, table, 0.4, "NVIDIA_L4")
+    print_objective_mode(found, loaded, (learn, held), table, 0.4, "NVIDIA_L4")
+    out = capsys.readouterr().out
+    assert "The cost-availability frontier" in out and "Objective mode, held out" in out
+    assert "2-node AWS (N=2): one trace, nothing held out" in out
+    assert "halves swapped" in out
+    assert plot_frontier(found, loaded, held, table, 0.4, tmp_path).stat().st_size > 0
