@@ -293,8 +293,10 @@ def choose(
             not row.policy.hedge,
         ),
     )
-    reason = (
-        f"the cheapest of {len(fits)} measured policies that meet it"
-        f" ({best.cost(ratio):.2f}x always-on-demand at Spot/on-demand {ratio:.2f})"
+    which = (
+        "the only measured policy that meets it"
+        if len(fits) == 1
+        else f"the cheapest of the {len(fits)} measured policies that meet it"
     )
+    reason = f"{which}: {best.cost(ratio):.2f}x always-on-demand at Spot/on-demand {ratio:.2f}"
     return Choice(best.policy, best, reason)
