@@ -125,8 +125,9 @@ class ServingPolicy:
 
 def default_policy(replicas: int) -> ServingPolicy:
     """What objective mode keeps when no measured row meets the objective: a floor of all N
-    replicas, that is always on-demand. On-demand capacity is never reclaimed, so it meets
-    every availability objective (at 1x always-on-demand's cost, by definition)."""
+    replicas, that is always on-demand. On-demand replicas are not reclaimed, so it meets
+    every availability objective (at 1x always-on-demand's cost, by definition), as far as
+    on-demand capacity holds: an on-demand stockout is outside what the table measures."""
     return ServingPolicy(min_on_demand=replicas, extra_spot=0, hedge=False)
 
 
