@@ -28,6 +28,17 @@ mean and max cost, the targets computed) with the cost bound each implies:
   of a design not built), on the traces whose collection holds other zones of their region
   (:func:`regions`: GCP us-central1 a/b/c and the AWS 1-node traces).
 
+Then the cost-availability frontier of issue 39 (:func:`frontier`, :func:`print_frontier`,
+:func:`plot_frontier`): every combination of objective mode's knobs
+(:class:`~shared.domain.serving.objective.ServingPolicy`: a warm on-demand floor of k of the N
+replicas, e extra Spot replicas, the hedge on or off; :func:`knob_grid`) replayed on every
+trace by the same :func:`hedged` replay, beside SkyServe's SpotHedge (its dynamic on-demand
+fallback over N + e Spot replicas, :func:`skyserve_fallback`). Objective mode is judged held
+out: the table it chooses from (:func:`learned_table`) is measured on every other trace of
+each group (:func:`halves`), and its choices are replayed on the others
+(:func:`print_objective_mode`; then with the halves swapped). ``--write-table`` writes that
+table where the functions read it (``shared/domain/serving/policy_table.json``).
+
 The model, worst case wherever a choice flatters:
 
 * **Capacity** at each minute is the *lowest* trace value within that minute (a 30-second dip
@@ -51,11 +62,15 @@ The model, worst case wherever a choice flatters:
 * **Billing**: a Spot node from its (re)start to its reclaim, an on-demand replica from the
   call that deploys it to its undeploy, priced per node-hour from
   ``shared/domain/policy/prices.yaml`` (one GPU per node: :data:`ACCELERATOR` on its machine).
+* **A warm floor** is deployed before the trace and billed every minute; on-demand is never
+  reclaimed (as always-on-demand's). Traffic between the Spot model and the floor follows the
+  replicas each serves at each tick, so a Spot loss starves its share for the minute before.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -64,8 +79,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from benchmarks.capacity.traces import DEFAULT_TRACES, Trace
+from shared.adapters.serving_table import FILE_NAME, encode_table, load_policy_table
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import (
     ActionKind,
@@ -74,6 +91,16 @@ from shared.domain.serving.model import (
     ObservedModel,
     ServingSettings,
     ServingState,
+)
+from shared.domain.serving.objective import (
+    AvailabilityObjective,
+    Choice,
+    Measured,
+    PolicyTable,
+    ServingPolicy,
+    choose,
+    cost_floor,
+    default_policy,
 )
 from shared.domain.serving.rule import decide, start
 from shared.domain.serving.split import hedged_split
@@ -94,6 +121,8 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SPOT_ID, FALLBACK_ID = "1", "2"
 MACHINE = MachineSpec("g2-standard-4", ACCELERATOR, 1)
 GROUPS = (("preemption/1-node/", 1), ("preemption/4-node/", 4))
+#: The product today: N Spot replicas and the reactive hedge (no floor, no extra Spot).
+HEDGING = ServingPolicy()
 
 
 # --- capacity -------------------------------------------------------------------------------
@@ -224,12 +253,35 @@ class Run:
     hedges: int = 0
     series: list[tuple[int, int, int]] = field(default_factory=list)  # (capacity, spot, od)
     hedge_minutes: list[int] = field(default_factory=list)
+    #: The knobs replayed (:class:`ServingPolicy`), for the runs of :func:`hedged`.
+    knobs: ServingPolicy | None = None
+    #: The warm floor's on-demand node-seconds (part of ``on_demand_node_seconds``).
+    warm_node_seconds: float = 0.0
+    #: Spells of minutes with no replica serving: how many, the longest, the one running;
+    outages: int = 0
+    longest_outage: int = 0
+    dark: int = 0
+    #: and the same for minutes short of all required replicas.
+    short_spells: int = 0
+    longest_short: int = 0
+    shortfall: int = 0
+    #: The minute-by-minute series is kept for the plots of the four policies only: the knob
+    #: grid replays hundreds of runs, whose series would hold millions of tuples.
+    keep_series: bool = True
 
     def measure(self, serving: int, starved: bool, spot: int, on_demand: int, cap: int) -> None:
+        whole = serving >= self.required and not starved
         self.minutes += 1
-        self.full += serving >= self.required and not starved
+        self.full += whole
         self.any += serving >= 1
-        self.series.append((cap, spot, on_demand))
+        self.dark = 0 if serving >= 1 else self.dark + 1
+        self.outages += self.dark == 1
+        self.longest_outage = max(self.longest_outage, self.dark)
+        self.shortfall = 0 if whole else self.shortfall + 1
+        self.short_spells += self.shortfall == 1
+        self.longest_short = max(self.longest_short, self.shortfall)
+        if self.keep_series:
+            self.series.append((cap, spot, on_demand))
 
     def cost(self, spot_rate: float, standard_rate: float) -> float:
         """USD for the whole trace at these per-node-hour prices."""
@@ -242,24 +294,25 @@ class Run:
         base = self.required * self.minutes * MINUTE * standard_rate / 3600.0
         return self.cost(spot_rate, standard_rate) / base
 
+    def shares(self) -> tuple[float, float]:
+        """Spot and on-demand node-hours per node-hour of always-on-demand: the run costs
+        ``r * spot + on_demand`` of always-on-demand at Spot/on-demand r."""
+        base = self.required * self.minutes * MINUTE
+        return self.spot_node_seconds / base, self.on_demand_node_seconds / base
+
 
 def always_on_demand(name: str, caps: list[int], probe: int, n: int) -> Run:
-    run = Run("always on-demand", name, n)
-    for _ in caps:
-        run.measure(n, False, 0, n, n)
-        run.on_demand_node_seconds += n * MINUTE
-    return run
+    """N on-demand replicas: a warm floor of all N (:func:`default_policy`), no Spot model."""
+    return hedged(
+        name, caps, probe, n, ServingSettings(), label="always on-demand", knobs=default_policy(n)
+    )
 
 
 def spot_only(name: str, caps: list[int], probe: int, n: int, extra: int, label: str) -> Run:
-    run = Run(label, name, n)
-    pool = SpotPool(n + extra)
-    for m, value in enumerate(caps):
-        pool.step(m * MINUTE, granted(value, probe, n + extra))
-        up = pool.available()
-        run.measure(up, up == 0, up, 0, granted(value, probe, n))
-        run.spot_node_seconds += pool.holding() * MINUTE
-    return run
+    """N + ``extra`` Spot replicas deployed once; nothing follows them."""
+    return hedged(
+        name, caps, probe, n, ServingSettings(), label=label, knobs=ServingPolicy(0, extra, False)
+    )
 
 
 @dataclass
@@ -314,6 +367,136 @@ def spot_zone(region: Sequence[int], probe: int, replicas: int) -> int | None:
     return best
 
 
+#: The warm on-demand floor's deployed model on the simulated endpoint.
+FLOOR_ID = "4"
+
+
+@dataclass
+class Endpoint:
+    """The simulated endpoint of one replay: the Spot model, the warm on-demand floor beside
+    it (``floor`` replicas, never reclaimed), and the fallback.
+
+    ``split`` is the traffic as the product's rule sees it, where the Spot model and the floor
+    are one *warm pair* (``SPOT_ID``, required N, serving their sum): that is the deficit the
+    product hedges, N - (Spot available + floor available). ``served`` is the endpoint's own
+    split, each model's share: the pair's share divided between the Spot model and the floor
+    by the replicas each serves, at each tick (:meth:`follow`), as the standby's is. Without a
+    floor the two are the same.
+    """
+
+    required: int
+    floor: int
+    pool: SpotPool | ZonedPool
+    fallback: Fallback | None = None
+    split: dict[str, int] = field(default_factory=lambda: {SPOT_ID: 100})
+    served: dict[str, int] = field(default_factory=dict)
+
+    def read(self, t: int) -> ObservedEndpoint:
+        """What one ``GetEndpoint`` shows the rule: the warm pair, and the fallback once its
+        DeployModel is done."""
+        pair = self.pool.available() + self.floor
+        models = [ObservedModel(SPOT_ID, "m", FLEXJOBS_NAME, MACHINE, True, self.required, pair)]
+        fallback = self.fallback
+        if fallback is not None and fallback.listed_at <= t:
+            # Reported as on-demand even when the model deploys it as Spot: the rule adopts
+            # its fallback by display name among on-demand models, and knows no other kind.
+            models.append(
+                ObservedModel(
+                    FALLBACK_ID,
+                    "m",
+                    fallback.display_name,
+                    MACHINE,
+                    False,
+                    fallback.replicas(),
+                    fallback.available(t),
+                )
+            )
+        listed = {m.id for m in models}
+        split = {k: v for k, v in self.split.items() if k in listed}
+        return ObservedEndpoint("e", tuple(models), split)
+
+    def follow(self) -> None:
+        """The endpoint's split from the rule's: the pair's share divided by the replicas the
+        Spot model and the floor serve now (unchanged when neither serves)."""
+        if not self.floor:
+            self.served = dict(self.split)
+            return
+        observed = ObservedEndpoint("e", (), self.split)
+        moved = hedged_split(observed, (SPOT_ID, FLOOR_ID), (self.pool.available(), self.floor))
+        self.served = dict(moved) if moved is not None else dict(self.split)
+
+    def serving(self, t: int) -> tuple[int, bool, int, int]:
+        """Replicas serving (of the models with traffic), whether a share goes to a model of
+        ours with no replica, and the Spot and on-demand (floor + fallback) replicas up."""
+        spot_up = self.pool.available()
+        fallback_up = self.fallback.available(t) if self.fallback else 0
+        served = [
+            (spot_up, self.served.get(SPOT_ID, 0)),
+            (self.floor, self.served.get(FLOOR_ID, 0)),
+            (fallback_up, self.served.get(FALLBACK_ID, 0)),
+        ]
+        serving = sum(up for up, share in served if share > 0)
+        starved = any(share > 0 and up == 0 for up, share in served)
+        return serving, starved, spot_up, self.floor + fallback_up
+
+
+#: The display name the replays give the Spot model (a flexjobs tag, as the product's).
+FLEXJOBS_NAME = "served [flexjobs b]"
+#: SkyServe's dynamic fallback on the simulated endpoint (one on-demand model it resizes).
+SKYSERVE_NAME = "served [flexjobs b] (SkyServe on-demand)"
+
+
+def skyserve_fallback(endpoint: Endpoint, knobs: ServingPolicy, t: int, seconds: int) -> bool:
+    """One decision of SkyServe's dynamic on-demand fallback (SpotHedge, EuroSys 2025), on
+    the simulated endpoint, and the traffic split it leaves; True when it added on-demand
+    replicas.
+
+    Modelled on ``FallbackRequestRateAutoscaler`` (skypilot-org/skypilot,
+    ``sky/serve/autoscalers.py``, ``_generate_scaling_decisions``) and its docs
+    (docs.skypilot.co, *Using Spot Instances for Serving*), with ``base_ondemand_fallback_
+    replicas`` = the floor, ``num_overprovision`` = ``extra_spot``:
+
+    * Spot replicas to keep: ``num_spot_to_provision = target + num_overprovision -
+      base_ondemand_fallback_replicas`` (:meth:`ServingPolicy.spot_replicas`);
+    * on-demand replicas: ``base + max(0, num_spot_to_provision - num_ready_spot)``, capped at
+      the target ("we don't launch on-demand fallback for overprovisioned replicas"). It
+      counts *ready* Spot replicas, so a booting Spot node is covered too, and an
+      over-provisioned replica lost is covered even while N Spot replicas serve;
+    * no grace and no hold: it decides every ``AUTOSCALER_DEFAULT_DECISION_INTERVAL_SECONDS``
+      (20 s; here the tick's minute), and "when the spot replicas are ready, SkyServe will
+      automatically scale down on-demand replicas", provisioning ones first
+      (``scale_down_decision_order``).
+
+    On Vertex a new on-demand replica is a DeployModel (the first) or a MutateDeployedModel,
+    serving ``seconds`` later; a scale-down takes effect at the call. SpotHedge also spreads
+    Spot over regions and clouds; the traces here give one zone per deployment (the spread
+    designs of :func:`designs` model a region's zones), so its over-provisioned replicas share
+    their zone's fate, as the other policies' do.
+    """
+    n, floor = endpoint.required, knobs.min_on_demand
+    ready_spot = endpoint.pool.available()
+    wanted = min(floor + max(0, knobs.spot_replicas(n) - ready_spot), n) - floor
+    fallback = endpoint.fallback
+    have = fallback.replicas() if fallback else 0
+    added = wanted > have
+    if added and fallback is None:
+        endpoint.fallback = deployed(SKYSERVE_NAME, wanted, t, None, seconds)
+    elif added and fallback is not None:
+        fallback.grow(wanted, t + seconds)
+    elif fallback is not None and wanted < have:
+        # The replicas still provisioning go first; the rest serve until the call.
+        fallback.ready = sorted(fallback.ready)[:wanted]
+        if not wanted:
+            endpoint.fallback = None
+    # Its load balancer sends requests to the ready replicas: traffic follows them.
+    up = endpoint.fallback.available(t) if endpoint.fallback else 0
+    observed = ObservedEndpoint("e", (), endpoint.split)
+    weights = (endpoint.pool.available() + floor, up)
+    moved = hedged_split(observed, (SPOT_ID, FALLBACK_ID), weights)
+    endpoint.split = dict(moved) if moved is not None else endpoint.split
+    return added
+
+
 def hedged(
     name: str,
     caps: list[int],
@@ -325,8 +508,19 @@ def hedged(
     zones: Sequence[list[int]] = (),
     spread: bool = False,
     spot_fallback: bool = False,
+    knobs: ServingPolicy = HEDGING,
+    skyserve: bool = False,
+    keep_series: bool = True,
 ) -> Run:
     """Spot with the product's rule: a read, a decision, its call, then the write.
+
+    ``knobs`` are objective mode's (:class:`ServingPolicy`; the default is the product today,
+    N Spot replicas and the hedge). The Spot model asks for ``n - min_on_demand +
+    extra_spot`` replicas, all in its zone (they share its fate); a warm on-demand floor of
+    ``min_on_demand`` replicas is deployed beside it for the whole trace (serving from before
+    it, billed every minute); with ``hedge`` the product's rule hedges the deficit N - (Spot +
+    floor) (see :class:`Endpoint`), else nothing follows the Spot model but the split. With
+    ``skyserve``, SkyServe's dynamic fallback (:func:`skyserve_fallback`) replaces the rule.
 
     ``zones`` are the region's other zones' capacities, minute by minute (the same trace
     collection, so the same minutes): with ``spread``, the Spot model's nodes are placed over
@@ -334,75 +528,83 @@ def hedged(
     deployed as Spot in another zone that has capacity at the call, on-demand only when none
     has (a design not built: the product's DeployModel is on-demand).
     """
-    run = Run(label, name, n)
-    pool: SpotPool | ZonedPool = ZonedPool(1 + len(zones), n) if spread else SpotPool(n)
-    fallback: Fallback | None = None
-    split = {SPOT_ID: 100}
-
-    def read(t: int) -> ObservedEndpoint:
-        models = [
-            ObservedModel(SPOT_ID, "m", "served [flexjobs b]", MACHINE, True, n, pool.available())
-        ]
-        if fallback is not None and fallback.listed_at <= t:
-            replicas = fallback.replicas()
-            available = fallback.available(t)
-            # Reported as on-demand even when the model deploys it as Spot: the rule adopts
-            # its fallback by display name among on-demand models, and knows no other kind.
-            models.append(
-                ObservedModel(
-                    FALLBACK_ID, "m", fallback.display_name, MACHINE, False, replicas, available
-                )
-            )
-        listed = {m.id for m in models}
-        return ObservedEndpoint("e", tuple(models), {k: v for k, v in split.items() if k in listed})
-
+    run = Run(label, name, n, knobs=knobs, keep_series=keep_series)
+    spot = knobs.spot_replicas(n)
+    pool: SpotPool | ZonedPool = ZonedPool(1 + len(zones), spot) if spread else SpotPool(spot)
+    endpoint = Endpoint(n, knobs.min_on_demand, pool)
+    endpoint.follow()
     state: ServingState | None = None
     for m, value in enumerate(caps):
         t = m * MINUTE
         region = [value, *(z[m] for z in zones)]
         if isinstance(pool, ZonedPool):
-            pool.step(t, [granted(v, probe, n) for v in region])
+            pool.step(t, [granted(v, probe, spot) for v in region])
         else:
-            pool.step(t, granted(value, probe, n))
+            pool.step(t, granted(value, probe, spot))
+        fallback = endpoint.fallback
         if fallback is not None and fallback.pool is not None:
             fallback.pool.step(t, granted(region[fallback.zone], probe, fallback.replicas()))
-        spot_up = pool.available()
-        od_up = fallback.available(t) if fallback else 0
-        served = [(spot_up, split.get(SPOT_ID, 0)), (od_up, split.get(FALLBACK_ID, 0))]
-        serving = sum(up for up, share in served if share > 0)
-        starved = any(share > 0 and up == 0 for up, share in served)
-        run.measure(serving, starved, spot_up, od_up, granted(value, probe, n))
+        run.measure(*endpoint.serving(t), granted(value, probe, n))
         run.spot_node_seconds += pool.holding() * MINUTE
-        now = EPOCH + timedelta(seconds=t)
-        observed = read(t)
-        if state is None:
-            state = start(SPOT_ID, observed, now)
-            continue
-        action = decide(observed, state, now, cfg)
-        if action.deploy is not None:
-            zone = spot_zone(region, probe, action.deploy.replicas) if spot_fallback else None
-            fallback = deployed(
-                action.deploy.display_name, action.deploy.replicas, t, zone, deploy_seconds
+        run.warm_node_seconds += endpoint.floor * MINUTE
+        run.on_demand_node_seconds += endpoint.floor * MINUTE
+        if knobs.hedge and skyserve:
+            if skyserve_fallback(endpoint, knobs, t, deploy_seconds):
+                run.hedges += 1
+                run.hedge_minutes.append(m)
+        elif knobs.hedge:
+            state = follow_rule(
+                endpoint, state, run, m, region, probe, cfg, deploy_seconds, spot_fallback
             )
-            run.hedges += 1
-            run.hedge_minutes.append(m)
-        if action.resize is not None and fallback is not None:
-            fallback.grow(action.resize, t + deploy_seconds)
-        if action.split is not None:
-            split = dict(action.split)
-        if action.undeploy is not None:
-            fallback = None
-            split.pop(FALLBACK_ID, None)
-        if action.kind is ActionKind.PAUSE:
-            raise AssertionError(f"the rule paused on its own moves: {action.reason}")
-        state = action.state
+        endpoint.follow()
         # Billed from the call that deploys a replica to its undeploy (worst case: the minute
         # of the call counts whole).
+        fallback = endpoint.fallback
         if fallback is not None and fallback.pool is not None:
             run.spot_node_seconds += fallback.pool.holding() * MINUTE
         elif fallback is not None:
             run.on_demand_node_seconds += len(fallback.ready) * MINUTE
     return run
+
+
+def follow_rule(
+    endpoint: Endpoint,
+    state: ServingState | None,
+    run: Run,
+    m: int,
+    region: Sequence[int],
+    probe: int,
+    cfg: ServingSettings,
+    deploy_seconds: int,
+    spot_fallback: bool,
+) -> ServingState:
+    """One tick of the product's rule on the simulated endpoint: a read, the decision, its
+    call applied; the state to write. The one place the replays call
+    :func:`shared.domain.serving.rule.decide` (and :func:`~shared.domain.serving.rule.start`
+    on the first read)."""
+    t = m * MINUTE
+    now = EPOCH + timedelta(seconds=t)
+    observed = endpoint.read(t)
+    if state is None:
+        return start(SPOT_ID, observed, now)
+    action = decide(observed, state, now, cfg)
+    if action.deploy is not None:
+        zone = spot_zone(region, probe, action.deploy.replicas) if spot_fallback else None
+        endpoint.fallback = deployed(
+            action.deploy.display_name, action.deploy.replicas, t, zone, deploy_seconds
+        )
+        run.hedges += 1
+        run.hedge_minutes.append(m)
+    if action.resize is not None and endpoint.fallback is not None:
+        endpoint.fallback.grow(action.resize, t + deploy_seconds)
+    if action.split is not None:
+        endpoint.split = dict(action.split)
+    if action.undeploy is not None:
+        endpoint.fallback = None
+        endpoint.split.pop(FALLBACK_ID, None)
+    if action.kind is ActionKind.PAUSE:
+        raise AssertionError(f"the rule paused on its own moves: {action.reason}")
+    return action.state
 
 
 #: ``MutateDeployedModel`` adding replicas to a deployed model: Vertex publishes no latency
@@ -798,24 +1000,43 @@ def standby_held(r: float, n: int) -> float:
 SPOT_BOUNDS = (spot_bound, spot_bound)
 
 
+@dataclass
+class Figures:
+    """A policy on a set of traces: the worst trace's shares, the mean and max cost."""
+
+    traces: int
+    any: float
+    full: float
+    mean: float
+    worst: float
+
+    @classmethod
+    def of(cls, runs: Sequence[Run], r: float) -> Figures:
+        cost = [run.vs_on_demand(r, 1.0) for run in runs]
+        return cls(
+            len(runs),
+            min(run.any / run.minutes for run in runs),
+            min(run.full / run.minutes for run in runs),
+            sum(cost) / len(cost),
+            max(cost),
+        )
+
+
 def verdicts(
     runs: list[Run], prices: PriceTable, accelerator: str
 ) -> dict[str, tuple[int, float, float, float, float, bool, bool, bool]]:
     """Per trace group: traces, worst share with at least one and with all required, mean and
     max cost against always-on-demand, and whether each target holds on its every trace."""
     rates = prices.rates[accelerator]
-    spot_rate, standard_rate = float(rates.spot), float(rates.standard)
+    r = float(rates.spot) / float(rates.standard)
     grouped: dict[str, list[Run]] = {}
     for run in runs:
         grouped.setdefault(group(run.trace), []).append(run)
     out = {}
     for name, members in grouped.items():
-        any_ = min(r.any / r.minutes for r in members)
-        full = min(r.full / r.minutes for r in members)
-        cost = [r.vs_on_demand(spot_rate, standard_rate) for r in members]
-        mean, worst = sum(cost) / len(cost), max(cost)
-        verdict = (any_ >= TARGET_ANY, full >= TARGET_FULL, worst <= TARGET_COST)
-        out[name] = (len(members), any_, full, mean, worst, *verdict)
+        f = Figures.of(members, r)
+        verdict = (f.any >= TARGET_ANY, f.full >= TARGET_FULL, f.worst <= TARGET_COST)
+        out[name] = (f.traces, f.any, f.full, f.mean, f.worst, *verdict)
     return out
 
 
@@ -940,6 +1161,605 @@ def print_comparison(
     )
 
 
+# --- the cost-availability frontier and objective mode (issue 39) ---------------------------
+
+#: Objective mode's objectives replayed: at least one replica serving in these shares of
+#: minutes, then issue 24's pair (at least one in 99.9%, all required in 99%).
+OBJECTIVES = (
+    AvailabilityObjective(0.99),
+    AvailabilityObjective(0.995),
+    AvailabilityObjective(0.999),
+    AvailabilityObjective(0.999, all_required=0.99),
+)
+
+
+def said(objective: AvailabilityObjective) -> str:
+    """``>=1 in 99.9%, all in 99.0%``."""
+    out = f">=1 in {objective.at_least_one:.1%}"
+    return out if objective.all_required is None else f"{out}, all in {objective.all_required:.1%}"
+
+
+#: SkyServe's ``num_overprovision`` in the SpotHedge rows.
+SPOTHEDGE_EXTRA = (1, 2)
+#: Where ``--write-table`` writes the table the functions read (package data).
+TABLE_PATH = Path(__file__).resolve().parents[1] / "shared" / "domain" / "serving" / FILE_NAME
+
+Loaded = list[tuple[Trace, list[int], int]]
+
+
+def knob_grid(n: int) -> list[ServingPolicy]:
+    """Every combination of the knobs replayed for N required replicas: a floor of 0 to N,
+    0 to max(N, 2) extra Spot replicas, the hedge on and off (a floor of N never has a deficit,
+    so its hedge would never fire: replayed once, off)."""
+    return [
+        ServingPolicy(floor, extra, hedge)
+        for floor in range(n + 1)
+        for extra in range(max(n, 2) + 1)
+        for hedge in ((False, True) if floor < n else (False,))
+    ]
+
+
+@dataclass
+class Frontier:
+    """Every run of the frontier: each trace under each knob combination (:func:`knob_grid`),
+    and under SkyServe's SpotHedge (by ``num_overprovision``)."""
+
+    grid: dict[tuple[str, ServingPolicy], Run]
+    spothedge: dict[tuple[str, int], Run]
+
+    def runs(self, knobs: ServingPolicy, traces: Sequence[str]) -> list[Run]:
+        return [self.grid[(name, knobs)] for name in traces]
+
+
+def frontier(loaded: Loaded, runs: list[Run], cfg: ServingSettings) -> Frontier:
+    """The knob grid and SpotHedge replayed on every trace; the four policies' runs are
+    reused where their knobs are the grid's (always on-demand, plain Spot, hedging, N+1)."""
+    grid: dict[tuple[str, ServingPolicy], Run] = {}
+    for run in runs:
+        if run.knobs is not None:
+            grid[(run.trace, run.knobs)] = run
+    spothedge: dict[tuple[str, int], Run] = {}
+    for trace, caps, probe in loaded:
+        for knobs in knob_grid(probe):
+            if (trace.name, knobs) not in grid:
+                label = knobs.label(probe)
+                grid[(trace.name, knobs)] = hedged(
+                    trace.name, caps, probe, probe, cfg, label=label, knobs=knobs, keep_series=False
+                )
+        for extra in SPOTHEDGE_EXTRA:
+            spothedge[(trace.name, extra)] = hedged(
+                trace.name,
+                caps,
+                probe,
+                probe,
+                cfg,
+                label=f"SpotHedge (N+{extra})",
+                knobs=ServingPolicy(0, extra, True),
+                skyserve=True,
+                keep_series=False,
+            )
+    return Frontier(grid, spothedge)
+
+
+def halves(loaded: Loaded) -> tuple[list[str], list[str]]:
+    """The traces objective mode learns on, and those it is judged on (held out): within each
+    group, by name, every other trace (the first learns). Alternating keeps both halves of a
+    group spread over its collections and zones, and is fixed by the names alone."""
+    by_group: dict[str, list[str]] = {}
+    for trace, _, _ in loaded:
+        by_group.setdefault(group(trace.name), []).append(trace.name)
+    learn: list[str] = []
+    held: list[str] = []
+    for names in by_group.values():
+        for i, name in enumerate(sorted(names)):
+            (learn if i % 2 == 0 else held).append(name)
+    return learn, held
+
+
+def _down(value: float, places: int) -> float:
+    """``value`` rounded down: an availability is never written higher than measured."""
+    scale = 10.0**places
+    return math.floor(value * scale) / scale
+
+
+def _up(value: float, places: int) -> float:
+    """``value`` rounded up: a cost is never written lower than measured."""
+    scale = 10.0**places
+    return math.ceil(value * scale) / scale
+
+
+def measured(n: int, knobs: ServingPolicy, runs: Sequence[Run]) -> Measured:
+    """``knobs`` on these traces as a table row: the worst trace's shares of minutes, the mean
+    node-hour shares (rounded against the policy: 6 and 4 places)."""
+    shares = [r.shares() for r in runs]
+    return Measured(
+        n,
+        knobs,
+        _down(min(r.any / r.minutes for r in runs), 6),
+        _down(min(r.full / r.minutes for r in runs), 6),
+        _up(sum(s for s, _ in shares) / len(shares), 4),
+        _up(sum(o for _, o in shares) / len(shares), 4),
+    )
+
+
+def undominated(rows: Sequence[Measured]) -> list[Measured]:
+    """The rows :func:`~shared.domain.serving.objective.choose` could ever answer, at any
+    price: a row that another of the same replicas matches or beats on both availabilities and
+    both node-hour shares is never cheaper, so it is left out of the file (of two equal rows,
+    the one ``choose`` prefers stays: fewer on-demand, fewer extra Spot, the hedge)."""
+
+    def figures(row: Measured) -> tuple[float, float, float, float]:
+        return (-row.at_least_one, -row.all_required, row.spot_share, row.on_demand_share)
+
+    order = sorted(
+        rows,
+        key=lambda r: (r.replicas, r.policy.min_on_demand, r.policy.extra_spot, not r.policy.hedge),
+    )
+    kept = []
+    for i, row in enumerate(order):
+        beaten = any(
+            other.replicas == row.replicas
+            and all(a <= b for a, b in zip(figures(other), figures(row), strict=True))
+            and (figures(other) != figures(row) or j < i)
+            for j, other in enumerate(order)
+            if j != i
+        )
+        if not beaten:
+            kept.append(row)
+    return kept
+
+
+def learned_table(
+    found: Frontier, loaded: Loaded, learn: Sequence[str], r: float, accelerator: str
+) -> PolicyTable:
+    """The table objective mode chooses from: every knob combination measured on the
+    learning half, per replica count, the rows ``choose`` could answer."""
+    counts = {trace.name: probe for trace, _, probe in loaded}
+    rows: list[Measured] = []
+    for n in sorted(set(counts.values())):
+        names = [name for name in learn if counts[name] == n]
+        if names:
+            rows += [measured(n, k, found.runs(k, names)) for k in knob_grid(n)]
+    return PolicyTable(tuple(undominated(rows)), round(r, 6), accelerator, tuple(sorted(learn)))
+
+
+def named_policies(n: int) -> list[tuple[str, ServingPolicy | None, int]]:
+    """The policies the frontier table names, for N: (label, knobs, SpotHedge's extra Spot);
+    knobs None is SpotHedge."""
+    out: list[tuple[str, ServingPolicy | None, int]] = [
+        ("always on-demand", default_policy(n), 0),
+        ("plain Spot", ServingPolicy(0, 0, False), 0),
+        ("reactive hedging (today's default)", HEDGING, 0),
+    ]
+    for floor in range(1, n + 1):
+        # A floor of N has no deficit to hedge (the grid replays it once, hedge off): it is
+        # always on-demand.
+        label = f"warm floor of {floor} (+ hedging where k < N)"
+        out.append((label, ServingPolicy(floor, 0, floor < n), 0))
+        if floor < n:
+            out.append((f"warm floor of {floor}, no hedge", ServingPolicy(floor, 0, False), 0))
+    out += [(f"over-provisioned Spot (N+{e})", ServingPolicy(0, e, False), 0) for e in (1, 2)]
+    out += [(f"SpotHedge (N+{e}), SkyServe", None, e) for e in SPOTHEDGE_EXTRA]
+    return out
+
+
+def groups_of(loaded: Loaded) -> dict[str, tuple[int, list[str]]]:
+    """Each trace group's N and trace names."""
+    out: dict[str, tuple[int, list[str]]] = {}
+    for trace, _, probe in loaded:
+        out.setdefault(group(trace.name), (probe, []))[1].append(trace.name)
+    return out
+
+
+def candidates(found: Frontier, n: int, names: Sequence[str]) -> list[tuple[str, int, list[Run]]]:
+    """Every policy replayed for N on ``names``, with the on-demand replicas it keeps warm:
+    the knob grid, then SpotHedge."""
+    out = [(k.label(n), k.min_on_demand, found.runs(k, names)) for k in knob_grid(n)]
+    out += [
+        (f"SpotHedge (N+{e})", 0, [found.spothedge[(name, e)] for name in names])
+        for e in SPOTHEDGE_EXTRA
+    ]
+    return out
+
+
+def cheapest(
+    found: Frontier, n: int, names: Sequence[str], objective: AvailabilityObjective, r: float
+) -> tuple[str, Figures] | None:
+    """The cheapest policy (by mean cost) meeting ``objective`` on every trace of ``names``."""
+    meeting = [
+        (label, Figures.of(runs, r))
+        for label, _, runs in candidates(found, n, names)
+        if all(objective.met_by(x.any / x.minutes, x.full / x.minutes) for x in runs)
+    ]
+    return min(meeting, key=lambda item: item[1].mean, default=None)
+
+
+def print_frontier(
+    found: Frontier,
+    loaded: Loaded,
+    held: Sequence[str],
+    table: PolicyTable,
+    r: float,
+    accelerator: str,
+) -> None:
+    """The frontier table: per policy and trace group, the worst trace's shares and the cost
+    against always-on-demand, with the floor r + (1 - r) k/N; objective mode on the held-out
+    half (its rows say so)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 150))
+    table_out = Table(
+        title=f"The cost-availability frontier (worst trace of each group; cost priced as "
+        f"{accelerator}, r = {r:.2f})"
+    )
+    for column in (
+        "policy",
+        "group",
+        "traces",
+        ">=1 worst",
+        "all worst",
+        "cost mean",
+        "cost max",
+        "floor r+(1-r)k/N",
+    ):
+        table_out.add_column(column, justify="left" if column in ("policy", "group") else "right")
+    grouped = groups_of(loaded)
+    labels = [label for label, _, _ in named_policies(max(n for n, _ in grouped.values()))]
+    for label in labels:
+        for i, (name, (n, names)) in enumerate(grouped.items()):
+            match = [(k, e) for lab, k, e in named_policies(n) if lab == label]
+            cells = ["-"] * 6
+            if match:
+                knobs, extra = match[0]
+                runs = (
+                    found.runs(knobs, names)
+                    if knobs
+                    else [found.spothedge[(t, extra)] for t in names]
+                )
+                f = Figures.of(runs, r)
+                floor = cost_floor(r, n, knobs.min_on_demand if knobs else 0)
+                cells = [
+                    f"{f.traces}",
+                    f"{f.any:.3%}",
+                    f"{f.full:.3%}",
+                    f"{f.mean:.2f}x",
+                    f"{f.worst:.2f}x",
+                    f"{floor:.2f}",
+                ]
+            table_out.add_row(label if i == 0 else "", name, *cells)
+        table_out.add_section()
+    for objective in OBJECTIVES:
+        label = f"objective mode, {said(objective)} (held out)"
+        for i, (name, (n, names)) in enumerate(grouped.items()):
+            choice = choose(objective, n, table)
+            test = [t for t in names if t in held]
+            if not test:  # a group of one trace learns on it and has none held out
+                table_out.add_row(label if i == 0 else "", name, "0", *["-"] * 5)
+                continue
+            f = Figures.of(found.runs(choice.policy, test), r)
+            floor = cost_floor(r, n, choice.policy.min_on_demand)
+            table_out.add_row(
+                label if i == 0 else "",
+                f"{name}: {choice.policy.label(n)}",
+                f"{f.traces}/{len(names)}",
+                f"{f.any:.3%}",
+                f"{f.full:.3%}",
+                f"{f.mean:.2f}x",
+                f"{f.worst:.2f}x",
+                f"{floor:.2f}",
+            )
+        table_out.add_section()
+    console.print(table_out)
+    console.print(
+        "Policies: a warm floor of k is an on-demand model of k replicas always deployed beside"
+        " a Spot model of N - k (SkyServe's base_ondemand_fallback_replicas); the hedge covers"
+        " N - (Spot + floor) with the product's rule; over-provisioned Spot adds replicas in the"
+        " same zone; SpotHedge is SkyServe's dynamic on-demand fallback over N + e Spot replicas"
+        " (no grace, no hold). Objective mode's rows are its choice, from the table learned on"
+        " the other half, replayed on the held-out traces only."
+    )
+    console.print(
+        "The cheapest policy meeting each objective on every trace of a group (all its traces):"
+    )
+    for name, (n, names) in grouped.items():
+        for objective in OBJECTIVES:
+            best = cheapest(found, n, names, objective, r)
+            what = (
+                "none" if best is None else f"{best[0]} at {best[1].mean:.2f}x ({best[1].any:.3%})"
+            )
+            console.print(f"  {name}, {said(objective)}: {what}")
+
+
+def shortfall(run: Run, objective: AvailabilityObjective) -> list[str]:
+    """What ``run`` lacks of ``objective``, in points and minutes, with the spells it lost
+    them in (none when it meets it)."""
+    out = []
+    wanted = [(objective.at_least_one, run.any, ">=1", run.outages, run.longest_outage)]
+    if objective.all_required is not None:
+        spells, longest = run.short_spells, run.longest_short
+        wanted.append((objective.all_required, run.full, "all", spells, longest))
+    for goal, served, what, spells, longest in wanted:
+        share = served / run.minutes
+        if share < goal:
+            minutes = math.ceil(goal * run.minutes - served)
+            out.append(
+                f"{what} {share:.3%}, short by {(goal - share) * 100:.3f} points ({minutes} of"
+                f" {run.minutes} minutes; {spells} spell(s), the longest {longest} min)"
+            )
+    return out
+
+
+def why_missed(run: Run, objective: AvailabilityObjective, row: Measured | None) -> str:
+    """How much a held-out trace misses an objective by, what its lost minutes were, and what
+    the learning half had shown for the same knobs."""
+    learned = (
+        ""
+        if row is None
+        else f"; the learning half's worst trace: >=1 {row.at_least_one:.3%},"
+        f" all {row.all_required:.3%}"
+    )
+    return f"{short(run.trace)}: {', '.join(shortfall(run, objective))}{learned}"
+
+
+def why_only_on_demand(
+    found: Frontier, n: int, names: Sequence[str], objective: AvailabilityObjective
+) -> str:
+    """Why no policy that serves part of N from Spot meets ``objective`` on ``names``: the
+    one that comes closest, on its worst trace, and what its lost minutes were."""
+
+    def gap(run: Run) -> float:
+        gaps = [run.any / run.minutes - objective.at_least_one]
+        if objective.all_required is not None:
+            gaps.append(run.full / run.minutes - objective.all_required)
+        return min(gaps)
+
+    spot = [(label, runs) for label, warm, runs in candidates(found, n, names) if warm < n]
+    label, runs = max(spot, key=lambda item: min(gap(r) for r in item[1]))
+    worst = min(runs, key=gap)
+    floor = (
+        "with N = 1 a warm floor is the whole deployment, so every other policy serves from Spot"
+        " alone until a fallback serves; "
+        if n == 1
+        else ""
+    )
+    return (
+        f"{floor}the closest of them, {label}, on {short(worst.trace)}:"
+        f" {', '.join(shortfall(worst, objective))}"
+    )
+
+
+def judged(
+    found: Frontier,
+    n: int,
+    test: Sequence[str],
+    table: PolicyTable,
+    objective: AvailabilityObjective,
+) -> tuple[Choice, list[Run], str]:
+    """Objective mode's choice from ``table``, its runs on ``test``, and the verdict: whether
+    it meets ``objective`` on each trace, and where it misses, by how much and why."""
+    choice = choose(objective, n, table)
+    runs = found.runs(choice.policy, test)
+    misses = [r for r in runs if not objective.met_by(r.any / r.minutes, r.full / r.minutes)]
+    worst = min(run.any / run.minutes for run in runs)
+    full = min(run.full / run.minutes for run in runs)
+    if not misses:
+        return choice, runs, f"MEETS it on all {len(runs)} (worst >=1 {worst:.3%}, all {full:.3%})"
+    why = "; ".join(why_missed(run, objective, choice.row) for run in misses)
+    return choice, runs, f"MISSES it on {len(misses)} of {len(runs)}: {why}"
+
+
+def print_objective_mode(
+    found: Frontier,
+    loaded: Loaded,
+    halves_: tuple[list[str], list[str]],
+    table: PolicyTable,
+    r: float,
+    accelerator: str,
+) -> None:
+    """Objective mode, held out: per objective and group, what it chose from the table learned
+    on one half, and on the held-out traces whether it meets the objective on each (by how
+    much and why it misses), whether any other policy met it for less there, and its cost
+    beside the floor of the on-demand replicas it keeps warm. Then the same with the halves
+    swapped, as a check that the verdict is not the split's."""
+    learn, held = halves_
+    swapped = learned_table(found, loaded, held, r, accelerator)
+    print(
+        f"Objective mode, held out: the table was learned on {len(learn)} traces (every other"
+        f" trace of each group, by name) and is judged on the other {len(held)}:"
+        f" {', '.join(short(t) for t in held)}"
+    )
+    for objective in OBJECTIVES:
+        print(f"Objective {said(objective)} of minutes:")
+        for name, (n, names) in groups_of(loaded).items():
+            test = [t for t in names if t in held]
+            back = [t for t in names if t not in held]
+            if not test or not back:
+                print(f"  {name} (N={n}): one trace, nothing held out")
+                continue
+            choice, runs, verdict = judged(found, n, test, table, objective)
+            f = Figures.of(runs, r)
+            print(f"  {name} (N={n}): chose {choice.policy.label(n)}, {choice.reason}")
+            print(f"    on the held-out traces: {verdict}")
+            best = cheapest(found, n, test, objective, r)
+            if best is None:
+                print("    no policy meets it on these traces")
+            else:
+                other, g = best
+                ok = "no more than" if f.mean <= g.mean + 1e-9 else "MORE than"
+                print(
+                    f"    costs {f.mean:.2f}x there, {ok} the cheapest policy that met it on the"
+                    f" same traces (in hindsight): {other}, {g.mean:.2f}x"
+                )
+                if other == default_policy(n).label(n):
+                    why = why_only_on_demand(found, n, test, objective)
+                    print(f"    only always on-demand meets it there; of the others, {why}")
+            floor, hedges, extra = overhead(runs, n, choice.policy.min_on_demand, r)
+            print(
+                f"    cost {f.mean:.2f}x = floor {floor:.2f} (r + (1-r)"
+                f"*{choice.policy.min_on_demand}/{n}) + hedges {hedges:+.2f} + Spot beyond N-k"
+                f" {extra:+.2f} (overhead above the floor {f.mean - floor:+.2f}"
+                + (
+                    "; below it: the floor assumes all N served, and reclaimed Spot is not"
+                    " replaced nor billed)"
+                    if f.mean < floor
+                    else ")"
+                )
+            )
+            swap, _, swap_verdict = judged(found, n, back, swapped, objective)
+            print(
+                f"    halves swapped (learned on the held-out traces): {swap.policy.label(n)},"
+                f" on the others {swap_verdict}"
+            )
+
+
+def overhead(runs: Sequence[Run], n: int, floor: int, r: float) -> tuple[float, float, float]:
+    """A policy's mean cost split as the floor ``r + (1 - r) k/N`` of its ``floor`` warm
+    replicas, plus the hedges (on-demand beyond the floor) and Spot beyond the N - k that
+    floor assumes (positive with extra Spot replicas, negative when reclaimed Spot went
+    unbilled)."""
+    base = [n * run.minutes * MINUTE for run in runs]
+    spot = sum(run.spot_node_seconds / b for run, b in zip(runs, base, strict=True)) / len(runs)
+    hedges = sum(
+        (run.on_demand_node_seconds - run.warm_node_seconds) / b
+        for run, b in zip(runs, base, strict=True)
+    ) / len(runs)
+    return cost_floor(r, n, floor), hedges, r * (spot - (n - floor) / n)
+
+
+def report_table(table: PolicyTable, write: bool) -> None:
+    """Say whether the committed table is this run's; with ``write``, write this run's and
+    read it back through the functions' own loader."""
+    if write:
+        TABLE_PATH.write_text(encode_table(table), encoding="utf-8")
+        if load_policy_table() != table:
+            raise SystemExit(f"{TABLE_PATH} does not read back as written")
+        size = TABLE_PATH.stat().st_size
+        print(f"table: wrote {len(table.rows)} rows, {size} bytes, to {TABLE_PATH}")
+        return
+    try:
+        committed = load_policy_table()
+    except FileNotFoundError:
+        print(f"table: none committed at {TABLE_PATH} (--write-table writes this run's)")
+        return
+    same = "is" if committed == table else "is NOT"
+    print(
+        f"table: the committed {TABLE_PATH.name} ({len(committed.rows)} rows) {same} the one"
+        " this run learned (--write-table, on whole traces, writes it)"
+    )
+
+
+def plot_frontier(
+    found: Frontier,
+    loaded: Loaded,
+    held: Sequence[str],
+    table: PolicyTable,
+    r: float,
+    output: Path,
+) -> Path:
+    """The frontier: per trace group (columns), cost against always-on-demand (x) and the
+    worst trace's share of minutes with at least one replica (top) and with all required
+    (bottom), one point per policy, on a scale of nines; every knob combination grey, the
+    named policies and objective mode's choices (held-out traces) marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the file only
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    def to_nines(a: Any) -> Any:
+        # Unavailability on a log scale, labelled as availability: 99% and 99.9% are a
+        # decade apart; 100% is drawn at 99.999%.
+        return -np.log10(np.maximum(1 - np.asarray(a), 1e-5))
+
+    def from_nines(y: Any) -> Any:
+        return 1 - 10.0 ** (-np.asarray(y))
+
+    grouped = groups_of(loaded)
+    # One style per policy in every panel: the named policies of the largest N, in order.
+    named = named_policies(max(n for n, _ in grouped.values()))
+    colours = [plt.get_cmap("tab20")(i) for i in range(20)]
+    styles = {
+        label: ("os^vD<>pXhP*"[i % 12], colours[i % 20]) for i, (label, _, _) in enumerate(named)
+    }
+    figure, axes = plt.subplots(2, len(grouped), figsize=(6 * len(grouped), 10.5), squeeze=False)
+    handles: dict[str, Any] = {}
+    for col, (name, (n, names)) in enumerate(grouped.items()):
+        points = {label: Figures.of(runs, r) for label, _, runs in candidates(found, n, names)}
+        test = [t for t in names if t in held]
+        chosen = [
+            (
+                objective,
+                Figures.of(found.runs(choose(objective, n, table).policy, test), r),
+            )
+            for objective in OBJECTIVES
+            if test
+        ]
+        for row, (attribute, title) in enumerate((("any", ">= 1 replica"), ("full", "all N"))):
+            ax = axes[row][col]
+            ax.set_yscale("function", functions=(to_nines, from_nines))
+            xs = [p.mean for p in points.values()]
+            ys = [getattr(p, attribute) for p in points.values()]
+            handles["every knob combination (all traces)"] = ax.scatter(
+                xs, ys, s=12, color="lightgrey", zorder=1
+            )
+            best = frontier_line(list(zip(xs, ys, strict=True)))
+            (handles["the frontier"],) = ax.step(
+                *zip(*best, strict=True), where="post", color="grey", linewidth=0.8, zorder=1
+            )
+            for label, knobs, extra in named_policies(n):
+                p = points[knobs.label(n) if knobs else f"SpotHedge (N+{extra})"]
+                marker, colour = styles[label]
+                handles[label] = ax.scatter(
+                    p.mean, getattr(p, attribute), s=40, marker=marker, color=colour, zorder=2
+                )
+            # Nested stars: objective mode often chooses alike for all three objectives.
+            # (No stars where the group has no held-out trace.)
+            for (objective, p), size, star in zip(
+                chosen, (400, 260, 140, 50), ("gold", "orange", "red", "black"), strict=False
+            ):
+                handles[f"objective mode {said(objective)} (its held-out traces)"] = ax.scatter(
+                    p.mean,
+                    getattr(p, attribute),
+                    s=size,
+                    marker="*",
+                    color=star,
+                    edgecolors="black",
+                    linewidths=0.5,
+                    zorder=3,
+                )
+            ax.set_ylim(0.0, 1.0)
+            ticks = [0.0, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0]
+            ax.set_yticks(ticks, [f"{t:.2%}" for t in ticks])
+            ax.set_title(f"{name} (N={n}): worst trace's minutes with {title}", fontsize=9)
+            ax.set_xlabel("cost, mean over the traces (x always-on-demand)", fontsize=8)
+            ax.grid(True, linewidth=0.3)
+    stars = [label for label in handles if label.startswith("objective mode")]
+    order = [*list(handles)[:2], *(label for label in styles if label in handles), *stars]
+    figure.legend([handles[k] for k in order], order, loc="lower center", ncol=5, fontsize=7)
+    figure.tight_layout(rect=(0, 0.09, 1, 1))
+    output.mkdir(parents=True, exist_ok=True)
+    path = output / "serving-frontier.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def frontier_line(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other beats on both cost (lower) and availability (higher), by cost: the
+    frontier drawn through the grid.
+
+    Examples:
+        >>> frontier_line([(1.0, 1.0), (0.5, 0.9), (0.6, 0.8), (0.3, 0.5)])
+        [(0.3, 0.5), (0.5, 0.9), (1.0, 1.0)]
+    """
+    out: list[tuple[float, float]] = []
+    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not out or y > out[-1][1]:
+            out.append((x, y))
+    return out
+
+
 def plot(runs: list[Run], trace: str, output: Path) -> Path:
     """Serving capacity over time on one trace: the zone's grant, plain Spot, and hedging
     (Spot and on-demand stacked), the required line and the hedges marked."""
@@ -1007,11 +1827,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--sensitivity", action="store_true", help="also hedging under other settings"
     )
+    parser.add_argument(
+        "--write-table",
+        action="store_true",
+        help=f"write the policy table objective mode reads to {TABLE_PATH.name}",
+    )
     args = parser.parse_args(argv)
     accelerator = args.accelerator.upper()
     prices = PriceTable.default()
     if accelerator not in prices.rates:
         parser.error(f"{accelerator} is not in shared/domain/policy/prices.yaml")
+    if args.write_table and args.quick:
+        # The functions choose from the table: it is learned on whole traces only.
+        parser.error("--write-table learns on whole traces: drop --quick")
     began = time.perf_counter()
     cfg = ServingSettings()
     runs: list[Run] = []
@@ -1028,6 +1856,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_comparison(found, loaded, prices, accelerator)
     busiest = max((r for r in runs if r.policy == "Spot + hedging"), key=lambda r: r.hedges)
     print(f"plot: {plot(runs, busiest.trace, args.output)}")
+    began = time.perf_counter()
+    found_frontier = frontier(loaded, runs, cfg)
+    rates = prices.rates[accelerator]
+    r = float(rates.spot) / float(rates.standard)
+    learn, held = halves(loaded)
+    table = learned_table(found_frontier, loaded, learn, r, accelerator)
+    print_frontier(found_frontier, loaded, held, table, r, accelerator)
+    print_objective_mode(found_frontier, loaded, (learn, held), table, r, accelerator)
+    report_table(table, args.write_table)
+    path = plot_frontier(found_frontier, loaded, held, table, r, args.output)
+    print(f"frontier replayed in {time.perf_counter() - began:.1f} s; plot: {path}")
     return 0
 
 

@@ -7,16 +7,26 @@ from benchmarks.capacity.traces import Trace
 from benchmarks.serving import (
     DEPLOY_SECONDS,
     GROW_SECONDS,
+    HEDGING,
     REPLACE_SECONDS,
     RESTART_ATTEMPTS,
     RESTART_BOOT,
     SpotPool,
     ZonedPool,
+    always_on_demand,
+    frontier,
     granted,
+    halves,
     hedged,
+    knob_grid,
+    learned_table,
     minute_values,
+    plot_frontier,
     policies,
+    print_frontier,
+    print_objective_mode,
     region_zones,
+    short,
     smallest_n,
     spot_ceiling,
     spot_only,
@@ -24,10 +34,19 @@ from benchmarks.serving import (
     standby,
     standby_floor,
     standby_held,
+    undominated,
     verdicts,
 )
+from shared.adapters.serving_table import decode_table, encode_table
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import ServingSettings
+from shared.domain.serving.objective import (
+    AvailabilityObjective,
+    Measured,
+    ServingPolicy,
+    choose,
+    default_policy,
+)
 
 CFG = ServingSettings()
 
@@ -195,3 +214,153 @@ def test_targets_and_bounds_are_computed_not_written_down():
     assert smallest_n(standby_held, 0.4) == 10
     assert smallest_n(standby_floor, 0.4) == 6
     assert smallest_n(standby_floor, 0.5) is None
+
+
+# --- the knobs, SpotHedge and objective mode (issue 39) ----------------------------------------
+
+DARK = GRACE + DEPLOY_SECONDS // 60 + 1  # the minutes a reactive hedge leaves dark
+
+
+def test_a_warm_floor_serves_through_an_outage_and_the_hedge_covers_only_the_rest():
+    caps = [4] * 60 + [0] * 120 + [4] * 60
+    bare = hedged("t", caps, 4, 4, CFG)
+    floor = hedged("t", caps, 4, 4, CFG, knobs=ServingPolicy(1, 0, True))
+    assert bare.any == bare.minutes - DARK
+    # The floor serves every minute; all four again once the fallback serves, as without it.
+    assert floor.any == floor.minutes
+    assert floor.full == bare.full == floor.minutes - DARK
+    # The deficit is N - (Spot + floor): three on-demand replicas, where the bare hedge needs four.
+    assert floor.warm_node_seconds == floor.minutes * 60
+    fallback = floor.on_demand_node_seconds - floor.warm_node_seconds
+    assert fallback * 4 == bare.on_demand_node_seconds * 3
+    # The Spot model asks for N - k: three replicas billed while they hold.
+    assert floor.spot_node_seconds * 4 == bare.spot_node_seconds * 3
+
+
+def test_a_floor_without_the_hedge_keeps_one_replica_but_never_grows():
+    run = hedged("t", OUTAGE, 1, 4, CFG, knobs=ServingPolicy(1, 0, False))
+    assert run.any == run.minutes and run.hedges == 0
+    assert run.on_demand_node_seconds == run.warm_node_seconds == run.minutes * 60
+
+
+def test_a_floor_of_n_is_always_on_demand():
+    run = hedged("t", OUTAGE, 1, 1, CFG, knobs=default_policy(1))
+    baseline = always_on_demand("t", OUTAGE, 1, 1)
+    assert (run.any, run.full, run.spot_node_seconds) == (run.minutes, run.minutes, 0)
+    assert run.vs_on_demand(0.4, 1.0) == baseline.vs_on_demand(0.4, 1.0) == 1.0
+
+
+def test_extra_spot_replicas_share_their_zone_and_are_billed_while_they_hold():
+    plain = hedged("t", OUTAGE, 1, 1, CFG, knobs=ServingPolicy(0, 0, False))
+    over = hedged("t", OUTAGE, 1, 1, CFG, knobs=ServingPolicy(0, 2, False))
+    assert over.any == plain.any
+    assert over.spot_node_seconds == 3 * plain.spot_node_seconds
+    assert over.shares() == (3 * plain.shares()[0], 0.0)
+
+
+def test_spothedge_falls_back_at_once_and_scales_down_as_soon_as_spot_is_ready():
+    rule = hedged("t", OUTAGE, 1, 1, CFG)
+    sky = hedged("t", OUTAGE, 1, 1, CFG, knobs=ServingPolicy(0, 1, True), skyserve=True)
+    # No grace period: dark only for the DeployModel and the tick that shifts the traffic.
+    assert sky.any == sky.minutes - DEPLOY_SECONDS // 60 - 1 > rule.any
+    assert sky.hedges == 1
+    # No hold: the on-demand replica goes when Spot serves again (a new placement 15 minutes
+    # after capacity returns at minute 180), where the rule keeps it for the hold period.
+    assert sky.on_demand_node_seconds == (180 + REPLACE_SECONDS // 60 - 60) * 60
+    assert rule.on_demand_node_seconds > sky.on_demand_node_seconds
+
+
+def test_spothedge_covers_an_over_provisioned_replica_even_while_n_serve():
+    # Six Spot replicas for N = 4: at 3 of 4 the zone grants four, all N serve, and SkyServe
+    # still provisions on-demand for the two it is short of its own target.
+    caps = [4] * 30 + [3] * 60 + [4] * 30
+    run = hedged("t", caps, 4, 4, CFG, knobs=ServingPolicy(0, 2, True), skyserve=True)
+    assert run.full == run.minutes
+    assert run.hedges >= 1 and run.on_demand_node_seconds >= 2 * 60 * 60
+
+
+def test_the_knob_grid_is_every_combination_and_a_floor_of_n_is_replayed_once():
+    assert len(knob_grid(1)) == 2 * 3 + 3
+    assert len(knob_grid(4)) == 4 * 5 * 2 + 5
+    assert ServingPolicy(4, 0, True) not in knob_grid(4)
+    assert default_policy(4) in knob_grid(4) and HEDGING in knob_grid(4)
+
+
+def loaded_traces():
+    def trace(name, caps, probe):
+        return (Trace(name, 60.0, tuple(caps)), caps, probe)
+
+    return [
+        trace("preemption/1-node/aws-x/us-east-1b_v100_1.json", OUTAGE, 1),
+        trace("preemption/1-node/aws-x/us-east-1c_v100_1.json", [1] * 240, 1),
+        trace("preemption/1-node/aws-x/us-east-1d_v100_1.json", [1] * 200 + [0] * 40, 1),
+        trace(
+            "preemption/4-node/aws-y/us-east-2a_v100_1.json", [4] * 100 + [0] * 40 + [4] * 100, 4
+        ),
+        trace("preemption/4-node/aws-y/us-west-2c_v100_1.json", [4] * 240, 4),
+    ]
+
+
+def test_the_halves_alternate_by_name_within_each_group():
+    learn, held = halves(loaded_traces())
+    assert [short(t) for t in learn] == [
+        "1n aws us-east-1b v100",
+        "1n aws us-east-1d v100",
+        "4n aws us-east-2a v100",
+    ]
+    assert [short(t) for t in held] == ["1n aws us-east-1c v100", "4n aws us-west-2c v100"]
+
+
+def test_the_table_is_learned_on_one_half_and_chooses_from_its_worst_trace():
+    loaded = loaded_traces()
+    found = frontier(loaded, [], CFG)
+    learn, _ = halves(loaded)
+    table = learned_table(found, loaded, learn, 0.4, "NVIDIA_L4")
+    assert table.learned_on == tuple(sorted(learn)) and table.spot_ratio == 0.4
+    hedge = next(r for r in table.rows if r.replicas == 1 and r.policy == HEDGING)
+    runs = [found.grid[(name, HEDGING)] for name in learn if "1-node" in name]
+    # The worst learning trace, rounded down; the mean node-hour shares, rounded up.
+    worst = min(r.any / r.minutes for r in runs)
+    assert worst - 1e-6 < hedge.at_least_one <= worst < 1
+    spot = sum(r.shares()[0] for r in runs) / len(runs)
+    assert spot <= hedge.spot_share < spot + 1e-4
+    # Over-provisioning in one zone serves no better than plain Spot and costs more: never a
+    # choice, so it is not in the file; always on-demand is.
+    assert all(r.policy.extra_spot == 0 for r in table.rows if r.replicas == 1)
+    assert any(r.policy == default_policy(4) for r in table.rows)
+    # N = 4 at >= 1 in 99.9%: a floor of one serves through the outage for far less than 1x.
+    chosen = choose(AvailabilityObjective(0.999), 4, table)
+    assert chosen.policy.min_on_demand == 1 and chosen.row is not None
+    assert decode_table(encode_table(table).encode()) == table
+
+
+def test_a_row_matched_or_beaten_on_every_figure_is_left_out_of_the_table():
+    def row(policy, any_, all_, spot, on_demand):
+        return Measured(4, policy, any_, all_, spot, on_demand)
+
+    hedge, hedge_off = ServingPolicy(0, 0, True), ServingPolicy(0, 0, False)
+    rows = [
+        row(hedge_off, 0.9, 0.9, 1.0, 0.0),
+        row(hedge, 0.9, 0.9, 1.0, 0.0),  # the same figures: the hedge is kept
+        row(ServingPolicy(0, 1, False), 0.9, 0.9, 1.25, 0.0),  # beaten
+        row(ServingPolicy(1, 0, True), 1.0, 0.9, 0.75, 0.3),  # more available, more on-demand
+    ]
+    assert [r.policy for r in undominated(rows)] == [hedge, ServingPolicy(1, 0, True)]
+
+
+def test_the_frontier_report_and_plot_run_on_synthetic_traces(capsys, tmp_path):
+    # One more 4-node trace alone in its group: it learns, and nothing of it is held out.
+    loaded = [
+        *loaded_traces(),
+        (Trace("preemption/2-node/aws-z/us-east-1a_v100_1.json", 60.0, (2,) * 60), [2] * 60, 2),
+    ]
+    found = frontier(loaded, [], CFG)
+    learn, held = halves(loaded)
+    table = learned_table(found, loaded, learn, 0.4, "NVIDIA_L4")
+    print_frontier(found, loaded, held, table, 0.4, "NVIDIA_L4")
+    print_objective_mode(found, loaded, (learn, held), table, 0.4, "NVIDIA_L4")
+    out = capsys.readouterr().out
+    assert "The cost-availability frontier" in out and "Objective mode, held out" in out
+    assert "2-node AWS (N=2): one trace, nothing held out" in out
+    assert "halves swapped" in out
+    assert plot_frontier(found, loaded, held, table, 0.4, tmp_path).stat().st_size > 0
