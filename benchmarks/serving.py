@@ -86,6 +86,7 @@ from shared.adapters.serving_table import FILE_NAME, encode_table, load_policy_t
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import (
     ActionKind,
+    CallKind,
     MachineSpec,
     ObservedEndpoint,
     ObservedModel,
@@ -102,7 +103,8 @@ from shared.domain.serving.objective import (
     cost_floor,
     default_policy,
 )
-from shared.domain.serving.rule import decide, start
+from shared.domain.serving.rule import answered as rule_answered
+from shared.domain.serving.rule import decide, new_state
 from shared.domain.serving.split import hedged_split
 
 MINUTE = 60
@@ -578,33 +580,37 @@ def follow_rule(
     deploy_seconds: int,
     spot_fallback: bool,
 ) -> ServingState:
-    """One tick of the product's rule on the simulated endpoint: a read, the decision, its
-    call applied; the state to write. The one place the replays call
-    :func:`shared.domain.serving.rule.decide` (and :func:`~shared.domain.serving.rule.start`
-    on the first read)."""
+    """One tick of the product's serving machine on the simulated endpoint: a read, the
+    decision, its call applied (and answered at once: the replay's calls are never lost);
+    the state to write. The one place the replays call
+    :func:`shared.domain.serving.rule.decide`. The warm pair (the Spot model and the floor,
+    :class:`Endpoint`) is the machine's Spot model: its deficit is the one hedged."""
     t = m * MINUTE
     now = EPOCH + timedelta(seconds=t)
     observed = endpoint.read(t)
     if state is None:
-        return start(SPOT_ID, observed, now)
-    action = decide(observed, state, now, cfg)
-    if action.deploy is not None:
-        zone = spot_zone(region, probe, action.deploy.replicas) if spot_fallback else None
-        endpoint.fallback = deployed(
-            action.deploy.display_name, action.deploy.replicas, t, zone, deploy_seconds
-        )
-        run.hedges += 1
-        run.hedge_minutes.append(m)
-    if action.resize is not None and endpoint.fallback is not None:
-        endpoint.fallback.grow(action.resize, t + deploy_seconds)
-    if action.split is not None:
+        state = new_state(FLEXJOBS_NAME, endpoint.required, ServingPolicy(), now)
+    action = decide(state, observed, now, cfg)
+    if action.transition == "pause":
+        raise AssertionError(f"the machine paused on its own moves: {action.reason}")
+    call = action.call
+    after = action.state
+    if action.kind is ActionKind.TRAFFIC and action.split is not None:
         endpoint.split = dict(action.split)
-    if action.undeploy is not None:
-        endpoint.fallback = None
-        endpoint.split.pop(FALLBACK_ID, None)
-    if action.kind is ActionKind.PAUSE:
-        raise AssertionError(f"the rule paused on its own moves: {action.reason}")
-    return action.state
+    elif call is not None:
+        if call.kind is CallKind.DEPLOY_FALLBACK:
+            zone = spot_zone(region, probe, call.replicas) if spot_fallback else None
+            endpoint.fallback = deployed(call.target, call.replicas, t, zone, deploy_seconds)
+            run.hedges += 1
+            run.hedge_minutes.append(m)
+        elif call.kind is CallKind.MUTATE and endpoint.fallback is not None:
+            endpoint.fallback.grow(call.replicas, t + deploy_seconds)
+        elif call.kind is CallKind.UNDEPLOY:
+            endpoint.fallback = None
+            endpoint.split.pop(FALLBACK_ID, None)
+        answered = rule_answered(after, call.at, f"operations/{m}")
+        after = answered[0] if answered is not None else after
+    return after
 
 
 #: ``MutateDeployedModel`` adding replicas to a deployed model: Vertex publishes no latency

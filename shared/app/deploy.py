@@ -74,7 +74,7 @@ def accept_deployment(request: JobRequest, ports: Deployments) -> bool:
     name = tagged_display_name(
         (request.spec.get("deployedModel") or {}).get("displayName"), request.request_id
     )
-    state = rule.new_state(name, policy_of(request.spec, request.options), now)
+    state = rule.new_state(name, *policy_of(request.spec, request.options), now)
     return ports.store.create(request, state, now)
 
 

@@ -105,6 +105,8 @@ def tracker(intake: Intake, ports: Ports, clock: FakeClock) -> Iterator[Tracker]
     on the same clock, so a cancel and a hint see the same time.
     """
     intake.clock = clock
+    if intake.deployments is not None:
+        intake.deployments.clock = clock
     settings = Settings.from_env({**ENV, "FLEXJOBS_BACKOFF_BASE_SECONDS": "0"})
     wired = bootstrap.build_tracker(settings, clock, ports)
     bootstrap.override_tracker(wired)

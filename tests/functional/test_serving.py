@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from shared.app.deploy import refresh_deployments
-from shared.domain.serving.model import HISTORY_LIMIT, MAX_STATE_BYTES, ServingState
+from shared.domain.serving.model import HISTORY_LIMIT, MAX_STATE_BYTES, CallKind, ServingState
 from shared.kernel.errors import BackendUnavailable
 from tests.events import load, pubsub_cloud_event
 from tests.functional.conftest import ENDPOINT
@@ -106,7 +106,8 @@ def fallback_serves(deployments, clock):
     deployments.backend.finish(operation)
     clock.advance(60)
     refresh_deployments(deployments)
-    return serving(deployments, "s-1").fallback_id
+    fallback = serving(deployments, "s-1").fallback
+    return fallback.id if fallback is not None else None
 
 
 def test_a_spot_deployment_short_past_the_grace_period_is_hedged_once_and_notified(
@@ -126,8 +127,14 @@ def test_a_spot_deployment_short_past_the_grace_period_is_hedged_once_and_notifi
         ("DeployModel", ENDPOINT, "served [flexjobs s-1] (on-demand fallback)")
     ]
     state = serving(deployments, "s-1")
-    assert (state.phase.value, state.hedges, state.operation_call) == ("HEDGED", 1, "DeployModel")
-    assert state.operation  # the operation the next ticks follow
+    assert state.call is not None
+    assert (state.phase.value, state.hedges, state.call.kind) == (
+        "HEDGED",
+        1,
+        CallKind.DEPLOY_FALLBACK,
+    )
+    assert state.call.operation  # the operation the next ticks follow
+    # HEDGED once the DeployModel reached Vertex (its operation answered), never before.
     assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]
     # The fallback is deployed from the deployment's own requested deployedModel.
     request = deployments.store.get("s-1").request
@@ -171,7 +178,7 @@ def test_the_fallback_gets_the_traffic_once_it_serves_and_gives_it_back_after_th
     refresh_deployments(deployments)
 
     state = serving(deployments, "s-1")
-    assert (state.phase.value, state.fallback_id, state.operation_call) == ("SERVING", None, None)
+    assert (state.phase.value, state.fallback, state.call) == ("SERVING", None, None)
     assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED", "RESTORED"]
     assert [m["id"] for m in deployments.backend.endpoints[ENDPOINT]] == [model]
     assert state.on_demand_node_seconds > 0 and state.hedges == 1
@@ -204,29 +211,30 @@ def test_a_hedge_that_timed_out_is_not_sent_again_and_its_fallback_is_adopted(
     hedge(deployments, clock, model)
     deployments.backend.call_fails_with = None
     state = serving(deployments, "s-1")
-    assert (state.operation_call, state.operation) == ("DeployModel", None)  # claim kept
+    assert state.call is not None  # the claim is kept, its answer lost
+    assert (state.call.kind, state.call.operation, state.call.unknown) == (
+        CallKind.DEPLOY_FALLBACK,
+        None,
+        True,
+    )
+    assert notices(deployments, "s-1") == ["DEPLOYED"]  # not known to have reached Vertex
     for _ in range(10):
         clock.advance(60)
         refresh_deployments(deployments)
     assert [c[0] for c in deployments.backend.calls] == ["DeployModel"]
     # It had happened after all: the fallback lists under its name, and is ours.
-    deployments.backend.deploy_fallback(ENDPOINT, _fallback_of(deployments))
+    template = deployments.store.get("s-1").request["deployedModel"]
+    deployments.backend.deploy_on_demand(ENDPOINT, state.call.target, 2, template)
     deployments.backend.finish(next(iter(deployments.backend._pending)))
     clock.advance(60)
     refresh_deployments(deployments)
     clock.advance(60)
     refresh_deployments(deployments)
     state = serving(deployments, "s-1")
-    assert state.fallback_id is not None and state.operation_call is None
-    assert state.fallback_id in deployments.backend.splits[ENDPOINT]
+    assert state.fallback is not None and state.fallback.id is not None and state.call is None
+    assert state.fallback.id in deployments.backend.splits[ENDPOINT]
     assert state.phase.value == "HEDGED"
-
-
-def _fallback_of(deployments):
-    from shared.domain.serving.model import Fallback, MachineSpec
-
-    state = serving(deployments, "s-1")
-    return Fallback("m", state.fallback_name, MachineSpec("g2-standard-4"), 2)
+    assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]  # once it showed
 
 
 def test_a_hedge_refused_waits_a_new_grace_period_and_says_why(post_event, deployments, clock):
@@ -237,11 +245,7 @@ def test_a_hedge_refused_waits_a_new_grace_period_and_says_why(post_event, deplo
     hedge(deployments, clock, model)
     deployments.backend.call_fails_with = None
     state = serving(deployments, "s-1")
-    assert (state.phase.value, state.operation_call, state.fallback_name) == (
-        "DEFICIT",
-        None,
-        None,
-    )
+    assert (state.phase.value, state.call, state.fallback) == ("DEFICIT", None, None)
     assert any("hedge failed" in c.cause for c in state.history)
     clock.advance(240)
     refresh_deployments(deployments)
@@ -266,16 +270,16 @@ def test_a_failed_traffic_update_changes_nothing_and_is_retried_next_tick(
     refresh_deployments(deployments)
     assert deployments.backend.splits[ENDPOINT] == split  # nothing moved
     after = deployments.store.store.get("s-1")["serving"]
-    # Only the operation's end was written; the move's state (the fallback's replicas
-    # serving) was not, since Vertex never took the move.
-    assert after["phase"] == before["phase"] and after["last"] == before["last"]
-    assert after["history"][-1]["cause"] == "the fallback is deployed"
+    # Nothing was written: the move's state (the fallback deployed and serving) waits for a
+    # move Vertex takes; the next read finds the fallback again.
+    assert after == before
 
     deployments.backend.call_fails_with = None
     clock.advance(60)
     refresh_deployments(deployments)
-    fallback = serving(deployments, "s-1").fallback_id
-    assert deployments.backend.splits[ENDPOINT] == {fallback: 100}
+    state = serving(deployments, "s-1")
+    assert state.fallback is not None
+    assert deployments.backend.splits[ENDPOINT] == {state.fallback.id: 100}
 
 
 def test_a_split_written_from_a_stale_read_is_refused_by_the_etag(post_event, deployments, clock):
@@ -382,7 +386,8 @@ def test_two_ticks_at_once_record_once(post_event, deployments, clock):
 
     assert sorted([outer, *inner]) == [0, 1]
     history = serving(deployments, "s-1").history
-    assert [c.capacity.spot for c in history] == [2, 1]
+    assert [c.capacity.spot for c in history][-2:] == [2, 1]
+    assert [c.capacity.spot for c in history].count(1) == 1
 
 
 def test_a_deployment_removed_by_hand_is_recorded_as_paused_not_fought(
@@ -447,10 +452,12 @@ def test_a_cancel_takes_a_hedged_deployment_down_fallback_first(post_event, depl
 
     calls = deployments.backend.calls
     undeploys = [c[2] for c in calls if c[0] == "UndeployModel"]
-    assert undeploys == [fallback, model]  # the fallback first, each once
-    # The fallback's share went to Spot before the fallback went (never undeployed with
-    # traffic); the Spot model, the last, took the split with it.
-    assert ("UpdateEndpoint", ENDPOINT, {model: 100}) in calls
+    # Spot serves nothing (hedge() took its replicas): its model goes first, with no traffic;
+    # the fallback, which serves, keeps the traffic to the end and, the endpoint's last
+    # model, takes the split with it. No traffic is ever given to the Spot model that has no
+    # replica (each model is undeployed once).
+    assert undeploys == [model, fallback]
+    assert not [c for c in calls if c[0] == "UpdateEndpoint" and c[2].get(model)]
     assert deployments.backend.endpoints[ENDPOINT] == []
     record = deployments.store.store.get("s-1")
     assert record["state"] == "UNDEPLOYED" and record["serving"]["phase"] == "UNDEPLOYED"
@@ -458,8 +465,8 @@ def test_a_cancel_takes_a_hedged_deployment_down_fallback_first(post_event, depl
     assert "undeployRequested" not in record
     tick_until_settled(deployments, clock, ticks=3)
     assert [c for c in deployments.backend.calls if c[0] == "UndeployModel"] == [
-        ("UndeployModel", ENDPOINT, fallback),
         ("UndeployModel", ENDPOINT, model),
+        ("UndeployModel", ENDPOINT, fallback),
     ]
 
 
@@ -513,7 +520,8 @@ def test_a_cancel_while_deploying_takes_it_down_once_deployed(post_event, deploy
     tick_until_settled(deployments, clock)
     assert deployments.store.store.get("s-2")["state"] == "UNDEPLOYED"
     assert deployments.backend.endpoints[ENDPOINT] == []
-    assert notices(deployments, "s-2") == ["DEPLOYED", "UNDEPLOYED"]
+    # It never served its owner, who cancelled it first: nothing says DEPLOYED.
+    assert notices(deployments, "s-2") == ["UNDEPLOYED"]
 
 
 def test_a_resume_follows_a_paused_deployment_again_and_hedging_goes_on(
@@ -548,8 +556,10 @@ def test_a_hedge_that_never_reached_vertex_is_released_and_sent_by_the_next_tick
     hedge(deployments, clock, model)
     deployments.backend.call_fails_with = None
     state = serving(deployments, "s-1")
-    # Back to the state before the claim: short of replicas, no call in flight, no hedge.
-    assert (state.phase.value, state.operation_call, state.hedges) == ("DEFICIT", None, 0)
+    # The claim goes: no call in flight, no hedge counted, nothing notified; the phase says
+    # what the next read decides from.
+    assert (state.call, state.hedges) == (None, 0)
+    assert notices(deployments, "s-1") == ["DEPLOYED"]
     clock.advance(60)
     refresh_deployments(deployments)  # no new grace period: the deficit is as old as it was
     assert [c[0] for c in deployments.backend.calls] == ["DeployModel", "DeployModel"]
@@ -623,7 +633,7 @@ def test_a_tick_that_died_between_the_hedge_claim_and_its_call_hedges_again_afte
     """A claim nobody answered (the instance died at the call, or before Vertex's answer)
     cannot tell a call never sent from one that will land: exactly once wins over speed, so
     the claim holds until OPERATION_LIMIT_SECONDS, then a new grace period, then a hedge."""
-    from shared.domain.serving.rule import OPERATION_LIMIT_SECONDS
+    from shared.domain.serving.rule import DEPLOY_LIMIT_SECONDS as OPERATION_LIMIT_SECONDS
 
     class Killed(BaseException):
         pass

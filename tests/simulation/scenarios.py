@@ -246,6 +246,21 @@ def job_faults() -> list[Event]:
     ]
 
 
+def lost_hints() -> list[Event]:
+    """The log sink's hints are best effort: one waiting to be delivered is lost."""
+
+    def waiting(world: World) -> list[Any]:
+        return [m for m in world.messages if m.topic == "events" and not m.deliveries]
+
+    def lose(world: World) -> None:
+        found = waiting(world)
+        if found:
+            found[0].dead = True
+            world._retire(found[0])
+
+    return [Event("a hint is lost", lose, lambda w: bool(waiting(w)), once=False, weight=0.5)]
+
+
 def region_outage(region: str) -> list[Event]:
     """A region that stops answering, and comes back."""
 
@@ -310,6 +325,7 @@ def jobs_setup(world: World, rng: random.Random) -> None:
     world.events.append(extra_tick())
     world.events += spot_flaps(HOME, "g2-standard-8")
     world.events += job_faults()
+    world.events += lost_hints()
 
 
 #: The endpoints of the serving scenario: two flexjobs deployments and a model deployed by

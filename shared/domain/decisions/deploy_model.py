@@ -36,9 +36,9 @@ from shared.domain.serving.model import (
     InFlight,
     Intent,
     Phase,
-    ServingPolicy,
     ServingState,
 )
+from shared.domain.serving.objective import ServingPolicy
 from shared.domain.serving.rule import new_state, told
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ RESUME_REQUESTED = "resumeRequested"
 _FLAGS = {UNDEPLOY_REQUESTED: "undeploy_requested", RESUME_REQUESTED: "resume_requested"}
 
 
-def policy_of(spec: Mapping[str, Any], options: Mapping[str, Any]) -> ServingPolicy:
+def policy_of(spec: Mapping[str, Any], options: Mapping[str, Any]) -> tuple[int, ServingPolicy]:
     """How a deployment keeps serving: its required replicas (``requiredReplicaCount``, else
     ``minReplicaCount``), and the knobs its request names (validated at intake)."""
     deployed = spec.get("deployedModel")
@@ -211,12 +211,12 @@ def policy_of(spec: Mapping[str, Any], options: Mapping[str, Any]) -> ServingPol
     )
     required = max(required, 1)
     floor = min(_whole(options.get("minOnDemandReplicas")), required)
-    return ServingPolicy(
-        required=required,
+    knobs = ServingPolicy(
         min_on_demand=floor,
         extra_spot=_whole(options.get("extraSpotReplicas")),
         hedge=options.get("hedge") is not False,
     )
+    return required, knobs
 
 
 def _whole(raw: object) -> int:
@@ -245,11 +245,11 @@ def state_of(record: DeploymentRecord, now: datetime) -> ServingState | None:
     if state is None:
         if record.state in (DeploymentState.FAILED, DeploymentState.UNDEPLOYED) or not spec:
             return None
-        state = new_state(name, policy_of(spec, record.options), now)
+        state = new_state(name, *policy_of(spec, record.options), now)
         if record.deployed_model_id:
             state = replace(state, spot=replace(state.spot, id=record.deployed_model_id))
         elif record.operation:
-            call = InFlight(CallKind.DEPLOY_SPOT, name, now, state.policy.spot_replicas)
+            call = InFlight(CallKind.DEPLOY_SPOT, name, now, state.spot_replicas)
             state = replace(state, call=replace(call, operation=record.operation))
     if record.undeploy_requested and state.intent is not Intent.UNDEPLOY:
         state = told(state, Intent.UNDEPLOY, now) or state

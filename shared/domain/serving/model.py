@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from shared.domain.model.values import clip, parse_rfc3339
+from shared.domain.serving.objective import ServingPolicy
 
 #: The history keeps this many serving-capacity changes, the newest last. A flapping zone
 #: changes capacity a few times an hour; 40 changes cover the hedge and the way back of the
@@ -321,49 +322,23 @@ class ServingSettings:
             raise ValueError("serving settings: max_replicas must be >= 1")
 
 
-@dataclass(frozen=True)
-class ServingPolicy:
-    """How a deployment keeps serving, as its request names it (or objective mode chose):
-    ``required`` replicas must serve; ``min_on_demand`` of them run warm on-demand beside the
-    Spot model, always (a floor); ``extra_spot`` more Spot replicas are deployed than the
-    Spot model's share needs (over-provisioning); ``hedge``: a reactive on-demand fallback
-    covers a Spot deficit after the grace period. The Spot model has
-    ``required - min_on_demand + extra_spot`` replicas."""
+def policy_to_dict(required: int, policy: ServingPolicy) -> dict[str, Any]:
+    """A deployment's policy as stored: its required replicas and its knobs."""
+    return {
+        "required": required,
+        "minOnDemandReplicas": policy.min_on_demand,
+        "extraSpotReplicas": policy.extra_spot,
+        "hedge": policy.hedge,
+    }
 
-    required: int = 1
-    min_on_demand: int = 0
-    extra_spot: int = 0
-    hedge: bool = True
 
-    def __post_init__(self) -> None:
-        if self.required < 1 or not 0 <= self.min_on_demand <= self.required:
-            raise ValueError("a policy needs 1 or more replicas, and a floor of at most as many")
-        if self.extra_spot < 0:
-            raise ValueError("extra Spot replicas must be 0 or more")
-
-    @property
-    def spot_replicas(self) -> int:
-        """The Spot model's replicas: the required ones the floor does not cover, and the
-        extra ones."""
-        return max(self.required - self.min_on_demand, 0) + self.extra_spot
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "required": self.required,
-            "minOnDemandReplicas": self.min_on_demand,
-            "extraSpotReplicas": self.extra_spot,
-            "hedge": self.hedge,
-        }
-
-    @classmethod
-    def decode(cls, raw: object) -> ServingPolicy:
-        """A stored policy; one that does not read is the default (one Spot replica, hedged)."""
-        got = _mapping(raw)
-        required = _count(got.get("required")) or 1
-        floor = min(_count(got.get("minOnDemandReplicas")), required)
-        return cls(
-            required, floor, _count(got.get("extraSpotReplicas")), got.get("hedge") is not False
-        )
+def policy_from_dict(raw: object) -> tuple[int, ServingPolicy]:
+    """A stored policy read back; one that does not read is one Spot replica, hedged."""
+    got = _mapping(raw)
+    required = _count(got.get("required")) or 1
+    floor = min(_count(got.get("minOnDemandReplicas")), required)
+    extra = _count(got.get("extraSpotReplicas"))
+    return required, ServingPolicy(floor, extra, got.get("hedge") is not False)
 
 
 class CallKind(StrEnum):
@@ -396,6 +371,9 @@ class InFlight:
     replicas: int = 0
     operation: str | None = None
     unknown: bool = False
+    #: A hedge's: since when the deficit it covers ran (a hedge that never reached Vertex
+    #: goes back to it, with no new grace period).
+    since: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -405,6 +383,7 @@ class InFlight:
             "replicas": self.replicas,
             "operation": self.operation,
             "unknown": self.unknown,
+            "since": self.since.isoformat() if self.since else None,
         }
 
     @classmethod
@@ -420,6 +399,7 @@ class InFlight:
             _count(got.get("replicas")),
             _name(got.get("operation")) or None,
             got.get("unknown") is True,
+            parse_rfc3339(got.get("since")),
         )
 
 
@@ -466,6 +446,8 @@ class ServingState:
     phase: Phase
     intent: Intent
     intent_at: datetime
+    #: The replicas that must serve, and the knobs that keep them serving.
+    required: int
     policy: ServingPolicy
     spot: Ours
     accounted_at: datetime
@@ -506,6 +488,12 @@ class ServingState:
             object.__setattr__(self, "history", self.history[-HISTORY_LIMIT:])
 
     @property
+    def spot_replicas(self) -> int:
+        """The Spot model's replicas: the required ones the floor does not cover, and the
+        extra ones."""
+        return self.policy.spot_replicas(self.required)
+
+    @property
     def ours(self) -> tuple[Ours, ...]:
         """This deployment's models (the Spot model, the floor, the fallback), as known."""
         return tuple(o for o in (self.spot, self.floor, self.fallback) if o is not None)
@@ -528,7 +516,7 @@ class ServingState:
             "phase": self.phase.value,
             "intent": {"kind": self.intent.value, "at": when(self.intent_at)},
             "resumedAt": when(self.resumed_at),
-            "policy": self.policy.to_dict(),
+            "policy": policy_to_dict(self.required, self.policy),
             "since": when(self.since),
             "spotDeployedModelId": self.spot.id,
             "spotDisplayName": self.spot.name,
@@ -577,6 +565,9 @@ class ServingState:
         phase = str(raw.get("phase"))
         kind = str(intent.get("kind") or ("UNDEPLOY" if phase == "UNDEPLOYING" else "SERVE"))
         last = _mapping(raw.get("last"))
+        required, policy = policy_from_dict(
+            raw.get("policy") or {"required": _count(last.get("required")) or 1}
+        )
         others = _mapping(raw.get("others"))
         nodes = _mapping(raw.get("nodeSeconds"))
         history = raw.get("history")
@@ -604,9 +595,8 @@ class ServingState:
             intent=Intent(kind) if kind in Intent.__members__ else Intent.SERVE,
             intent_at=intent_at,
             resumed_at=parse_rfc3339(raw.get("resumedAt")),
-            policy=ServingPolicy.decode(
-                raw.get("policy") or {"required": _count(last.get("required")) or 1}
-            ),
+            required=required,
+            policy=policy,
             spot=Ours(
                 spot_name,
                 _name(raw.get("spotDeployedModelId")) or None,

@@ -57,10 +57,10 @@ from shared.domain.serving.model import (
     Ours,
     Phase,
     ServingAction,
-    ServingPolicy,
     ServingSettings,
     ServingState,
 )
+from shared.domain.serving.objective import ServingPolicy
 from shared.domain.serving.split import hedged_split, largest_remainder
 
 #: What a fallback's and a floor's display names end with, after the Spot model's.
@@ -223,17 +223,19 @@ def owns(state: ServingState, display_name: str) -> bool:
 # -- the owner's intent and a call's outcome ------------------------------------------------
 
 
-def new_state(spot_name: str, policy: ServingPolicy, now: datetime) -> ServingState:
+def new_state(spot_name: str, required: int, policy: ServingPolicy, now: datetime) -> ServingState:
     """A deployment accepted: nothing deployed yet, intent serve (``spot_name``: the Spot
-    model's display name, which carries the deployment's tag: its idempotency key)."""
+    model's display name, which carries the deployment's tag: its idempotency key;
+    ``required`` replicas kept serving by ``policy``'s knobs)."""
     return ServingState(
         phase=Phase.DEPLOYING,
         intent=Intent.SERVE,
         intent_at=now,
+        required=required,
         policy=policy,
-        spot=Ours(spot_name, None, policy.spot_replicas),
+        spot=Ours(spot_name, None, policy.spot_replicas(required)),
         accounted_at=now,
-        last=Capacity(0, 0, policy.required),
+        last=Capacity(0, 0, required),
     )
 
 
@@ -286,8 +288,15 @@ def released(state: ServingState, at: datetime) -> ServingState | None:
     if call is None or call.at != at:
         return None
     after = replace(state, call=None)
-    if call.kind is CallKind.DEPLOY_FALLBACK:
-        after = replace(after, hedges=max(0, state.hedges - 1))
+    if call.kind is CallKind.DEPLOY_FALLBACK and state.intent is not Intent.UNDEPLOY:
+        # Back to the deficit the hedge was for, as old as it was: the next read hedges.
+        after = replace(
+            after,
+            hedges=max(0, state.hedges - 1),
+            fallback=None,
+            phase=Phase.DEFICIT,
+            since=call.since or state.since,
+        )
     return after
 
 
@@ -609,8 +618,8 @@ def _deploying(state: ServingState, read: _Read) -> _Step:
         return _Step(ActionKind.NOTHING, state, "deployed, not listed yet", "none")
     if state.retry_at is not None and state.retry_at > now:
         return _Step(ActionKind.NOTHING, state, "parked for quota", "parked")
-    call = InFlight(CallKind.DEPLOY_SPOT, state.spot.name, now, state.policy.spot_replicas)
-    deploy = Deploy(state.spot.name, state.policy.spot_replicas, spot=True)
+    call = InFlight(CallKind.DEPLOY_SPOT, state.spot.name, now, state.spot_replicas)
+    deploy = Deploy(state.spot.name, state.spot_replicas, spot=True)
     claimed = replace(state, call=call, retry_at=None)
     return _Step(ActionKind.CALL, claimed, "deploy the Spot model", "deploy", call, deploy)
 
@@ -646,7 +655,7 @@ def _capacity(state: ServingState, observed: ObservedEndpoint) -> Capacity:
     for ours in (state.floor, state.fallback):
         model = observed.model(ours.id) if ours is not None and ours.id else None
         on_demand += model.available if model is not None else 0
-    return Capacity(spot.available if spot else 0, on_demand, state.policy.required)
+    return Capacity(spot.available if spot else 0, on_demand, state.required)
 
 
 def _truncated(state: ServingState, read: _Read) -> _Step:
@@ -806,7 +815,7 @@ def _serve(state: ServingState, read: _Read) -> _Step:
     spot_available = spot.available if spot else 0
     floor_model = observed.model(state.floor.id) if state.floor and state.floor.id else None
     floor_available = floor_model.available if floor_model else 0
-    healthy = spot_available + floor_available >= state.policy.required
+    healthy = spot_available + floor_available >= state.required
     fallback_model = (
         observed.model(state.fallback.id) if state.fallback and state.fallback.id else None
     )
@@ -867,13 +876,13 @@ def _serve(state: ServingState, read: _Read) -> _Step:
         )
     if moved.call is not None or (moved.retry_at is not None and moved.retry_at > now):
         return _Step(ActionKind.NOTHING, moved, label, "capacity")
-    deficit = min(state.policy.required - spot_available - floor_available, settings.max_replicas)
+    deficit = min(state.required - spot_available - floor_available, settings.max_replicas)
     graced = (
         moved.since is not None and (now - moved.since).total_seconds() >= settings.grace_seconds
     )
     if not hedging and not healthy and moved.policy.hedge and graced:
         name = fallback_display_name(state.spot.name)
-        call = InFlight(CallKind.DEPLOY_FALLBACK, name, now, deficit)
+        call = InFlight(CallKind.DEPLOY_FALLBACK, name, now, deficit, since=moved.since)
         hedged = replace(
             moved,
             phase=Phase.HEDGED,
@@ -885,7 +894,7 @@ def _serve(state: ServingState, read: _Read) -> _Step:
         waited = (now - moved.since).total_seconds() if moved.since else 0.0
         reason = (
             f"{HEDGE_CAUSE} {deficit} on-demand replica(s) after {waited:.0f} s with "
-            f"{spot_available} of {state.policy.required} serving"
+            f"{spot_available} of {state.required} serving"
         )
         return _Step(
             ActionKind.CALL, hedged, reason, "hedge", call, Deploy(name, deficit, spot=False)
