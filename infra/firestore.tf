@@ -74,6 +74,24 @@ resource "google_firestore_index" "jobs_admission_waiting_in_queue" {
   }
 }
 
+# Each deployment's step reads its endpoint's neighbours that have not ended
+# (shared/adapters/firestore/deployment_store.py, ON_ENDPOINT): endpoint == E and state in
+# [ACCEPTED, DEPLOYING, DEPLOYED].
+resource "google_firestore_index" "deployments_endpoint_state" {
+  database    = google_firestore_database.default.name
+  collection  = "deployments"
+  query_scope = "COLLECTION"
+
+  fields {
+    field_path = "endpoint"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+}
+
 # The status page's list filtered by state (shared/adapters/firestore/views.py,
 # JOBS_IN_STATES and JOBS_IN_STATES_SINCE): state in [chosen states], optionally createdAt >=
 # T, newest first (createdAt, then the document id, descending).

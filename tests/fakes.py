@@ -14,7 +14,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.app.ports import MAX_WATCHERS
+from shared.app.ports import MAX_WATCHERS, ON_ENDPOINT_LIMIT
 from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.model import tally as tallies
 from shared.domain.model import watch as watches
@@ -751,8 +751,14 @@ class InMemoryDeploymentStore:
             return [copy.deepcopy(r) for r in self.records.values() if r.get("state") in alive]
 
     def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
+        alive = ("ACCEPTED", "DEPLOYING", "DEPLOYED")
         with self._lock:
-            return [copy.deepcopy(r) for r in self.records.values() if r.get("endpoint") == endpoint]
+            found = [
+                copy.deepcopy(r)
+                for r in self.records.values()
+                if r.get("endpoint") == endpoint and r.get("state") in alive
+            ]
+        return found[:ON_ENDPOINT_LIMIT]
 
     def with_outbox(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -201,10 +201,14 @@ def read_endpoint(ports: Deployments, endpoint: str) -> ObservedEndpoint:
 
 
 def _operation(ports: Deployments, state: ServingState) -> OperationOutcome | None:
-    call = state.call
-    if call is None or not call.operation:
-        return None
-    return outcome_of(ports.backend.operation(call.operation))
+    """The operation of the call in flight, or of a DeployModel a cancel set aside."""
+    name = _operation_name(state)
+    return outcome_of(ports.backend.operation(name)) if name else None
+
+
+def _operation_name(state: ServingState) -> str | None:
+    call = state.call or state.landing
+    return call.operation if call is not None else None
 
 
 def outcome_of(status: OperationStatus) -> OperationOutcome:
@@ -294,7 +298,7 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
         operations: dict[str, OperationOutcome | None] = {}
         for record in group:
             state = serving_state(record, now)
-            if state is not None and state.call is not None and state.call.operation:
+            if state is not None and _operation_name(state):
                 rid = record.request_id
                 operations[rid] = sweep.each(rid, "read operation", _operation, ports, state)
         read = sweep.each(None, "read endpoint", _read_endpoint_now, ports, endpoint)

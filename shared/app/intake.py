@@ -19,6 +19,7 @@ from shared.app.commands import CancelJob, CreateJob, DeployModel, ResumeServing
 from shared.app.context import Deployments, Intake
 from shared.app.deploy import (
     accept_deployment,
+    advance,
     cancel_deployment,
     resume_deployment,
     start_deployment,
@@ -179,7 +180,10 @@ def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
             log.info("deployment cancelled before it arrived: nothing deployed")
             return Outcome.CANCELLED
         if not accept_deployment(cmd.request, deployments):
+            # A redelivery (an earlier one may have failed before its DeployModel reached
+            # Vertex): one more step, which sends nothing claimed already.
             log.info("duplicate delivery: the deployment is recorded already")
+            advance(deployments, request_id)
             return Outcome.DUPLICATE
         # A cancel may have left its tombstone since the read above. It looks for this
         # record after writing its tombstone, as this looks for the tombstone after writing

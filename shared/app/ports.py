@@ -222,6 +222,10 @@ MAX_WAITING_PER_QUEUE = 1000
 #: queue file no longer names (each ends, saying why; the next tick reads the next ones).
 MAX_WAITING_ELSEWHERE = 100
 
+#: The alive deployments read on one endpoint at most (each step reads its neighbours'): an
+#: endpoint holds at most 64 deployed models flexjobs reads (serving.model.MAX_MODELS).
+ON_ENDPOINT_LIMIT = 64
+
 #: More active jobs than this writing checkpoints under one prefix is a misconfiguration; a
 #: checkpoint upload updates the first ones found.
 MAX_WATCHERS = 20
@@ -350,8 +354,9 @@ class DeploymentStore(Protocol):
         ...
 
     def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
-        """Every record of a deployment on ``endpoint`` (a single-field equality; an endpoint
-        holds a few deployments at most)."""
+        """The records of the deployments on ``endpoint`` that have not ended (ACCEPTED,
+        DEPLOYING or DEPLOYED), at most :data:`ON_ENDPOINT_LIMIT` of them: an endpoint
+        holds at most 64 deployed models flexjobs follows, and ended ones hold none."""
         ...
 
     def with_outbox(self) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -75,8 +75,8 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
 
     assert refresh_deployments(deployments) == 0  # still running: nothing changes
     deployments.backend.finish(record["operation"])
-    # Two writes: DEPLOYED, then the same tick starts following its serving.
-    assert refresh_deployments(deployments) == 2
+    # One write: DEPLOYED, and followed from the same read.
+    assert refresh_deployments(deployments) == 1
     assert refresh_deployments(deployments) == 0  # replaying the observation changes nothing
     record = deployments.store.store.get("deploy-1")
     assert record["state"] == "DEPLOYED"
@@ -92,7 +92,7 @@ def test_failed_operation_marks_the_deployment_failed(intake, post_event):
     assert refresh_deployments(deployments) == 1
     record = deployments.store.store.get("deploy-1")
     assert record["state"] == "FAILED"
-    assert record["reason"] == "Spot capacity unavailable"
+    assert record["reason"] == "DeployModel(spot) failed: Spot capacity unavailable"
 
 
 def test_deployment_already_on_the_endpoint_is_adopted_not_redeployed(intake, post_event):
@@ -100,7 +100,11 @@ def test_deployment_already_on_the_endpoint_is_adopted_not_redeployed(intake, po
     # A delivery that died after DeployModel finished but before its record: the model is on
     # the endpoint, tagged with the requestId, and the record is still only claimed.
     deployments.backend.endpoints[ENDPOINT].append(
-        {"id": "77", "displayName": "served [flexjobs deploy-1]"}
+        {
+            "id": "77",
+            "displayName": "served [flexjobs deploy-1]",
+            "dedicatedResources": {"spot": True, "minReplicaCount": 1},
+        }
     )
     post(post_event, load("deploy_request"))
     assert deployments.backend.deployed == []
@@ -251,10 +255,13 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 def test_a_late_refusal_never_overwrites_a_deployed_model(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
+    claimed = deployments.store.store.get("deploy-1")["serving"]["pending"]["at"]
     deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
-    assert refresh_deployments(deployments) == 2  # DEPLOYED, and following starts
+    assert refresh_deployments(deployments) == 1  # DEPLOYED, and followed
 
-    deployments.store.record_failure("deploy-1", "a late refusal", deployments.clock())
+    # The DeployModel's refusal, written late (a delivery that stalled): its call is over.
+    at = datetime.fromisoformat(claimed)
+    deployments.store.refused("deploy-1", at, "a late refusal", deployments.clock(), retry_at=None)
 
     record = deployments.store.store.get("deploy-1")
     assert (record["state"], record.get("reason")) == ("DEPLOYED", None)

@@ -475,7 +475,8 @@ def test_a_followed_deployment_shows_its_serving_capacity_and_history(
     detail = page(client, "/deployments/deploy-1")
     assert "1/2 replicas (DEFICIT)" in detail
     rows = re.findall(r"<tr><td>(.*?)</td><td>(\d+)</td><td>(\d+)</td><td>(\d+)</td>", detail)
-    assert [r[1:] for r in rows] == [("1", "0", "2"), ("2", "0", "2")]  # newest first
+    # Newest first: the loss, following it, its DeployModel.
+    assert [r[1:] for r in rows] == [("1", "0", "2"), ("2", "0", "2"), ("0", "0", "2")]
 
 
 def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_notifications(
@@ -503,7 +504,7 @@ def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_
     ticks(6)  # past the grace period: hedged
     hedged = page(client, "/deployments/deploy-1")
     assert "<dt>phase</dt><dd>HEDGED since " in hedged
-    assert "<dt>call in flight</dt><dd>DeployModel since " in hedged
+    assert "<dt>call in flight</dt><dd>DeployModel(fallback) since " in hedged
     deployments.backend.finish(next(iter(deployments.backend._pending)))
     ticks()  # the fallback serves: traffic follows
     deployments.backend.set_available(ENDPOINT, model, 2)

@@ -45,6 +45,8 @@ from typing import Any
 from flexjobs_local.simulator.client import SimulatorControlError
 from flexjobs_local.stack import NOTIFICATIONS_TAP, LocalStack, StackConfig
 from shared.domain.model.ids import label_value
+from tests.integration import chaos_serving as serving
+from tests.integration.chaos_serving import PlannedDeployment, ServingFacts
 from tests.integration.helpers import running_stack
 from tests.integration.test_lifecycle import spot_request
 
@@ -65,6 +67,8 @@ FUNCTION_ENV = {
     "FLEXJOBS_BACKOFF_BASE_SECONDS": "1",
     "FLEXJOBS_BACKOFF_CAP_SECONDS": "4",
     "FLEXJOBS_AUTO_TIME_SCALE": "60",
+    # Deployments (grace and hold in seconds) and admission queues (chaos_serving).
+    **serving.SERVING_ENV,
 }
 KINDS = ("SPOT", "FLEX_START", "STANDARD", "AUTO")
 BAD = "BAD"
@@ -95,6 +99,9 @@ class SoakConfig:
     run_seconds: tuple[int, int] = (12, 24)
     checkpoint_every: int = 4
     auto_deadline_seconds: float = 150.0
+    # Spot deployModel requests, spread over this many shared endpoints.
+    deployments: int = 5
+    endpoints: int = 2
     # Keep every process's log (and the harness's timeline) here; None: a temporary folder.
     logs: Path | None = None
 
@@ -116,6 +123,8 @@ class Planned:
     twice_at_once: bool = False
     again_after: float | None = None
     cancel_at: float | None = None
+    # The admission queue it waits in (None: the default queue).
+    queue: str | None = None
 
     @property
     def good(self) -> bool:
@@ -128,6 +137,8 @@ class Planned:
         spec = body["customJob"]["jobSpec"]
         if not self.checkpoints:
             del spec["baseOutputDirectory"]
+        if self.queue is not None:
+            body["queue"] = self.queue
         if self.kind == "AUTO":
             spec["scheduling"] = {"strategy": "AUTO"}
             deadline = now + timedelta(seconds=cfg.auto_deadline_seconds)
@@ -165,6 +176,8 @@ def make_plan(cfg: SoakConfig, rng: random.Random) -> list[Planned]:
             p.again_after = rng.uniform(2, 10)
         if rng.random() < 0.15:
             p.cancel_at = min(p.at + rng.uniform(0, 20), cfg.chaos_seconds - 1)
+        if kind in ("SPOT", "FLEX_START") and rng.random() < 0.4:
+            p.queue = serving.QUEUE  # a preemptible quota of its own: they wait their turn
         plan.append(p)
     # At least one of each kind the invariants speak of (SPOT preempted, AUTO switching).
     for kind in ("SPOT", "AUTO"):
@@ -172,6 +185,11 @@ def make_plan(cfg: SoakConfig, rng: random.Random) -> list[Planned]:
         if spare and not any(p.kind == kind for p in plan):
             spare[0].kind = kind
             spare[0].checkpoints = True
+            spare[0].queue = None  # AUTO may draw on-demand, which the queue has none of
+    # At least one request waits in the queue with a quota.
+    queueable = [p for p in plan if p.kind in ("SPOT", "FLEX_START")]
+    if queueable and not any(p.queue for p in plan):
+        queueable[-1].queue = serving.QUEUE
     # One cancel overtakes its request: a tombstone, then the request it cancelled.
     first = next(p for p in plan if p.good)
     first.at, first.cancel_at = max(first.at, 3.0), max(first.at, 3.0) - 3.0
@@ -219,6 +237,8 @@ class Observed:
     preempted_by_harness: set[str]
     # Messages the push bridge gave up (dead letters), with their data decoded.
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    # The deployments and the admission ledger, as looked at during chaos and at the end.
+    serving: ServingFacts | None = None
 
 
 @dataclass
@@ -310,17 +330,34 @@ class Soak:
         self.preempted: set[str] = set()
         self.down: set[str] = set()
         self._publisher_error: list[BaseException] = []
+        self.endpoints = [
+            f"projects/{stack.config.project}/locations/{stack.config.location}/endpoints/{900 + i}"
+            for i in range(cfg.endpoints if cfg.deployments else 0)
+        ]
+        self.deployments: list[PlannedDeployment] = serving.plan_deployments(
+            cfg.seed,
+            cfg.deployments,
+            self.endpoints,
+            cfg.publish_spread,
+            cfg.chaos_seconds - 1,
+            random.Random(cfg.seed + 1),  # its own stream: the jobs' plan stays the seed's
+        )
+        self.samples: list[serving.Sample] = []
 
     # -- publishing ----------------------------------------------------------------------
 
-    def _schedule(self) -> list[tuple[float, str, Planned]]:
-        events: list[tuple[float, str, Planned]] = []
+    def _schedule(self) -> list[tuple[float, str, Planned | PlannedDeployment]]:
+        events: list[tuple[float, str, Planned | PlannedDeployment]] = []
         for p in self.plan:
             events.append((p.at, "publish", p))
             if p.again_after is not None:
                 events.append((min(p.at + p.again_after, self.cfg.chaos_seconds), "again", p))
             if p.cancel_at is not None:
                 events.append((p.cancel_at, "cancel", p))
+        for d in self.deployments:
+            events.append((d.at, "publish", d))
+            if d.cancel_at is not None:
+                events.append((d.cancel_at, "cancel", d))
         return sorted(events, key=lambda e: e[0])
 
     def _publisher(self) -> None:
@@ -336,7 +373,10 @@ class Soak:
                     self.counts["cancels"] += 1
                     self.timeline.add("cancel published", p.rid)
                     continue
-                data = json.dumps(p.body(self.cfg, datetime.now(UTC))).encode()
+                if isinstance(p, PlannedDeployment):
+                    data = json.dumps(p.body()).encode()
+                else:
+                    data = json.dumps(p.body(self.cfg, datetime.now(UTC))).encode()
                 copies = 2 if what == "publish" and p.twice_at_once else 1
                 # Both copies in flight at once: two deliveries of one request race.
                 futures = [publisher.publish(topic, data) for _ in range(copies)]
@@ -344,7 +384,8 @@ class Soak:
                     future.result(timeout=30)
                 self.counts["publishes"] += copies
                 self.counts["duplicates"] += copies - 1 + (what == "again")
-                self.timeline.add(f"{what} x{copies} ({p.kind})", p.rid)
+                kind = p.kind if isinstance(p, Planned) else f"deployModel on {p.endpoint[-3:]}"
+                self.timeline.add(f"{what} x{copies} ({kind})", p.rid)
         except BaseException as exc:  # noqa: BLE001 - re-raised by the main thread
             self._publisher_error.append(exc)
 
@@ -549,6 +590,30 @@ class Soak:
         self.sim.set_capacity(location, ACCELERATOR, CAPACITY)
         self.faults["capacity drought"] += 1
 
+    def spot_flap(self) -> None:
+        """Spot serving capacity of the stack's location goes for a few seconds (every Spot
+        node there reclaimed; Compute Engine's restart tries find none), then returns."""
+        seconds = self.rng.uniform(GRACE_FLAP[0], GRACE_FLAP[1])
+        location = self.stack.config.location
+        self.sim.set_spot_serving(location, available=False)
+        self.counts["spot flaps"] += 1
+        self.timeline.add(f"Spot serving capacity gone for {seconds:.1f}s")
+        time.sleep(seconds)
+        self.sim.set_spot_serving(location, available=True, placement_seconds=1)
+        self.look()
+
+    def lost_deploy(self) -> None:
+        """A DeployModel (the Spot model's or a fallback's) takes effect and its answer is
+        lost: the machine keeps its claim and recognises the model by its name."""
+        self._armed(
+            "DeployModel answered DEADLINE_EXCEEDED after it took effect",
+            "DEADLINE_EXCEEDED",
+            wait=4.0,
+            count=1,
+            methods=["DeployModel"],
+            when="after",
+        )
+
     def chaos(self) -> None:
         actions: list[tuple[Callable[[], None], int]] = [
             (self.kill, 4),
@@ -562,6 +627,8 @@ class Soak:
             (self.quota, 1),
             (self.drought, 1),
         ]
+        if self.deployments:
+            actions += [(self.spot_flap, 3), (self.lost_deploy, 1)]
         funcs, weights = zip(*actions, strict=True)
         halfway = long_outage = False
         time.sleep(2.0)  # the first requests are on their way
@@ -578,13 +645,68 @@ class Soak:
                     self.kill_mid_delivery()
                 if not self.counts[SAVED]:
                     self.preempt_saved(wait=self.cfg.chaos_seconds / 3)
+            if (
+                self.deployments
+                and not self.counts["spot flaps"]
+                and self.timeline.now() > self.cfg.chaos_seconds * 0.7
+            ):
+                self.spot_flap()  # the deployments are up by now: make sure one is hedged
             self.rng.choices(funcs, weights=weights)[0]()
+            self.look()
             time.sleep(self.rng.uniform(0.2, 1.2))
 
     # -- the phases ------------------------------------------------------------------------
 
+    def make_endpoints(self) -> None:
+        """The soak's endpoints, created through the real EndpointService client."""
+        if not self.endpoints:
+            return
+        from shared.adapters.vertex.jobs import ENDPOINT_SERVICE, build_gapic_client
+        from shared.kernel.config import Settings
+
+        settings = Settings.from_env()
+        client = build_gapic_client(settings, ENDPOINT_SERVICE, settings.location)
+        for name in self.endpoints:
+            parent, _, endpoint_id = name.rpartition("/endpoints/")
+            client.create_endpoint(
+                parent=parent,
+                endpoint={"display_name": f"soak-{endpoint_id}"},
+                endpoint_id=endpoint_id,
+                timeout=30,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            made = {e["name"] for e in self.sim.endpoints()}
+            if set(self.endpoints) <= made:
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"the soak's endpoints {self.endpoints} were never created")
+
+    def look(self) -> None:
+        """One look at the endpoints, the deployment records and the admission ledger (the
+        serving and admission checks run on every look)."""
+        if not self.deployments:
+            return
+        try:
+            at = datetime.fromtimestamp(self.sim.clock()["simNowEpoch"], UTC)
+            endpoints = [e for e in self.sim.endpoints() if e["name"] in self.endpoints]
+            records = {
+                str(d.get("requestId")): d
+                for d in (s.to_dict() for s in self.db.collection("deployments").stream())
+                if d
+            }
+            ledger = self.db.collection("admission").document("ledger").get()
+        except Exception as exc:  # noqa: BLE001 - a look that fails is only a look fewer
+            self.counts["looks failed"] += 1
+            self.timeline.add(f"look failed: {exc!r}"[:200])
+            return
+        self.samples.append(
+            serving.Sample(at, endpoints, records, ledger.to_dict() if ledger.exists else None)
+        )
+
     def run(self) -> Observed:
         cfg = self.cfg
+        self.make_endpoints()
         self.sim.set_hints(True, drop=0.15, repeat=0.15, delay=0.2, delay_seconds=6, seed=cfg.seed)
         self.sim.set_preemption_rate(20, seed=cfg.seed)
         self.timeline = Timeline()
@@ -606,13 +728,14 @@ class Soak:
         self.sim.set_preemption_rate(0)
         self.sim.set_capacity(self.stack.config.location, ACCELERATOR, CAPACITY)
         self.sim.set_hints(True, drop=0.0, repeat=0.0, delay=0.0)
+        self.sim.set_spot_serving(self.stack.config.location, available=True)
         self.timeline.add("quiet")
         started = time.monotonic()
         good = [p.rid for p in self.plan if p.good]
         while time.monotonic() - started < self.cfg.quiet_seconds:
             states = {r.get("requestId"): r.get("state") for r in self._records()}
             live = [j for j in self.sim.jobs() if j["state"] not in JOB_ENDED]
-            if not live and all(states.get(rid) in TERMINAL for rid in good):
+            if not live and all(states.get(rid) in TERMINAL for rid in good) and self._settled():
                 break
             time.sleep(1.0)
         self.counts["quiet seconds"] = round(time.monotonic() - started)
@@ -629,6 +752,29 @@ class Soak:
     def _records(self) -> list[dict[str, Any]]:
         return [d.to_dict() for d in self.db.collection("jobs").stream()]
 
+    def _settled(self) -> bool:
+        """Every deployment at rest: a cancelled one ended with nothing of it left, any other
+        DEPLOYED with no call in flight."""
+        if not self.deployments:
+            return True
+        self.look()
+        if not self.samples:
+            return False
+        last = self.samples[-1]
+        for d in self.deployments:
+            record = last.deployments.get(d.rid) or {}
+            if d.cancel_at is not None:
+                left = any(
+                    serving.tagged(str(m.get("displayName") or ""), d.rid)
+                    for e in last.endpoints
+                    for m in e.get("deployedModels") or []
+                )
+                if record and (record.get("state") not in serving.DEPLOYED_ENDS or left):
+                    return False
+            elif record.get("state") != "DEPLOYED" or (record.get("serving") or {}).get("pending"):
+                return False
+        return True
+
     def observe(self) -> Observed:
         records = {str(r["requestId"]): r for r in self._records()}
         attempts = {
@@ -643,6 +789,17 @@ class Soak:
             for d in self.db.collection("rejections").stream()
         }
         calls = self.sim.calls()
+        notifications = read_notifications(self.stack)
+        facts = None
+        if self.deployments:
+            self.look()
+            facts = ServingFacts(
+                plan=self.deployments,
+                samples=self.samples,
+                calls=[c for c in calls if c["method"] in SERVING_METHODS],
+                operations=self.sim.operations(),
+                notifications=notifications,
+            )
         return Observed(
             plan=self.plan,
             records=records,
@@ -653,9 +810,10 @@ class Soak:
             cancels=[c for c in calls if c["method"] == "CancelCustomJob"],
             # The call log keeps the newest 10000 calls: below that, it holds every call.
             calls_complete=len(calls) < 10000,
-            notifications=read_notifications(self.stack),
+            notifications=notifications,
             preempted_by_harness=set(self.preempted),
             dead_letters=[{**d, "body": _decoded(d["data"])} for d in self.stack.dead_letters()],
+            serving=facts,
         )
 
     def figures(self, obs: Observed) -> list[str]:
@@ -687,6 +845,9 @@ class Soak:
             f"cancelled requests ended: {cancel_outcomes(obs)}",
             f"dead letters (given up after {MAX_DELIVERY_ATTEMPTS} deliveries):"
             f" {dead_letter_counts(obs)}",
+            f"deployments: {serving_figure(obs)}; Spot flaps {c['spot flaps']},"
+            f" looks {len(self.samples)} ({c['looks failed']} failed)",
+            f"admission: {admission_figure(obs)}",
             f"quiet phase {c['quiet seconds']}s (bound {self.cfg.quiet_seconds:.0f}s)",
         ]
 
@@ -717,7 +878,57 @@ class Soak:
             ),
             "an AUTO request": sum(p.kind == "AUTO" for p in self.plan),
         }  # fmt: skip
+        if self.deployments:
+            states = Counter(
+                str(m.get("state"))
+                for m in obs.notifications
+                if str(m.get("requestId")) in {d.rid for d in self.deployments}
+            )
+            needs["a deployment hedged (HEDGED notified)"] = states["HEDGED"]
+            needs["a deployed model undeployed on a cancel (UNDEPLOYED)"] = states["UNDEPLOYED"]
+            needs["a request admitted through the queue with a quota"] = sum(
+                (r.get("admission") or {}).get("queue") == serving.QUEUE
+                and bool((r.get("admission") or {}).get("admittedAt"))
+                for r in obs.records.values()
+            )
         return [what for what, n in needs.items() if not n]
+
+
+#: The simulator's calls the serving checks read.
+SERVING_METHODS = frozenset({"DeployModel", "UndeployModel", "UpdateEndpoint"})
+#: How long a Spot flap lasts (seconds): around the grace period, so some are hedged.
+GRACE_FLAP = (serving.GRACE_SECONDS - 1.0, serving.GRACE_SECONDS + 5.0)
+
+
+def serving_figure(obs: Observed) -> str:
+    facts = obs.serving
+    if facts is None:
+        return "none"
+    ends = Counter(str((facts.last.deployments.get(p.rid) or {}).get("state")) for p in facts.plan)
+    calls = Counter(f"{c['method']} {c['code']}" for c in facts.calls)
+    return (
+        f"{len(facts.plan)} on {len({p.endpoint for p in facts.plan})} endpoints,"
+        f" {len(facts.cancelled)} cancelled; end {dict(sorted(ends.items()))};"
+        f" calls {dict(sorted(calls.items()))}"
+    )
+
+
+def admission_figure(obs: Observed) -> str:
+    queued = [
+        r.get("admission") or {}
+        for r in obs.records.values()
+        if (r.get("admission") or {}).get("queue") == serving.QUEUE
+    ]
+    waited = [
+        (a["admittedAt"] - a["waitingSince"]).total_seconds()
+        for a in queued
+        if isinstance(a.get("admittedAt"), datetime) and isinstance(a.get("waitingSince"), datetime)
+    ]
+    most = f", longest wait {max(waited):.1f}s" if waited else ""
+    return (
+        f"{len(queued)} requests in {serving.QUEUE} ({serving.QUEUE_GPUS} GPUs),"
+        f" {sum(w > 1 for w in waited)} waited over a second{most}"
+    )
 
 
 def recovery_gaps(obs: Observed) -> str:
@@ -1089,7 +1300,7 @@ def every_end_notified(obs: Observed) -> Verdict:
 
 
 def check(obs: Observed) -> list[Verdict]:
-    return [
+    verdicts = [
         no_request_lost(obs),
         never_two_live(obs),
         one_job_per_attempt(obs),
@@ -1097,6 +1308,15 @@ def check(obs: Observed) -> list[Verdict]:
         no_orphan(obs),
         every_end_notified(obs),
     ]
+    if obs.serving is not None:
+        # The deployments' and admission's, each under its name in the simulator's registry.
+        for n, found in enumerate(serving.check_serving(obs.serving), start=len(verdicts) + 1):
+            verdict = Verdict(n, f"{found.name} ({found.doc})", True, found.figure)
+            for text in found.problems:
+                rid = next((p.rid for p in obs.serving.plan if p.rid in text), None)
+                verdict.problem(rid, text)
+            verdicts.append(verdict)
+    return verdicts
 
 
 # --- one run, as the test and ./dev soak run it ------------------------------------------

@@ -176,7 +176,9 @@ def test_redelivered_deployment_is_deployed_once(stack, db, unique, endpoint):
     # Redeliveries that arrive after DEPLOYED find the record and deploy nothing more.
     stack.publish_request(body)
     wait_for(
-        lambda: "duplicate delivery: already deploying" in log_messages(stack, rid),
+        lambda: (
+            "duplicate delivery: the deployment is recorded already" in log_messages(stack, rid)
+        ),
         what="a duplicate delivery to be acknowledged",
     )
     calls = [c for c in stack.simulator.calls(method="DeployModel") if c["code"] == "OK"]

@@ -12,7 +12,7 @@ merged as ``set(merge=True)`` merges them) and applies the same domain rules.
 The Firestore side shares the session's emulator and never resets it: each test works under
 its own requestIds (the ``unique`` fixture) and Vertex job ids, and the whole-collection
 queries (``active``, ``due_submissions``, ``with_outbox``, ``with_pending_cancels``,
-``deploying``, ``parked_due``) are checked for membership of the test's own ids only.
+``alive``, ``on_endpoint``) are checked for membership of the test's own ids only.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import itertools
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,7 +30,7 @@ import pytest
 from shared.app.ports import RejectionLog
 from shared.app.repository.deployments import DeploymentRecords
 from shared.app.repository.jobs import JobRecords
-from shared.domain.decisions.deploy_model import OperationStatus, new_deployment
+from shared.domain.decisions.deploy_model import new_deployment, policy_of
 from shared.domain.decisions.hints import HintAction
 from shared.domain.decisions.recovery import cancels_confirmed, cancels_pending, finish
 from shared.domain.decisions.submissions import (
@@ -47,6 +47,18 @@ from shared.domain.model.records import TICK_FIELDS, JobRecord
 from shared.domain.model.states import JobState
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest, parse_request
+from shared.domain.serving.model import (
+    ActionKind,
+    CallKind,
+    Intent,
+    MachineSpec,
+    ObservedEndpoint,
+    ObservedModel,
+    Phase,
+    ServingSettings,
+    ServingState,
+)
+from shared.domain.serving.rule import new_state
 from shared.kernel.errors import SubmissionInProgress
 from tests.events import load
 from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryRejectionLog
@@ -1087,253 +1099,234 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
 
 
 # --- DeploymentRecords --------------------------------------------------------------------
+#
+# Every write is one decision of the serving machine applied in one transaction on the record
+# as stored (shared.app.repository.deployments); what is compared here is what the store
+# holds after it, on the fake and on Firestore alike.
 
-OPERATION = "projects/p/locations/us-central1/endpoints/123/operations/7"
-
-
-def deploy_claimed(deployments: DeploymentRecords, request_id: str) -> str:
-    claim = deployments.claim(deploy_request(request_id), NOW, TTL)
-    assert claim.token is not None
-    return claim.token
-
-
-def deploying_record(deployments: DeploymentRecords, request_id: str) -> str:
-    deploy_claimed(deployments, request_id)
-    deployments.record_operation(request_id, OPERATION + request_id, at(5))
-    return OPERATION + request_id
+ENDPOINT = "projects/p/locations/us-central1/endpoints/123"
+OPERATION = f"{ENDPOINT}/operations/7"
+SETTINGS = ServingSettings()
 
 
-def test_deployment_claim_creates_the_record_in_accepted_with_a_lease(deployments, unique):
+def empty_endpoint() -> ObservedEndpoint:
+    return ObservedEndpoint(ENDPOINT, (), {})
+
+
+def spot_endpoint(request_id: str, available: int = 1) -> ObservedEndpoint:
+    """The endpoint with the request's Spot model on it (one replica required), all traffic."""
+    name = f"served [flexjobs {request_id}]"
+    spot = ObservedModel(
+        "9001", "m", name, MachineSpec("g2-standard-8", "NVIDIA_L4", 1), True, 1, available
+    )
+    return ObservedEndpoint(ENDPOINT, (spot,), {"9001": 100})
+
+
+def accepted(deployments: DeploymentRecords, request_id: str) -> JobRequest:
+    request = deploy_request(request_id)
+    state = new_state(f"served [flexjobs {request_id}]", *policy_of(request.spec, {}), NOW)
+    assert deployments.create(request, state, NOW)
+    return request
+
+
+def spot_claimed(deployments: DeploymentRecords, request_id: str) -> datetime:
+    """An accepted deployment whose first step claimed its Spot model's DeployModel; the
+    claim's time."""
+    accepted(deployments, request_id)
+    stepped = deployments.step(request_id, empty_endpoint(), at(1), SETTINGS)
+    assert stepped is not None and stepped.action.call is not None
+    return stepped.action.call.at
+
+
+def deployed_record(deployments: DeploymentRecords, request_id: str) -> None:
+    """A deployment whose Spot model a read showed on the endpoint (DEPLOYED)."""
+    claimed_at = spot_claimed(deployments, request_id)
+    deployments.answered(request_id, claimed_at, OPERATION, at(2))
+    stepped = deployments.step(request_id, spot_endpoint(request_id), at(10), SETTINGS)
+    assert stepped is not None and stepped.action.state.phase is Phase.SERVING
+
+
+def ids(records: list[dict[str, Any]]) -> set[str]:
+    return {str(r["requestId"]) for r in records}
+
+
+def test_a_deployment_is_created_once_with_its_machine_s_first_state(deployments, unique):
     rid = unique("deploy")
     request = deploy_request(rid)
+    state = new_state(f"served [flexjobs {rid}]", *policy_of(request.spec, {}), NOW)
 
-    claim = deployments.claim(request, NOW, TTL)
+    assert deployments.create(request, state, NOW)
+    assert not deployments.create(request, state, at(1))  # a redelivery: nothing written
 
-    assert claim.token and claim.record is None
-    assert deployments.store.get(rid) == {
-        **new_deployment(request, NOW),
-        "claim": lease(claim.token, attempt=None),
-        "nextAttemptAt": NOW + timedelta(seconds=TTL),
-    }
+    stored = deployments.store.get(rid)
+    assert stored == new_deployment(request, state, NOW)
+    assert stored["state"] == "ACCEPTED" and stored["serving"]["phase"] == "DEPLOYING"
+    assert stored["serving"]["intent"]["kind"] == "SERVE"
+    assert rid in ids(deployments.store.alive())
+    assert rid in ids(deployments.store.on_endpoint(ENDPOINT))
+    assert rid not in ids(deployments.store.with_outbox())
 
 
-def test_a_second_deployment_claim_while_held_raises(deployments, unique):
-    rid = unique("deploy-held")
-    deploy_claimed(deployments, rid)
+def test_a_step_claims_the_spot_deploy_once_before_it_is_sent(deployments, unique):
+    rid = unique("deploy-claim")
+    accepted(deployments, rid)
+
+    first = deployments.step(rid, empty_endpoint(), at(1), SETTINGS)
+    second = deployments.step(rid, empty_endpoint(), at(2), SETTINGS)
+
+    assert first is not None and first.action.kind is ActionKind.CALL
+    assert first.action.call is not None and first.action.call.kind is CallKind.DEPLOY_SPOT
+    # The second decides on the claim the first wrote: nothing more is sent.
+    assert second is not None and second.action.kind is not ActionKind.CALL
+    pending = deployments.store.get(rid)["serving"]["pending"]
+    assert pending["call"] == "DeployModel(spot)" and pending["operation"] is None
+    assert deployments.store.get(rid)["state"] == "ACCEPTED"
+
+
+def test_an_answered_spot_deploy_makes_the_record_deploying(deployments, unique):
+    rid = unique("deploy-op")
+    claimed_at = spot_claimed(deployments, rid)
+
+    deployments.answered(rid, claimed_at, OPERATION, at(2))
     before = deployments.store.get(rid)
+    deployments.answered(rid, at(99), "someone-else's", at(3))  # not this claim's: no write
 
-    with pytest.raises(SubmissionInProgress):
-        deployments.claim(deploy_request(rid), at(TTL - 1), TTL)
+    assert before["state"] == "DEPLOYING" and before["operation"] == OPERATION
+    assert before["serving"]["pending"]["operation"] == OPERATION
+    assert before["updatedAt"] == at(2)
     assert deployments.store.get(rid) == before
 
 
-def test_an_expired_deployment_claim_is_taken_over(deployments, unique):
-    rid = unique("deploy-expired")
-    first = deploy_claimed(deployments, rid)
-
-    claim = deployments.claim(deploy_request(rid), at(TTL), TTL)
-
-    assert claim.token and claim.token != first
-    assert deployments.store.get(rid)["claim"] == lease(claim.token, at(TTL), attempt=None)
-
-
-def test_a_deployment_claim_taken_over_updates_the_record_time(deployments, unique):
-    rid = unique("deploy-takeover-time")
-    deploy_claimed(deployments, rid)
-
-    deployments.claim(deploy_request(rid), at(TTL + 1), TTL)
-
-    assert deployments.store.get(rid)["updatedAt"] == at(TTL + 1)
-
-
-def test_deployment_release_drops_only_the_claim_it_holds(deployments, unique):
-    rid = unique("deploy-release")
-    token = deploy_claimed(deployments, rid)
-
-    deployments.release(rid, "not-the-holder", at(1))
-    assert deployments.store.get(rid)["claim"] == lease(token, attempt=None)
-    deployments.release(rid, token, at(2))
-    assert "claim" not in deployments.store.get(rid)
-
-    claim = deployments.claim(deploy_request(rid), at(3), TTL)
-    assert claim.token
-
-
-def test_deployment_release_updates_the_record_time(deployments, unique):
-    rid = unique("deploy-release-time")
-    token = deploy_claimed(deployments, rid)
-
-    deployments.release(rid, token, at(2))
-
-    assert deployments.store.get(rid)["updatedAt"] == at(2)
-
-
-def test_record_operation_makes_the_record_deploying(deployments, unique):
-    rid = unique("deploy-op")
-    deploy_claimed(deployments, rid)
-    before = deployments.store.get(rid)
-
-    deployments.record_operation(rid, OPERATION, at(5))
-
-    expected = {**before, "state": "DEPLOYING", "operation": OPERATION, "updatedAt": at(5)}
-    del expected["claim"]
-    assert deployments.store.get(rid) == {**expected, "nextAttemptAt": None, "reason": None}
-    claim = deployments.claim(deploy_request(rid), at(6), TTL)
-    assert claim.token is None and claim.record == deployments.store.get(rid)
-    assert rid in {r["requestId"] for r in deployments.store.deploying()}
-
-
-def test_record_adopted_makes_the_record_deployed(deployments, unique):
-    rid = unique("deploy-adopt")
-    deploy_claimed(deployments, rid)
-
-    deployments.record_adopted(rid, "9001", at(5))
+def test_a_read_that_shows_the_spot_model_makes_it_deployed_and_owes_deployed(deployments, unique):
+    rid = unique("deploy-seen")
+    deployed_record(deployments, rid)
 
     record = deployments.store.get(rid)
     assert record["state"] == "DEPLOYED" and record["deployedModelId"] == "9001"
-    assert record["updatedAt"] == at(5) and "claim" not in record
-    assert record["nextAttemptAt"] is None and record["reason"] is None
-    assert rid not in {r["requestId"] for r in deployments.store.deploying()}
+    assert record["deployedAt"] == at(10) and record["updatedAt"] == at(10)
+    assert record["serving"]["phase"] == "SERVING" and record["serving"]["pending"] is None
+    assert [m["state"] for m in record["outbox"]] == ["DEPLOYED"]
+    assert record["outbox"][0]["kind"] == "deployModel" and record["outboxPending"] is True
+    assert rid in ids(deployments.store.with_outbox())
+    assert rid in ids(deployments.store.alive())
+
+    deployments.drop_from_outbox(rid, record["outbox"])
+    after = deployments.store.get(rid)
+    assert (after["outbox"], after["outboxPending"]) == ([], False)
+    assert [m["state"] for m in after["notified"]] == ["DEPLOYED"]
+    assert rid not in ids(deployments.store.with_outbox())
 
 
-def test_record_adopted_records_when_it_was_deployed(deployments, unique):
-    rid = unique("deploy-adopt-time")
-    deploy_claimed(deployments, rid)
-
-    deployments.record_adopted(rid, "9001", at(5))
-
-    assert deployments.store.get(rid)["deployedAt"] == at(5)
-
-
-def test_a_settled_deployment_is_not_recorded_again(deployments, unique):
-    rid = unique("deploy-settled")
-    deploy_claimed(deployments, rid)
-    deployments.record_adopted(rid, "9001", at(5))
+def test_a_step_on_the_same_read_writes_nothing(deployments, unique):
+    rid = unique("deploy-same")
+    deployed_record(deployments, rid)
     before = deployments.store.get(rid)
 
-    deployments.record_operation(rid, OPERATION, at(6))
-    deployments.record_adopted(rid, "9002", at(7))
+    again = deployments.step(rid, spot_endpoint(rid), at(70), SETTINGS)
 
+    assert again is not None and again.action.kind is ActionKind.NOTHING
     assert deployments.store.get(rid) == before
+    # A capacity change is written, accounted since the last one.
+    deployments.step(rid, spot_endpoint(rid, available=0), at(130), SETTINGS)
+    stored = ServingState.decode(deployments.store.get(rid)["serving"])
+    assert stored is not None and stored.phase is Phase.DEFICIT
+    assert [(c.at, c.capacity.spot) for c in stored.history][-2:] == [(at(10), 1), (at(130), 0)]
+    assert stored.spot_node_seconds == 120
 
 
-def test_record_failure_fails_once_and_never_overwrites_deployed(deployments, unique):
-    failing, deployed = unique("deploy-fail"), unique("deploy-done")
-    deploy_claimed(deployments, failing)
-    deploy_claimed(deployments, deployed)
-    deployments.record_adopted(deployed, "9001", at(5))
-    kept = deployments.store.get(deployed)
+def test_a_spot_deploy_refused_for_good_fails_once(deployments, unique):
+    rid = unique("deploy-fail")
+    claimed_at = spot_claimed(deployments, rid)
 
-    deployments.record_failure(failing, "endpoint not found", at(6))
-    deployments.record_failure(failing, "a later reason", at(7))
-    deployments.record_failure(deployed, "a late refusal", at(8))
+    deployments.refused(rid, claimed_at, "model not found", at(3), retry_at=None)
+    failed = deployments.store.get(rid)
+    deployments.refused(rid, claimed_at, "a later refusal", at(4), retry_at=None)
 
-    record = deployments.store.get(failing)
-    assert record["state"] == "FAILED" and record["reason"] == "endpoint not found"
-    assert record["endedAt"] == at(6) and record["updatedAt"] == at(6)
-    assert "claim" not in record
-    assert deployments.store.get(deployed) == kept
+    assert failed["state"] == "FAILED" and "model not found" in failed["reason"]
+    assert failed["endedAt"] == at(3) and failed["serving"]["phase"] == "FAILED"
+    assert [m["state"] for m in failed["outbox"]] == ["FAILED"]
+    assert deployments.store.get(rid) == failed
+    assert rid not in ids(deployments.store.alive())
+    assert deployments.step(rid, empty_endpoint(), at(5), SETTINGS) is not None
+    assert deployments.store.get(rid) == failed  # ended: no read moves it
 
 
-def test_park_waits_for_quota_until_due(deployments, unique):
+def test_a_spot_deploy_refused_for_quota_is_parked(deployments, unique):
     rid = unique("deploy-park")
-    deploy_claimed(deployments, rid)
+    claimed_at = spot_claimed(deployments, rid)
 
-    deployments.park(rid, at(5), 60, "quota exceeded")
-    deployments.park(rid, at(6), 60, "x" * 2000)
+    deployments.refused(rid, claimed_at, "quota exceeded", at(3), retry_at=at(63))
 
     record = deployments.store.get(rid)
     assert record["state"] == "ACCEPTED" and record["reason"] == "quota"
-    assert record["quotaRetries"] == 2 and record["quotaDetail"] == "x" * 1021 + "..."
-    assert record["nextAttemptAt"] == at(66) and "claim" not in record
-    assert record["updatedAt"] == at(6)
-    assert rid not in {r["requestId"] for r in deployments.store.parked_due(at(65))}
-    due = {r["requestId"]: r for r in deployments.store.parked_due(at(66))}
-    assert due[rid] == record
-
-    claim = deployments.claim(deploy_request(rid), at(66), TTL)
-    assert claim.token
-    deployments.record_operation(rid, OPERATION, at(67))
-    record = deployments.store.get(rid)
-    assert record["nextAttemptAt"] is None and record["reason"] is None
-    assert rid not in {r["requestId"] for r in deployments.store.parked_due(at(1000))}
+    assert record["serving"]["pending"] is None
+    assert record["serving"]["retryAt"] == at(63).isoformat()
+    early = deployments.step(rid, empty_endpoint(), at(30), SETTINGS)
+    assert early is not None and early.action.kind is not ActionKind.CALL
+    due = deployments.step(rid, empty_endpoint(), at(63), SETTINGS)
+    assert due is not None and due.action.kind is ActionKind.CALL
 
 
-def test_a_settled_deployment_is_not_parked(deployments, unique):
-    rid = unique("deploy-no-park")
-    deploying_record(deployments, rid)
+def test_a_lost_call_keeps_its_claim_and_a_released_one_drops_it(deployments, unique):
+    lost_rid, released_rid = unique("deploy-lost"), unique("deploy-released")
+    lost_at = spot_claimed(deployments, lost_rid)
+    released_at = spot_claimed(deployments, released_rid)
+
+    deployments.lost(lost_rid, lost_at, at(3))
+    deployments.released(released_rid, released_at, at(3))
+
+    pending = deployments.store.get(lost_rid)["serving"]["pending"]
+    assert pending["call"] == "DeployModel(spot)" and pending["unknown"] is True
+    assert deployments.store.get(released_rid)["serving"]["pending"] is None
+    again = deployments.step(released_rid, empty_endpoint(), at(4), SETTINGS)
+    assert again is not None and again.action.kind is ActionKind.CALL
+
+
+def test_an_undeploy_intent_is_written_once_and_lasts(deployments, unique):
+    rid = unique("deploy-cancel")
+    deployed_record(deployments, rid)
+
+    told = deployments.tell(rid, Intent.UNDEPLOY, at(20))
+    assert told is not None and told.phase is Phase.UNDEPLOYING
+    assert deployments.tell(rid, Intent.UNDEPLOY, at(21)) is None
+    assert deployments.tell(rid, Intent.RESUME, at(22)) is None  # an undeploy is the last word
+
+    serving = deployments.store.get(rid)["serving"]
+    assert serving["intent"] == {"kind": "UNDEPLOY", "at": at(20).isoformat()}
+    assert serving["phase"] == "UNDEPLOYING"
+
+
+def test_a_traffic_move_is_written_only_on_the_state_it_was_decided_from(deployments, unique):
+    rid = unique("deploy-moved")
+    deployed_record(deployments, rid)
+    deployments.tell(rid, Intent.UNDEPLOY, at(20))
+    other = ObservedModel("42", "m2", "hand", MachineSpec("g2-standard-8"), False, 1, 1)
+    spot = spot_endpoint(rid).models[0]
+    observed = ObservedEndpoint(ENDPOINT, (spot, other), {"9001": 100})
+
+    stepped = deployments.step(rid, observed, at(30), SETTINGS)
+    assert stepped is not None and stepped.action.kind is ActionKind.TRAFFIC
+    assert stepped.action.split == {"42": 100}
     before = deployments.store.get(rid)
+    assert before["updatedAt"] == at(20)  # a traffic move is written after its call
 
-    deployments.park(rid, at(6), 60, "quota")
-
-    assert deployments.store.get(rid) == before
-
-
-def test_apply_operation_moves_a_deploying_record(deployments, unique):
-    rid = unique("deploy-apply")
-    operation = deploying_record(deployments, rid)
-    before = deployments.store.get(rid)
-
-    assert deployments.apply_operation(rid, OperationStatus(operation, False), at(10)) is None
-    assert deployments.apply_operation(rid, OperationStatus("other", True, "1"), at(10)) is None
-    assert deployments.store.get(rid) == before
-
-    done = OperationStatus(operation, True, deployed_model_id="9001")
-    assert deployments.apply_operation(rid, done, at(11)) == "DEPLOYED"
-    notice = {"requestId": rid, "state": "DEPLOYED", "attempt": 0, "reason": None}
-    assert deployments.store.get(rid) == {
-        **before,
-        "state": "DEPLOYED",
-        "deployedModelId": "9001",
-        "updatedAt": at(11),
-        "deployedAt": at(11),
-        "outbox": [{**notice, "kind": "deployModel", "at": at(11).isoformat()}],
-        "outboxPending": True,
-    }
-    assert rid in {r["requestId"] for r in deployments.store.with_outbox()}
-    assert rid not in {r["requestId"] for r in deployments.store.deploying()}
-    failed = OperationStatus(operation, True, error_code=9, error_message="late")
-    assert deployments.apply_operation(rid, failed, at(12)) is None
-
-
-def test_apply_operation_records_a_failed_operation(deployments, unique):
-    rid = unique("deploy-apply-fail")
-    operation = deploying_record(deployments, rid)
-    before = deployments.store.get(rid)
-
-    failed = OperationStatus(operation, True, error_code=9, error_message="no capacity")
-    assert deployments.apply_operation(rid, failed, at(11)) == "FAILED"
-
-    notice = {"requestId": rid, "state": "FAILED", "attempt": 0, "reason": "no capacity"}
-    assert deployments.store.get(rid) == {
-        **before,
-        "state": "FAILED",
-        "reason": "no capacity",
-        "errorCode": 9,
-        "updatedAt": at(11),
-        "endedAt": at(11),
-        "outbox": [{**notice, "kind": "deployModel", "at": at(11).isoformat()}],
-        "outboxPending": True,
-    }
-    deployments.drop_from_outbox(rid, deployments.store.get(rid)["outbox"])
-    after = deployments.store.get(rid)
-    assert (after["outbox"], after["outboxPending"], len(after["notified"])) == ([], False, 1)
-    assert rid not in {r["requestId"] for r in deployments.store.with_outbox()}
+    # Another write lands first: the move's state is not written over it.
+    deployments.drop_from_outbox(rid, before["outbox"])
+    deployments.tell(rid, Intent.UNDEPLOY, at(31))
+    assert deployments.moved(rid, stepped, at(32)) is True  # the serving state is unchanged
+    stale = replace(stepped, before=replace(stepped.before, hedges=7))
+    kept = deployments.store.get(rid)
+    assert deployments.moved(rid, stale, at(33)) is False
+    assert deployments.store.get(rid) == kept
 
 
 MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentRecords, str], Any]] = {
-    "record_operation": lambda d, rid: d.record_operation(rid, OPERATION, NOW),
-    "record_adopted": lambda d, rid: d.record_adopted(rid, "9001", NOW),
-    "release": lambda d, rid: d.release(rid, "t", NOW),
-    "park": lambda d, rid: d.park(rid, NOW, 60, "quota"),
-    "apply_operation": lambda d, rid: d.apply_operation(
-        rid, OperationStatus(OPERATION, True, "1"), NOW
-    ),
-    "ask_undeploy": lambda d, rid: d.ask_undeploy(rid, NOW),
-    "ask_resume": lambda d, rid: d.ask_resume(rid, NOW),
-    "record_started": lambda d, rid: d.record_started(rid, NOW, "op", NOW),
-    "record_ended": lambda d, rid: d.record_ended(rid, NOW, NOW, error="refused"),
-    "record_finished": lambda d, rid: d.record_finished(rid, OperationStatus("op", True), NOW),
+    "tell": lambda d, rid: d.tell(rid, Intent.UNDEPLOY, NOW),
+    "step": lambda d, rid: d.step(rid, empty_endpoint(), NOW, SETTINGS),
+    "answered": lambda d, rid: d.answered(rid, NOW, OPERATION, NOW),
+    "lost": lambda d, rid: d.lost(rid, NOW, NOW),
+    "released": lambda d, rid: d.released(rid, NOW, NOW),
+    "refused": lambda d, rid: d.refused(rid, NOW, "no", NOW, retry_at=None),
     "drop_from_outbox": lambda d, rid: d.drop_from_outbox(rid, [{"state": "HEDGED"}]),
 }
 
@@ -1493,36 +1486,6 @@ def test_update_attempt_merges_one_attempt_document(jobs, unique):
         "workLostSeconds": 5.0,
         "times": {"a": 1, "b": 2},
     }
-
-
-def test_record_serving_follows_a_deployed_record_and_writes_only_changes(deployments, unique):
-    from shared.domain.serving.model import (
-        MachineSpec,
-        ObservedEndpoint,
-        ObservedModel,
-        ServingSettings,
-        ServingState,
-    )
-
-    def read(available: int) -> ObservedEndpoint:
-        spot = ObservedModel("9001", "m", "s", MachineSpec("g2-standard-8"), True, 2, available)
-        return ObservedEndpoint("e", (spot,), {"9001": 100})
-
-    rid = unique("deploy-serving")
-    deploy_claimed(deployments, rid)
-    deployments.record_adopted(rid, "9001", at(5))
-    assert rid in {r["requestId"] for r in deployments.store.deployed()}
-
-    first = deployments.record_serving(rid, read(2), at(10), ServingSettings())
-    assert first is not None and first[0] is None and first[1].kind.value == "RECORD"
-    again = deployments.record_serving(rid, read(2), at(70), ServingSettings())
-    assert again is not None and again[1].kind.value == "NOTHING"
-    deployments.record_serving(rid, read(1), at(130), ServingSettings())
-
-    stored = ServingState.decode(deployments.store.get(rid)["serving"])
-    assert stored is not None
-    assert [(c.at, c.capacity.spot) for c in stored.history] == [(at(10), 2), (at(130), 1)]
-    assert stored.spot_node_seconds == 120 * 2
 
 
 def test_two_ledger_writes_on_one_read_never_both_land(stores: Stores) -> None:

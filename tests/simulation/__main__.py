@@ -63,7 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed is not None:
         if len(controllers) != 1:
             parser.error("--seed needs one --controller")
-        return _one_seed(controllers[0], args.seed, args.steps or plan.steps, not args.no_shrink)
+        return _one_seed(
+            controllers[0],
+            args.seed,
+            args.steps or plan.of(controllers[0]).steps,
+            not args.no_shrink,
+        )
     failed = False
     started = time.monotonic()
     for name in controllers:
@@ -104,9 +109,11 @@ def _failure(name: str, result: explore.Result | None, *, shrink: bool) -> bool:
         )
     print(f"FAILED {name} seed {result.seed}: {result.violation}")
     print(f"  shortest trace found ({len(trace)} choices, from {len(result.trace)}):")
-    for line in trace:
-        print(f"    {line}")
-    print(f"  replay: ./dev sim --controller {name} --replay FILE (the lines above)")
+    print("  ---- 8< ---- (a trace file: tests/simulation/traces/NAME.trace)")
+    for line in explore.trace_file(name, result.seed, result.violation, trace):
+        print(line)
+    print("  ---- 8< ----")
+    print(f"  replay: ./dev sim --controller {name} --replay FILE")
     return True
 
 
@@ -125,13 +132,14 @@ def _one_seed(name: str, seed: int, steps: int, shrink: bool) -> int:
 
 
 def _replay(name: str, path: Path) -> int:
-    trace = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    trace = [line for line in trace if not line.startswith("#")]
-    result = explore.replay(SCENARIOS[name], trace)
+    saved = explore.read_trace(path.read_text())
+    scenario = SCENARIOS[saved.scenario or name]
+    result = explore.replay(scenario, saved.trace, seed=saved.seed)
+    matched = f"{result.matched}/{len(saved.trace)} choices matched"
     if result.violation is None:
-        print(f"replayed {len(trace)} choices on {name}: every invariant held")
+        print(f"replayed {path.name} on {scenario.name} ({matched}): every invariant held")
         return 0
-    print(f"replayed {len(trace)} choices on {name}: {result.violation}")
+    print(f"replayed {path.name} on {scenario.name} ({matched}): {result.violation}")
     return 1
 
 

@@ -50,18 +50,20 @@ class RandomReport:
 
     scenario: str
     seeds: int = 0
+    #: Choices taken (the seeds' schedules), and scheduling points executed in all (the
+    #: choices', the calm ticks' and the quiet's port calls).
     steps: int = 0
-    quiet: int = 0
+    points: int = 0
     distinct: int = 0
     seconds: float = 0.0
     failure: explore.Result | None = None
 
     def line(self) -> str:
-        rate = (self.steps + self.quiet) / self.seconds if self.seconds else 0.0
+        rate = self.points / self.seconds if self.seconds else 0.0
         verdict = "ok" if self.failure is None else f"FAILED seed {self.failure.seed}"
         return (
-            f"{self.scenario:10} random      seeds {self.seeds:5}  steps {self.steps:7} "
-            f"(+{self.quiet} quiet)  distinct states {self.distinct:6}  "
+            f"{self.scenario:10} random      seeds {self.seeds:5}  choices {self.steps:6}  "
+            f"steps {self.points:8}  distinct states {self.distinct:6}  "
             f"{rate:7.0f} steps/s  {self.seconds:6.1f} s  {verdict}"
         )
 
@@ -79,7 +81,7 @@ def random_runs(
         result.swarm = str(chooser.swarm)
         report.seeds += 1
         report.steps += result.steps
-        report.quiet += result.quiet_steps
+        report.points += result.points
         if result.violation is not None:
             report.failure = result
             break
@@ -95,7 +97,7 @@ def exhaustive_line(found: explore.Exploration, bounds: explore.Bounds) -> str:
     verdict = "ok" if found.failure is None else f"FAILED after {found.schedules} schedules"
     done = "complete" if found.complete else "budget spent"
     return (
-        f"{found.scenario:10} exhaustive  schedules {found.schedules:5}  steps {found.steps:7}  "
+        f"{found.scenario:10} exhaustive  schedules {found.schedules:5}  steps {found.steps:8}  "
         f"distinct states {found.distinct:6}  depth {found.deepest}/{bounds.depth} "
         f"preemptions {bounds.preemptions} faults {bounds.faults}  {rate:7.0f} steps/s  "
         f"{found.seconds:6.1f} s  {done}  {verdict}"

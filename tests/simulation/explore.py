@@ -129,6 +129,11 @@ class Result:
     swarm: str = ""
     quiet_steps: int = 0
     distinct: set[str] = field(default_factory=set)
+    #: Scheduling points the run executed (its choices', the calm ticks' and the quiet's).
+    points: int = 0
+    #: A replay's: how many of its trace's choices found their option (the rest were skipped:
+    #: the code no longer offers that step).
+    matched: int = 0
 
     @property
     def ok(self) -> bool:
@@ -168,31 +173,57 @@ def run(
     steps: int,
     settle: bool = True,
     hashes: set[str] | None = None,
+    settled: set[str] | None = None,
 ) -> Result:
     """One run of ``scenario`` with ``chooser``'s choices (at most ``steps``), then the quiet
-    ticks and the settled checks."""
+    ticks and the settled checks. ``settled``: the states (between deliveries) already seen
+    to settle with every invariant holding; one of them is not settled again (the quiet is
+    deterministic: the same state settles the same way)."""
     world = new_world(scenario, seed)
     world.check = _always
-    taken = 0
     with world.installed():
-        while taken < steps:
-            options = world.options()
-            if not options:
-                break
-            index = chooser.choose(world, options)
-            if index is None:
-                break
-            world.take(options[index])
-            taken += 1
-            found = world.failed or _always(world)
-            if found is not None:
-                return Result(scenario.name, seed, taken, found, world.trace, settled=False)
-            if hashes is not None and not world.scheduler.in_flight():
-                hashes.add(world.hashed())
-        if not settle:
-            return Result(scenario.name, seed, taken, None, world.trace, settled=False)
-        found, quiet = quiet_ticks(world, scenario.quiet_minutes)
-        return Result(scenario.name, seed, taken, found, world.trace, quiet_steps=quiet)
+        result = _run_in(world, scenario, chooser, seed, steps, settle, hashes, settled)
+    result.points = world.scheduler.points
+    return result
+
+
+def _run_in(
+    world: World,
+    scenario: Scenario,
+    chooser: Chooser,
+    seed: int,
+    steps: int,
+    settle: bool,
+    hashes: set[str] | None,
+    settled: set[str] | None,
+) -> Result:
+    taken = 0
+    while taken < steps:
+        options = world.options()
+        if not options:
+            break
+        index = chooser.choose(world, options)
+        if index is None:
+            break
+        world.take(options[index])
+        taken += 1
+        found = world.failed or _always(world)
+        if found is not None:
+            return Result(scenario.name, seed, taken, found, world.trace, settled=False)
+        if hashes is not None and not world.scheduler.in_flight():
+            hashes.add(world.hashed())
+    if not settle or getattr(chooser, "pruned", False):
+        # A pruned schedule ends in a state explored (and settled) already.
+        return Result(scenario.name, seed, taken, None, world.trace, settled=False)
+    key = None
+    if settled is not None and not world.scheduler.in_flight():
+        key = world.hashed()
+        if key in settled:
+            return Result(scenario.name, seed, taken, None, world.trace)
+    found, quiet = quiet_ticks(world, scenario.quiet_minutes)
+    if key is not None and found is None:
+        settled.add(key)  # type: ignore[union-attr]
+    return Result(scenario.name, seed, taken, found, world.trace, quiet_steps=quiet)
 
 
 def quiet_ticks(world: World, minutes: int) -> tuple[Violation | None, int]:
@@ -214,6 +245,13 @@ def quiet_ticks(world: World, minutes: int) -> tuple[Violation | None, int]:
         found = _first(world, f"quiet+{minute}")
         if found is not None:
             return found, steps
+        if world.at_rest():
+            # Every later minute would find the same: its checks are made once, here.
+            for later in range(minute + 1, minutes):
+                found = _first(world, f"quiet+{later}")
+                if found is not None:
+                    return found, steps
+            break
         world.advance(60)
     steps += world.drain(check=_always)
     if world.failed is not None:
@@ -234,7 +272,50 @@ def replay(scenario: Scenario, trace: Sequence[str], *, seed: int = 0) -> Result
     settle = "= quiet" in trace
     steps = trace.index("= quiet") if settle else len(trace)
     chooser = ReplayChooser(trace[:steps])
-    return run(scenario, chooser, seed=seed, steps=steps, settle=settle)
+    result = run(scenario, chooser, seed=seed, steps=steps, settle=settle)
+    result.matched = chooser.at - len(chooser.skipped) + (1 if settle else 0)
+    return result
+
+
+@dataclass(frozen=True)
+class SavedTrace:
+    """A trace file (``tests/simulation/traces/*.trace``): ``# key: value`` headers (the
+    scenario, the seed its world was built with, the invariant it broke, why), then one
+    choice per line."""
+
+    scenario: str
+    seed: int
+    trace: list[str]
+    headers: dict[str, str]
+
+
+def trace_file(scenario: str, seed: int, violation: Violation, trace: Sequence[str]) -> list[str]:
+    """The lines of a trace file for a failing run, ready to paste."""
+    head = [
+        f"# scenario: {scenario}",
+        f"# seed: {seed}",
+        f"# invariant: {violation.invariant}",
+        f"# found: {violation.detail}",
+    ]
+    return head + list(trace)
+
+
+def read_trace(text: str) -> SavedTrace:
+    """A trace file's headers and choices (a file of bare choices reads as seed 0)."""
+    headers: dict[str, str] = {}
+    trace: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            key, _, value = line[1:].partition(":")
+            headers.setdefault(key.strip(), value.strip())
+            continue
+        trace.append(line)
+    return SavedTrace(
+        headers.get("scenario", ""), int(headers.get("seed", "0") or 0), trace, headers
+    )
 
 
 def shrink(
@@ -339,10 +420,9 @@ class _Bounded:
             return None
         if not world.scheduler.in_flight():
             key = world.hashed((self.preemptions, self.faults, depth >= len(self.prefix)))
-            if depth >= len(self.prefix):
-                if key in self.seen:
-                    self.pruned = True
-                    return None
+            if depth >= len(self.prefix) and key in self.seen:
+                self.pruned = True
+                return None
             self.seen.add(key)
         allowed = self.allowed(world, options)
         if not allowed:
@@ -378,13 +458,16 @@ def explore(
     ``seconds`` pass; stops at the first schedule that violates an invariant."""
     report = Exploration(scenario.name)
     seen: set[str] = set()
+    settled: set[str] = set()
     prefix: list[int] = []
     started = time.monotonic()
     while True:
         chooser = _Bounded(prefix, bounds, seen, None)
-        result = run(scenario, chooser, seed=seed, steps=bounds.depth, settle=settle)
+        result = run(
+            scenario, chooser, seed=seed, steps=bounds.depth, settle=settle, settled=settled
+        )
         report.schedules += 1
-        report.steps += result.steps + result.quiet_steps
+        report.steps += result.points
         report.deepest = max(report.deepest, len(chooser.taken))
         report.pruned += chooser.pruned
         if result.violation is not None:

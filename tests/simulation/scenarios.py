@@ -303,6 +303,16 @@ def operation_faults() -> list[Event]:
 
 
 # -- scenarios ------------------------------------------------------------------------------
+#
+# Each scenario has a wide setup (random runs: many inputs, every change of the world again and
+# again) and a small one (exhaustive exploration: the few inputs where two decisions meet, each
+# change of the world at most once, so every interleaving of them fits a bounded depth).
+
+
+def _small_steps() -> list[Event]:
+    """The clock steps of a small scope: past a grace period or a backoff, past a claim's TTL
+    or a hold, past the 2-hour operation limit."""
+    return clock_steps({301: 1.0, 1801: 1.0, 7201: 0.5})
 
 
 def jobs_setup(world: World, rng: random.Random) -> None:
@@ -326,6 +336,20 @@ def jobs_setup(world: World, rng: random.Random) -> None:
     world.events += spot_flaps(HOME, "g2-standard-8")
     world.events += job_faults()
     world.events += lost_hints()
+
+
+def jobs_small(world: World, rng: random.Random) -> None:
+    """One Spot request, its duplicate delivery and its cancel; a tick; Spot lost once; a
+    preemption or a stockout; a hint lost."""
+    body = training("j1", "SPOT")
+    world.vertex.work["j1"] = Work(900.0, checkpoint_every=600.0)
+    world.events.append(publish_request(body, strategy="SPOT"))
+    world.events.append(publish_cancel("j1", after="publish j1"))
+    world.events += _small_steps()
+    world.events.append(extra_tick())
+    world.events += spot_flaps(HOME, "g2-standard-8")[:1]
+    world.events += job_faults()[:2]
+    world.events += lost_hints()[:1]
 
 
 #: The endpoints of the serving scenario: two flexjobs deployments and a model deployed by
@@ -406,6 +430,23 @@ def serving_setup(world: World, rng: random.Random) -> None:
     world.events += hand_edits(SHARED_ENDPOINT)
 
 
+def serving_small(world: World, rng: random.Random) -> None:
+    """Two deployments on the endpoint shared with a hand-deployed model; one cancelled; Spot
+    lost and returned once; an operation late or failed; a hand edit."""
+    hand_model(world, SHARED_ENDPOINT)
+    first = deploy_model("d1", SHARED_ENDPOINT, replicas=1)
+    first["deployModel"]["trafficSplit"] = {"0": 60, HAND_MODEL: 40}
+    world.events.append(publish_request(first, kind="deployModel"))
+    world.events.append(
+        publish_request(deploy_model("d2", SHARED_ENDPOINT, replicas=1), kind="deployModel")
+    )
+    world.events.append(publish_cancel("d1", after="publish d1"))
+    world.events += _small_steps()
+    world.events += spot_flaps(HOME, "g2-standard-8")
+    world.events += operation_faults()
+    world.events += hand_edits(SHARED_ENDPOINT)[:1]
+
+
 # -- admission --------------------------------------------------------------------------
 
 A100 = {
@@ -441,7 +482,8 @@ queues:
   - name: team-b
     cohort: one
     quotas:
-      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 4, borrowingLimit: 4}
+      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE,
+         nominal: 4, borrowingLimit: 4}
   - name: team-c
     cohort: two
     quotas:
@@ -494,6 +536,25 @@ def admission_setup(world: World, rng: random.Random) -> None:
     world.events += job_faults()
 
 
+def admission_small(world: World, rng: random.Random) -> None:
+    """team-b borrows past its nominal, then team-a asks for its own nominal (reclaim); a
+    cancel; a preemption."""
+    from shared.domain.admission.config import Pool, Resource
+
+    world.vertex.quota[Resource(HOME, "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)] = 16
+    world.bounds[("shared.app.admission", "MAX_WAITING_PER_QUEUE")] = 2
+    bodies = [queued("b1", "team-b", A100_4), queued("b2", "team-b", A100_4)]
+    bodies += [queued("a1", "team-a", A100_4)]
+    for body in bodies:
+        rid = body["requestId"]
+        world.vertex.work[rid] = Work(1800.0, checkpoint_every=600.0)
+        world.events.append(publish_request(body, strategy="SPOT", queue=body["queue"]))
+    world.events.append(publish_cancel("b1", after="publish b1"))
+    world.events += _small_steps()
+    world.events.append(extra_tick())
+    world.events += job_faults()[:1]
+
+
 #: The implicit ``default`` queue (a file naming no queue): only the project's quota bounds it,
 #: as the Cloud Quotas API reports it.
 DEFAULT_QUEUE = """
@@ -522,6 +583,23 @@ def quota_setup(world: World, rng: random.Random) -> None:
     world.events += clock_steps()
     world.events.append(extra_tick())
     world.events += job_faults()
+
+
+def quota_small(world: World, rng: random.Random) -> None:
+    """The default queue, the L4s' ceiling known only from the quota read: three 2-GPU
+    requests against a real quota of 4."""
+    from shared.domain.admission.config import Pool, Resource
+
+    world.vertex.quota[Resource(HOME, "NVIDIA_L4", Pool.PREEMPTIBLE)] = 4
+    world.vertex.quota[Resource(HOME, "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)] = 8
+    two_l4 = {**L4, "machineType": "g2-standard-24", "acceleratorCount": 2}
+    for i in range(1, 4):
+        world.vertex.work[f"l{i}"] = Work(1800.0, checkpoint_every=600.0)
+        world.events.append(
+            publish_request(training(f"l{i}", "SPOT", machine=two_l4), strategy="SPOT")
+        )
+    world.events += _small_steps()
+    world.events.append(extra_tick())
 
 
 # -- AUTO --------------------------------------------------------------------------------
@@ -555,6 +633,7 @@ def auto_setup(world: World, rng: random.Random) -> None:
             seconds: float = seconds,
             gb: int = gb,
             slack: timedelta = slack,
+            overhead: float = overhead,
         ) -> dict[str, Any]:
             return training(
                 rid,
@@ -689,11 +768,12 @@ def clients_setup(world: World, rng: random.Random) -> None:
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "jobs": Scenario("jobs", setup=jobs_setup, quiet_minutes=90),
+    "jobs": Scenario("jobs", setup=jobs_setup, quiet_minutes=90, small_setup=jobs_small),
     "serving": Scenario(
         "serving",
         env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
         setup=serving_setup,
+        small_setup=serving_small,
         # Past a DeployModel's 2-hour limit: a cancel waits for one whose answer was lost.
         quiet_minutes=130,
     ),
@@ -701,10 +781,15 @@ SCENARIOS: dict[str, Scenario] = {
         "admission",
         env={"FLEXJOBS_QUEUES": ADMISSION_QUEUES},
         setup=admission_setup,
+        small_setup=admission_small,
         quiet_minutes=120,
     ),
     "quota": Scenario(
-        "quota", env={"FLEXJOBS_QUEUES": DEFAULT_QUEUE}, setup=quota_setup, quiet_minutes=90
+        "quota",
+        env={"FLEXJOBS_QUEUES": DEFAULT_QUEUE},
+        setup=quota_setup,
+        quiet_minutes=90,
+        small_setup=quota_small,
     ),
     "auto": Scenario(
         "auto",

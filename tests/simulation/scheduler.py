@@ -102,6 +102,8 @@ class Scheduler:
         #: Deliveries started and not yet ended, by key (finished ones are let go).
         self.running: dict[int, Delivery] = {}
         self.delivered = 0
+        #: Scheduling points executed: each a delivery run to its next port call or its end.
+        self.points = 0
         self._keys = 0
 
     def spawn(
@@ -123,7 +125,7 @@ class Scheduler:
     def _body(self, delivery: Delivery) -> object:
         try:
             delivery.result = delivery.run()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - a crash (BaseException) ends the delivery too
             delivery.error = exc
         return _DONE
 
@@ -135,6 +137,7 @@ class Scheduler:
         """Let ``delivery`` make its pending call with ``outcome`` (or start it), and run it
         to its next port call or its end."""
         assert not delivery.finished, delivery.name
+        self.points += 1
         self.current = delivery
         try:
             if not delivery.started:

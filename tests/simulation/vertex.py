@@ -435,7 +435,7 @@ class Vertex:
                 else:
                     self._end(run, "SUCCEEDED", None, at)
                 return
-            self._checkpoint(run, int(round(target / step_gap)), at)
+            self._checkpoint(run, round(target / step_gap), at)
 
     def _checkpoint(self, run: Run, step: int, at: datetime) -> None:
         if run.checkpoint_prefix is None:

@@ -617,6 +617,26 @@ class World:
             steps += 1
         raise RuntimeError(f"the world did not settle in {limit} steps")
 
+    def at_rest(self) -> bool:
+        """Nothing can move any more: every job and deployment record has ended, no Vertex
+        job runs, no operation is pending, no delivery is in flight and no message waits.
+        Every later tick then finds nothing to do (the quiet can stop early)."""
+        from shared.domain.model.states import JobState
+
+        ended = {"UNDEPLOYED", "FAILED"}
+        return (
+            not self.scheduler.in_flight()
+            and not self.vertex.operations
+            and all(not m for m in (self.vertex.hints, self.vertex.objects))
+            and all(m.acked or m.dead for m in self.messages)
+            and all(
+                r.get("state") in JobState.__members__ and JobState(r["state"]).terminal
+                for r in self.store.jobs.values()
+            )
+            and all(r.get("state") in ended for r in self.deployment_store.records.values())
+            and all(self.vertex._ended(name) for name in self.vertex.runs)
+        )
+
     def hashed(self, extra: object = None) -> str:
         """A digest of the whole world's state between deliveries (none in flight): the
         stores, Vertex, the messages waiting, the clock, and ``extra`` (what is left to do)."""
@@ -631,6 +651,11 @@ class World:
             "endpoints": self.vertex.endpoints.endpoints,
             "splits": self.vertex.endpoints.splits,
             "operations": sorted(self.vertex.operations),
+            "capacity": (
+                sorted(self.vertex.spot_out),
+                sorted(self.vertex.down),
+                sorted(self.vertex.flex_out),
+            ),
             "messages": [
                 (m.topic, m.name, m.acked, m.dead, m.not_before.isoformat(), m.duplicates_left)
                 for m in self.messages

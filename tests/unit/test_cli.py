@@ -573,7 +573,8 @@ def test_status_of_a_deployment_shows_its_serving_phase_hedges_fallback_and_newe
     assert re.search(r"hedges\s+1 *\n", text) and re.search(
         r"fallback\s+222 \(1 replica\(s\)\)", text
     )
-    assert "MutateDeployedModel: projects/p/ops/9" in text
+    # A call recorded before the serving machine (no time): since the state was last written.
+    assert re.search(r"MutateDeployedModel since \S+ \S+Z: projects/p/ops/9", text)
     assert "hedge at " in text  # the chart's summary
     assert "traffic [follows] the replicas" in text  # a cause is text, never markup
     assert "MutateDeployedModel done" in text and "serving 2+0 -> 0+0" in text

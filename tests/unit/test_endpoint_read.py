@@ -1,5 +1,6 @@
-"""VertexDeploymentBackend.read: one GetEndpoint, the real v1 Endpoint proto decoded into the
-serving rule's ObservedEndpoint."""
+"""VertexDeploymentBackend: one GetEndpoint, the real v1 Endpoint proto decoded into the
+serving machine's ObservedEndpoint; and the on-demand model a hedge decided on, sent as the
+requested deployedModel runs, on demand."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ from google.cloud.aiplatform_v1.types import (
 )
 
 from shared.adapters.vertex.endpoints import VertexDeploymentBackend
-from shared.domain.serving.model import Fallback, ServingSettings
-from shared.domain.serving.model import MachineSpec as ServingMachine
-from shared.domain.serving.rule import decide, start
+from shared.domain.serving.model import CallKind, ServingSettings, fallback_display_name
+from shared.domain.serving.objective import ServingPolicy
+from shared.domain.serving.rule import decide, new_state
 from shared.kernel.config import Settings
 
 NAME = "projects/p/locations/us-central1/endpoints/1"
+SPOT_NAME = "served [flexjobs s-1]"
 
 
 class _Client:
+    """The EndpointService client, as plain values: it returns the endpoint it holds and keeps
+    every call's arguments."""
+
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.calls: list[dict[str, Any]] = []
@@ -32,25 +37,41 @@ class _Client:
         self.calls.append(kwargs)
         return self.endpoint
 
+    def deploy_model(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        # An api_core Operation future: its raw operation has the name.
+        return SimpleNamespace(operation=SimpleNamespace(name=f"{NAME}/operations/1"))
 
-def test_read_decodes_replicas_split_and_spot_from_the_v1_proto() -> None:
+
+def _spot(available: int = 0) -> DeployedModel:
     spot = DeployedModel(
         id="7",
         model="projects/p/locations/us-central1/models/m",
-        display_name="served [flexjobs s-1]",
+        display_name=SPOT_NAME,
         dedicated_resources=DedicatedResources(
-            machine_spec=MachineSpec(machine_type="g2-standard-8"),
+            machine_spec=MachineSpec(
+                machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1
+            ),
             min_replica_count=1,
             required_replica_count=3,
             spot=True,
         ),
     )
-    spot.status.available_replica_count = 2
+    spot.status.available_replica_count = available
+    return spot
+
+
+def test_read_decodes_replicas_split_and_spot_from_the_v1_proto() -> None:
     other = DeployedModel(
         id="8", dedicated_resources=DedicatedResources(min_replica_count=2, spot=False)
     )
     client = _Client(
-        Endpoint(name=NAME, deployed_models=[spot, other], traffic_split={"7": 60, "8": 40})
+        Endpoint(
+            name=NAME,
+            deployed_models=[_spot(2), other],
+            traffic_split={"7": 60, "8": 40},
+            etag="abc",
+        )
     )
     backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
 
@@ -60,56 +81,42 @@ def test_read_decodes_replicas_split_and_spot_from_the_v1_proto() -> None:
     assert client.calls[0]["retry"] is not None  # idempotent: api_core retries it
     first, second = observed.models
     assert (first.spot, first.required, first.available) == (True, 3, 2)
-    assert first.machine.machine_type == "g2-standard-8"
+    assert (first.display_name, first.flexjobs) == (SPOT_NAME, True)
     assert (second.spot, second.required, second.available) == (False, 2, 0)
     assert dict(observed.traffic_split) == {"7": 60, "8": 40}
+    assert (observed.name, observed.etag, observed.truncated) == (NAME, "abc", False)
 
 
-class _DeployingClient(_Client):
-    def deploy_model(self, **kwargs: Any) -> Any:
-        self.calls.append(kwargs)
-        # An api_core Operation future: its raw operation has the name.
-        return SimpleNamespace(operation=SimpleNamespace(name=f"{NAME}/operations/1"))
-
-
-def test_the_fallback_copied_from_a_read_keeps_the_spot_models_accelerator() -> None:
-    """The accelerator type is an enum: read as a number (proto-plus's default JSON), it was
-    lost, and the on-demand fallback was deployed on the bare machine, without its GPU."""
-    spot = DeployedModel(
-        id="7",
-        model="projects/p/locations/us-central1/models/m",
-        display_name="served [flexjobs s-1]",
-        dedicated_resources=DedicatedResources(
-            machine_spec=MachineSpec(
-                machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1
-            ),
-            min_replica_count=2,
-            spot=True,
-        ),
-    )
-    client = _DeployingClient(Endpoint(name=NAME, deployed_models=[spot], traffic_split={"7": 100}))
+def test_the_accelerator_is_read_by_name_not_as_an_enum_number() -> None:
+    """proto-plus writes enums as numbers by default: an accelerator read as a number would be
+    lost from the machine the read shows."""
+    client = _Client(Endpoint(name=NAME, deployed_models=[_spot()], traffic_split={"7": 100}))
     backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
 
-    served = backend.read(NAME)
-    assert served.models[0].machine.accelerator_type == "NVIDIA_L4"
-    assert served.models[0].machine.accelerator_count == 1
-    t0 = datetime(2026, 12, 1, tzinfo=UTC)
-    state = start("7", served, t0)
-    spot.status.available_replica_count = 0
-    lost = decide(backend.read(NAME), state, t0 + timedelta(minutes=1), ServingSettings())
-    hedge = decide(backend.read(NAME), lost.state, t0 + timedelta(minutes=7), ServingSettings())
-    assert hedge.deploy is not None
-    backend.deploy_fallback(NAME, hedge.deploy)
+    machine = backend.read(NAME).models[0].machine
 
-    sent = client.calls[-1]["deployed_model"].dedicated_resources
-    assert sent.spot is False
-    assert sent.machine_spec == spot.dedicated_resources.machine_spec
+    assert (machine.machine_type, machine.accelerator_type, machine.accelerator_count) == (
+        "g2-standard-8",
+        "NVIDIA_L4",
+        1,
+    )
 
 
-def test_the_fallback_runs_as_the_requested_deployed_model_does_on_demand() -> None:
-    """The requested deployedModel is the template: its service account and logging are the
-    fallback's too; Spot, the replica counts, the id and the name are the fallback's own."""
-    client = _DeployingClient(Endpoint(name=NAME))
+def test_an_endpoint_past_max_models_reads_as_truncated() -> None:
+    models = [DeployedModel(id=str(i)) for i in range(70)]
+    client = _Client(Endpoint(name=NAME, deployed_models=models))
+    backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
+
+    observed = backend.read(NAME)
+
+    assert observed.truncated and len(observed.models) == 64
+
+
+def test_the_hedge_decided_from_a_read_is_sent_as_the_requested_model_on_demand() -> None:
+    """The requested deployedModel is the template: its model, machine (with its GPU), service
+    account and logging are the fallback's too; Spot, the replica counts, the id and the name
+    are the fallback's own, and it gets no traffic until it serves."""
+    client = _Client(Endpoint(name=NAME, deployed_models=[_spot()], traffic_split={"7": 100}))
     backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
     template = {
         "model": "projects/p/locations/us-central1/models/m",
@@ -118,31 +125,45 @@ def test_the_fallback_runs_as_the_requested_deployed_model_does_on_demand() -> N
         "serviceAccount": "serving@p.iam.gserviceaccount.com",
         "disableContainerLogging": True,
         "dedicatedResources": {
-            "machineSpec": {"machineType": "g2-standard-8"},
-            "minReplicaCount": 4,
+            "machineSpec": {
+                "machineType": "g2-standard-8",
+                "acceleratorType": "NVIDIA_L4",
+                "acceleratorCount": 1,
+            },
+            "minReplicaCount": 3,
+            "maxReplicaCount": 6,
             "spot": True,
         },
     }
-    fallback = Fallback(
-        "projects/p/locations/us-central1/models/m",
-        "served [flexjobs s-1] (on-demand fallback)",
-        ServingMachine("g2-standard-8", "NVIDIA_L4", 1),
-        2,
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    state = new_state(SPOT_NAME, 3, ServingPolicy(), t0)
+    # The Spot model under its tagged name is on the endpoint already: followed at once.
+    short = decide(state, backend.read(NAME), t0, ServingSettings())
+    assert (short.transition, short.state.spot.id, short.state.phase.value) == (
+        "deployed",
+        "7",
+        "DEFICIT",
     )
+    hedge = decide(short.state, backend.read(NAME), t0 + timedelta(minutes=5))
+    assert hedge.call is not None and hedge.call.kind is CallKind.DEPLOY_FALLBACK
 
-    backend.deploy_fallback(NAME, fallback, template)
+    operation = backend.deploy_on_demand(NAME, hedge.call.target, hedge.call.replicas, template)
 
-    sent = client.calls[-1]["deployed_model"]
+    assert operation == f"{NAME}/operations/1"
+    call = client.calls[-1]
+    assert call["retry"] is None  # a create is never retried in-process
+    sent = call["deployed_model"]
+    assert (sent.id, sent.display_name) == ("", fallback_display_name(SPOT_NAME))
     assert (sent.service_account, sent.disable_container_logging) == (
         "serving@p.iam.gserviceaccount.com",
         True,
     )
-    assert (sent.id, sent.display_name) == ("", fallback.display_name)
     resources = sent.dedicated_resources
-    assert (resources.spot, resources.min_replica_count, resources.max_replica_count) == (
-        False,
-        2,
-        2,
-    )
-    assert resources.machine_spec.accelerator_count == 1
-    assert "traffic_split" not in client.calls[-1]  # no traffic until it serves
+    assert resources.spot is False
+    assert (
+        resources.min_replica_count,
+        resources.max_replica_count,
+        resources.required_replica_count,
+    ) == (3, 3, 3)
+    assert resources.machine_spec == _spot().dedicated_resources.machine_spec
+    assert "traffic_split" not in call  # no traffic until it serves

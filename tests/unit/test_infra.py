@@ -679,6 +679,9 @@ def test_the_drift_checks_fail_when_either_side_loses_something(infra):
     assert index_problems(broken) == [
         "jobs ('checkpointPrefix', 'state'): a composite query with no index",
         "jobs ('admission.stage', 'admission.waitingSince'): a composite query with no index",
+        "jobs ('admission.stage', 'admission.queue', 'admission.waitingSince'): a composite"
+        " query with no index",
+        "deployments ('endpoint', 'state'): a composite query with no index",
         "jobs ('state', 'createdAt'): a composite query with no index",
         "jobs ('state', 'createdAt'): a composite query with no index",
     ]

@@ -210,9 +210,11 @@ def test_the_facts_say_phase_since_hedges_fallback_and_the_call_in_flight():
     )
     assert serving_facts(serving, at(40)) == [
         ("phase", "HEDGED since 2026-12-01 10:10:00Z (30m00s)"),
+        ("intent", "serve"),
         ("hedges", "3"),
         ("fallback", "being deployed (2 replica(s))"),
-        ("call in flight", "DeployModel since 2026-12-01 10:10:00Z: no operation name yet"),
+        # Recorded before the machine with no operation: it may have reached Vertex.
+        ("call in flight", "DeployModel(fallback) since 2026-12-01 10:10:00Z: answer lost"),
         ("time short of replicas", "15m00s"),
         ("node-hours", "Spot 2.000, on-demand 0.500"),
     ]

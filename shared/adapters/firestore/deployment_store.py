@@ -14,6 +14,7 @@ from shared.adapters.firestore.job_store import (
     create_document,
     transact_document,
 )
+from shared.app.ports import ON_ENDPOINT_LIMIT
 from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.ids import doc_id
 from shared.domain.model.states import DeploymentState
@@ -25,7 +26,7 @@ DEPLOYMENTS = "deployments"
 #: The records the tick follows: in a state not ended (a single-field ``in``).
 ALIVE = Query(DEPLOYMENTS, (("state", "in"),))
 WITH_OUTBOX = Query(DEPLOYMENTS, (("outboxPending", "=="),))
-ON_ENDPOINT = Query(DEPLOYMENTS, (("endpoint", "=="),))
+ON_ENDPOINT = Query(DEPLOYMENTS, (("endpoint", "=="), ("state", "in")))
 ALIVE_STATES = [
     DeploymentState.ACCEPTED.value,
     DeploymentState.DEPLOYING.value,
@@ -73,8 +74,8 @@ class FirestoreDeploymentStore:
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
-        """Every record of a deployment on ``endpoint`` (a single-field equality)."""
-        query = ON_ENDPOINT.on(self._jobs.db, endpoint)
+        """The alive records of the deployments on ``endpoint``, bounded (see the port)."""
+        query = ON_ENDPOINT.on(self._jobs.db, endpoint, ALIVE_STATES).limit(ON_ENDPOINT_LIMIT)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def with_outbox(self) -> list[dict[str, Any]]:

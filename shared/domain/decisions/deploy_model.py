@@ -29,7 +29,7 @@ from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.ids import label_value
 from shared.domain.model.kinds import DEPLOY_MODEL
 from shared.domain.model.states import DeploymentState
-from shared.domain.model.values import clip
+from shared.domain.model.values import clip, parse_rfc3339
 from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
 from shared.domain.serving.model import (
     CallKind,
@@ -162,14 +162,15 @@ def projected(
     fields: dict[str, Any] = {"serving": state.to_dict(), "updatedAt": now}
     deletes = tuple(f for f in (UNDEPLOY_REQUESTED, RESUME_REQUESTED) if getattr(record, _FLAGS[f]))
     phase = state.phase
-    call = state.call
     if phase is Phase.FAILED:
         top = DeploymentState.FAILED
     elif phase is Phase.UNDEPLOYED:
         top = DeploymentState.UNDEPLOYED
     elif state.spot.id is not None and phase is not Phase.DEPLOYING:
         top = DeploymentState.DEPLOYED
-    elif call is not None and call.kind is CallKind.DEPLOY_SPOT and call.operation:
+    elif _spot_operation(state) or record.state is DeploymentState.DEPLOYING:
+        # Its DeployModel reached Vertex (in flight, or set aside by a cancel to land first);
+        # a state never moves back.
         top = DeploymentState.DEPLOYING
     else:
         top = DeploymentState.ACCEPTED
@@ -177,10 +178,20 @@ def projected(
     if state.spot.id is not None and record.deployed_model_id != state.spot.id:
         fields["deployedModelId"] = state.spot.id
         fields["deployedAt"] = now
-    if call is not None and call.kind is CallKind.DEPLOY_SPOT and call.operation:
-        fields["operation"] = call.operation
-    if top is DeploymentState.ACCEPTED and state.retry_at is not None:
+    operation = _spot_operation(state)
+    if operation and record.operation != operation:
+        fields["operation"] = operation
+    parked = top is DeploymentState.ACCEPTED and state.retry_at is not None
+    if parked or record.state is DeploymentState.ACCEPTED:
+        # The contract's parked deployment: when the tick deploys it again, and how often
+        # Vertex refused it for quota (one more each time a new refusal parks it).
+        fields["nextAttemptAt"] = state.retry_at if parked else None
+        if parked and parse_rfc3339(record.serving.get("retryAt")) != state.retry_at:
+            fields["quotaRetries"] = record.quota_retries + 1
+    if parked:
         fields["reason"] = "quota"
+    elif phase is Phase.DEPLOYING and record.state is DeploymentState.ACCEPTED:
+        fields["reason"] = None  # no longer parked
     elif phase is Phase.FAILED:
         last = state.history[-1].cause if state.history else "refused"
         fields["reason"] = clip(last)
@@ -191,6 +202,14 @@ def projected(
     for notice, reason in notices:
         fields = with_notice(_with(record, fields), fields, notice, reason)
     return DeploymentChange(fields, deletes=deletes)
+
+
+def _spot_operation(state: ServingState) -> str | None:
+    """The Spot model's DeployModel operation, while it is in flight or landing."""
+    for call in (state.call, state.landing):
+        if call is not None and call.kind is CallKind.DEPLOY_SPOT and call.operation:
+            return call.operation
+    return None
 
 
 #: The flags a record written before the machine kept its owner's asks in (read as intents,

@@ -45,6 +45,9 @@ MAX_CAUSE: Final = 160
 #: Ids, names and resource names read from Vertex are clipped to this many characters
 #: (a display name is at most 128; a model resource name is well under 256).
 MAX_NAME: Final = 256
+#: A deployed model's id is kept to this many characters ("1-10 characters ... /[0-9]/", the
+#: DeployedModel reference says): ids fill the state's maps, so they have their own bound.
+MAX_ID: Final = 64
 #: At most this many deployed models of one endpoint are read; the rest are ignored. An
 #: endpoint with more is not one flexjobs hedges (see :func:`ObservedEndpoint.from_json`).
 MAX_MODELS: Final = 64
@@ -80,6 +83,11 @@ def _mapping(raw: object) -> Mapping[str, Any]:
 
 def _name(raw: object) -> str:
     return (clip(raw, MAX_NAME) or "") if isinstance(raw, str) else ""
+
+
+def _id(raw: object) -> str:
+    """A deployed model's id (Vertex's are at most 10 digits), bounded at :data:`MAX_ID`."""
+    return (clip(raw, MAX_ID) or "") if isinstance(raw, str) else ""
 
 
 class Phase(StrEnum):
@@ -127,8 +135,11 @@ class Intent(StrEnum):
 
 #: A deployed model another flexjobs deployment owns: its display name ends with a deployment's
 #: tag (``[flexjobs <label>]``, :func:`shared.domain.decisions.deploy_model.deployment_tag`; a
-#: unit test holds the two to the same form), or with that tag and the fallback's suffix.
-FLEXJOBS_NAME: Final = re.compile(r".*\[flexjobs [a-z0-9_-]{1,63}\]( \(on-demand fallback\))?")
+#: unit test holds the two to the same form), or with that tag and the fallback's or the floor's
+#: suffix.
+FLEXJOBS_NAME: Final = re.compile(
+    r".*\[flexjobs [a-z0-9_-]{1,63}\]( \(on-demand (fallback|floor)\))?"
+)
 
 
 @dataclass(frozen=True)
@@ -220,7 +231,7 @@ class ObservedEndpoint:
             )
             models.append(
                 ObservedModel(
-                    id=_name(item.get("id")),
+                    id=_id(item.get("id")),
                     model=_name(item.get("model")),
                     display_name=_name(item.get("displayName")),
                     machine=MachineSpec(
@@ -341,6 +352,34 @@ def policy_from_dict(raw: object) -> tuple[int, ServingPolicy]:
     return required, ServingPolicy(floor, extra, got.get("hedge") is not False)
 
 
+#: What a fallback's and a floor's display names end with, after the Spot model's.
+FALLBACK_SUFFIX: Final = " (on-demand fallback)"
+FLOOR_SUFFIX: Final = " (on-demand floor)"
+
+
+def fallback_display_name(spot_name: str) -> str:
+    """The fallback's display name: the Spot model's (which carries the deployment's tag),
+    then :data:`FALLBACK_SUFFIX`, within Vertex's 128 characters.
+
+    Examples:
+        >>> fallback_display_name("served [flexjobs s-1]")
+        'served [flexjobs s-1] (on-demand fallback)'
+    """
+    # The tag ends the Spot model's name: a long name loses its start, never its tag, so two
+    # deployments' fallbacks never share a name.
+    return spot_name[-(128 - len(FALLBACK_SUFFIX)) :] + FALLBACK_SUFFIX
+
+
+def floor_display_name(spot_name: str) -> str:
+    """The warm on-demand floor's display name.
+
+    Examples:
+        >>> floor_display_name("served [flexjobs s-1]")
+        'served [flexjobs s-1] (on-demand floor)'
+    """
+    return spot_name[-(128 - len(FLOOR_SUFFIX)) :] + FLOOR_SUFFIX
+
+
 class CallKind(StrEnum):
     """The long-running calls a deployment makes, one at a time: DeployModel of its Spot
     model, of its warm on-demand floor, of an on-demand fallback; MutateDeployedModel of the
@@ -390,17 +429,38 @@ class InFlight:
     def decode(cls, raw: object) -> InFlight | None:
         got = _mapping(raw)
         call, at = got.get("call"), parse_rfc3339(got.get("at"))
-        if call not in CallKind._value2member_map_ or at is None:
+        target = _name(got.get("target"))
+        # No target: a call recorded before the machine (read by ``_legacy_call``).
+        if call not in CallKind._value2member_map_ or at is None or not target:
             return None
         return cls(
             CallKind(str(call)),
-            _name(got.get("target")),
+            target,
             at,
             _count(got.get("replicas")),
             _name(got.get("operation")) or None,
             got.get("unknown") is True,
             parse_rfc3339(got.get("since")),
         )
+
+
+def _legacy_call(raw: object, fallback: Ours | None, spot: Ours, at: datetime) -> InFlight | None:
+    """A call in flight as the serving code before the machine recorded it (``{call,
+    operation, at}``, no target): each was about the fallback (an undeploy of a deployment
+    with none, its Spot model). Its outcome is looked for on the next read as any other's."""
+    got = _mapping(raw)
+    call = got.get("call")
+    when = parse_rfc3339(got.get("at")) or at
+    operation = _name(got.get("operation")) or None
+    if call == "DeployModel":
+        name = fallback.name if fallback else fallback_display_name(spot.name)
+        return InFlight(CallKind.DEPLOY_FALLBACK, name, when, 0, operation, operation is None)
+    if call == "MutateDeployedModel" and fallback is not None and fallback.id:
+        return InFlight(CallKind.MUTATE, fallback.id, when, fallback.replicas, operation)
+    target = fallback.id if fallback is not None and fallback.id else spot.id
+    if call == "UndeployModel" and target:
+        return InFlight(CallKind.UNDEPLOY, target, when, 0, operation)
+    return None
 
 
 @dataclass(frozen=True)
@@ -421,7 +481,7 @@ class Ours:
         name = _name(got.get("displayName"))
         if not name:
             return None
-        return cls(name, _name(got.get("deployedModelId")) or None, _count(got.get("replicas")))
+        return cls(name, _id(got.get("deployedModelId")) or None, _count(got.get("replicas")))
 
 
 @dataclass(frozen=True)
@@ -574,15 +634,25 @@ class ServingState:
         history = history if isinstance(history, list) else []
         changes = (CapacityChange.decode(item) for item in history[-HISTORY_LIMIT:])
         neighbours = raw.get("neighbours")
-        fallback_name = _name(raw.get("fallbackDisplayName"))
+        fallback_id = _id(raw.get("fallbackDeployedModelId"))
+        fallback_name = _name(raw.get("fallbackDisplayName")) or (
+            # Written before the machine: its fallback had this name, recorded by id only.
+            fallback_display_name(spot_name) if fallback_id else ""
+        )
         fallback = (
             Ours(
                 fallback_name,
-                _name(raw.get("fallbackDeployedModelId")) or None,
+                fallback_id or None,
                 _count(raw.get("fallbackReplicas")),
             )
             if fallback_name
             else None
+        )
+
+        spot = Ours(
+            spot_name,
+            _id(raw.get("spotDeployedModelId")) or None,
+            _count(raw.get("spotReplicas")),
         )
 
         def seconds(value: object) -> float:
@@ -597,11 +667,7 @@ class ServingState:
             resumed_at=parse_rfc3339(raw.get("resumedAt")),
             required=required,
             policy=policy,
-            spot=Ours(
-                spot_name,
-                _name(raw.get("spotDeployedModelId")) or None,
-                _count(raw.get("spotReplicas")),
-            ),
+            spot=spot,
             accounted_at=accounted_at,
             last=Capacity(
                 _count(last.get("spot")), _count(last.get("onDemand")), _count(last.get("required"))
@@ -610,12 +676,13 @@ class ServingState:
             floor=Ours.decode(raw.get("floor")),
             fallback=fallback,
             pool=min(_count(raw.get("pool")), 100),
-            others={_name(k): _count(v) for k, v in list(others.items())[:MAX_MODELS]},
+            others={_id(k): _count(v) for k, v in list(others.items())[:MAX_MODELS]},
             theirs=min(_count(raw.get("theirs")), 100),
             neighbours=tuple(
-                _name(n) for n in (neighbours if isinstance(neighbours, list) else [])[:MAX_MODELS]
+                _id(n) for n in (neighbours if isinstance(neighbours, list) else [])[:MAX_MODELS]
             ),
-            call=InFlight.decode(raw.get("pending")),
+            call=InFlight.decode(raw.get("pending"))
+            or _legacy_call(raw.get("pending"), fallback, spot, accounted_at),
             given_up=InFlight.decode(raw.get("givenUp")),
             landing=InFlight.decode(raw.get("landing")),
             retry_at=parse_rfc3339(raw.get("retryAt")),

@@ -59,13 +59,11 @@ from shared.domain.serving.model import (
     ServingAction,
     ServingSettings,
     ServingState,
+    fallback_display_name,
+    floor_display_name,
 )
 from shared.domain.serving.objective import ServingPolicy
 from shared.domain.serving.split import hedged_split, largest_remainder
-
-#: What a fallback's and a floor's display names end with, after the Spot model's.
-FALLBACK_SUFFIX: Final = " (on-demand fallback)"
-FLOOR_SUFFIX: Final = " (on-demand floor)"
 
 #: A DeployModel with no outcome yet (its answer lost, or its operation never done) is
 #: given up after this long: a GPU DeployModel takes minutes to tens of minutes, so a model it
@@ -143,8 +141,8 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
        when="the replicas serving changed; the phase follows them"),
     _t("floor", _ACTING, _FOLLOWING, call="DeployModel(floor)",
        when="a warm on-demand floor is asked for and not deployed"),
-    _t("hedge", Phase.DEFICIT, Phase.HEDGED, call="DeployModel(fallback)",
-       when="fewer replicas than required for the grace period, hedging on"),
+    _t("hedge", _UNHEDGED, Phase.HEDGED, call="DeployModel(fallback)",
+       when="fewer replicas than required for the grace period (from SERVING: a grace of 0)"),
     _t("hedge-failed", _HEDGING, _UNHEDGED,
        when="the fallback's DeployModel failed, or was given up: a new grace period runs"),
     _t("hedged", _FOLLOWING, _HEDGING, notice=HEDGED,
@@ -153,8 +151,9 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
        when="the deficit grew past the fallback's replicas"),
     _t("shift", _ACTING, _FOLLOWING, call="UpdateEndpoint",
        when="traffic follows the replicas that serve (never to one that does not, or leaves)"),
-    _t("restore", Phase.RECOVERING, Phase.RECOVERING, call="UpdateEndpoint, UndeployModel",
-       when="Spot served every replica for the hold: traffic back, then the fallback goes"),
+    _t("restore", _HEDGING, Phase.RECOVERING, call="UpdateEndpoint, UndeployModel",
+       when="Spot served every replica for the hold (from HEDGED: a hold of 0): traffic"
+       " back, then the fallback goes"),
     _t("restored", _FOLLOWING, _FOLLOWING, notice=RESTORED,
        when="the fallback this deployment undeployed is gone"),
     _t("cleanup", _FOLLOWING, _FOLLOWING, call="UndeployModel",
@@ -186,29 +185,6 @@ def allowed(name: str, before: Phase, after: Phase) -> bool:
 
 
 # -- names -----------------------------------------------------------------------------------
-
-
-def fallback_display_name(spot_name: str) -> str:
-    """The fallback's display name: the Spot model's (which carries the deployment's tag),
-    then :data:`FALLBACK_SUFFIX`, within Vertex's 128 characters.
-
-    Examples:
-        >>> fallback_display_name("served [flexjobs s-1]")
-        'served [flexjobs s-1] (on-demand fallback)'
-    """
-    # The tag ends the Spot model's name: a long name loses its start, never its tag, so two
-    # deployments' fallbacks never share a name.
-    return spot_name[-(128 - len(FALLBACK_SUFFIX)) :] + FALLBACK_SUFFIX
-
-
-def floor_display_name(spot_name: str) -> str:
-    """The warm on-demand floor's display name.
-
-    Examples:
-        >>> floor_display_name("served [flexjobs s-1]")
-        'served [flexjobs s-1] (on-demand floor)'
-    """
-    return spot_name[-(128 - len(FLOOR_SUFFIX)) :] + FLOOR_SUFFIX
 
 
 def owns(state: ServingState, display_name: str) -> bool:
@@ -362,6 +338,8 @@ class _Read:
     leaving: frozenset[str]
     #: When the read was taken.
     taken: datetime
+    #: The operation read of the call in flight, or of a DeployModel set aside (landing).
+    operation: OperationOutcome | None = None
 
 
 @dataclass(frozen=True)
@@ -395,10 +373,10 @@ def decide(
 
     Examples:
         >>> from datetime import UTC
-        >>> from shared.domain.serving.model import MachineSpec, ServingPolicy
+        >>> from shared.domain.serving.model import MachineSpec
         >>> t0 = datetime(2026, 12, 1, tzinfo=UTC)
         >>> name = "served [flexjobs s-1]"
-        >>> state = new_state(name, ServingPolicy(required=2), t0)
+        >>> state = new_state(name, 2, ServingPolicy(), t0)
         >>> empty = ObservedEndpoint("e", (), {})
         >>> first = decide(state, empty, t0)
         >>> first.kind, first.call.kind.value, first.deploy.replicas
@@ -422,12 +400,17 @@ def decide(
     taken = read_at or now
     if state.read_at is not None and taken < state.read_at:
         return ServingAction(ActionKind.NOTHING, state, "a read older than the last one", "none")
-    read = _Read(observed, now, settings, leaving, taken)
+    read = _Read(observed, now, settings, leaving, taken, operation)
     resolved, notices, cause = _resolve(state, read, operation)
     resolved, seen, adopted = _recognise(resolved, read)
     notices += seen
     if resolved.phase.ended:
         step = _Step(ActionKind.RECORD, resolved, cause, "deploy-failed")
+    elif resolved.intent is Intent.UNDEPLOY and observed.truncated:
+        # Not every model of the endpoint was read: one of ours past the bound would be left
+        # behind, and a split written from a part of them would not sum to 100.
+        why = f"undeploy waits: the endpoint has more than {MAX_MODELS} deployed models"
+        step = _Step(ActionKind.NOTHING, resolved, why, "none")
     elif resolved.intent is Intent.UNDEPLOY:
         step = _undeploying(resolved, read)
     elif resolved.phase is Phase.DEPLOYING:
@@ -436,11 +419,22 @@ def decide(
         step = _truncated(resolved, read)
     else:
         step = _following(resolved, read)
-    if cause and step.transition == "none":
-        step = replace(step, transition="call")
+    if cause and step.transition in ("none", "capacity"):
+        step = replace(step, transition=_outcome_transition(state, resolved, notices))
     if adopted and step.transition in ("none", "capacity"):
         step = replace(step, transition="hedged")
     return _accounted(state, step, read, notices, cause)
+
+
+def _outcome_transition(before: ServingState, after: ServingState, notices: tuple[str, ...]) -> str:
+    """The row a call's outcome moved the state by: the fallback gone (RESTORED owed), a
+    hedge that failed, or any other outcome."""
+    if RESTORED in notices:
+        return "restored"
+    call = before.call
+    if call is not None and call.kind is CallKind.DEPLOY_FALLBACK and after.phase in _UNHEDGED:
+        return "hedge-failed"
+    return "call"
 
 
 @dataclass(frozen=True)
@@ -467,24 +461,7 @@ def _resolve(
     op = operation if operation is not None and operation.name == call.operation else None
     elapsed = (now - call.at).total_seconds()
     if call.kind.deploys:
-        seen = next((m for m in observed.models if m.display_name == call.target), None)
-        if seen is not None:
-            return _landed(state, call, seen.id, seen.required, now)
-        if op is not None and op.done and not op.error and op.deployed_model_id:
-            return _landed(state, call, op.deployed_model_id, call.replicas, now)
-        if op is not None and op.done:
-            return _deploy_failed(state, call, op.error or "the operation failed", now)
-        if call.operation:
-            # Vertex answered with its operation: the model lands when the operation ends
-            # (done or failed), however long it runs; it is never sent twice meanwhile.
-            return state, (), ""
-        if elapsed >= DEPLOY_LIMIT_SECONDS:
-            given = replace(state, call=None, given_up=call)
-            why = f"{call.kind.value}: no answer after {DEPLOY_LIMIT_SECONDS / 3600:.0f} h"
-            if call.kind is CallKind.DEPLOY_FALLBACK:
-                return _hedge_failed(given, now, why), (), why
-            return given, (), why
-        return state, (), ""
+        return _resolve_deploy(state, call, read, op)
     present = observed.model(call.target)
     if call.kind is CallKind.UNDEPLOY:
         if present is None or (op is not None and op.done and not op.error):
@@ -503,6 +480,38 @@ def _resolve(
     if elapsed >= CALL_LIMIT_SECONDS:
         why = f"{call.kind.value}: no effect after {CALL_LIMIT_SECONDS / 60:.0f} min"
         return replace(state, call=None, given_up=call), (), why
+    return state, (), ""
+
+
+def _resolve_deploy(
+    state: ServingState, call: InFlight, read: _Read, op: OperationOutcome | None
+) -> tuple[ServingState, tuple[str, ...], str]:
+    """A DeployModel's outcome: its model on the endpoint (by name), its operation done or
+    failed, or no answer past :data:`DEPLOY_LIMIT_SECONDS`."""
+    observed, now = read.observed, read.now
+    elapsed = (now - call.at).total_seconds()
+    seen = next((m for m in observed.models if m.display_name == call.target), None)
+    if seen is not None:
+        return _landed(state, call, seen.id, seen.required, now)
+    if op is not None and op.done and not op.error and op.deployed_model_id:
+        listed_later = call.kind is not CallKind.DEPLOY_SPOT and elapsed < DEPLOY_LIMIT_SECONDS
+        if listed_later:
+            # Done, not listed yet: recorded once a read shows it (or at the limit), so its
+            # absence from this read is never taken for a hand edit.
+            return state, (), ""
+        return _landed(state, call, op.deployed_model_id, call.replicas, now)
+    if op is not None and op.done:
+        return _deploy_failed(state, call, op.error or "the operation failed", now)
+    if call.operation:
+        # Vertex answered with its operation: the model lands when the operation ends
+        # (done or failed), however long it runs; it is never sent twice meanwhile.
+        return state, (), ""
+    if elapsed >= DEPLOY_LIMIT_SECONDS:
+        given = replace(state, call=None, given_up=call)
+        why = f"{call.kind.value}: no answer after {DEPLOY_LIMIT_SECONDS / 3600:.0f} h"
+        if call.kind is CallKind.DEPLOY_FALLBACK:
+            return _hedge_failed(given, now, why), (), why
+        return given, (), why
     return state, (), ""
 
 
@@ -754,6 +763,10 @@ def _resumed(state: ServingState, observed: ObservedEndpoint, now: datetime) -> 
     as ours."""
     spot = observed.model(state.spot.id) if state.spot.id else None
     based = _baseline(replace(state, resumed_at=state.intent_at), observed)
+    if state.phase is not Phase.PAUSED_BY_HAND and spot is not None:
+        # Not paused: the endpoint as it is becomes the baseline; the phase and its grace or
+        # hold period go on as they were.
+        return based
     if spot is None:
         return replace(based, phase=Phase.PAUSED_BY_HAND, since=now)
     based = replace(based, spot=replace(based.spot, replicas=spot.required))
@@ -936,6 +949,8 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
     landing = going.landing
     if landing is not None and any(m.display_name == landing.target for m in present):
         going = replace(going, landing=None)  # it landed: it leaves with the others
+    elif landing is not None and _failed_operation(landing, read.operation):
+        going = replace(going, landing=None)  # it made nothing
     elif landing is not None and (now - landing.at).total_seconds() >= DEPLOY_LIMIT_SECONDS:
         going = replace(going, landing=None, given_up=landing)
     if not present:
@@ -1002,6 +1017,17 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
     return _Step(ActionKind.NOTHING, going, why, "undeploy")
 
 
+def _failed_operation(call: InFlight, operation: OperationOutcome | None) -> bool:
+    """``call``'s operation ended with an error (it deployed nothing)."""
+    return (
+        operation is not None
+        and bool(call.operation)
+        and operation.name == call.operation
+        and operation.done
+        and operation.error is not None
+    )
+
+
 def _last_to_go(state: ServingState, models: list[ObservedModel]) -> ObservedModel | None:
     """Of ``models``, the one our traffic gathers on while the others leave: the Spot model
     if it serves, else the one serving the most replicas."""
@@ -1055,14 +1081,16 @@ def _accounted(
     if step.kind is not ActionKind.NOTHING or after.phase is not before.phase:
         causes.append(step.reason)
     after = replace(after, read_at=max(read.taken, after.read_at or read.taken))
-    said = "; ".join(dict.fromkeys(c for c in causes if c)) or step.reason
     if (
         after.history
         and after.history[-1].at == read.now
         and after.history[-1] not in before.history
     ):
-        # The step wrote its own entry at this time (a call's failure): one entry says both.
+        # The step wrote its own entry at this time (a call's failure): one entry says both,
+        # its cause first (the chart marks a failed hedge by it).
+        causes.insert(0, after.history[-1].cause)
         after = replace(after, history=after.history[:-1], last=before.last)
+    said = "; ".join(dict.fromkeys(c for c in causes if c)) or step.reason
     written = _history(after, read.now, cap, said)
     kind = ActionKind.RECORD if step.kind is ActionKind.NOTHING else step.kind
     return ServingAction(
