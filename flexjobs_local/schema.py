@@ -46,6 +46,7 @@ from shared.domain.model.strategies import (
 )
 from shared.domain.model.values import snake_case
 from shared.domain.policy.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
+from shared.domain.policy.serving_knobs import MAX_EXTRA_SPOT, MAX_REPLICAS
 from shared.domain.request.auto_regions import MAX_CHECKPOINT_GB, MAX_REGIONS
 from shared.domain.request.deadlines import (
     DEFAULT_RESTART_OVERHEAD_SECONDS,
@@ -310,6 +311,19 @@ BODY_MODELS: Final[dict[JobKind, type[_VertexBody]]] = {
 }
 
 
+class AvailabilityObjectiveField(BaseModel):
+    """A deployModel's availability objective: shares of minutes served."""
+
+    model_config = ConfigDict(extra="forbid", title="availabilityObjective")
+
+    atLeastOneReplica: Annotated[float, Field(gt=0, le=1)] = Field(
+        description="Share of minutes with at least one replica serving, e.g. 0.999."
+    )
+    allRequired: Annotated[float, Field(gt=0, le=1)] | SkipJsonSchema[None] = Field(
+        default=None, description="Share of minutes with every required replica serving."
+    )
+
+
 class _Envelope(BaseModel):
     """The message's own fields; :data:`JobRequestMessage` adds one field per kind."""
 
@@ -399,6 +413,29 @@ class _Envelope(BaseModel):
     pinnedRegion: bool | SkipJsonSchema[None] = Field(
         default=None,
         description=f"With {AUTO}: true keeps the job (and its data) in location; no regions.",
+    )
+    minOnDemandReplicas: Annotated[int, Field(ge=0, le=MAX_REPLICAS)] | SkipJsonSchema[None] = (
+        Field(
+            default=None,
+            description="With deployModel: a warm on-demand floor of this many of the required "
+            "replicas, always deployed beside the Spot model (at most the required).",
+        )
+    )
+    extraSpotReplicas: Annotated[int, Field(ge=0, le=MAX_EXTRA_SPOT)] | SkipJsonSchema[None] = (
+        Field(
+            default=None,
+            description="With deployModel: Spot replicas over the required (over-provisioning).",
+        )
+    )
+    hedge: bool | SkipJsonSchema[None] = Field(
+        default=None,
+        description="With deployModel: the reactive on-demand fallback when Spot serves too "
+        "few replicas (default true).",
+    )
+    availabilityObjective: AvailabilityObjectiveField | SkipJsonSchema[None] = Field(
+        default=None,
+        description="With deployModel and none of the knobs: flexjobs chooses the cheapest "
+        "measured knobs that meet it.",
     )
 
 

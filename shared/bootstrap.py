@@ -10,6 +10,7 @@ with ``override(None)`` so the next call rebuilds.
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -25,6 +26,7 @@ from shared.app.repository.jobs import JobRecords
 from shared.app.uploads import Uploads
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import Backoff, RetryPolicy
+from shared.domain.serving.objective import PolicyTable
 from shared.kernel.config import Settings
 from shared.kernel.logs import configure
 from shared.status.site import StatusSite
@@ -182,7 +184,16 @@ def build_deployments(
         clock=clock,
         notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),
         retry=retry_policy(settings, classify=False, jitter=ports.jitter),
+        policy_table=_policy_table,
     )
+
+
+@functools.cache
+def _policy_table() -> PolicyTable:
+    """The measured serving policies shipped with the functions, read once per instance."""
+    from shared.adapters.serving_table import load_policy_table
+
+    return load_policy_table()
 
 
 def intake() -> Intake:

@@ -27,6 +27,7 @@ from shared.domain.admission.config import Queues
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import RetryPolicy
 from shared.domain.request.validation import Validator
+from shared.domain.serving.objective import PolicyTable
 from shared.kernel.config import Settings
 
 
@@ -42,6 +43,9 @@ class Deployments:
     notifier: Notifier
     # The retry policy: its backoff spaces the deployments parked for quota.
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # The measured serving policies objective mode chooses from (read on first use; None:
+    # none, so an objective gets always on-demand).
+    policy_table: Callable[[], PolicyTable] | None = None
 
 
 @dataclass

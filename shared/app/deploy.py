@@ -28,8 +28,13 @@ from shared.app.context import Deployments
 from shared.app.repository.deployments import Stepped, serving_state
 from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.sweep import Sweep
-from shared.domain.decisions.deploy_model import OperationStatus, policy_of, tagged_display_name
+from shared.domain.decisions.deploy_model import (
+    OperationStatus,
+    serving_plan,
+    tagged_display_name,
+)
 from shared.domain.model.records import DeploymentRecord
+from shared.domain.policy.serving_knobs import OBJECTIVE_FIELD
 from shared.domain.request.message import JobRequest
 from shared.domain.serving import rule
 from shared.domain.serving.model import (
@@ -42,6 +47,7 @@ from shared.domain.serving.model import (
     ServingSettings,
     ServingState,
 )
+from shared.domain.serving.objective import PolicyTable
 from shared.domain.serving.rule import OperationOutcome
 from shared.kernel.config import Settings
 from shared.kernel.errors import (
@@ -74,8 +80,22 @@ def accept_deployment(request: JobRequest, ports: Deployments) -> bool:
     name = tagged_display_name(
         (request.spec.get("deployedModel") or {}).get("displayName"), request.request_id
     )
-    state = rule.new_state(name, *policy_of(request.spec, request.options), now)
+    plan = serving_plan(request.spec, request.options, _table(ports, request.options))
+    state = rule.new_state(
+        name, plan.required, plan.policy, now, objective=plan.objective, why=plan.why
+    )
+    log.info(
+        f"serving plan: {plan.policy.label(plan.required)} ({plan.why})",
+        extra={"fields": {"requestId": request.request_id}},
+    )
     return ports.store.create(request, state, now)
+
+
+def _table(ports: Deployments, options: dict[str, object]) -> PolicyTable | None:
+    """The measured policy table, read only when objective mode needs it."""
+    if OBJECTIVE_FIELD not in options or ports.policy_table is None:
+        return None
+    return ports.policy_table()
 
 
 def start_deployment(request_id: str, ports: Deployments) -> Outcome:

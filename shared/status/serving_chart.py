@@ -347,6 +347,36 @@ def _summary(steps: tuple[Step, ...], marks: tuple[Mark, ...]) -> str:
     return words + ("; " + ", ".join(events) if events else "") + "."
 
 
+def availability_facts(state: ServingState) -> list[tuple[str, str]]:
+    """Availability while followed, against the objective when there is one: the share of
+    time served, and the error budget (the time the objective allows to be lost so far, as
+    SRE practice keeps one) with how much of it is spent."""
+    followed = state.followed_seconds
+    if followed <= 0:
+        return []
+    shares = (
+        ("at least one replica", 1 - state.dark_seconds / followed, state.dark_seconds),
+        ("all required", 1 - state.short_seconds / followed, state.short_seconds),
+    )
+    objective = state.objective
+    targets = (
+        objective.at_least_one if objective else None,
+        objective.all_required if objective else None,
+    )
+    out = []
+    for (what, share, lost), target in zip(shares, targets, strict=True):
+        text = f"{share:.3%} of {duration(followed)}"
+        if target is not None:
+            allowed = (1 - target) * followed
+            verdict = "met" if share >= target else "missed"
+            text += (
+                f"; objective {target:.2%} {verdict}; budget {duration(lost)} of"
+                f" {duration(allowed)} lost"
+            )
+        out.append((what, text))
+    return out
+
+
 def serving_facts(serving: Any, now: datetime) -> list[tuple[str, str]]:
     """The serving state's fields worth a line, in words, for the page and ``flexjobs
     status``: the phase and since when, the hedges, the fallback, the call in flight, the
@@ -360,6 +390,11 @@ def serving_facts(serving: Any, now: datetime) -> list[tuple[str, str]]:
     facts = [
         ("phase", phase),
         ("intent", state.intent.value.lower()),
+        (
+            "policy",
+            f"{state.policy.label(state.required)}" + (f" ({state.why})" if state.why else ""),
+        ),
+        *availability_facts(state),
         ("hedges", str(state.hedges)),
     ]
     for ours, what in ((state.floor, "on-demand floor"), (state.fallback, "fallback")):

@@ -665,3 +665,141 @@ def test_a_cancel_that_arrives_before_its_deploy_request_is_kept(post_event, dep
     response = post_event("handle_job_request", pubsub_cloud_event(body))
     assert response.status_code == 200
     assert deployments.backend.deployed == [], "deployed after its cancel"
+
+
+# -- the knobs and objective mode (issue 39) ------------------------------------------------
+
+
+def request_with(request_id, replicas=2, **fields):
+    body = load("deploy_request")
+    body["requestId"] = request_id
+    resources = body["deployModel"]["deployedModel"]["dedicatedResources"]
+    resources["minReplicaCount"] = resources["maxReplicaCount"] = replicas
+    body["deployModel"]["trafficSplit"] = {"0": 100}
+    return {**body, **fields}
+
+
+def test_a_floor_is_deployed_beside_a_smaller_spot_model_and_serves_through_a_spot_loss(
+    post_event, deployments, clock
+):
+    body = request_with("s-1", replicas=2, minOnDemandReplicas=1, hedge=False)
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    record = deployments.store.store.get("s-1")
+    assert record["serving"]["policy"]["minOnDemandReplicas"] == 1
+    assert record["serving"]["policy"]["why"] == "named by the request"
+    deployments.backend.finish(record["operation"])
+    refresh_deployments(deployments)  # DEPLOYED: the Spot model (1 replica) is followed
+    spot = deployments.store.store.get("s-1")["deployedModelId"]
+    assert (
+        next(m for m in deployments.backend.endpoints[ENDPOINT] if m["id"] == spot)[
+            "dedicatedResources"
+        ]["minReplicaCount"]
+        == 1
+    )
+    # The next step: the floor's DeployModel (on demand, one replica); then it serves and
+    # traffic follows both.
+    refresh_deployments(deployments)
+    assert deployments.backend.calls[-1] == (
+        "DeployModel",
+        ENDPOINT,
+        "served [flexjobs s-1] (on-demand floor)",
+    )
+    deployments.backend.finish(next(iter(deployments.backend._pending)))
+    clock.advance(60)
+    refresh_deployments(deployments)
+    state = serving(deployments, "s-1")
+    assert state.floor is not None and state.floor.id is not None
+    assert deployments.backend.splits[ENDPOINT] == {spot: 50, state.floor.id: 50}
+
+    deployments.backend.set_available(ENDPOINT, spot, 0)  # Spot lost
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert deployments.backend.splits[ENDPOINT] == {state.floor.id: 100}
+    clock.advance(3600)
+    refresh_deployments(deployments)  # no hedge asked for: the floor alone serves
+    assert serving(deployments, "s-1").fallback is None
+    assert serving(deployments, "s-1").dark_seconds == 0
+
+
+def test_every_replica_on_demand_deploys_the_floor_alone_and_a_cancel_takes_it_down(
+    post_event, deployments, clock
+):
+    body = request_with("s-1", replicas=1, minOnDemandReplicas=1, hedge=False)
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    assert deployments.backend.deployed == []  # no Spot model
+    ((call, _endpoint, name),) = deployments.backend.calls
+    assert (call, name) == ("DeployModel", "served [flexjobs s-1] (on-demand floor)")
+    record = deployments.store.store.get("s-1")
+    assert record["state"] == "DEPLOYING"
+    deployments.backend.finish(record["operation"])
+    refresh_deployments(deployments)
+    record = deployments.store.store.get("s-1")
+    assert record["state"] == "DEPLOYED" and record["deployedModelId"]
+    assert notices(deployments, "s-1") == ["DEPLOYED"]
+
+    cancel(post_event, "s-1")
+    tick_until_settled(deployments, clock)
+    assert deployments.store.store.get("s-1")["state"] == "UNDEPLOYED"
+    assert deployments.backend.endpoints[ENDPOINT] == []
+
+
+def test_an_objective_without_knobs_gets_the_cheapest_measured_policy_and_says_why(
+    post_event, deployments
+):
+    body = request_with("s-4", replicas=4, availabilityObjective={"atLeastOneReplica": 0.99})
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    policy = deployments.store.store.get("s-4")["serving"]["policy"]
+    # The committed table: a floor of one beside three Spot replicas, no hedge (docs/serving.md).
+    assert (policy["minOnDemandReplicas"], policy["extraSpotReplicas"], policy["hedge"]) == (
+        1,
+        0,
+        False,
+    )
+    assert policy["objective"] == {"atLeastOneReplica": 0.99}
+    assert policy["why"].startswith("chosen for the objective: the cheapest of the")
+
+
+def test_an_objective_no_spot_policy_meets_keeps_every_replica_on_demand(post_event, deployments):
+    body = request_with("s-1", replicas=1, availabilityObjective={"atLeastOneReplica": 0.999})
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    policy = deployments.store.store.get("s-1")["serving"]["policy"]
+    assert (policy["minOnDemandReplicas"], policy["hedge"]) == (1, False)
+    assert deployments.backend.deployed == []  # the floor, not a Spot model
+
+
+@pytest.mark.parametrize(
+    ("fields", "path", "words"),
+    [
+        ({"minOnDemandReplicas": 3}, "minOnDemandReplicas", "more than the 2 replicas required"),
+        ({"minOnDemandReplicas": -1}, "minOnDemandReplicas", "whole number"),
+        ({"extraSpotReplicas": 2.5}, "extraSpotReplicas", "whole number"),
+        ({"hedge": "yes"}, "hedge", "true or false"),
+        ({"availabilityObjective": 0.99}, "availabilityObjective", "must be an object"),
+        (
+            {"availabilityObjective": {"atLeastOneReplica": 1.5}},
+            "availabilityObjective.atLeastOneReplica",
+            "fraction",
+        ),
+        (
+            {"availabilityObjective": {"atLeastOneReplica": 0.9, "nines": 3}},
+            "availabilityObjective.nines",
+            "is not a field",
+        ),
+    ],
+)
+def test_a_knob_that_cannot_be_met_is_a_recorded_rejection(
+    post_event, deployments, intake, fields, path, words
+):
+    body = request_with("bad-1", replicas=2, **fields)
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    errors = intake.rejections.documents["bad-1"]["errors"]
+    assert any(e["path"] == path and words in e["message"] for e in errors), errors
+    assert deployments.backend.deployed == [] and deployments.backend.calls == []
+    assert deployments.store.store.get("bad-1") is None
+
+
+def test_serving_fields_on_a_training_job_are_refused(post_event, intake):
+    body = {**load("seed_request"), "hedge": True}
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    errors = intake.rejections.documents[body["requestId"]]["errors"]
+    assert [e["path"] for e in errors] == ["hedge"]

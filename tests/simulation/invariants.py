@@ -26,11 +26,11 @@ from shared.domain.admission.ledger import Ledger
 from shared.domain.decisions.deploy_model import deployment_tag
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
 from shared.domain.model.states import JobState, from_vertex
+from shared.domain.serving.model import FALLBACK_SUFFIX
+from shared.domain.serving.rule import TRANSITIONS
 from tests.simulation.vertex import PLACEMENT, region_of
 from tests.simulation.world import Violation, World
 
-#: What a deployment's fallback is named after (the contract: the Spot model's name, then this).
-FALLBACK_SUFFIX = " (on-demand fallback)"
 #: How long before its deadline on-demand from the start must have finished for a missed
 #: deadline to count: the control plane's own minutes (a tick, a hint, a redelivery).
 DEADLINE_MARGIN = timedelta(minutes=30)
@@ -564,6 +564,25 @@ def pause_only_for_hand_edits(world: World) -> Iterator[str]:
         if not edits or (isinstance(since, str) and min(edits).isoformat() > since):
             short = endpoint.rsplit("/", 1)[-1]
             yield f"deployment {request_id} paused as if by hand; nobody edited {short}"
+
+
+@invariant("serving-moves-in-table", "always")
+def serving_moves_in_table(world: World) -> Iterator[str]:
+    """Every phase change of a deployment is one a row of the serving state table allows
+    (``rule.TRANSITIONS``, the table docs/serving.md prints): each write is seen on its own,
+    one step at a time, so no move hides between two."""
+    for request_id, record in sorted(world.deployment_store.records.items()):
+        serving = record.get("serving")
+        phase = serving.get("phase") if isinstance(serving, dict) else None
+        if not isinstance(phase, str):
+            continue
+        before = world.seen_phases.get(request_id)
+        world.seen_phases[request_id] = phase
+        if before is None or before == phase:
+            continue
+        rows = [t.name for t in TRANSITIONS if before in t.sources and phase in t.targets]
+        if not rows:
+            yield f"deployment {request_id} moved {before} -> {phase}: no row of the table has it"
 
 
 @invariant("cancel-stops-billing", "quiet+30")

@@ -198,6 +198,8 @@ class World:
         self.cancelled: dict[str, datetime] = {}
         #: When each endpoint was edited by hand (the world's own hand, never flexjobs').
         self.hand_edits: dict[str, list[datetime]] = {}
+        #: Each deployment's phase as the checks last saw it (serving-moves-in-table).
+        self.seen_phases: dict[str, str] = {}
         #: For requests a client built from an SDK job: what the SDK itself would have sent,
         #: by dotted path in the REST body.
         self.expected_bodies: dict[str, dict[str, Any]] = {}

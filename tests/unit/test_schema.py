@@ -58,6 +58,10 @@ def test_schema_header_and_envelope():
         "pinnedRegion",
         "queue",
         "priority",
+        "minOnDemandReplicas",
+        "extraSpotReplicas",
+        "hedge",
+        "availabilityObjective",
         *KINDS,
     }
     # Every field the parser takes, and no other.

@@ -211,6 +211,7 @@ def test_the_facts_say_phase_since_hedges_fallback_and_the_call_in_flight():
     assert serving_facts(serving, at(40)) == [
         ("phase", "HEDGED since 2026-12-01 10:10:00Z (30m00s)"),
         ("intent", "serve"),
+        ("policy", "Spot 2 + hedge"),
         ("hedges", "3"),
         ("fallback", "being deployed (2 replica(s))"),
         # Recorded before the machine with no operation: it may have reached Vertex.
@@ -219,6 +220,29 @@ def test_the_facts_say_phase_since_hedges_fallback_and_the_call_in_flight():
         ("node-hours", "Spot 2.000, on-demand 0.500"),
     ]
     assert serving_facts({}, at(40)) == [] and serving_facts("nope", at(40)) == []
+
+
+def test_the_facts_show_availability_against_the_objective_and_its_error_budget():
+    serving = stored(
+        policy={
+            "required": 2,
+            "minOnDemandReplicas": 0,
+            "extraSpotReplicas": 0,
+            "hedge": True,
+            "objective": {"atLeastOneReplica": 0.999, "allRequired": 0.99},
+            "why": "chosen for the objective: the cheapest",
+        },
+        followedSeconds=100_000,
+        darkSeconds=50,
+        shortSeconds=2000,
+    )
+    facts = dict(serving_facts(serving, at(40)))
+    assert facts["policy"] == "Spot 2 + hedge (chosen for the objective: the cheapest)"
+    # 100,000 s followed: 0.1% of it (100 s) may be dark, 1% (1000 s) short of all.
+    assert facts["at least one replica"] == (
+        "99.950% of 27h46m; objective 99.90% met; budget 50s of 1m40s lost"
+    )
+    assert facts["all required"].startswith("98.000% of 27h46m; objective 99.00% missed")
 
 
 _values = st.one_of(

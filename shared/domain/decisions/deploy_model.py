@@ -30,15 +30,25 @@ from shared.domain.model.ids import label_value
 from shared.domain.model.kinds import DEPLOY_MODEL
 from shared.domain.model.states import DeploymentState
 from shared.domain.model.values import clip, parse_rfc3339
+from shared.domain.policy.serving_knobs import KNOB_FIELDS, MAX_EXTRA_SPOT, OBJECTIVE_FIELD
 from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
+from shared.domain.request.serving_options import required_replicas
 from shared.domain.serving.model import (
     CallKind,
     InFlight,
     Intent,
     Phase,
     ServingState,
+    objective_from_dict,
 )
-from shared.domain.serving.objective import ServingPolicy
+from shared.domain.serving.objective import (
+    AvailabilityObjective,
+    Choice,
+    PolicyTable,
+    ServingPolicy,
+    choose,
+    default_policy,
+)
 from shared.domain.serving.rule import new_state, told
 
 if TYPE_CHECKING:
@@ -166,7 +176,7 @@ def projected(
         top = DeploymentState.FAILED
     elif phase is Phase.UNDEPLOYED:
         top = DeploymentState.UNDEPLOYED
-    elif state.spot.id is not None and phase is not Phase.DEPLOYING:
+    elif state.main_id is not None and phase is not Phase.DEPLOYING:
         top = DeploymentState.DEPLOYED
     elif _spot_operation(state) or record.state is DeploymentState.DEPLOYING:
         # Its DeployModel reached Vertex (in flight, or set aside by a cancel to land first);
@@ -175,8 +185,8 @@ def projected(
     else:
         top = DeploymentState.ACCEPTED
     fields["state"] = top.value
-    if state.spot.id is not None and record.deployed_model_id != state.spot.id:
-        fields["deployedModelId"] = state.spot.id
+    if state.main_id is not None and record.deployed_model_id != state.main_id:
+        fields["deployedModelId"] = state.main_id
         fields["deployedAt"] = now
     operation = _spot_operation(state)
     if operation and record.operation != operation:
@@ -206,8 +216,9 @@ def projected(
 
 def _spot_operation(state: ServingState) -> str | None:
     """The Spot model's DeployModel operation, while it is in flight or landing."""
+    main = CallKind.DEPLOY_SPOT if state.spot_replicas else CallKind.DEPLOY_FLOOR
     for call in (state.call, state.landing):
-        if call is not None and call.kind is CallKind.DEPLOY_SPOT and call.operation:
+        if call is not None and call.kind is main and call.operation:
             return call.operation
     return None
 
@@ -219,23 +230,59 @@ RESUME_REQUESTED = "resumeRequested"
 _FLAGS = {UNDEPLOY_REQUESTED: "undeploy_requested", RESUME_REQUESTED: "resume_requested"}
 
 
+@dataclass(frozen=True)
+class ServingPlan:
+    """How a deployment keeps serving, decided once when it is accepted: its required
+    replicas, its knobs, the objective it is measured against, and why these knobs."""
+
+    required: int
+    policy: ServingPolicy
+    objective: AvailabilityObjective | None
+    why: str
+
+
+def serving_plan(
+    spec: Mapping[str, Any], options: Mapping[str, Any], table: PolicyTable | None = None
+) -> ServingPlan:
+    """A valid request's serving plan: the knobs it names (``minOnDemandReplicas``,
+    ``extraSpotReplicas``, ``hedge``); with an ``availabilityObjective`` and none of them, the
+    cheapest measured policy that meets it (objective mode, :func:`choose` on ``table``; no
+    table: always on-demand); with neither, Spot with the reactive on-demand hedge.
+
+    Examples:
+        >>> spec = {"deployedModel": {"dedicatedResources": {"minReplicaCount": 4}}}
+        >>> serving_plan(spec, {"minOnDemandReplicas": 1}).policy
+        ServingPolicy(min_on_demand=1, extra_spot=0, hedge=True)
+        >>> plan = serving_plan(spec, {"availabilityObjective": {"atLeastOneReplica": 0.99}})
+        >>> plan.policy.min_on_demand, plan.why
+        (4, 'chosen for the objective: no measured table: always on-demand')
+    """
+    required = required_replicas(spec)
+    objective = objective_from_dict(options.get(OBJECTIVE_FIELD))
+    if any(name in options for name in KNOB_FIELDS):
+        knobs = ServingPolicy(
+            min_on_demand=min(_whole(options.get("minOnDemandReplicas")), required),
+            extra_spot=min(_whole(options.get("extraSpotReplicas")), MAX_EXTRA_SPOT),
+            hedge=options.get("hedge") is not False,
+        )
+        return ServingPlan(required, knobs, objective, "named by the request")
+    if objective is None:
+        return ServingPlan(
+            required, ServingPolicy(), None, "the default: Spot, hedged on demand when short"
+        )
+    if table is None:
+        choice = Choice(default_policy(required), None, "no measured table: always on-demand")
+    else:
+        choice = choose(objective, required, table)
+    why = f"chosen for the objective: {choice.reason}"
+    return ServingPlan(required, choice.policy, objective, why)
+
+
 def policy_of(spec: Mapping[str, Any], options: Mapping[str, Any]) -> tuple[int, ServingPolicy]:
-    """How a deployment keeps serving: its required replicas (``requiredReplicaCount``, else
-    ``minReplicaCount``), and the knobs its request names (validated at intake)."""
-    deployed = spec.get("deployedModel")
-    resources = deployed.get("dedicatedResources") if isinstance(deployed, Mapping) else None
-    resources = resources if isinstance(resources, Mapping) else {}
-    required = _whole(resources.get("requiredReplicaCount")) or _whole(
-        resources.get("minReplicaCount")
-    )
-    required = max(required, 1)
-    floor = min(_whole(options.get("minOnDemandReplicas")), required)
-    knobs = ServingPolicy(
-        min_on_demand=floor,
-        extra_spot=_whole(options.get("extraSpotReplicas")),
-        hedge=options.get("hedge") is not False,
-    )
-    return required, knobs
+    """A record's required replicas and knobs, read again from its request (a record written
+    before the machine: its plan was never stored)."""
+    plan = serving_plan(spec, options)
+    return plan.required, plan.policy
 
 
 def _whole(raw: object) -> int:

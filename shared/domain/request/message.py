@@ -32,6 +32,7 @@ from shared.domain.request.auto_regions import REGION_FIELDS, check_region_optio
 from shared.domain.request.canonical import canonical_body
 from shared.domain.request.deadlines import DEADLINE_FIELDS, check_deadline_options
 from shared.domain.request.schedule import SLOT, Slot, expand, read_slot
+from shared.domain.request.serving_options import SERVING_FIELDS, check_serving_options
 from shared.kernel.errors import FieldError, InvalidRequest
 from shared.kernel.regions import REGION_HINT, is_region
 
@@ -47,6 +48,8 @@ OPTION_FIELDS = (
     "priority",
     *DEADLINE_FIELDS,
     *REGION_FIELDS,
+    # A deployModel's serving knobs and availability objective (serving_options).
+    *SERVING_FIELDS,
 )
 ENVELOPE_FIELDS = {"requestId", "location", "schedule", *OPTION_FIELDS, *KINDS}
 
@@ -382,13 +385,27 @@ def check_options(request: JobRequest) -> list[FieldError]:
         ['retryPolicy.user']
     """
     options = request.options if isinstance(request.options, dict) else {}
+    if request.kind == DEPLOY_MODEL.name:
+        return [
+            *(
+                FieldError(key, f"applies to training jobs only; remove it from a {request.kind}")
+                for key in sorted(options)
+                if key not in SERVING_FIELDS
+            ),
+            *check_serving_options(request.spec, options),
+        ]
     if request.kind not in TRAINING_KINDS:
         return [
             FieldError(key, f"applies to training jobs only; remove it from a {request.kind}")
             for key in sorted(options)
         ]
-    auto = request.strategy == AUTO
     errors = [
+        FieldError(key, "applies to deployModel requests only; remove it from a training job")
+        for key in sorted(options)
+        if key in SERVING_FIELDS
+    ]
+    auto = request.strategy == AUTO
+    errors += [
         *check_retry_policy(options.get("retryPolicy")),
         *check_fallback(options.get("fallback")),
         *check_checkpoint_uri(options.get("checkpointUri")),

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from shared.domain.model.values import clip, parse_rfc3339
-from shared.domain.serving.objective import ServingPolicy
+from shared.domain.serving.objective import AvailabilityObjective, ServingPolicy
 
 #: The history keeps this many serving-capacity changes, the newest last. A flapping zone
 #: changes capacity a few times an hour; 40 changes cover the hedge and the way back of the
@@ -83,6 +83,10 @@ def _mapping(raw: object) -> Mapping[str, Any]:
 
 def _name(raw: object) -> str:
     return (clip(raw, MAX_NAME) or "") if isinstance(raw, str) else ""
+
+
+def _text(raw: object, limit: int) -> str:
+    return (clip(raw, limit) or "") if isinstance(raw, str) else ""
 
 
 def _id(raw: object) -> str:
@@ -343,6 +347,26 @@ def policy_to_dict(required: int, policy: ServingPolicy) -> dict[str, Any]:
     }
 
 
+def objective_to_dict(objective: AvailabilityObjective | None) -> dict[str, float] | None:
+    """An availability objective as requested (``availabilityObjective``), or None."""
+    if objective is None:
+        return None
+    out = {"atLeastOneReplica": objective.at_least_one}
+    if objective.all_required is not None:
+        out["allRequired"] = objective.all_required
+    return out
+
+
+def objective_from_dict(raw: object) -> AvailabilityObjective | None:
+    """A stored (or requested, validated) objective read back; one that does not read is
+    none."""
+    got = _mapping(raw)
+    try:
+        return AvailabilityObjective(got.get("atLeastOneReplica"), got.get("allRequired"))  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
 def policy_from_dict(raw: object) -> tuple[int, ServingPolicy]:
     """A stored policy read back; one that does not read is one Spot replica, hedged."""
     got = _mapping(raw)
@@ -533,11 +557,20 @@ class ServingState:
     #: When the newest read decided on was taken: an older read (another delivery's, taken
     #: before it) decides nothing, so the state never goes back on what it has seen.
     read_at: datetime | None = None
+    #: Time followed (deployed, not going), and of it the time with fewer replicas than
+    #: required (what ``allRequired`` is measured by) and ...
+    followed_seconds: float = 0.0
     short_seconds: float = 0.0
+    #: ... with no replica serving at all (what ``atLeastOneReplica`` is measured by).
+    dark_seconds: float = 0.0
     spot_node_seconds: float = 0.0
     on_demand_node_seconds: float = 0.0
     hedges: int = 0
     history: tuple[CapacityChange, ...] = ()
+    #: The availability the owner asked for (None: none), and why the knobs are what they
+    #: are (named by the request, chosen for the objective, or the default).
+    objective: AvailabilityObjective | None = None
+    why: str = ""
 
     def __post_init__(self) -> None:
         # Every other deployed model is kept, with a share of 0 too: one added later is new.
@@ -552,6 +585,14 @@ class ServingState:
         """The Spot model's replicas: the required ones the floor does not cover, and the
         extra ones."""
         return self.policy.spot_replicas(self.required)
+
+    @property
+    def main_id(self) -> str | None:
+        """The deployed model id the record names (``deployedModelId``): the Spot model's, or,
+        with no Spot model (every replica on demand), the floor's."""
+        if self.spot_replicas == 0 and self.floor is not None:
+            return self.floor.id
+        return self.spot.id
 
     @property
     def ours(self) -> tuple[Ours, ...]:
@@ -576,7 +617,11 @@ class ServingState:
             "phase": self.phase.value,
             "intent": {"kind": self.intent.value, "at": when(self.intent_at)},
             "resumedAt": when(self.resumed_at),
-            "policy": policy_to_dict(self.required, self.policy),
+            "policy": {
+                **policy_to_dict(self.required, self.policy),
+                "objective": objective_to_dict(self.objective),
+                "why": self.why,
+            },
             "since": when(self.since),
             "spotDeployedModelId": self.spot.id,
             "spotDisplayName": self.spot.name,
@@ -600,7 +645,9 @@ class ServingState:
             "landing": self.landing.to_dict() if self.landing else None,
             "retryAt": when(self.retry_at),
             "readAt": when(self.read_at),
+            "followedSeconds": round(self.followed_seconds, 3),
             "shortSeconds": round(self.short_seconds, 3),
+            "darkSeconds": round(self.dark_seconds, 3),
             "nodeSeconds": {
                 "SPOT": round(self.spot_node_seconds, 3),
                 "ON_DEMAND": round(self.on_demand_node_seconds, 3),
@@ -625,6 +672,7 @@ class ServingState:
         phase = str(raw.get("phase"))
         kind = str(intent.get("kind") or ("UNDEPLOY" if phase == "UNDEPLOYING" else "SERVE"))
         last = _mapping(raw.get("last"))
+        asked = _mapping(raw.get("policy"))
         required, policy = policy_from_dict(
             raw.get("policy") or {"required": _count(last.get("required")) or 1}
         )
@@ -687,7 +735,11 @@ class ServingState:
             landing=InFlight.decode(raw.get("landing")),
             retry_at=parse_rfc3339(raw.get("retryAt")),
             read_at=parse_rfc3339(raw.get("readAt")),
+            followed_seconds=seconds(raw.get("followedSeconds")),
             short_seconds=seconds(raw.get("shortSeconds")),
+            dark_seconds=seconds(raw.get("darkSeconds")),
+            objective=objective_from_dict(asked.get("objective")),
+            why=_text(asked.get("why"), MAX_CAUSE),
             spot_node_seconds=seconds(nodes.get("SPOT")),
             on_demand_node_seconds=seconds(nodes.get("ON_DEMAND")),
             hedges=_count(raw.get("hedges")),

@@ -30,13 +30,10 @@ Pure: stdlib and frozen dataclasses, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
-#: The most replicas a row or a request may name: far above a real deployment, and a bound on
-#: what a table holds.
-MAX_REPLICAS: Final = 1000
-#: Over-provisioning beyond N: at most as many extra Spot replicas as this.
-MAX_EXTRA_SPOT: Final = 1000
+from shared.domain.policy.serving_knobs import MAX_EXTRA_SPOT, MAX_REPLICAS
+
+__all__ = ["MAX_EXTRA_SPOT", "MAX_REPLICAS"]
 
 
 def _count(value: object) -> bool:

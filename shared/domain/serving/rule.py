@@ -62,7 +62,7 @@ from shared.domain.serving.model import (
     fallback_display_name,
     floor_display_name,
 )
-from shared.domain.serving.objective import ServingPolicy
+from shared.domain.serving.objective import AvailabilityObjective, ServingPolicy
 from shared.domain.serving.split import hedged_split, largest_remainder
 
 #: A DeployModel with no outcome yet (its answer lost, or its operation never done) is
@@ -131,10 +131,11 @@ _D, _F, _U = Phase.DEPLOYING, Phase.FAILED, Phase.UNDEPLOYING
 #: the deterministic simulator holds every state change it sees to it).
 TRANSITIONS: Final[tuple[Transition, ...]] = (
     _t("deploy", _D, _D, call="DeployModel(spot)",
-       when="intent serve, nothing deployed, nothing in flight, not parked"),
+       when="intent serve, nothing deployed, nothing in flight, not parked (every replica on"
+       " demand: DeployModel(floor), no Spot model)"),
     _t("parked", _D, _D, when="its DeployModel was refused for quota: sent again after backoff"),
     _t("deployed", _D, _UNHEDGED, notice=DEPLOYED,
-       when="a read shows the Spot model (or its operation says it is done)"),
+       when="a read shows the Spot model (with no Spot model: the floor)"),
     _t("deploy-failed", _D, _F, notice=FAILED,
        when="its DeployModel was refused for good, or its operation ended with an error"),
     _t("capacity", _FOLLOWING, _FOLLOWING,
@@ -199,11 +200,21 @@ def owns(state: ServingState, display_name: str) -> bool:
 # -- the owner's intent and a call's outcome ------------------------------------------------
 
 
-def new_state(spot_name: str, required: int, policy: ServingPolicy, now: datetime) -> ServingState:
+def new_state(
+    spot_name: str,
+    required: int,
+    policy: ServingPolicy,
+    now: datetime,
+    *,
+    objective: AvailabilityObjective | None = None,
+    why: str = "",
+) -> ServingState:
     """A deployment accepted: nothing deployed yet, intent serve (``spot_name``: the Spot
     model's display name, which carries the deployment's tag: its idempotency key;
-    ``required`` replicas kept serving by ``policy``'s knobs)."""
+    ``required`` replicas kept serving by ``policy``'s knobs, for ``objective``, ``why``)."""
     return ServingState(
+        objective=objective,
+        why=clip(why, MAX_CAUSE) or "",
         phase=Phase.DEPLOYING,
         intent=Intent.SERVE,
         intent_at=now,
@@ -609,8 +620,12 @@ def _unrecorded(state: ServingState, ours: Ours | None, name: str) -> bool:
 
 
 def _deploying(state: ServingState, read: _Read) -> _Step:
-    """The Spot model is not followed yet: deploy it once, then start following it."""
+    """The Spot model is not followed yet: deploy it once, then start following it. A policy
+    that keeps every replica on demand (a floor of all N, no extra Spot) has no Spot model:
+    its floor is what is deployed first, and followed."""
     observed, now = read.observed, read.now
+    if state.spot_replicas == 0:
+        return _deploying_floor(state, read)
     spot = observed.model(state.spot.id) if state.spot.id else None
     if spot is not None:
         followed = _baseline(
@@ -631,6 +646,29 @@ def _deploying(state: ServingState, read: _Read) -> _Step:
     deploy = Deploy(state.spot.name, state.spot_replicas, spot=True)
     claimed = replace(state, call=call, retry_at=None)
     return _Step(ActionKind.CALL, claimed, "deploy the Spot model", "deploy", call, deploy)
+
+
+def _deploying_floor(state: ServingState, read: _Read) -> _Step:
+    observed, now = read.observed, read.now
+    floor = observed.model(state.floor.id) if state.floor and state.floor.id else None
+    if floor is not None:
+        followed = _baseline(state, observed)
+        cap = _capacity(followed, observed)
+        phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
+        followed = replace(followed, phase=phase, since=since, retry_at=None)
+        return _Step(ActionKind.RECORD, followed, "following", "deployed", notices=(DEPLOYED,))
+    if state.call is not None:
+        return _Step(ActionKind.NOTHING, state, f"waiting for {state.call.kind.value}", "none")
+    if state.floor is not None and state.floor.id is not None:
+        return _Step(ActionKind.NOTHING, state, "deployed, not listed yet", "none")
+    if state.retry_at is not None and state.retry_at > now:
+        return _Step(ActionKind.NOTHING, state, "parked for quota", "parked")
+    name = floor_display_name(state.spot.name)
+    replicas = state.policy.min_on_demand
+    call = InFlight(CallKind.DEPLOY_FLOOR, name, now, replicas)
+    claimed = replace(state, call=call, retry_at=None)
+    why = f"deploy the on-demand floor of {replicas} (every replica on demand: no Spot model)"
+    return _Step(ActionKind.CALL, claimed, why, "deploy", call, Deploy(name, replicas, spot=False))
 
 
 def _baseline(state: ServingState, observed: ObservedEndpoint) -> ServingState:
@@ -692,7 +730,7 @@ def _edit(state: ServingState, read: _Read) -> tuple[str | None, bool]:
     mine = {m.id for m in _our_present(state, observed)}
     leaving = _ours_leaving(state)
     spot = observed.model(state.spot.id) if state.spot.id else None
-    if spot is None and state.spot.id not in leaving:
+    if state.spot.id is not None and spot is None and state.spot.id not in leaving:
         return f"Spot model {state.spot.id} was undeployed by hand", False
     if spot is not None and state.spot.replicas and spot.required != state.spot.replicas:
         return (
@@ -763,13 +801,16 @@ def _resumed(state: ServingState, observed: ObservedEndpoint, now: datetime) -> 
     as ours."""
     spot = observed.model(state.spot.id) if state.spot.id else None
     based = _baseline(replace(state, resumed_at=state.intent_at), observed)
+    if state.spot_replicas == 0 and state.floor is not None and state.floor.id:
+        spot = observed.model(state.floor.id)  # no Spot model: the floor is what is followed
     if state.phase is not Phase.PAUSED_BY_HAND and spot is not None:
         # Not paused: the endpoint as it is becomes the baseline; the phase and its grace or
         # hold period go on as they were.
         return based
     if spot is None:
         return replace(based, phase=Phase.PAUSED_BY_HAND, since=now)
-    based = replace(based, spot=replace(based.spot, replicas=spot.required))
+    if state.spot_replicas:
+        based = replace(based, spot=replace(based.spot, replicas=spot.required))
     cap = _capacity(based, observed)
     fallback_here = (
         based.fallback is not None and based.fallback.id and observed.model(based.fallback.id)
@@ -1041,11 +1082,15 @@ def _history(state: ServingState, now: datetime, cap: Capacity, cause: str) -> S
     as the reads saw it), then ``cap`` as the capacity from now, and one history entry."""
     elapsed = max((now - state.accounted_at).total_seconds(), 0.0)
     last = state.last
+    # Availability is measured while the deployment is followed (deployed, not going).
+    followed = elapsed if state.phase in _FOLLOWING else 0.0
     return replace(
         state,
         accounted_at=max(now, state.accounted_at),
         last=cap,
-        short_seconds=state.short_seconds + (elapsed if last.short else 0.0),
+        followed_seconds=state.followed_seconds + followed,
+        short_seconds=state.short_seconds + (followed if last.short else 0.0),
+        dark_seconds=state.dark_seconds + (followed if last.spot + last.on_demand == 0 else 0.0),
         spot_node_seconds=state.spot_node_seconds + elapsed * last.spot,
         on_demand_node_seconds=state.on_demand_node_seconds + elapsed * last.on_demand,
         history=(*state.history, CapacityChange(now, cap, clip(cause, MAX_CAUSE) or "")),
