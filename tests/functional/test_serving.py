@@ -803,3 +803,14 @@ def test_serving_fields_on_a_training_job_are_refused(post_event, intake):
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
     errors = intake.rejections.documents[body["requestId"]]["errors"]
     assert [e["path"] for e in errors] == ["hedge"]
+
+
+def test_extra_spot_replicas_count_against_the_operators_replica_cap(post_event, intake):
+    # FLEXJOBS_MAX_REPLICAS is 64 in the functional settings: 2 required + 63 extra is 65.
+    body = request_with("bad-2", replicas=2, extraSpotReplicas=63)
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    errors = intake.rejections.documents["bad-2"]["errors"]
+    assert any(
+        e["path"] == "extraSpotReplicas" and "FLEXJOBS_MAX_REPLICAS" in e["message"]
+        for e in errors
+    ), errors

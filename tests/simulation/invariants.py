@@ -26,7 +26,7 @@ from shared.domain.admission.ledger import Ledger
 from shared.domain.decisions.deploy_model import deployment_tag
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
 from shared.domain.model.states import JobState, from_vertex
-from shared.domain.serving.model import FALLBACK_SUFFIX
+from shared.domain.serving.model import FALLBACK_SUFFIX, FLOOR_SUFFIX
 from shared.domain.serving.rule import TRANSITIONS
 from tests.simulation.vertex import PLACEMENT, region_of
 from tests.simulation.world import Violation, World
@@ -104,7 +104,7 @@ def _options(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _tagged(display_name: str, request_id: str) -> bool:
     tag = deployment_tag(request_id)
-    return display_name.endswith(tag) or display_name.endswith(tag + FALLBACK_SUFFIX)
+    return display_name.endswith((tag, tag + FALLBACK_SUFFIX, tag + FLOOR_SUFFIX))
 
 
 def _deployment_models(world: World, request_id: str) -> list[tuple[str, dict[str, Any]]]:

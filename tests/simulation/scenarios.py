@@ -410,7 +410,8 @@ def serving_setup(world: World, rng: random.Random) -> None:
     world.vertex.endpoints.add_endpoint(FORBIDDEN_ENDPOINT)
     first = deploy_model("d1", SHARED_ENDPOINT)
     first["deployModel"]["trafficSplit"] = {"0": 60, HAND_MODEL: 40}
-    own = deploy_model("d3", OWN_ENDPOINT)
+    # d3 keeps a warm on-demand floor of one of its two replicas (issue 39's knobs).
+    own = deploy_model("d3", OWN_ENDPOINT, minOnDemandReplicas=1)
     forbidden = deploy_model("d4", FORBIDDEN_ENDPOINT)
     forbidden["deployModel"]["trafficSplit"] = {"0": 100}
     own["deployModel"]["trafficSplit"] = {"0": 100}

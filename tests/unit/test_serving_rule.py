@@ -1665,3 +1665,11 @@ def test_another_deployments_warm_floor_never_pauses_ours():
     b.land(available=1)
     step = a()
     assert step.state.phase is not Phase.PAUSED_BY_HAND, step.reason
+
+
+def test_docs_serving_prints_the_state_table_the_machine_takes():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "serving.md").read_text()
+    printed = page.split("<!-- state-table -->\n", 1)[1].split("\n<!-- /state-table -->", 1)[0]
+    assert printed == rule.state_table()

@@ -176,7 +176,10 @@ def projected(
         top = DeploymentState.FAILED
     elif phase is Phase.UNDEPLOYED:
         top = DeploymentState.UNDEPLOYED
-    elif state.main_id is not None and phase is not Phase.DEPLOYING:
+    elif (
+        state.main_id is not None and phase is not Phase.DEPLOYING
+    ) or record.state is DeploymentState.DEPLOYED:
+        # Deployed (a state never moves back: taken down, it stays DEPLOYED until it ends).
         top = DeploymentState.DEPLOYED
     elif _spot_operation(state) or record.state is DeploymentState.DEPLOYING:
         # Its DeployModel reached Vertex (in flight, or set aside by a cancel to land first);

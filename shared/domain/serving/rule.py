@@ -177,6 +177,26 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
 TRANSITION_NAMES: Final = frozenset(t.name for t in TRANSITIONS)
 
 
+def state_table() -> str:
+    """:data:`TRANSITIONS` as the Markdown table docs/serving.md prints (a unit test holds
+    the page to it)."""
+    order = list(Phase)
+
+    def phases(of: frozenset[Phase]) -> str:
+        return ", ".join(p.value for p in order if p in of)
+
+    rows = [
+        "| transition | from | to | call | notifies | when |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in TRANSITIONS:
+        rows.append(
+            f"| `{t.name}` | {phases(t.sources)} | {phases(t.targets)} | {t.call} | {t.notice} "
+            f"| {t.when} |"
+        )
+    return "\n".join(rows)
+
+
 def allowed(name: str, before: Phase, after: Phase) -> bool:
     """Is ``before`` -> ``after`` a move transition ``name`` may make (staying put always is)?"""
     if before is after:
@@ -1020,7 +1040,11 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
             moved = {k: v for k, v in sorted(split.items()) if v > 0}
             why = "undeploy: traffic to the others that serve"
             return _Step(ActionKind.TRAFFIC, going, why, "undeploy", split=moved)
-        last = _last_to_go(going, [m for m in present if m.available > 0])
+        # Never onto a model of ours an undeploy is taking (in flight, or given up: it may
+        # still happen).
+        leaving = _ours_leaving(going)
+        serving_ours = [m for m in present if m.available > 0 and m.id not in leaving]
+        last = _last_to_go(going, serving_ours)
         if len(present) > 1 and last is not None and observed.share(last.id) < pool:
             moved = {k: v for k, v in sorted({**split, last.id: pool}.items()) if v > 0}
             why = "undeploy: our traffic to the model that goes last"

@@ -32,6 +32,7 @@ from shared.domain.request.message import (
     job_spec_path,
     strategy_path,
 )
+from shared.domain.request.serving_options import required_replicas
 from shared.domain.request.validation.deploy_model import check_deploy_model
 from shared.domain.request.validation.guards import Guards
 from shared.domain.request.validation.readers import Context
@@ -136,7 +137,53 @@ def check_request(request: JobRequest, guards: Guards) -> list[FieldError]:
         *_check_auto_choices(request, guards, errors),
         *_check_region_moves(request, guards),
         *_check_allowed_regions(request, guards),
+        *_check_serving_caps(request, guards),
     ]
+
+
+def _count(value: object) -> int:
+    """A count as a valid body holds it, else 0 (its own check reports it)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _check_serving_caps(request: JobRequest, guards: Guards) -> list[FieldError]:
+    """A deployment's extra Spot replicas count against the operator's caps as its own do:
+    its Spot model asks for the required replicas the floor does not cover, plus the extra
+    ones (``FLEXJOBS_MAX_REPLICAS``), and every replica it may run at once, floor and extra
+    included, holds its GPUs (``FLEXJOBS_MAX_GPUS_PER_JOB``)."""
+    options = request.options if isinstance(request.options, dict) else {}
+    extra = _count(options.get("extraSpotReplicas"))
+    if request.kind != DEPLOY_MODEL.name or extra == 0:
+        return []
+    spec = request.spec if isinstance(request.spec, dict) else {}
+    required = required_replicas(spec)
+    floor = min(_count(options.get("minOnDemandReplicas")), required)
+    spot = required - floor + extra
+    errors = []
+    if spot > guards.max_replicas:
+        errors.append(
+            FieldError(
+                "extraSpotReplicas",
+                f"makes the Spot model ask for {spot} replicas ({required} required - {floor} "
+                f"on demand + {extra}); the operator limit is {guards.max_replicas} "
+                "(FLEXJOBS_MAX_REPLICAS)",
+            )
+        )
+    deployed = spec.get("deployedModel")
+    resources = deployed.get("dedicatedResources") if isinstance(deployed, dict) else None
+    machine = resources.get("machineSpec") if isinstance(resources, dict) else None
+    per_replica = _count(machine.get("acceleratorCount") if isinstance(machine, dict) else None)
+    gpus = per_replica * (required + extra)
+    if gpus > guards.max_gpus_per_job:
+        errors.append(
+            FieldError(
+                "extraSpotReplicas",
+                f"asks for up to {gpus} GPUs ({per_replica} per replica x {required + extra} "
+                f"replicas); the operator limit is {guards.max_gpus_per_job} GPUs per job "
+                "(FLEXJOBS_MAX_GPUS_PER_JOB)",
+            )
+        )
+    return errors
 
 
 def _check_body(request: JobRequest, guards: Guards) -> list[FieldError]:
