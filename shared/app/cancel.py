@@ -14,7 +14,7 @@ from shared.app.steps.cancels import drive_cancels
 from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.domain.decisions.recovery import cancel_now, cancel_requested
-from shared.domain.decisions.submissions import next_placement, tombstone
+from shared.domain.decisions.submissions import TOMBSTONE_REASON, next_placement, tombstone
 from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_REQUEST, labels_for
 from shared.domain.model.records import JobRecord
@@ -72,17 +72,26 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
                 # A deployment's cancel takes it down (its fallback first).
                 return cancel_deployment(request_id, intake.deployments)
             if store.create_tombstone(request_id, tombstone(request_id, clock())):
-                flush_outbox(request_id, store, intake.notifier)
                 log.info("cancel for a request not seen yet: tombstone left")
                 # A deployModel request may have recorded its deployment since the read
                 # above (it looks for this tombstone after, as this looks for it after the
-                # tombstone): it goes.
+                # tombstone): it goes. Before anything else can fail.
                 if intake.deployments is not None and intake.deployments.store.get(request_id):
                     cancel_deployment(request_id, intake.deployments)
+                flush_outbox(request_id, store, intake.notifier)
                 return Outcome.CANCELLED
             # The request arrived between the read and the tombstone: decide on its record.
             raise SubmissionInProgress("the request arrived while its cancel was handled")
         record = seen[0]
+        deployments = intake.deployments
+        if (
+            record.reason == TOMBSTONE_REASON
+            and deployments is not None
+            and deployments.store.get(request_id)
+        ):
+            # This cancel's tombstone, left by an earlier delivery that failed after it: the
+            # deployment recorded meanwhile goes, as that delivery would have done.
+            return cancel_deployment(request_id, deployments)
         if record.state.terminal:
             left = drive_cancels(intake, request_id, list(record.pending_cancels))
             if left:

@@ -42,7 +42,7 @@ from shared.domain.decisions.submissions import (
 )
 from shared.domain.model.changes import Change
 from shared.domain.model.checkpoint import Checkpoint
-from shared.domain.model.ids import LABEL_REQUEST
+from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import clip, parse_rfc3339
@@ -504,17 +504,22 @@ def _settle_listed(
                 log.warning(f"not given up: {reason}", extra=_fields(job))
         return state
     ended = from_vertex(job.state)
-    if ended is not None and ended.terminal:
+    attempt = job.labels.get(LABEL_ATTEMPT, "")
+    earlier = attempt.isdigit() and int(attempt) < record.attempt
+    if ended is not None and ended.terminal and earlier:
         return None  # an earlier attempt's job, ended: nothing to follow, nothing to cancel
-    # A live job under the request's label that the entry does not name: the entry may be
-    # stale (its record written without its stamp, by an older revision or by hand, which no
-    # sync of the list sees), so the record is read whole before anything is decided on it.
+    # A job of the current attempt (live, or ended) or a live one under the request's label
+    # that the entry does not name: the entry may be stale (its record written without its
+    # stamp, by an older revision or by hand, which no sync of the list sees), so the record
+    # is read whole before anything is decided on it.
     fresh = tracker.store.get(request_id)
     if fresh is None:
         return None
     if fresh.vertex_job == job.name:
-        log.warning("a record the watch list held stale follows a live job", extra=_fields(job))
+        log.warning("a record the watch list held stale follows a job", extra=_fields(job))
         return _settle_listed(tracker, fresh, job, siblings)
+    if ended is not None and ended.terminal:
+        return None  # not the record's job, and ended: nothing to follow, nothing to cancel
     if is_stray(fresh, job, tracker.clock(), siblings):
         # Created under one of this request's attempts but not the job its record follows (a
         # create that landed after its claim expired, a crash after a cancel): nothing will

@@ -811,6 +811,5 @@ def test_extra_spot_replicas_count_against_the_operators_replica_cap(post_event,
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
     errors = intake.rejections.documents["bad-2"]["errors"]
     assert any(
-        e["path"] == "extraSpotReplicas" and "FLEXJOBS_MAX_REPLICAS" in e["message"]
-        for e in errors
+        e["path"] == "extraSpotReplicas" and "FLEXJOBS_MAX_REPLICAS" in e["message"] for e in errors
     ), errors

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.simulation import budget, explore
+from tests.simulation import budget, explore, mutants
 from tests.simulation.scenarios import SCENARIOS
 
 
@@ -47,7 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--skip", action="append", default=[], help="an invariant a run does not stop for"
     )
-    parser.add_argument("--replay", type=Path, help="replay a trace file on --controller")
+    parser.add_argument("--replay", type=Path, help="replay a trace file")
+    parser.add_argument(
+        "--mutant",
+        choices=sorted(mutants.BY_NAME),
+        help="run a fixed defect put back (tests/simulation/mutants.py) on its controller",
+    )
     parser.add_argument(
         "--no-shrink", action="store_true", help="print a failing trace as it was found"
     )
@@ -57,9 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = budget.FULL if args.full else budget.CI
     controllers = args.controller or sorted(SCENARIOS)
     if args.replay is not None:
-        if len(controllers) != 1:
-            parser.error("--replay needs one --controller")
         return _replay(controllers[0], args.replay)
+    if args.mutant is not None:
+        mutant = mutants.BY_NAME[args.mutant]
+        print(f"mutant {mutant.name} (defect {mutant.defect}): {mutant.module}.{mutant.function}")
+        again = ["--controller", mutant.controller, "--mode", "random"]
+        again += ["--full"] if args.full else []
+        again += ["--seeds", str(args.seeds)] if args.seeds else []
+        with mutants.installed(mutant):
+            return main(again)
     if args.seed is not None:
         if len(controllers) != 1:
             parser.error("--seed needs one --controller")

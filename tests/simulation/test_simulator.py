@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.simulation import budget, explore
+from tests.simulation import budget, explore, mutants
 from tests.simulation.invariants import INVARIANTS
 from tests.simulation.scenarios import SCENARIOS
 
@@ -85,6 +85,24 @@ def test_a_defect_found_by_the_simulator_stays_fixed(path: Path) -> None:
 def test_every_defect_of_the_issue_has_its_trace() -> None:
     defects = {int(m) for p in _traces() if (m := p.stem.split("-", 1)[0]).isdigit()}
     assert defects == set(range(1, 18)), sorted(set(range(1, 18)) - defects)
+
+
+@pytest.mark.parametrize("name", [m.name for m in mutants.MUTANTS if m.ci])
+def test_a_fixed_defect_put_back_is_found_within_the_ci_budget(name: str) -> None:
+    """A fix's line taken out again (:mod:`tests.simulation.mutants`): the simulator's own
+    exploration, on the controller's CI budget, fails the invariant that defect broke."""
+    mutant = mutants.BY_NAME[name]
+    scope = budget.CI.of(mutant.controller)
+    with mutants.installed(mutant):
+        report = budget.random_runs(
+            SCENARIOS[mutant.controller],
+            seeds=scope.seeds,
+            steps=scope.steps,
+            seconds=scope.seconds,
+        )
+    print(report.line())
+    assert report.failure is not None and report.failure.violation is not None, name
+    assert report.failure.violation.invariant == mutant.invariant, report.failure.violation
 
 
 def test_a_seed_replays_exactly() -> None:

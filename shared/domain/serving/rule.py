@@ -1012,7 +1012,13 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
         going = replace(going, landing=None)  # it landed: it leaves with the others
     elif landing is not None and _failed_operation(landing, read.operation):
         going = replace(going, landing=None)  # it made nothing
-    elif landing is not None and (now - landing.at).total_seconds() >= DEPLOY_LIMIT_SECONDS:
+    elif (
+        landing is not None
+        and not landing.operation
+        and (now - landing.at).total_seconds() >= DEPLOY_LIMIT_SECONDS
+    ):
+        # Its answer was lost: after the limit it is given up (a model it lands later is
+        # ours by its name). One Vertex answered is waited for until its operation ends.
         going = replace(going, landing=None, given_up=landing)
     if not present:
         if going.call is not None or going.landing is not None:

@@ -151,11 +151,13 @@ def _check_serving_caps(request: JobRequest, guards: Guards) -> list[FieldError]
     its Spot model asks for the required replicas the floor does not cover, plus the extra
     ones (``FLEXJOBS_MAX_REPLICAS``), and every replica it may run at once, floor and extra
     included, holds its GPUs (``FLEXJOBS_MAX_GPUS_PER_JOB``)."""
-    options = request.options if isinstance(request.options, dict) else {}
+    options = getattr(request, "options", None)
+    options = options if isinstance(options, dict) else {}
     extra = _count(options.get("extraSpotReplicas"))
-    if request.kind != DEPLOY_MODEL.name or extra == 0:
+    if getattr(request, "kind", None) != DEPLOY_MODEL.name or extra == 0:
         return []
-    spec = request.spec if isinstance(request.spec, dict) else {}
+    spec = getattr(request, "spec", None)
+    spec = spec if isinstance(spec, dict) else {}
     required = required_replicas(spec)
     floor = min(_count(options.get("minOnDemandReplicas")), required)
     spot = required - floor + extra
