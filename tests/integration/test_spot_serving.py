@@ -351,3 +351,108 @@ def test_two_ticks_at_once_past_the_grace_period_deploy_one_fallback(
     record = deployment_record(db, rid)
     assert record is not None
     assert [m["state"] for m in record["notified"]] == ["DEPLOYED", "HEDGED"]
+
+
+# -- the knobs and objective mode (issue 39) ------------------------------------------------
+
+
+def knob_deployment(
+    stack: LocalStack, db: Any, rid: str, endpoint: str, replicas: int, **fields: Any
+) -> None:
+    """Publish a Spot deployModel of ``replicas`` with the serving ``fields`` beside it."""
+    body = load("deploy_request")
+    body["requestId"] = rid
+    body["deployModel"]["endpoint"] = endpoint
+    body["deployModel"]["deployedModel"]["model"] = endpoint.replace("endpoints/123", "models/456")
+    resources = body["deployModel"]["deployedModel"]["dedicatedResources"]
+    resources.update(spot=True, minReplicaCount=replicas, maxReplicaCount=replicas)
+    body["deployModel"]["trafficSplit"] = {"0": 100}
+    stack.publish_request({**body, **fields})
+    wait_for(lambda: deployment_record(db, rid), what="the deployment's record")
+
+
+def floor_serves_through_a_spot_loss(
+    stack: LocalStack,
+    db: Any,
+    tick: Callable[[], int],
+    rid: str,
+    endpoint: str,
+    spot: int,
+    split: tuple[int, int],
+) -> None:
+    """Tick until the Spot model (``spot`` replicas) and a one-replica floor both serve and
+    share the traffic by their replicas (``split``: the Spot model's share, the floor's); then
+    Spot goes, and the floor keeps serving with all the traffic, no fallback deployed."""
+
+    def both_serving() -> tuple[str, str] | None:
+        state = serving(db, rid)
+        floor = (state.get("floor") or {}).get("deployedModelId")
+        spot_id = state.get("spotDeployedModelId")
+        last = state.get("last") or {}
+        if floor and spot_id and last.get("spot") == spot and last.get("onDemand") == 1:
+            return str(spot_id), str(floor)
+        return None
+
+    (spot_id, floor_id), _ = tick_until(stack, tick, both_serving, "the Spot model and the floor")
+    expected = {spot_id: split[0], floor_id: split[1]}
+    tick_until(stack, tick, lambda: shares(stack, endpoint) == expected, "traffic on both")
+    floor_model = next(
+        m for m in the_endpoint(stack, endpoint)["deployedModels"] if m["id"] == floor_id
+    )
+    assert floor_model["dedicatedResources"].get("spot", False) is False
+    assert floor_model["displayName"] == f"served [flexjobs {rid}] (on-demand floor)"
+
+    stack.simulator.set_spot_serving(stack.config.location, available=False)
+    tick_until(
+        stack,
+        tick,
+        lambda: shares(stack, endpoint) == {floor_id: 100},
+        "traffic to the floor alone",
+    )
+    for _ in range((GRACE_SECONDS + 2 * TICK_SECONDS) // TICK_SECONDS):
+        stack.simulator.advance(TICK_SECONDS)
+        assert tick() == 200
+        # The floor stays up, with every share of traffic, and nothing else is deployed.
+        assert shares(stack, endpoint) == {floor_id: 100}
+        ids = {m["id"] for m in the_endpoint(stack, endpoint)["deployedModels"]}
+        assert ids == {spot_id, floor_id}
+    assert fallback_deploys(stack) == []
+    state = serving(db, rid)
+    assert state["last"] == {"spot": 0, "onDemand": 1, "required": spot + 1}
+    assert state["darkSeconds"] == 0
+
+
+def test_a_warm_floor_stays_up_through_a_spot_loss_and_traffic_follows_the_replicas(
+    stack, db, unique, endpoint, ticks, notifications
+):
+    rid = unique("spot-floor")
+    knob_deployment(stack, db, rid, endpoint, 2, minOnDemandReplicas=1, hedge=False)
+    policy = deployment_record(db, rid)["serving"]["policy"]  # type: ignore[index]
+    assert (policy["minOnDemandReplicas"], policy["hedge"], policy["why"]) == (
+        1,
+        False,
+        "named by the request",
+    )
+    floor_serves_through_a_spot_loss(stack, db, ticks, rid, endpoint, spot=1, split=(50, 50))
+    (spot_call, floor_call) = ok_calls(stack, "DeployModel")
+    assert spot_call["deployedModel"]["dedicatedResources"]["minReplicaCount"] == 1
+    assert floor_call["deployedModel"]["dedicatedResources"]["minReplicaCount"] == 1
+    assert [m["state"] for m in notifications(rid)] == ["DEPLOYED"]
+
+
+def test_an_objective_chooses_a_floor_that_stays_up_through_a_spot_loss(
+    stack, db, unique, endpoint, ticks, notifications
+):
+    rid = unique("spot-objective")
+    knob_deployment(stack, db, rid, endpoint, 4, availabilityObjective={"atLeastOneReplica": 0.99})
+    policy = deployment_record(db, rid)["serving"]["policy"]  # type: ignore[index]
+    # The committed table's cheapest for 4 replicas at 99% with at least one (docs/serving.md).
+    assert (policy["minOnDemandReplicas"], policy["extraSpotReplicas"], policy["hedge"]) == (
+        1,
+        0,
+        False,
+    )
+    assert policy["objective"] == {"atLeastOneReplica": 0.99}
+    assert policy["why"].startswith("chosen for the objective:")
+    floor_serves_through_a_spot_loss(stack, db, ticks, rid, endpoint, spot=3, split=(75, 25))
+    assert [m["state"] for m in notifications(rid)] == ["DEPLOYED"]

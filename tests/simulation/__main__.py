@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 faults=args.faults if args.faults is not None else scope.faults,
             )
             found = explore.explore(
-                SCENARIOS[name].small(), bounds, seconds=args.seconds or scope.seconds
+                SCENARIOS[name].small(), bounds, seconds=args.seconds or scope.exploring
             )
             print(budget.exhaustive_line(found, bounds), flush=True)
             failed |= _failure(name, found.failure, shrink=not args.no_shrink)
@@ -124,7 +124,7 @@ def _failure(name: str, result: explore.Result | None, *, shrink: bool) -> bool:
     for line in explore.trace_file(name, result.seed, result.violation, trace):
         print(line)
     print("  ---- 8< ----")
-    print(f"  replay: ./dev sim --controller {name} --replay FILE")
+    print("  replay: ./dev sim --replay FILE (the lines between the marks)")
     return True
 
 

@@ -21,6 +21,12 @@ class Scope:
     depth: int = 24
     preemptions: int = 2
     faults: int = 1
+    #: The exhaustive mode's wall time (None: ``seconds``).
+    exhaustive_seconds: float | None = None
+
+    @property
+    def exploring(self) -> float:
+        return self.seconds if self.exhaustive_seconds is None else self.exhaustive_seconds
 
 
 @dataclass(frozen=True)
@@ -32,15 +38,29 @@ class Plan:
         return self.by_controller.get(name, self.default)
 
 
-#: CI: every controller, about 25 seconds each (two modes), inside five minutes in all.
+#: CI: every controller's random runs (12 s each) and the small scopes' exhaustive
+#: exploration (12 s each), inside five minutes in all with the traces and the mutants.
 CI = Plan(
     Scope(seeds=40, steps=300, seconds=12.0),
     {"auto": Scope(seeds=6, steps=300, seconds=12.0, depth=16)},
 )
-#: The full budget: what a change to a controller runs under before it lands.
+#: The full budget: what a change to a controller runs under before it lands (about 6
+#: minutes a controller: 1,000 seeds of 400 choices or 4 minutes, 2 minutes exhaustive).
 FULL = Plan(
-    Scope(seeds=1000, steps=500, seconds=900.0, depth=32, preemptions=2, faults=2),
-    {"auto": Scope(seeds=200, steps=400, seconds=900.0, depth=20, faults=1)},
+    Scope(
+        seeds=1000,
+        steps=400,
+        seconds=240.0,
+        depth=28,
+        preemptions=2,
+        faults=2,
+        exhaustive_seconds=120.0,
+    ),
+    {
+        "auto": Scope(
+            seeds=300, steps=400, seconds=240.0, depth=20, faults=1, exhaustive_seconds=120.0
+        )
+    },
 )
 
 

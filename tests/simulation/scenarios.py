@@ -431,6 +431,14 @@ def serving_setup(world: World, rng: random.Random) -> None:
     world.events += hand_edits(SHARED_ENDPOINT)
 
 
+def serving_fast_setup(world: World, rng: random.Random) -> None:
+    """The serving scope with a DeployModel of 4 minutes, shorter than a claim's TTL and the
+    grace period (the wide scope's takes 12: longer than both), so that a fallback serves,
+    and a restore runs, before the next grace period would end."""
+    serving_setup(world, rng)
+    world.vertex.operation_time["DeployModel"] = timedelta(minutes=4)
+
+
 def serving_small(world: World, rng: random.Random) -> None:
     """Two deployments on the endpoint shared with a hand-deployed model; one cancelled; Spot
     lost and returned once; an operation late or failed; a hand edit."""
@@ -776,6 +784,12 @@ SCENARIOS: dict[str, Scenario] = {
         setup=serving_setup,
         small_setup=serving_small,
         # Past a DeployModel's 2-hour limit: a cancel waits for one whose answer was lost.
+        quiet_minutes=130,
+    ),
+    "serving-fast": Scenario(
+        "serving-fast",
+        env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
+        setup=serving_fast_setup,
         quiet_minutes=130,
     ),
     "admission": Scenario(

@@ -56,7 +56,7 @@ def test_every_controller_keeps_its_invariants_over_random_runs(controller: str)
 def test_every_interleaving_of_a_small_scope_keeps_the_invariants(controller: str) -> None:
     scope = budget.CI.of(controller)
     bounds = explore.Bounds(scope.depth, scope.preemptions, scope.faults)
-    found = explore.explore(SCENARIOS[controller].small(), bounds, seconds=scope.seconds)
+    found = explore.explore(SCENARIOS[controller].small(), bounds, seconds=scope.exploring)
     print(budget.exhaustive_line(found, bounds))
     assert found.schedules >= 1 and found.deepest >= 1
     if found.failure is not None:

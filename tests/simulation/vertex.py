@@ -190,6 +190,9 @@ class Vertex:
         self.spot_out: set[tuple[str, str]] = set()
         self.flex_out: set[str] = set()
         self.operations: dict[str, Operation] = {}
+        #: How long each long-running endpoint operation takes in this world (a scenario may
+        #: draw a DeployModel's: a GPU model takes minutes to tens of minutes to deploy).
+        self.operation_time = dict(OPERATION_TIME)
         #: Jobs whose state changed, to publish as hints; checkpoints written, to publish as
         #: storage events (bucket, object name); both taken by the world.
         self.hints: list[str] = []
@@ -543,7 +546,7 @@ class Vertex:
             if method == "undeploy":
                 detail["deployedModelId"] = args[1]
             self.operations[result] = Operation(
-                result, call, endpoint, self.now() + OPERATION_TIME[call], tag=tag
+                result, call, endpoint, self.now() + self.operation_time[call], tag=tag
             )
             self.facts.append(Fact(self.now(), f"{method} sent", endpoint, detail))
         elif method == "set_traffic":
@@ -595,7 +598,7 @@ class Vertex:
     def on_time(self) -> None:
         """Operations made late end in their usual time from now (the faults stopped)."""
         for name, operation in list(self.operations.items()):
-            usual = self.now() + OPERATION_TIME[operation.call]
+            usual = self.now() + self.operation_time[operation.call]
             if operation.due > usual:
                 self.operations[name] = dataclasses.replace(operation, due=usual)
 
