@@ -334,7 +334,8 @@ def refused(
 
 
 def _failed(state: ServingState, now: datetime, cause: str) -> ServingState:
-    return _history(replace(state, phase=Phase.FAILED, since=now), now, state.last, cause)
+    failed = replace(state, phase=Phase.FAILED, since=now)
+    return _history(failed, now, state.last, cause, was=state.phase)
 
 
 def _hedge_failed(state: ServingState, now: datetime, cause: str) -> ServingState:
@@ -1107,13 +1108,20 @@ def _last_to_go(state: ServingState, models: list[ObservedModel]) -> ObservedMod
     return max(models, key=lambda m: (m.available > 0, m.id == state.spot.id, m.available))
 
 
-def _history(state: ServingState, now: datetime, cap: Capacity, cause: str) -> ServingState:
+def _history(
+    state: ServingState,
+    now: datetime,
+    cap: Capacity,
+    cause: str,
+    was: Phase | None = None,
+) -> ServingState:
     """``state`` accounted up to ``now`` (the previous capacity held since ``accounted_at``,
     as the reads saw it), then ``cap`` as the capacity from now, and one history entry."""
     elapsed = max((now - state.accounted_at).total_seconds(), 0.0)
     last = state.last
-    # Availability is measured while the deployment is followed (deployed, not going).
-    followed = elapsed if state.phase in _FOLLOWING else 0.0
+    # Availability is measured while the deployment is followed (deployed, not going): the
+    # time since ``accounted_at`` was spent in the phase it had then (``was``).
+    followed = elapsed if (was or state.phase) in _FOLLOWING else 0.0
     return replace(
         state,
         accounted_at=max(now, state.accounted_at),
@@ -1166,7 +1174,7 @@ def _accounted(
         causes.insert(0, after.history[-1].cause)
         after = replace(after, history=after.history[:-1], last=before.last)
     said = "; ".join(dict.fromkeys(c for c in causes if c)) or step.reason
-    written = _history(after, read.now, cap, said)
+    written = _history(after, read.now, cap, said, was=before.phase)
     kind = ActionKind.RECORD if step.kind is ActionKind.NOTHING else step.kind
     return ServingAction(
         kind,
