@@ -249,9 +249,11 @@ def auto_meets_deadline(world: World) -> Iterator[str]:
     """AUTO never misses a deadline that on-demand from the start would meet under the
     simulator's capacity (with the control plane's margin: :data:`DEADLINE_MARGIN`).
 
-    Not judged: a request whose home region, or a region one of its jobs ran in, stopped
-    answering (a job whose region does not answer is waited for, never taken for ended: a
-    control-plane error never changes a job's state, so that outage's time is not AUTO's)."""
+    Not judged: a request whose home region stopped answering, or one whose record followed a
+    job in a region that then stopped answering (a job flexjobs knows of, in a region that
+    does not answer, is waited for, never taken for ended: a control-plane error never changes
+    a job's state, so that outage's time is not AUTO's). A create whose outcome flexjobs never
+    learned is judged: that is AUTO's to give up (defect 5)."""
     records = _records(world)
     for request_id, request in sorted(world.published.items()):
         if request.get("strategy") != "AUTO" or request_id in world.cancelled:
@@ -261,12 +263,9 @@ def auto_meets_deadline(world: World) -> Iterator[str]:
         deadline = request["deadline"]
         work = world.vertex.work[request_id]
         home = request.get("location") or world.settings.location
-        ran_in = {
-            str(f.detail.get("location"))
-            for f in world.vertex.facts
-            if f.what == "job created" and f.detail.get("label") == request_id
-        }
-        if {home, *ran_in} & world.vertex.ever_down or work.fails_after is not None:
+        if home in world.vertex.ever_down or work.fails_after is not None:
+            continue
+        if _followed_into_an_outage(world, request_id):
             continue
         on_demand = (
             request["published"]
@@ -285,6 +284,17 @@ def auto_meets_deadline(world: World) -> Iterator[str]:
             )
         elif isinstance(ended, datetime) and ended > deadline:
             yield f"{request_id} ended at {ended:%H:%M}, after its deadline {deadline:%H:%M}"
+
+
+def _followed_into_an_outage(world: World, request_id: str) -> bool:
+    """A job the request's record followed was in a region that stopped answering after."""
+    for (rid, job), since in world.followed.items():
+        if rid != request_id:
+            continue
+        region = region_of(job)
+        if any(where == region and at >= since for where, at in world.vertex.outages):
+            return True
+    return False
 
 
 @invariant("notice-happened", "always")

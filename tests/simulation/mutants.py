@@ -171,6 +171,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ci=False,
     ),
     Mutant(
+        "away-region-never-given-up",
+        5,
+        "auto",
+        "auto-meets-deadline",
+        "shared.app.steps.attempts",
+        "_find",
+        # The fix gives an attempt up in a region it moved to that answers neither its create
+        # nor the lookup, and sends it home.
+        fixed="        if _given_up_away(ports, request.request_id, plan, exc):\n"
+        "            raise _GivenUp from exc\n",
+        broken="",
+        ci=False,
+    ),
+    Mutant(
         "tombstone-then-a-fault",
         0,
         "serving",

@@ -267,6 +267,7 @@ def region_outage(region: str) -> list[Event]:
     def down(world: World) -> None:
         world.vertex.down.add(region)
         world.vertex.ever_down.add(region)
+        world.vertex.outages.append((region, world.at))
 
     return [
         Event(f"{region} stops answering", down, lambda w: region not in w.vertex.down, False),

@@ -82,6 +82,22 @@ def test_a_defect_found_by_the_simulator_stays_fixed(path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _traces() if "mutant" in explore.read_trace(p.read_text()).headers],
+    ids=lambda p: p.stem,
+)
+def test_a_trace_fails_again_with_its_fix_taken_out(path: Path) -> None:
+    """A trace whose header names its mutant (its fix taken out): replayed with the mutant,
+    it breaks the invariant it broke on the unfixed code, so it still reaches the defect."""
+    saved = explore.read_trace(path.read_text())
+    mutant = mutants.BY_NAME[saved.headers["mutant"]]
+    with mutants.installed(mutant):
+        result = explore.replay(SCENARIOS[saved.scenario], saved.trace, seed=saved.seed)
+    assert result.violation is not None, path.name
+    assert result.violation.invariant == saved.headers["invariant"], result.violation
+
+
 def test_every_defect_of_the_issue_has_its_trace() -> None:
     defects = {int(m) for p in _traces() if (m := p.stem.split("-", 1)[0]).isdigit()}
     assert defects == set(range(1, 18)), sorted(set(range(1, 18)) - defects)

@@ -200,6 +200,8 @@ class Vertex:
         self.facts: list[Fact] = []
         #: Regions where a region was ever down (the deadline check skips what it delayed).
         self.ever_down: set[str] = set()
+        #: Each outage: the region and when it stopped answering.
+        self.outages: list[tuple[str, datetime]] = []
         #: Set traffic calls seen, with the split before each, for the serving checks.
         self._split_before: dict[str, dict[str, int]] = {}
 

@@ -198,6 +198,8 @@ class World:
         self.cancelled: dict[str, datetime] = {}
         #: When each endpoint was edited by hand (the world's own hand, never flexjobs').
         self.hand_edits: dict[str, list[datetime]] = {}
+        #: When each record first named each of its jobs (see :meth:`_note_followed`).
+        self.followed: dict[tuple[str, str], datetime] = {}
         #: Each deployment's phase as the checks last saw it (serving-moves-in-table).
         self.seen_phases: dict[str, str] = {}
         #: For requests a client built from an SDK job: what the SDK itself would have sent,
@@ -395,6 +397,7 @@ class World:
         """A delivery that ended: acknowledged when it returned; redelivered after Pub/Sub's
         backoff when it raised or its process died, unless its deliveries ran out (or the
         crash lost it)."""
+        self._note_followed()
         if not delivery.finished:
             return
         message: Message = delivery.message
@@ -618,6 +621,14 @@ class World:
             self.deliver(ready[0])
             steps += 1
         raise RuntimeError(f"the world did not settle in {limit} steps")
+
+    def _note_followed(self) -> None:
+        """When each record first named each job (``followed``): what flexjobs knew, and
+        since when, for the checks that judge what it did with it."""
+        for request_id, record in self.store.jobs.items():
+            job = record.get("vertexJob")
+            if isinstance(job, str) and (request_id, job) not in self.followed:
+                self.followed[(request_id, job)] = self.at
 
     def at_rest(self) -> bool:
         """Nothing can move any more: every job and deployment record has ended, no Vertex
