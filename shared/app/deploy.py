@@ -174,12 +174,13 @@ def advance(
     if record is None or state is None or state.phase.ended:
         return None
     endpoint = str(record.request.get("endpoint") or "")
-    if leaving is None:
-        neighbours = [r for r in ports.store.on_endpoint(endpoint) if r.request_id != request_id]
-        leaving = _leaving(neighbours, ports.clock())
     if seen is None:
         operation = _operation(ports, state)
         seen = Seen(*_read_endpoint_now(ports, endpoint), {request_id: operation})
+    if leaving is None:
+        # Read after the endpoint: an undeploy a neighbour claimed before that read is known.
+        neighbours = [r for r in ports.store.on_endpoint(endpoint) if r.request_id != request_id]
+        leaving = _leaving(neighbours, ports.clock())
     stepped = ports.store.step(
         request_id,
         seen.observed,
@@ -326,16 +327,29 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
             continue
         seen = Seen(read[0], read[1], operations)
         leaving = _leaving(group, now)
+        moved = False
         for record in group:
             rid = record.request_id
-            own = _models_of(record, now)
-            stepped = sweep.each(
-                rid, "follow deployment", _advance_in, ports, rid, seen, leaving - own
-            )
+            if moved:
+                # A deployment stepped before this one changed the endpoint (traffic moved, a
+                # model undeployed or deployed): this one steps on a fresh read of it, and of
+                # its neighbours' records, never on the read that change was decided from.
+                stepped = sweep.each(rid, "follow deployment", advance, ports, rid)
+            else:
+                own = _models_of(record, now)
+                stepped = sweep.each(
+                    rid, "follow deployment", _advance_in, ports, rid, seen, leaving - own
+                )
+            acted = stepped is not None and stepped.action.kind in _CHANGES_THE_ENDPOINT
+            moved = moved or acted
             written += stepped is not None and stepped.action.kind is not ActionKind.NOTHING
     for record in ports.store.with_outbox():
         sweep.each(record.request_id, "deployment outbox", _flush, ports, record)
     return written
+
+
+#: The actions after which a read of the endpoint no longer says how it is.
+_CHANGES_THE_ENDPOINT = frozenset({ActionKind.TRAFFIC, ActionKind.CALL})
 
 
 def _advance_in(

@@ -813,3 +813,118 @@ def test_extra_spot_replicas_count_against_the_operators_replica_cap(post_event,
     assert any(
         e["path"] == "extraSpotReplicas" and "FLEXJOBS_MAX_REPLICAS" in e["message"] for e in errors
     ), errors
+
+
+# -- found by review of the machine (regressions) ------------------------------------------
+
+
+def deploy_sharing(post_event, deployments, rid, split):
+    body = load("deploy_request")
+    body["requestId"] = rid
+    body["deployModel"]["endpoint"] = ENDPOINT
+    body["deployModel"]["deployedModel"]["dedicatedResources"]["minReplicaCount"] = 2
+    body["deployModel"]["trafficSplit"] = split
+    assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
+    deployments.backend.finish(deployments.store.store.get(rid)["operation"])
+    refresh_deployments(deployments)
+    return deployments.store.store.get(rid)["deployedModelId"]
+
+
+def test_two_deployments_alone_on_an_endpoint_both_cancelled_go_without_the_hold(
+    post_event, deployments, clock
+):
+    backend = deployments.backend
+    a = deploy_sharing(post_event, deployments, "a", {"0": 100})
+    deploy_sharing(post_event, deployments, "b", {"0": 50, a: 50})
+    # Both cancels are recorded before either steps (each cancel's own read fails).
+    backend.read_fails_with = BackendUnavailable("GetEndpoint 503")
+    cancel(post_event, "a")
+    cancel(post_event, "b")
+    backend.read_fails_with = None
+    start = clock()
+    for _ in range(40):
+        for name in [*backend._pending, *backend._undeploys, *backend._mutations]:
+            backend.finish(name)
+        if not backend.endpoints[ENDPOINT]:
+            break
+        clock.advance(60)
+        refresh_deployments(deployments)
+    # Neither waits the 30-minute hold for the other, which is leaving too.
+    assert backend.endpoints[ENDPOINT] == []
+    assert (clock() - start).total_seconds() <= 10 * 60
+    refresh_deployments(deployments)  # the reads that see them gone
+    assert [deployments.store.store.get(r)["state"] for r in ("a", "b")] == ["UNDEPLOYED"] * 2
+
+
+def test_a_neighbours_traffic_never_lands_on_a_fallback_whose_undeploy_this_tick_sent(
+    post_event, deployments, clock
+):
+    backend = deployments.backend
+    a = deploy_sharing(post_event, deployments, "a", {"0": 100})
+    b = deploy_sharing(post_event, deployments, "b", {"0": 50, a: 50})
+    assert backend.splits[ENDPOINT] == {a: 50, b: 50}
+    # a is hedged, its fallback serves, Spot comes back, the hold runs, traffic goes back.
+    backend.set_available(ENDPOINT, a, 0)
+    refresh_deployments(deployments)
+    clock.advance(300)
+    refresh_deployments(deployments)
+    backend.finish(next(iter(backend._pending)))
+    clock.advance(60)
+    refresh_deployments(deployments)
+    fallback = serving(deployments, "a").fallback
+    assert fallback is not None and fallback.id
+    backend.set_available(ENDPOINT, a, 2)
+    for _ in range(32):
+        clock.advance(60)
+        refresh_deployments(deployments)
+        if backend.splits[ENDPOINT].get(fallback.id, 0) == 0:
+            break
+    assert backend.splits[ENDPOINT].get(fallback.id, 0) == 0 and not backend._undeploys
+    # b is cancelled (its own step's read fails: the tick takes it from there). The next
+    # tick steps a first (its restore sends the fallback's UndeployModel), then b.
+    backend.read_fails_with = BackendUnavailable("GetEndpoint 503")
+    cancel(post_event, "b")
+    backend.read_fails_with = None
+    clock.advance(60)
+    refresh_deployments(deployments)
+    leaving = {model for (_, model) in backend._undeploys.values()}
+    given = {k for k, v in backend.splits[ENDPOINT].items() if v}
+    assert not leaving & given, (backend.splits[ENDPOINT], leaving)
+    assert sum(backend.splits[ENDPOINT].values()) == 100
+
+
+def test_a_deployment_deployed_before_the_machine_is_not_notified_deployed_again(
+    post_event, deployments, clock
+):
+    import json
+
+    backend = deployments.backend
+    body = load("deploy_request")
+    backend.endpoints[ENDPOINT].append(
+        {
+            "id": "7",
+            "displayName": "served [flexjobs old-1]",
+            "dedicatedResources": {"spot": True, "minReplicaCount": 1},
+            "status": {"availableReplicaCount": 1},
+        }
+    )
+    backend.splits[ENDPOINT] = {"7": 100}
+    # As the revision before the machine wrote it: DEPLOYED, notified, no serving yet.
+    deployments.store.store.records["old-1"] = {
+        "requestId": "old-1",
+        "kind": "deployModel",
+        "state": "DEPLOYED",
+        "endpoint": ENDPOINT,
+        "deployedModelId": "7",
+        "operation": f"{ENDPOINT}/operations/1",
+        "request": json.dumps(body["deployModel"]),
+        "options": "{}",
+        "notified": [{"requestId": "old-1", "state": "DEPLOYED"}],
+        "createdAt": clock(),
+        "updatedAt": clock(),
+    }
+    clock.advance(60)
+    refresh_deployments(deployments)
+    record = deployments.store.store.get("old-1")
+    assert record["serving"]["phase"] == "SERVING" and record["state"] == "DEPLOYED"
+    assert notices(deployments, "old-1") == []

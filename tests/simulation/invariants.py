@@ -26,8 +26,9 @@ from shared.domain.admission.ledger import Ledger
 from shared.domain.decisions.deploy_model import deployment_tag
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
 from shared.domain.model.states import JobState, from_vertex
-from shared.domain.serving.model import FALLBACK_SUFFIX, FLOOR_SUFFIX
-from shared.domain.serving.rule import TRANSITIONS
+from shared.domain.model.values import parse_rfc3339
+from shared.domain.serving.model import FALLBACK_SUFFIX, FLOOR_SUFFIX, Phase
+from shared.domain.serving.rule import allowed
 from tests.simulation.vertex import PLACEMENT, region_of
 from tests.simulation.world import Violation, World
 
@@ -320,6 +321,23 @@ def notice_happened(world: World) -> Iterator[str]:
                 yield (
                     f"HEDGED notified for {request_id} at {at:%H:%M:%S}: no fallback reached Vertex"
                 )
+        elif state == "RESTORED":
+            tag = deployment_tag(str(request_id)) + FALLBACK_SUFFIX
+            left = [
+                m
+                for _, m in _deployment_models(world, str(request_id))
+                if str(m.get("displayName") or "").endswith(tag)
+            ]
+            if left:
+                yield f"RESTORED notified for {request_id} while its fallback is still deployed"
+        elif state == "UNDEPLOYED":
+            left = [m.get("id") for _, m in _deployment_models(world, str(request_id))]
+            pending = _pending_deploys(world, str(request_id))
+            if left or pending:
+                yield (
+                    f"UNDEPLOYED notified for {request_id} with {left} still deployed and"
+                    f" {len(pending)} DeployModel still running"
+                )
         elif state == "CANCELLED" and message.get("kind") != "deployModel":
             series = (_records(world).get(str(request_id)) or {}).get("series")
             if str(request_id) not in world.cancel_asked and not series:
@@ -578,30 +596,63 @@ def pause_only_for_hand_edits(world: World) -> Iterator[str]:
         if serving.get("phase") != "PAUSED_BY_HAND":
             continue
         endpoint = str(record.get("endpoint") or "")
-        since = serving.get("since")
-        edits = world.hand_edits.get(endpoint, [])
-        if not edits or (isinstance(since, str) and min(edits).isoformat() > since):
+        since = parse_rfc3339(serving.get("since"))
+        # Its baseline: when it was published, or last resumed (the endpoint as it was then
+        # became what it follows): only an edit after it explains this pause.
+        published = (world.published.get(request_id) or {}).get("published")
+        resumed = parse_rfc3339(serving.get("resumedAt"))
+        baseline = (
+            max(t for t in (published, resumed) if t is not None)
+            if (published or resumed)
+            else None
+        )
+        edits = [
+            e
+            for e in world.hand_edits.get(endpoint, [])
+            if (baseline is None or e >= baseline) and (since is None or e <= since)
+        ]
+        if not edits:
             short = endpoint.rsplit("/", 1)[-1]
-            yield f"deployment {request_id} paused as if by hand; nobody edited {short}"
+            yield (
+                f"deployment {request_id} paused as if by hand; nobody edited {short} since"
+                " it took the endpoint as it was"
+            )
 
 
 @invariant("serving-moves-in-table", "always")
 def serving_moves_in_table(world: World) -> Iterator[str]:
-    """Every phase change of a deployment is one a row of the serving state table allows
-    (``rule.TRANSITIONS``, the table docs/serving.md prints): each write is seen on its own,
-    one step at a time, so no move hides between two."""
+    """Every phase change of a deployment is one the row of the serving state table its write
+    names allows (``rule.TRANSITIONS``, the table docs/serving.md prints; each write is seen
+    on its own, one step at a time, so no move hides between two), and a record's state never
+    moves back (ACCEPTED, DEPLOYING, DEPLOYED, then UNDEPLOYED or FAILED)."""
     for request_id, record in sorted(world.deployment_store.records.items()):
+        top = str(record.get("state"))
+        before_top = world.seen_states.get(request_id)
+        world.seen_states[request_id] = top
+        back = before_top is not None and (
+            _STATE_ORDER.get(top, 9) < _STATE_ORDER.get(before_top, 9)
+            or (before_top == "DEPLOYED" and top == "FAILED")  # FAILED never overwrites it
+        )
+        if back:
+            yield f"deployment {request_id}'s record moved back from {before_top} to {top}"
         serving = record.get("serving")
         phase = serving.get("phase") if isinstance(serving, dict) else None
-        if not isinstance(phase, str):
+        if not isinstance(phase, str) or phase not in Phase.__members__:
             continue
         before = world.seen_phases.get(request_id)
         world.seen_phases[request_id] = phase
         if before is None or before == phase:
             continue
-        rows = [t.name for t in TRANSITIONS if before in t.sources and phase in t.targets]
-        if not rows:
-            yield f"deployment {request_id} moved {before} -> {phase}: no row of the table has it"
+        name = str(serving.get("transition") or "")
+        if not allowed(name, Phase(before), Phase(phase)):
+            yield (
+                f"deployment {request_id} moved {before} -> {phase} by {name or 'no row'}:"
+                " the table has no such move"
+            )
+
+
+#: A deployment record's states in the order they may move in (the ends last).
+_STATE_ORDER = {"ACCEPTED": 0, "DEPLOYING": 1, "DEPLOYED": 2, "UNDEPLOYED": 3, "FAILED": 3}
 
 
 @invariant("cancel-stops-billing", "quiet+30")

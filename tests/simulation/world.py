@@ -202,6 +202,8 @@ class World:
         self.followed: dict[tuple[str, str], datetime] = {}
         #: Each deployment's phase as the checks last saw it (serving-moves-in-table).
         self.seen_phases: dict[str, str] = {}
+        #: Each deployment record's state as the checks last saw it (serving-moves-in-table).
+        self.seen_states: dict[str, str] = {}
         #: For requests a client built from an SDK job: what the SDK itself would have sent,
         #: by dotted path in the REST body.
         self.expected_bodies: dict[str, dict[str, Any]] = {}

@@ -1673,3 +1673,26 @@ def test_docs_serving_prints_the_state_table_the_machine_takes():
     page = (Path(__file__).parents[2] / "docs" / "serving.md").read_text()
     printed = page.split("<!-- state-table -->\n", 1)[1].split("\n<!-- /state-table -->", 1)[0]
     assert printed == rule.state_table()
+
+
+def test_vertex_answering_a_deploy_model_a_cancel_set_aside_is_waited_for():
+    """Found by review: a cancel sets the Spot DeployModel aside while it is being sent;
+    Vertex's answer (its operation) is kept on the landing, so a late operation is waited for,
+    never given up at the 2-hour limit (its model would land with nobody following it)."""
+    empty = ObservedEndpoint("e", (), {})
+    first = decide(new_state(NAME, 1, ServingPolicy(), T0), empty, T0)
+    assert first.call is not None and first.call.kind is CallKind.DEPLOY_SPOT
+    told_state = told(first.state, Intent.UNDEPLOY, T0 + timedelta(seconds=5))
+    assert told_state is not None
+    step = decide(told_state, empty, T0 + timedelta(seconds=6))
+    assert step.state.landing is not None and step.state.call is None
+    got = answered(step.state, first.call.at, "operations/op-1")
+    assert got is not None and got[0].landing is not None
+    assert got[0].landing.operation == "operations/op-1" and got[1] == ()
+    later = T0 + timedelta(seconds=DEPLOY_LIMIT_SECONDS + 60)
+    running = OperationOutcome("operations/op-1", done=False)
+    end = decide(got[0], empty, later, operation=running)
+    assert end.state.phase is Phase.UNDEPLOYING and end.state.landing is not None
+    failed = OperationOutcome("operations/op-1", done=True, error="no capacity")
+    gone = decide(end.state, empty, later + timedelta(minutes=1), operation=failed)
+    assert gone.state.phase is Phase.UNDEPLOYED

@@ -49,6 +49,7 @@ from shared.domain.serving.objective import (
     choose,
     default_policy,
 )
+from shared.domain.serving.rule import DEPLOYED as DEPLOYED_NOTICE
 from shared.domain.serving.rule import new_state, told
 
 if TYPE_CHECKING:
@@ -212,9 +213,18 @@ def projected(
         fields["reason"] = "undeployed on request"
     if top.terminal and top is not DeploymentState.DEPLOYED and record.state is not top:
         fields["endedAt"] = now
-    for notice, reason in notices:
+    for notice, reason in _owed(record, notices):
         fields = with_notice(_with(record, fields), fields, notice, reason)
     return DeploymentChange(fields, deletes=deletes)
+
+
+def _owed(
+    record: DeploymentRecord, notices: tuple[tuple[str, str | None], ...]
+) -> list[tuple[str, str | None]]:
+    """The notifications a write owes: DEPLOYED once (a record deployed before the machine,
+    read by it as deploying, was notified DEPLOYED then)."""
+    deployed = record.state is DeploymentState.DEPLOYED
+    return [(n, r) for n, r in notices if not (n == DEPLOYED_NOTICE and deployed)]
 
 
 def _spot_operation(state: ServingState) -> str | None:

@@ -571,6 +571,8 @@ class ServingState:
     #: are (named by the request, chosen for the objective, or the default).
     objective: AvailabilityObjective | None = None
     why: str = ""
+    #: The row of the state table (``rule.TRANSITIONS``) the last write took.
+    transition: str = ""
 
     def __post_init__(self) -> None:
         # Every other deployed model is kept, with a share of 0 too: one added later is new.
@@ -653,6 +655,7 @@ class ServingState:
                 "ON_DEMAND": round(self.on_demand_node_seconds, 3),
             },
             "hedges": self.hedges,
+            "transition": self.transition,
             "history": [change.to_dict() for change in self.history],
         }
 
@@ -738,6 +741,7 @@ class ServingState:
             followed_seconds=seconds(raw.get("followedSeconds")),
             short_seconds=seconds(raw.get("shortSeconds")),
             dark_seconds=seconds(raw.get("darkSeconds")),
+            transition=_text(raw.get("transition"), 32),
             objective=objective_from_dict(asked.get("objective")),
             why=_text(asked.get("why"), MAX_CAUSE),
             spot_node_seconds=seconds(nodes.get("SPOT")),

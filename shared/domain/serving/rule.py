@@ -261,6 +261,7 @@ def told(state: ServingState, intent: Intent, now: datetime) -> ServingState | N
     told_state = replace(state, intent=intent, intent_at=now, phase=phase)
     if phase is not state.phase:
         told_state = replace(told_state, since=now)
+    told_state = replace(told_state, transition="told")
     return _history(told_state, now, state.last, f"{intent.value.lower()} asked")
 
 
@@ -270,31 +271,53 @@ def answered(
     """Vertex answered the call claimed at ``at`` with ``operation``; None when the claim is
     no longer that call's. A fallback's DeployModel answered is a hedge that reached Vertex:
     HEDGED is owed now (and never before it)."""
+    landing = _landing_claimed(state, at)
+    if landing is not None:
+        # A cancel set the call aside while it was being sent: its operation is what the
+        # deployment waits for before it ends (never given up while Vertex runs it).
+        answer = replace(landing, operation=clip(operation, 256), unknown=False)
+        return replace(state, landing=answer, transition="call"), ()
     call = state.call
     if call is None or call.at != at:
         return None
-    after = replace(state, call=replace(call, operation=clip(operation, 256), unknown=False))
+    answer = replace(call, operation=clip(operation, 256), unknown=False)
+    after = replace(state, call=answer, transition="call")
     if call.kind is CallKind.DEPLOY_FALLBACK:
-        return after, (HEDGED,)
+        return replace(after, transition="hedged"), (HEDGED,)
     return after, ()
+
+
+def _landing_claimed(state: ServingState, at: datetime) -> InFlight | None:
+    """The DeployModel a cancel set aside (``landing``), when it is the call claimed at
+    ``at`` whose outcome is being written."""
+    landing = state.landing
+    return landing if landing is not None and landing.at == at else None
 
 
 def lost(state: ServingState, at: datetime) -> ServingState | None:
     """The call claimed at ``at`` timed out: it may have happened. Its claim stays, and
     every read looks for its effect, until it shows or the call is given up."""
+    landing = _landing_claimed(state, at)
+    if landing is not None:
+        if landing.unknown:
+            return None
+        return replace(state, landing=replace(landing, unknown=True), transition="call")
     call = state.call
     if call is None or call.at != at or call.unknown:
         return None
-    return replace(state, call=replace(call, unknown=True))
+    return replace(state, call=replace(call, unknown=True), transition="call")
 
 
 def released(state: ServingState, at: datetime) -> ServingState | None:
     """The call claimed at ``at`` surely never reached Vertex: its claim goes, and the next
     read decides again (a fallback's hedge counted for it is taken back)."""
+    if _landing_claimed(state, at) is not None:
+        # It made nothing: nothing to wait for.
+        return replace(state, landing=None, transition="call")
     call = state.call
     if call is None or call.at != at:
         return None
-    after = replace(state, call=None)
+    after = replace(state, call=None, transition="call")
     if call.kind is CallKind.DEPLOY_FALLBACK and state.intent is not Intent.UNDEPLOY:
         # Back to the deficit the hedge was for, as old as it was: the next read hedges.
         after = replace(
@@ -314,10 +337,14 @@ def refused(
     None) or for quota (sent again at ``retry_at``). The Spot model refused for good fails
     the deployment; refused for quota, it is parked. A refused hedge starts a new grace
     period; a refused floor, resize or undeploy is decided again after a backoff."""
+    if _landing_claimed(state, at) is not None:
+        cause = clip(f"a DeployModel set aside was refused: {error}", MAX_CAUSE) or ""
+        set_aside = replace(state, landing=None, transition="call")
+        return _history(set_aside, now, state.last, cause), ()
     call = state.call
     if call is None or call.at != at:
         return None
-    done = replace(state, call=None)
+    done = replace(state, call=None, transition="call")
     cause = clip(f"{call.kind.value} refused: {error}", MAX_CAUSE) or ""
     if call.kind is CallKind.DEPLOY_SPOT:
         if state.intent is Intent.UNDEPLOY:
@@ -1064,7 +1091,20 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
         call = InFlight(CallKind.UNDEPLOY, idle[0].id, now)
         why = f"undeploy {idle[0].id}"
         return _Step(ActionKind.CALL, replace(going, call=call), why, "undeploy", call)
-    # Every model of ours left holds traffic: one, or none serves to gather it on.
+    return _last_traffic(going, read, present, mine, split)
+
+
+def _last_traffic(
+    going: ServingState,
+    read: _Read,
+    present: list[ObservedModel],
+    mine: set[str],
+    split: dict[str, int],
+) -> _Step:
+    """Every model of ours left holds traffic (one, or none serves to gather it on): the last
+    model of an endpoint goes with its split; else the traffic is taken away once nothing
+    else can take it."""
+    observed, now = read.observed, read.now
     holder = present[0]
     others = [m for m in observed.models if m.id not in mine]
     if not others and len(present) == 1:
@@ -1072,10 +1112,12 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
         why = f"undeploy {holder.id}, the endpoint's last model (its split goes with it)"
         return _Step(ActionKind.CALL, replace(going, call=call), why, "undeploy", call)
     waited = (now - (going.since or now)).total_seconds()
-    if waited >= read.settings.hold_seconds:
-        # Nothing else has served for the hold period: the endpoint takes no traffic ("map
-        # must be empty if the Endpoint is to not accept any traffic") rather than keep a
-        # deployment its owner cancelled.
+    staying = [m for m in others if m.id not in read.leaving]
+    if waited >= read.settings.hold_seconds or not staying:
+        # Nothing else has served for the hold period, or every other model is leaving too
+        # (their owners cancelled them): the endpoint takes no traffic ("map must be empty
+        # if the Endpoint is to not accept any traffic") rather than keep a deployment its
+        # owner cancelled.
         keep = {k: v for k, v in split.items() if v > 0}
         why = "undeploy: nothing else serves: our traffic taken away"
         return _Step(
@@ -1174,13 +1216,15 @@ def _accounted(
         causes.insert(0, after.history[-1].cause)
         after = replace(after, history=after.history[:-1], last=before.last)
     said = "; ".join(dict.fromkeys(c for c in causes if c)) or step.reason
+    transition = step.transition if step.transition != "none" else "capacity"
     written = _history(after, read.now, cap, said, was=before.phase)
+    written = replace(written, transition=transition)
     kind = ActionKind.RECORD if step.kind is ActionKind.NOTHING else step.kind
     return ServingAction(
         kind,
         written,
         step.reason,
-        step.transition if step.transition != "none" else "capacity",
+        transition,
         step.call,
         step.deploy,
         step.split,
