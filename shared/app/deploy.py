@@ -81,8 +81,16 @@ def accept_deployment(request: JobRequest, ports: Deployments) -> bool:
         (request.spec.get("deployedModel") or {}).get("displayName"), request.request_id
     )
     plan = serving_plan(request.spec, request.options, _table(ports, request.options))
+    split = request.spec.get("trafficSplit")
+    share = split.get("0") if isinstance(split, dict) else None
     state = rule.new_state(
-        name, plan.required, plan.policy, now, objective=plan.objective, why=plan.why
+        name,
+        plan.required,
+        plan.policy,
+        now,
+        objective=plan.objective,
+        why=plan.why,
+        share=share if isinstance(share, int) and not isinstance(share, bool) else 0,
     )
     log.info(
         f"serving plan: {plan.policy.label(plan.required)} ({plan.why})",

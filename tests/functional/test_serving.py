@@ -928,3 +928,34 @@ def test_a_deployment_deployed_before_the_machine_is_not_notified_deployed_again
     record = deployments.store.store.get("old-1")
     assert record["serving"]["phase"] == "SERVING" and record["state"] == "DEPLOYED"
     assert notices(deployments, "old-1") == []
+
+
+def test_an_endpoint_left_without_traffic_is_taken_by_a_deployment_that_serves_again(
+    post_event, deployments, clock
+):
+    """Found by the chaos soak: a cancelled deployment takes the split with it after the hold
+    while its neighbour does not serve; once the neighbour serves again, the endpoint must not
+    stay dark: the deployment asked for traffic, so it takes it."""
+    backend = deployments.backend
+    a = deploy_sharing(post_event, deployments, "a", {"0": 100})
+    b = deploy_sharing(post_event, deployments, "b", {"0": 50, a: 50})
+    backend.set_available(ENDPOINT, b, 0)
+    clock.advance(60)
+    refresh_deployments(deployments)
+    cancel(post_event, "a")
+    for _ in range(40):
+        for name in [*backend._undeploys]:
+            backend.finish(name)
+        clock.advance(60)
+        refresh_deployments(deployments)
+        if deployments.store.store.get("a")["state"] == "UNDEPLOYED":
+            break
+    assert deployments.store.store.get("a")["state"] == "UNDEPLOYED"
+    assert backend.splits[ENDPOINT] == {}  # a took it with it: nothing else served
+    backend.set_available(ENDPOINT, b, 2)
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert backend.splits[ENDPOINT] == {b: 100}
+    clock.advance(60)
+    refresh_deployments(deployments)
+    assert serving(deployments, "b").phase.value != "PAUSED_BY_HAND"

@@ -573,6 +573,9 @@ class ServingState:
     why: str = ""
     #: The row of the state table (``rule.TRANSITIONS``) the last write took.
     transition: str = ""
+    #: The share of traffic the request asked for (its ``trafficSplit["0"]``): a deployment
+    #: that asked for some takes an endpoint left with no traffic once it serves.
+    share: int = 0
 
     def __post_init__(self) -> None:
         # Every other deployed model is kept, with a share of 0 too: one added later is new.
@@ -656,6 +659,7 @@ class ServingState:
             },
             "hedges": self.hedges,
             "transition": self.transition,
+            "share": self.share,
             "history": [change.to_dict() for change in self.history],
         }
 
@@ -742,6 +746,7 @@ class ServingState:
             short_seconds=seconds(raw.get("shortSeconds")),
             dark_seconds=seconds(raw.get("darkSeconds")),
             transition=_text(raw.get("transition"), 32),
+            share=min(_count(raw.get("share")), 100),
             objective=objective_from_dict(asked.get("objective")),
             why=_text(asked.get("why"), MAX_CAUSE),
             spot_node_seconds=seconds(nodes.get("SPOT")),

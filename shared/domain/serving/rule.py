@@ -228,11 +228,13 @@ def new_state(
     *,
     objective: AvailabilityObjective | None = None,
     why: str = "",
+    share: int = 0,
 ) -> ServingState:
     """A deployment accepted: nothing deployed yet, intent serve (``spot_name``: the Spot
     model's display name, which carries the deployment's tag: its idempotency key;
     ``required`` replicas kept serving by ``policy``'s knobs, for ``objective``, ``why``)."""
     return ServingState(
+        share=min(max(share, 0), 100),
         objective=objective,
         why=clip(why, MAX_CAUSE) or "",
         phase=Phase.DEPLOYING,
@@ -794,6 +796,10 @@ def _edit(state: ServingState, read: _Read) -> tuple[str | None, bool]:
     theirs = [m for m in observed.models if m.flexjobs and m.id not in mine]
     theirs_share = sum(observed.share(m.id) for m in theirs)
     pool = sum(observed.share(i) for i in mine)
+    if not observed.traffic_split and any(m.id in read.leaving for m in theirs):
+        # Another flexjobs deployment, leaving with nothing else serving, took the endpoint's
+        # split with it (ours included): its doing, taken as the new baseline.
+        return None, True
     if others.keys() != state.others.keys():
         added = sorted(others.keys() - state.others.keys())
         gone = sorted(state.others.keys() - others.keys())
@@ -967,6 +973,9 @@ def _serve(state: ServingState, read: _Read) -> _Step:
                 "restore",
                 call,
             )
+    taken = _take_an_empty_endpoint(moved, observed, ids, weights, label)
+    if taken is not None:
+        return taken
     split = hedged_split(observed, ids, weights)
     if split is not None and split != observed.traffic_split:
         return _Step(
@@ -1001,19 +1010,38 @@ def _serve(state: ServingState, read: _Read) -> _Step:
         return _Step(
             ActionKind.CALL, hedged, reason, "hedge", call, Deploy(name, deficit, spot=False)
         )
-    if (
-        hedging
-        and not healthy
-        and fallback_model is not None
-        and deficit > (moved.fallback.replicas if moved.fallback else 0)
-    ):
-        call = InFlight(CallKind.MUTATE, fallback_model.id, now, deficit)
-        assert moved.fallback is not None
-        grown = replace(moved, fallback=replace(moved.fallback, replicas=deficit), call=call)
-        return _Step(
-            ActionKind.CALL, grown, f"{label}: grow the fallback to {deficit}", "grow", call
-        )
+    if hedging and not healthy and fallback_model is not None:
+        return _grow(moved, fallback_model, deficit, label, now)
     return _Step(ActionKind.NOTHING, moved, label, "capacity")
+
+
+def _grow(
+    state: ServingState, fallback: ObservedModel, deficit: int, label: str, now: datetime
+) -> _Step:
+    """The deficit grew past the fallback's replicas: MutateDeployedModel to cover it."""
+    if state.fallback is None or deficit <= state.fallback.replicas:
+        return _Step(ActionKind.NOTHING, state, label, "capacity")
+    call = InFlight(CallKind.MUTATE, fallback.id, now, deficit)
+    grown = replace(state, fallback=replace(state.fallback, replicas=deficit), call=call)
+    return _Step(ActionKind.CALL, grown, f"{label}: grow the fallback to {deficit}", "grow", call)
+
+
+def _take_an_empty_endpoint(
+    state: ServingState,
+    observed: ObservedEndpoint,
+    ids: list[str],
+    weights: list[int],
+    label: str,
+) -> _Step | None:
+    """The endpoint takes no traffic (another deployment took its split with it as it left,
+    while ours did not serve), and this deployment asked for traffic: once ours serve, they
+    take the endpoint's traffic, by their replicas."""
+    if observed.traffic_split or not state.share or sum(weights) <= 0:
+        return None
+    parts = largest_remainder(100, weights)
+    taken = {i: p for i, p in zip(ids, parts, strict=True) if p > 0}
+    why = f"{label}: the endpoint took no traffic; ours serve, they take it"
+    return _Step(ActionKind.TRAFFIC, replace(state, pool=100), why, "shift", split=taken)
 
 
 def _undeploying(state: ServingState, read: _Read) -> _Step:
