@@ -442,8 +442,13 @@ def no_stuck_record(facts: ServingFacts) -> Check:
             why = (record.get("reason") or "")[:120]
             check.problem(f"deployment {p.rid} (not cancelled) ends {state} {why}".rstrip())
         pending = (record.get("serving") or {}).get("pending")
-        if state == "DEPLOYED" and pending:
-            check.problem(f"deployment {p.rid} still waits on {pending.get('call')} once quiet")
+        # A call in flight whose operation Vertex still runs is waited for (the tick reads it
+        # each minute); one whose operation ended and that the record still waits on is stuck.
+        if state == "DEPLOYED" and pending and pending.get("operation") in done:
+            check.problem(
+                f"deployment {p.rid} still waits on {pending.get('call')} once quiet, though"
+                f" {pending.get('operation')} ended"
+            )
     check.figure = f"{len(facts.plan)} deployments: {dict(sorted(states.items()))}"
     return check
 
