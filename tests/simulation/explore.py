@@ -236,6 +236,7 @@ def quiet_ticks(world: World, minutes: int) -> tuple[Violation | None, int]:
         world.vertex.return_spot(region, machine)
     world.vertex.down.clear()
     world.vertex.flex_out.clear()
+    world.vertex.serving_quota_out.clear()
     world.vertex.on_time()
     steps = 0
     for minute in range(minutes):

@@ -185,6 +185,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ci=False,
     ),
     Mutant(
+        "lost-run-counted-as-progress",
+        4,
+        "auto",
+        "auto-meets-deadline",
+        "shared.domain.capacity.situations",
+        "situation_from_record",
+        # The fix counts an ended attempt's run past its last checkpoint as lost before the
+        # next plan (its workLostSeconds is written only when the next attempt is submitted).
+        fixed="_with_transfer(_with_lost(AttemptOutcome.from_attempt(a), a, record), a, record)",
+        broken="_with_transfer(AttemptOutcome.from_attempt(a), a, record)",
+        ci=False,
+    ),
+    Mutant(
         "tombstone-then-a-fault",
         0,
         "serving",

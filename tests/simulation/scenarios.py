@@ -440,6 +440,35 @@ def serving_fast_setup(world: World, rng: random.Random) -> None:
     world.vertex.operation_time["DeployModel"] = timedelta(minutes=4)
 
 
+def serving_quota(region: str) -> list[Event]:
+    """The region's Spot serving quota used up (a deployModel is parked), and given back."""
+    return [
+        Event(
+            f"spot serving quota used up in {region}",
+            lambda w: w.vertex.serving_quota_out.add(region),
+            lambda w: region not in w.vertex.serving_quota_out,
+            False,
+        ),
+        Event(
+            f"spot serving quota back in {region}",
+            lambda w: w.vertex.serving_quota_out.discard(region),
+            lambda w: region in w.vertex.serving_quota_out,
+            False,
+        ),
+    ]
+
+
+def serving_parked_setup(world: World, rng: random.Random) -> None:
+    """The fast serving scope, with the Spot serving quota of each allowed region used up and
+    given back (a deployModel is parked, and the tick deploys it again), and the cancels
+    three times as likely."""
+    serving_fast_setup(world, rng)
+    world.events += serving_quota(HOME) + serving_quota(EAST)
+    for event in world.events:
+        if event.label.startswith("cancel "):
+            event.weight = 1.0
+
+
 def serving_small(world: World, rng: random.Random) -> None:
     """Two deployments on the endpoint shared with a hand-deployed model; one cancelled; Spot
     lost and returned once; an operation late or failed; a hand edit."""
@@ -791,6 +820,12 @@ SCENARIOS: dict[str, Scenario] = {
         "serving-fast",
         env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
         setup=serving_fast_setup,
+        quiet_minutes=130,
+    ),
+    "serving-parked": Scenario(
+        "serving-parked",
+        env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
+        setup=serving_parked_setup,
         quiet_minutes=130,
     ),
     "admission": Scenario(

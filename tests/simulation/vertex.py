@@ -189,6 +189,9 @@ class Vertex:
         self.refusing: set[tuple[str, str]] = set()
         self.spot_out: set[tuple[str, str]] = set()
         self.flex_out: set[str] = set()
+        #: Regions whose Spot serving quota is used up: a deployModel's DeployModel (the Spot
+        #: model) there is refused for quota (RESOURCE_EXHAUSTED), so the request is parked.
+        self.serving_quota_out: set[str] = set()
         self.operations: dict[str, Operation] = {}
         #: How long each long-running endpoint operation takes in this world (a scenario may
         #: draw a DeployModel's: a GPU model takes minutes to tens of minutes to deploy).
@@ -224,6 +227,11 @@ class Vertex:
                 if method in ("deploy", "deploy_on_demand", "resize", "undeploy"):
                     return OutcomeUnknown(f"simulated: {region_of(endpoint)} does not answer")
                 return BackendUnavailable(f"simulated: {region_of(endpoint)} does not answer")
+            if method == "deploy" and region_of(endpoint) in self.serving_quota_out:
+                return QuotaExhausted(
+                    f"simulated: 429 RESOURCE_EXHAUSTED: Spot serving quota in "
+                    f"{region_of(endpoint)} is used up"
+                )
             if method == "set_traffic":
                 self._split_before[endpoint] = dict(self.endpoints.splits.get(endpoint, {}))
         return None

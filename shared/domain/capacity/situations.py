@@ -19,6 +19,7 @@ from shared.domain.capacity.model import (
 )
 from shared.domain.capacity.regions import CROSS_REGION_SECONDS_PER_GB, DEFAULT_CHECKPOINT_GB
 from shared.domain.capacity.rule import decide
+from shared.domain.decisions.recovery import work_lost_seconds
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.policy.pricing import PriceTable
@@ -150,7 +151,10 @@ def situation_from_record(
     options = DeadlineOptions.read(record.options)
     if options is None:
         return None
-    history = tuple(_with_transfer(AttemptOutcome.from_attempt(a), a, record) for a in attempts)
+    history = tuple(
+        _with_transfer(_with_lost(AttemptOutcome.from_attempt(a), a, record), a, record)
+        for a in attempts
+    )
     return Situation(
         now=now,
         deadline=options.deadline,
@@ -168,6 +172,22 @@ def situation_from_record(
         tuning=tuning,
         retry_delay_seconds=retry_delay(backoff, record.retries),
     )
+
+
+def _with_lost(
+    outcome: AttemptOutcome, attempt: Mapping[str, Any], record: JobRecord
+) -> AttemptOutcome:
+    """``outcome`` with the running time no complete checkpoint saved, for an ended attempt
+    whose ``workLostSeconds`` is not written yet (it is written when the next attempt is
+    submitted, after this plan): what the latest checkpoint says, as that write will
+    (:func:`~shared.domain.decisions.recovery.work_lost_seconds`), never counted as done."""
+    if "workLostSeconds" in attempt or not isinstance(attempt.get("endedAt"), datetime):
+        return outcome
+    resumed = attempt.get("resumedFrom")
+    lost = work_lost_seconds(
+        dict(attempt), record.latest_checkpoint, resumed if isinstance(resumed, str) else None
+    )
+    return replace(outcome, lost_seconds=lost)
 
 
 def _with_transfer(
