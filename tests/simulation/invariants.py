@@ -276,6 +276,10 @@ def auto_meets_deadline(world: World) -> Iterator[str]:
         if on_demand > deadline - DEADLINE_MARGIN or world.at < deadline:
             continue
         record = records.get(request_id)
+        if record is None and _dead_letters(world, request_id):
+            continue  # its message died unread (dead-lettered): nothing was asked of flexjobs
+        if any(label.endswith(f"vertex.create({request_id}) !refused") for label in world.trace):
+            continue  # the world's Vertex refused a create of it for good (a 400): it fails
         ended = record.get("endedAt") if record else None
         if record is None or record["state"] != "SUCCEEDED":
             state = record["state"] if record else "no record"
@@ -285,6 +289,13 @@ def auto_meets_deadline(world: World) -> Iterator[str]:
             )
         elif isinstance(ended, datetime) and ended > deadline:
             yield f"{request_id} ended at {ended:%H:%M}, after its deadline {deadline:%H:%M}"
+
+
+def _dead_letters(world: World, request_id: str) -> bool:
+    """Every message of the request went to the dead letters (a crash lost its delivery, or
+    its deliveries ran out): the operator's to replay, not flexjobs' to have run."""
+    mine = [m for m in world.messages if m.name == f"request {request_id}"]
+    return bool(mine) and all(m.dead for m in mine)
 
 
 def _followed_into_an_outage(world: World, request_id: str) -> bool:
@@ -399,29 +410,44 @@ def nominal_never_reclaimed(world: World) -> Iterator[str]:
     """A queue within its nominal quota is never preempted for another queue's borrowing:
     each victim taken for another queue was taken while its own queue held more than its
     nominal of what they share (whatever the order the victims were taken in: its queue's
-    usage once every victim is gone, plus the largest of them, is above its nominal)."""
+    usage once every victim is gone, plus the largest of them, is above its nominal). Each
+    victim is judged on the ledger of the step its preemption was written in (a job of its
+    queue that ends later does not make the choice wrong)."""
     queues = _queues(world)
     if queues is None:
         return
     records = _records(world)
-    ledger = _ledger(world)
     victims = {
         rid: record
         for rid, record in records.items()
         if (record.get("yielding") or {}).get("why") == "preempted"
         and not JobState(record["state"]).terminal
-        and rid in ledger.held
     }
-    if not victims:
-        return
+    fresh = [rid for rid in victims if _victim_key(rid, victims[rid]) not in world.victims_judged]
+    if fresh:
+        _judge_victims(world, queues, victims, fresh)
+    for rid in sorted(victims):
+        yield from world.victims_judged.get(_victim_key(rid, victims[rid]), [])
+
+
+def _victim_key(request_id: str, record: dict[str, Any]) -> str:
+    """One preemption of one request (a request may be preempted again, later)."""
+    return f"{request_id}@{(record.get('yielding') or {}).get('at')}"
+
+
+def _judge_victims(
+    world: World, queues: Any, victims: dict[str, dict[str, Any]], fresh: list[str]
+) -> None:
+    ledger = _ledger(world)
+    held = {rid: record for rid, record in victims.items() if rid in ledger.held}
     after: dict[str, Counter[Resource]] = defaultdict(Counter)
     for rid, entry in ledger.held.items():
-        if rid not in victims:
+        if rid not in held:
             for resource, gpus in entry.demand.items():
                 after[entry.queue][resource] += gpus
     largest: dict[tuple[str, Resource], int] = defaultdict(int)
     taken_for: dict[str, str] = {}
-    for rid, record in victims.items():
+    for rid, record in held.items():
         entry = ledger.held[rid]
         reason = str((record.get("yielding") or {}).get("reason") or "")
         by_queue = reason.rsplit(" in queue ", 1)[-1] if " in queue " in reason else None
@@ -430,21 +456,23 @@ def nominal_never_reclaimed(world: World) -> Iterator[str]:
         taken_for[rid] = by_queue
         for resource, gpus in entry.demand.items():
             largest[(entry.queue, resource)] = max(largest[(entry.queue, resource)], gpus)
-    for rid, by_queue in sorted(taken_for.items()):
-        entry = ledger.held[rid]
-        queue = queues.queues.get(entry.queue)
-        if queue is None:
-            continue
-        for resource in entry.demand:
-            nominal = queue.quota(resource).nominal
-            before = after[entry.queue][resource] + largest[(entry.queue, resource)]
-            if before <= nominal:
-                yield (
-                    f"{rid} of queue {entry.queue} preempted for queue {by_queue}, though "
-                    f"{entry.queue} borrowed none of {resource}: it holds "
-                    f"{after[entry.queue][resource]} of its {nominal} nominal once its "
-                    f"victims are gone"
-                )
+    for rid in fresh:
+        found: list[str] = []
+        by_queue = taken_for.get(rid)
+        queue = queues.queues.get(ledger.held[rid].queue) if rid in ledger.held else None
+        if by_queue is not None and queue is not None:
+            entry = ledger.held[rid]
+            for resource in entry.demand:
+                nominal = queue.quota(resource).nominal
+                before = after[entry.queue][resource] + largest[(entry.queue, resource)]
+                if before <= nominal:
+                    found.append(
+                        f"{rid} of queue {entry.queue} preempted for queue {by_queue}, though "
+                        f"{entry.queue} borrowed none of {resource}: it holds "
+                        f"{after[entry.queue][resource]} of its {nominal} nominal once its "
+                        f"victims are gone"
+                    )
+        world.victims_judged[_victim_key(rid, victims[rid])] = found
 
 
 def idle_nominal(world: World) -> Iterator[str]:  # noqa: C901 - every condition a line has

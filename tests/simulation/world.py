@@ -202,6 +202,9 @@ class World:
         self.followed: dict[tuple[str, str], datetime] = {}
         #: Each deployment's phase as the checks last saw it (serving-moves-in-table).
         self.seen_phases: dict[str, str] = {}
+        #: Each preemption victim's judgement, made at the step its preemption was written
+        #: (nominal-never-reclaimed): its queue's usage once every victim then was gone.
+        self.victims_judged: dict[str, list[str]] = {}
         #: Each deployment record's state as the checks last saw it (serving-moves-in-table).
         self.seen_states: dict[str, str] = {}
         #: For requests a client built from an SDK job: what the SDK itself would have sent,
