@@ -32,7 +32,7 @@ from shared.domain.model.states import DeploymentState
 from shared.domain.model.values import clip, parse_rfc3339
 from shared.domain.policy.serving_knobs import KNOB_FIELDS, MAX_EXTRA_SPOT, OBJECTIVE_FIELD
 from shared.domain.request.message import MAX_DISPLAY_NAME, JobRequest
-from shared.domain.request.serving_options import required_replicas
+from shared.domain.request.serving_options import required_replicas, whole_count
 from shared.domain.serving.model import (
     CallKind,
     InFlight,
@@ -274,8 +274,8 @@ def serving_plan(
     objective = objective_from_dict(options.get(OBJECTIVE_FIELD))
     if any(name in options for name in KNOB_FIELDS):
         knobs = ServingPolicy(
-            min_on_demand=min(_whole(options.get("minOnDemandReplicas")), required),
-            extra_spot=min(_whole(options.get("extraSpotReplicas")), MAX_EXTRA_SPOT),
+            min_on_demand=min(whole_count(options.get("minOnDemandReplicas")), required),
+            extra_spot=min(whole_count(options.get("extraSpotReplicas")), MAX_EXTRA_SPOT),
             hedge=options.get("hedge") is not False,
         )
         return ServingPlan(required, knobs, objective, "named by the request")
@@ -296,17 +296,6 @@ def policy_of(spec: Mapping[str, Any], options: Mapping[str, Any]) -> tuple[int,
     before the machine: its plan was never stored)."""
     plan = serving_plan(spec, options)
     return plan.required, plan.policy
-
-
-def _whole(raw: object) -> int:
-    """A count from a body (int64 may come as a string), else 0."""
-    if isinstance(raw, bool):
-        return 0
-    if isinstance(raw, int):
-        return max(raw, 0)
-    if isinstance(raw, str) and raw.isdigit() and len(raw) <= 9:
-        return int(raw)
-    return 0
 
 
 def state_of(record: DeploymentRecord, now: datetime) -> ServingState | None:

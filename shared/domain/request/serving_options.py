@@ -29,7 +29,7 @@ from shared.domain.policy.serving_knobs import (
 )
 from shared.kernel.errors import FieldError
 
-__all__ = ["SERVING_FIELDS", "check_serving_options", "required_replicas"]
+__all__ = ["SERVING_FIELDS", "check_serving_options", "required_replicas", "whole_count"]
 
 
 def required_replicas(spec: Mapping[str, Any]) -> int:
@@ -38,13 +38,11 @@ def required_replicas(spec: Mapping[str, Any]) -> int:
     deployed = spec.get("deployedModel")
     resources = deployed.get("dedicatedResources") if isinstance(deployed, Mapping) else None
     resources = resources if isinstance(resources, Mapping) else {}
-    return max(
-        _whole(resources.get("requiredReplicaCount")) or _whole(resources.get("minReplicaCount")),
-        1,
-    )
+    required = whole_count(resources.get("requiredReplicaCount"))
+    return max(required or whole_count(resources.get("minReplicaCount")), 1)
 
 
-def _whole(raw: object) -> int:
+def whole_count(raw: object) -> int:
     """A count from a body (int64 may come as a string), else 0."""
     if isinstance(raw, bool):
         return 0

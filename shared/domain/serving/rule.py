@@ -670,55 +670,42 @@ def _unrecorded(state: ServingState, ours: Ours | None, name: str) -> bool:
 
 
 def _deploying(state: ServingState, read: _Read) -> _Step:
-    """The Spot model is not followed yet: deploy it once, then start following it. A policy
-    that keeps every replica on demand (a floor of all N, no extra Spot) has no Spot model:
-    its floor is what is deployed first, and followed."""
+    """The deployment's own model is not followed yet: deploy it once, then start following
+    it. That is its Spot model; a policy that keeps every replica on demand (a floor of all
+    N, no extra Spot) has none, and its floor is what is deployed first, and followed."""
     observed, now = read.observed, read.now
-    if state.spot_replicas == 0:
-        return _deploying_floor(state, read)
-    spot = observed.model(state.spot.id) if state.spot.id else None
-    if spot is not None:
-        followed = _baseline(
-            replace(state, spot=replace(state.spot, replicas=spot.required)), observed
-        )
+    spotless = state.spot_replicas == 0
+    main_id = state.main_id
+    seen = observed.model(main_id) if main_id else None
+    if seen is not None:
+        spot = replace(state.spot, replicas=seen.required)
+        based = state if spotless else replace(state, spot=spot)
+        followed = _baseline(based, observed)
         cap = _capacity(followed, observed)
         phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
         followed = replace(followed, phase=phase, since=since, retry_at=None)
         return _Step(ActionKind.RECORD, followed, "following", "deployed", notices=(DEPLOYED,))
     if state.call is not None:
         return _Step(ActionKind.NOTHING, state, f"waiting for {state.call.kind.value}", "none")
-    if state.spot.id is not None:
+    if main_id is not None:
         # Its operation said it is deployed; the endpoint does not list it yet.
         return _Step(ActionKind.NOTHING, state, "deployed, not listed yet", "none")
     if state.retry_at is not None and state.retry_at > now:
         return _Step(ActionKind.NOTHING, state, "parked for quota", "parked")
-    call = InFlight(CallKind.DEPLOY_SPOT, state.spot.name, now, state.spot_replicas)
-    deploy = Deploy(state.spot.name, state.spot_replicas, spot=True)
+    if spotless:
+        kind, name, replicas = (
+            CallKind.DEPLOY_FLOOR,
+            floor_display_name(state.spot.name),
+            state.policy.min_on_demand,
+        )
+        why = f"deploy the on-demand floor of {replicas} (every replica on demand: no Spot model)"
+    else:
+        kind, name, replicas = CallKind.DEPLOY_SPOT, state.spot.name, state.spot_replicas
+        why = "deploy the Spot model"
+    call = InFlight(kind, name, now, replicas)
     claimed = replace(state, call=call, retry_at=None)
-    return _Step(ActionKind.CALL, claimed, "deploy the Spot model", "deploy", call, deploy)
-
-
-def _deploying_floor(state: ServingState, read: _Read) -> _Step:
-    observed, now = read.observed, read.now
-    floor = observed.model(state.floor.id) if state.floor and state.floor.id else None
-    if floor is not None:
-        followed = _baseline(state, observed)
-        cap = _capacity(followed, observed)
-        phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
-        followed = replace(followed, phase=phase, since=since, retry_at=None)
-        return _Step(ActionKind.RECORD, followed, "following", "deployed", notices=(DEPLOYED,))
-    if state.call is not None:
-        return _Step(ActionKind.NOTHING, state, f"waiting for {state.call.kind.value}", "none")
-    if state.floor is not None and state.floor.id is not None:
-        return _Step(ActionKind.NOTHING, state, "deployed, not listed yet", "none")
-    if state.retry_at is not None and state.retry_at > now:
-        return _Step(ActionKind.NOTHING, state, "parked for quota", "parked")
-    name = floor_display_name(state.spot.name)
-    replicas = state.policy.min_on_demand
-    call = InFlight(CallKind.DEPLOY_FLOOR, name, now, replicas)
-    claimed = replace(state, call=call, retry_at=None)
-    why = f"deploy the on-demand floor of {replicas} (every replica on demand: no Spot model)"
-    return _Step(ActionKind.CALL, claimed, why, "deploy", call, Deploy(name, replicas, spot=False))
+    deploy = Deploy(name, replicas, spot=not spotless)
+    return _Step(ActionKind.CALL, claimed, why, "deploy", call, deploy)
 
 
 def _baseline(state: ServingState, observed: ObservedEndpoint) -> ServingState:
