@@ -149,7 +149,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "landing-given-up-with-its-operation",
         0,
         "serving",
-        "cancel-stops-billing",
+        # First caught by the notice (UNDEPLOYED with a DeployModel still running); the model
+        # that lands afterwards breaks cancel-stops-billing later on the same path.
+        "notice-happened",
         "shared.domain.serving.rule",
         "_undeploying",
         # The fix waits for a set-aside DeployModel whose operation Vertex answered.
