@@ -7,7 +7,10 @@
 # Exactly the Vertex AI methods the adapters call (shared/adapters/vertex/jobs.py, endpoints.py),
 # instead of roles/aiplatform.user. GetOperation on a DeployModel operation
 # (endpoints/E/operations/O) is authorised by aiplatform.endpoints.get; there is no
-# aiplatform.operations.get permission to grant.
+# aiplatform.operations.get permission to grant. ListOperations of an endpoint's operations
+# (endpoints/E/operations, to know whether a DeployModel whose answer was lost still runs)
+# is on the same parent; were it refused, the tick logs it and the DeployModel is waited
+# for, never given up (shared/domain/serving/rule.py, may_still_land): it fails safe.
 resource "google_project_iam_custom_role" "vertex_jobs" {
   role_id     = "flexjobsVertexJobs"
   title       = "flexjobs Vertex AI jobs"

@@ -768,11 +768,15 @@ class InMemoryDeploymentStore:
 class InMemoryDeploymentBackend:
     """Endpoints and DeployModel operations; an operation finishes when ``finish()`` says so."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self.endpoints: dict[str, list[dict[str, Any]]] = {}
         self.operations: dict[str, OperationStatus] = {}
         self.deployed: list[tuple[JobRequest, str]] = []  # (request, tagged display name)
         self._pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        # When each pending DeployModel started, by ``clock`` (without one, not known).
+        self._clock = clock
+        self._started: dict[str, datetime] = {}
+        self.listings: list[str] = []  # the endpoints whose running DeployModels were listed
         self._ids = itertools.count(1)
         self.fail_with: Exception | None = None
         # GetEndpoint: each endpoint's traffic split, the reads made, a fault to raise, and a
@@ -845,8 +849,24 @@ class InMemoryDeploymentBackend:
             },
         }
         self._pending[name] = (endpoint, deployed)
+        self._start(name)
         self.operations[name] = OperationStatus(name=name, done=False)
         return name
+
+    def _start(self, name: str) -> None:
+        if self._clock is not None:
+            self._started[name] = self._clock()
+
+    def running_deploys(self, endpoint: str) -> tuple[datetime, ...] | None:
+        """When each DeployModel of ``endpoint`` not yet finished started; None when one's
+        start is not known (no clock)."""
+        self.listings.append(endpoint)
+        if self.read_fails_with is not None:
+            raise self.read_fails_with
+        names = sorted(n for n, (e, _) in self._pending.items() if e == endpoint)
+        if any(n not in self._started for n in names):
+            return None
+        return tuple(self._started[n] for n in names)
 
     def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
         """UpdateEndpoint of the split: refused (ABORTED) when the etag is not the current one,
@@ -923,6 +943,7 @@ class InMemoryDeploymentBackend:
         self.deployed.append((request, display_name))
         self._pending[name] = (endpoint, deployed)
         self._split_of[name] = request.spec.get("trafficSplit")
+        self._start(name)
         self.operations[name] = OperationStatus(name=name, done=False)
         return name
 
@@ -950,6 +971,7 @@ class InMemoryDeploymentBackend:
             )
             return
         endpoint, deployed = self._pending.pop(name)
+        self._started.pop(name, None)
         self._changed(endpoint)
         if error:
             self.operations[name] = OperationStatus(name, True, error_code=9, error_message=error)

@@ -91,6 +91,32 @@ class Operations:
             raise SimError("NOT_FOUND", f"Operation {name} not found.")
         return _op_copy(op)
 
+    def listed(
+        self, parent: str, filter_: str, page_size: int
+    ) -> operations_pb2.ListOperationsResponse:
+        """``ListOperations`` of one resource's operations, oldest first. The filter is the
+        one Vertex's operations document for ``done`` (``done=true``, ``done = false``, ``!=``);
+        any other is refused. A page holds ``page_size`` (at most 100; 0: 100); a
+        ``next_page_token`` says there are more (this simulator does not serve later pages).
+
+        Raises:
+            SimError: INVALID_ARGUMENT (a filter other than on ``done``).
+        """
+        wanted = _done_filter(filter_)
+        prefix = f"{parent}/operations/"
+        found = [
+            op
+            for name, op in self._operations.items()
+            if name.startswith(prefix) and (wanted is None or op.pb.done == wanted)
+        ]
+        size = min(page_size or 100, 100)
+        response = operations_pb2.ListOperationsResponse(
+            operations=[_op_copy(op) for op in found[:size]]
+        )
+        if len(found) > size:
+            response.next_page_token = "more"
+        return response
+
     def to_json(self) -> list[dict[str, Any]]:
         return [json_format.MessageToDict(op.pb) for op in self._operations.values()]
 
@@ -120,6 +146,18 @@ class Operations:
         else:
             op.pb.response.Pack(type(response).pb(response))
         op.pb.done = True
+
+
+def _done_filter(filter_: str) -> bool | None:
+    """``done=true`` / ``done != false`` ... as a bool (None: no filter)."""
+    text = filter_.replace(" ", "").lower()
+    if not text:
+        return None
+    for op, negate in (("!=", True), ("=", False)):
+        field_, sep, value = text.partition(op)
+        if sep and field_ == "done" and value in ("true", "false"):
+            return (value == "true") != negate
+    raise SimError("INVALID_ARGUMENT", f"Unsupported filter {filter_!r}: only done is filtered.")
 
 
 #: UpdateEndpointRequest.update_mask paths the simulator applies (any other is refused).

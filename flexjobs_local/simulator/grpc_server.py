@@ -254,9 +254,15 @@ def _operations_handlers(engine: Engine) -> dict[str, grpc.RpcMethodHandler]:
     def get(req: Any) -> Any:
         return engine.get_operation(req.name)
 
+    def listed(req: Any) -> Any:
+        return engine.list_operations(req.name, req.filter, req.page_size)
+
     return {
         "GetOperation": _handler(
             engine, "GetOperation", get, operations_pb2.GetOperationRequest, _serialize_pb
+        ),
+        "ListOperations": _handler(
+            engine, "ListOperations", listed, operations_pb2.ListOperationsRequest, _serialize_pb
         ),
     }
 

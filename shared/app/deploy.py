@@ -21,7 +21,7 @@ deployment it follows, one ``GetEndpoint`` per endpoint however many share it.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.app.context import Deployments
@@ -48,7 +48,7 @@ from shared.domain.serving.model import (
     ServingState,
 )
 from shared.domain.serving.objective import PolicyTable
-from shared.domain.serving.rule import OperationOutcome
+from shared.domain.serving.rule import OperationOutcome, asks_running_deploys
 from shared.kernel.config import Settings
 from shared.kernel.errors import (
     BackendRejected,
@@ -178,13 +178,16 @@ def advance(
             error never moves a deployment).
     """
     record = ports.store.get(request_id)
-    state = serving_state(record, ports.clock()) if record is not None else None
+    now = ports.clock()
+    state = serving_state(record, now) if record is not None else None
     if record is None or state is None or state.phase.ended:
         return None
     endpoint = str(record.request.get("endpoint") or "")
     if seen is None:
         operation = _operation(ports, state)
-        seen = Seen(*_read_endpoint_now(ports, endpoint), {request_id: operation})
+        running = _running_deploys(ports, endpoint) if asks_running_deploys(state, now) else None
+        observed, at = _read_endpoint_now(ports, endpoint)
+        seen = Seen(_with_running(observed, running), at, {request_id: operation})
     if leaving is None:
         # Read after the endpoint: an undeploy a neighbour claimed before that read is known.
         neighbours = [r for r in ports.store.on_endpoint(endpoint) if r.request_id != request_id]
@@ -227,6 +230,18 @@ def read_endpoint(ports: Deployments, endpoint: str) -> ObservedEndpoint:
         return ports.backend.read(endpoint)
     except EndpointGone:
         return ObservedEndpoint(endpoint, (), {})
+
+
+def _running_deploys(ports: Deployments, endpoint: str) -> tuple[datetime, ...] | None:
+    """The endpoint's DeployModel operations still running, listed before the endpoint is
+    read (so a DeployModel not listed as running, and not on the read, never lands)."""
+    return ports.backend.running_deploys(endpoint)
+
+
+def _with_running(
+    observed: ObservedEndpoint, running: tuple[datetime, ...] | None
+) -> ObservedEndpoint:
+    return observed if running is None else replace(observed, deploying=running)
 
 
 def _operation(ports: Deployments, state: ServingState) -> OperationOutcome | None:
@@ -330,10 +345,19 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
             if state is not None and _operation_name(state):
                 rid = record.request_id
                 operations[rid] = sweep.each(rid, "read operation", _operation, ports, state)
+        asks = any(
+            state is not None and asks_running_deploys(state, now)
+            for state in (serving_state(record, now) for record in group)
+        )
+        running = (
+            sweep.each(None, "list running deploys", _running_deploys, ports, endpoint)
+            if asks
+            else None
+        )
         read = sweep.each(None, "read endpoint", _read_endpoint_now, ports, endpoint)
         if read is None:
             continue
-        seen = Seen(read[0], read[1], operations)
+        seen = Seen(_with_running(read[0], running), read[1], operations)
         leaving = _leaving(group, now)
         moved = False
         for record in group:

@@ -392,6 +392,12 @@ class DeploymentBackend(Protocol):
         UndeployModel); a DeployModel's names the deployed model's id once done."""
         ...
 
+    def running_deploys(self, endpoint: str) -> tuple[datetime, ...] | None:
+        """When each DeployModel operation of ``endpoint`` not yet done started
+        (``ListOperations``, one bounded page); None when there are more than a page holds
+        (which run is then not known)."""
+        ...
+
     def read(self, endpoint: str) -> ObservedEndpoint:
         """One ``GetEndpoint`` read: the deployed models, their replicas, the traffic split.
 

@@ -543,3 +543,35 @@ def test_a_public_spot_trace_replays_when_present(control, endpoints):
     control.advance((gone - back) * 30 - 120)
     assert availability(endpoints.get_endpoint(name=name))[spot] == 0
     assert control.serving()["deployedModels"][0]["nodesDown"][0]["phase"] == "RESTARTING"
+
+
+def test_the_running_deploy_models_of_an_endpoint_are_listed_with_when_each_started(
+    control, endpoints
+):
+    """VertexDeploymentBackend.running_deploys, over gRPC: ListOperations of the endpoint with
+    the ``done`` filter, DeployModel operations only, each with its start; none once done."""
+    from shared.adapters.vertex.endpoints import VertexDeploymentBackend
+    from shared.kernel.config import Settings
+
+    control.set_time_factor(0)
+    backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: endpoints)
+    name, spot = serving_endpoint(control, endpoints)
+    assert backend.running_deploys(name) == ()
+    deploy = endpoints.deploy_model(endpoint=name, deployed_model=l4_model(1, spot=False))
+    mutate = endpoints.mutate_deployed_model(
+        endpoint=name,
+        deployed_model=aiplatform_v1.DeployedModel(
+            id=spot, dedicated_resources={"min_replica_count": 1, "max_replica_count": 1}
+        ),
+        update_mask={"paths": ["dedicated_resources.min_replica_count"]},
+    )
+    started = backend.running_deploys(name)
+    assert started == (deploy.metadata.generic_metadata.create_time,)  # not the mutate
+    assert started[0].tzinfo is not None
+    finished(control, deploy)
+    mutate.result(timeout=30)
+    assert backend.running_deploys(name) == ()
+    listed = endpoints.list_operations(request={"name": name, "filter": "done=true"})
+    assert len(listed.operations) >= 3 and all(op.done for op in listed.operations)
+    with pytest.raises(exceptions.InvalidArgument):
+        endpoints.list_operations(request={"name": name, "filter": "metadata.x=1"})

@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = budget.FULL if args.full else budget.CI
     controllers = args.controller or sorted(SCENARIOS)
     if args.replay is not None:
+        if args.mutant is not None:  # the trace replayed with its fix taken out
+            with mutants.installed(mutants.BY_NAME[args.mutant]):
+                return _replay(controllers[0], args.replay)
         return _replay(controllers[0], args.replay)
     if args.mutant is not None:
         mutant = mutants.BY_NAME[args.mutant]

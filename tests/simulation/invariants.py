@@ -294,8 +294,11 @@ def auto_meets_deadline(world: World) -> Iterator[str]:
 def _dead_letters(world: World, request_id: str) -> bool:
     """Every message of the request went to the dead letters (a crash lost its delivery, or
     its deliveries ran out): the operator's to replay, not flexjobs' to have run."""
-    mine = [m for m in world.messages if m.name == f"request {request_id}"]
-    return bool(mine) and all(m.dead for m in mine)
+    name = f"request {request_id}"
+    live = [m for m in world.messages if m.name == name and not m.dead]
+    # Counted by name, as the topic retires a message once it is settled and may come no more:
+    # a request whose message died on both of its deliveries is no longer in the topic.
+    return world.dead_names.get(name, 0) > 0 and not live and name not in world.acked_names
 
 
 def _followed_into_an_outage(world: World, request_id: str) -> bool:

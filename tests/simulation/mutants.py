@@ -160,6 +160,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ci=False,
     ),
     Mutant(
+        "lost-deploy-given-up-while-it-runs",
+        0,
+        "serving",
+        "notice-happened",
+        "shared.domain.serving.rule",
+        "_undeploying",
+        # The fix gives up a set-aside DeployModel whose answer was lost only once no
+        # DeployModel that may be it still runs on the endpoint (ListOperations).
+        fixed="        and not may_still_land(landing, observed)\n",
+        broken="",
+        ci=False,
+    ),
+    Mutant(
         "stale-entry-ended-job",
         10,
         "quota",

@@ -180,7 +180,7 @@ class Vertex:
         self.now = now
         self.project = project
         self.jobs = InMemoryJobBackend(project)
-        self.endpoints = InMemoryDeploymentBackend()
+        self.endpoints = InMemoryDeploymentBackend(now)
         self.checkpoints = checkpoints
         self.runs: dict[str, Run] = {}
         self.work: dict[str, Work] = {}

@@ -196,6 +196,10 @@ class World:
         self.published: dict[str, dict[str, Any]] = {}
         self.cancel_asked: set[str] = set()
         self.cancelled: dict[str, datetime] = {}
+        #: Each message's fate once it has left the topic, by name: how many were acknowledged
+        #: and how many dead-lettered (a retired message is no longer in ``messages``).
+        self.acked_names: dict[str, int] = {}
+        self.dead_names: dict[str, int] = {}
         #: When each endpoint was edited by hand (the world's own hand, never flexjobs').
         self.hand_edits: dict[str, list[datetime]] = {}
         #: When each record first named each of its jobs (see :meth:`_note_followed`).
@@ -410,6 +414,7 @@ class World:
         error = delivery.error
         if error is None:
             message.acked = True
+            self.acked_names[message.name] = self.acked_names.get(message.name, 0) + 1
             self._retire(message)
             cancel = self._cancel_of(message)
             if cancel is not None:
@@ -420,6 +425,7 @@ class World:
         lost = isinstance(error, Crash) and delivery.lost
         if lost or message.deliveries >= MAX_DELIVERIES:
             message.dead = True
+            self.dead_names[message.name] = self.dead_names.get(message.name, 0) + 1
             self._retire(message)
             return
         backoff = min(MAX_BACKOFF, MIN_BACKOFF * 2 ** (message.deliveries - 1))

@@ -94,6 +94,9 @@ class Vertex:
     split: dict[str, int] = field(default_factory=dict)
     next_id: int = 200
     truncated: bool = False
+    #: The DeployModel operations ListOperations shows still running (when each started):
+    #: none unless a test says so (None: not known).
+    deploying: tuple[datetime, ...] | None = ()
 
     def add(
         self, model_id: str, name: str, *, spot: bool, required: int, available: int
@@ -110,7 +113,12 @@ class Vertex:
 
     def read(self) -> ObservedEndpoint:
         return ObservedEndpoint(
-            "e", tuple(self.models.values()), dict(self.split), "etag", self.truncated
+            "e",
+            tuple(self.models.values()),
+            dict(self.split),
+            "etag",
+            self.truncated,
+            self.deploying,
         )
 
     def set_available(self, model_id: str, available: int) -> None:
@@ -1377,6 +1385,50 @@ def test_a_cancel_is_never_lost_to_a_call_that_failed_was_lost_or_given_up():
             drive()
         assert drive.state.phase is Phase.UNDEPLOYED, outcome
         assert drive.vertex.models == {}, outcome
+
+
+@pytest.mark.parametrize("intent", [Intent.SERVE, Intent.UNDEPLOY])
+def test_a_lost_deploy_model_is_not_given_up_while_a_deploy_model_may_still_land(intent):
+    """A DeployModel whose answer was lost (its operation's name never recorded) is given up
+    at the limit only once ListOperations shows no DeployModel started since its claim still
+    running on the endpoint: however late it runs, its model would land with nobody to
+    follow it (a cancelled deployment ended, billing). Not listed (None): not given up."""
+    drive = deployed()
+    drive.vertex.set_available(SPOT_ID, 0)
+    drive()
+    hedge = drive(5, answer=False)
+    assert hedge.call is not None
+    drive.state = lost(drive.state, hedge.call.at) or drive.state
+    if intent is Intent.UNDEPLOY:
+        drive.tell(intent)
+    def kept(state: ServingState) -> InFlight | None:
+        # A cancel sets the DeployModel aside (landing); the models there leave meanwhile.
+        return state.landing if intent is Intent.UNDEPLOY else state.call
+
+    drive()
+    held = kept(drive.state)
+    assert held is not None and held.operation is None and held.target == hedge.call.target
+    for running in (None, (hedge.call.at + timedelta(seconds=30),)):
+        drive.vertex.deploying = running
+        waiting = drive(DEPLOY_LIMIT_SECONDS / 60 + 60)
+        assert rule.asks_running_deploys(waiting.state, drive.now)
+        assert kept(waiting.state) == held, running
+        assert waiting.state.phase is not Phase.UNDEPLOYED
+        assert "UNDEPLOYED" not in drive.notices
+    # One started before the claim (another deployment's, or a hand deploy) is not it.
+    drive.vertex.deploying = (hedge.call.at - timedelta(minutes=5),)
+    if intent is Intent.UNDEPLOY:
+        for _ in range(10):
+            if drive.state.phase is Phase.UNDEPLOYED:
+                break
+            if drive.state.call is not None:
+                drive.land()
+            drive()
+        assert drive.state.phase is Phase.UNDEPLOYED
+        assert drive.state.given_up == held
+    else:
+        given_up = drive()
+        assert given_up.state.call is None and given_up.state.given_up == held
 
 
 # --- what the record keeps -------------------------------------------------------------------

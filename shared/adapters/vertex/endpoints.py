@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.adapters.vertex.jobs import (
@@ -35,6 +36,11 @@ def _deployed_model(request: JobRequest) -> Any:
 
 #: The type of a DeployModel operation's response (``Operation.response`` is an Any).
 DEPLOY_RESPONSE = "google.cloud.aiplatform.v1.DeployModelResponse"
+#: The type of a DeployModel operation's metadata: how a listed operation is known for one.
+DEPLOY_METADATA = "google.cloud.aiplatform.v1.DeployModelOperationMetadata"
+#: Running operations listed on one page: an endpoint runs a few at a time; more than this
+#: many, and which run is not known (``running_deploys`` says None).
+RUNNING_PAGE = 100
 
 
 class VertexDeploymentBackend:
@@ -144,6 +150,37 @@ class VertexDeploymentBackend:
         return OperationStatus(
             name=name, done=True, deployed_model_id=str(response.deployed_model.id) or None
         )
+
+    def running_deploys(self, endpoint: str) -> tuple[datetime, ...] | None:
+        """``ListOperations`` of the endpoint's operations not done (the ``done`` filter
+        Vertex's operations take), one page: when each DeployModel among them started. A
+        DeployModel's metadata does not name the model it deploys, so this is all a caller
+        can know of one whose answer was lost."""
+        from google.cloud.aiplatform_v1.types import DeployModelOperationMetadata
+        from google.longrunning import operations_pb2
+
+        client = self._client(endpoint)
+        listed = call_vertex(
+            "ListOperations",
+            lambda: client.list_operations(
+                request=operations_pb2.ListOperationsRequest(
+                    name=endpoint, filter="done=false", page_size=RUNNING_PAGE
+                ),
+                retry=IDEMPOTENT_RETRY,
+                timeout=self._settings.call_timeout_seconds,
+            ),
+        )
+        if listed.next_page_token:
+            return None
+        started: list[datetime] = []
+        for op in list(listed.operations)[:RUNNING_PAGE]:
+            if op.done or op.metadata.type_url.rsplit("/", 1)[-1] != DEPLOY_METADATA:
+                continue
+            metadata = DeployModelOperationMetadata.deserialize(op.metadata.value)
+            created = metadata.generic_metadata.create_time
+            # No start time: when it started is not known, so it may be anyone's.
+            started.append(created if created else datetime.max.replace(tzinfo=UTC))
+        return tuple(sorted(started))
 
     def deploy_on_demand(
         self,

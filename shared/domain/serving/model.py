@@ -201,6 +201,10 @@ class ObservedEndpoint:
     # The endpoint lists more than MAX_MODELS models: the read is not the whole endpoint, so
     # no split written from it could keep every other model's share.
     truncated: bool = False
+    # When the DeployModel operations of the endpoint not yet done were listed just before
+    # this read (``ListOperations``): when each started. None when they were not asked for,
+    # or not known in full (more than a page): a DeployModel may still be running.
+    deploying: tuple[datetime, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traffic_split", _frozen(self.traffic_split))

@@ -70,6 +70,10 @@ from shared.domain.serving.split import hedged_split, largest_remainder
 #: does land is on the endpoint by then (and is adopted by its display name even later).
 #: Deploying again sooner could make a second model.
 DEPLOY_LIMIT_SECONDS: Final = 2 * 3600.0
+#: How much earlier than its claim a running DeployModel may say it started and still be
+#: taken for ours: the claim is stamped by our clock before the call, the operation by
+#: Vertex's when it arrives.
+CLOCK_SKEW_SECONDS: Final = 60.0
 #: A MutateDeployedModel or an UndeployModel whose effect does not show after this long is
 #: given up and decided again: sending either twice does no harm (a second undeploy of a
 #: model already gone is refused, a second resize to the same size changes nothing).
@@ -287,6 +291,44 @@ def answered(
     if call.kind is CallKind.DEPLOY_FALLBACK:
         return replace(after, transition="hedged"), (HEDGED,)
     return after, ()
+
+
+def asks_running_deploys(state: ServingState, now: datetime) -> bool:
+    """Whether the next step needs the endpoint's running DeployModel operations listed
+    (:attr:`ObservedEndpoint.deploying`): a DeployModel of this deployment, in flight or set
+    aside by a cancel, whose answer was lost (no operation known), at its limit."""
+    return any(
+        call is not None
+        and call.kind.deploys
+        and not call.operation
+        and (now - call.at).total_seconds() >= DEPLOY_LIMIT_SECONDS
+        for call in (state.call, state.landing)
+    )
+
+
+def may_still_land(call: InFlight, observed: ObservedEndpoint) -> bool:
+    """A DeployModel whose answer was lost may still land: its operation's name is not
+    known, and the endpoint still runs a DeployModel started since its claim (or which ones
+    run is not known). Vertex's operations do not say which model they deploy, so any such
+    one may be it; however late it runs, its model would land billing with nobody to follow
+    it if the call were given up first.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t0 = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> call = InFlight(CallKind.DEPLOY_SPOT, "served [flexjobs s-1]", t0, replicas=1)
+        >>> may_still_land(call, ObservedEndpoint("e", ()))  # not listed
+        True
+        >>> may_still_land(call, ObservedEndpoint("e", (), deploying=()))
+        False
+        >>> later = t0 + timedelta(seconds=5)
+        >>> may_still_land(call, ObservedEndpoint("e", (), deploying=(later,)))
+        True
+    """
+    if observed.deploying is None:
+        return True
+    since = call.at - timedelta(seconds=CLOCK_SKEW_SECONDS)
+    return any(started >= since for started in observed.deploying)
 
 
 def _landing_claimed(state: ServingState, at: datetime) -> InFlight | None:
@@ -567,7 +609,7 @@ def _resolve_deploy(
         # Vertex answered with its operation: the model lands when the operation ends
         # (done or failed), however long it runs; it is never sent twice meanwhile.
         return state, (), ""
-    if elapsed >= DEPLOY_LIMIT_SECONDS:
+    if elapsed >= DEPLOY_LIMIT_SECONDS and not may_still_land(call, observed):
         given = replace(state, call=None, given_up=call)
         why = f"{call.kind.value}: no answer after {DEPLOY_LIMIT_SECONDS / 3600:.0f} h"
         if call.kind is CallKind.DEPLOY_FALLBACK:
@@ -1059,9 +1101,11 @@ def _undeploying(state: ServingState, read: _Read) -> _Step:
         landing is not None
         and not landing.operation
         and (now - landing.at).total_seconds() >= DEPLOY_LIMIT_SECONDS
+        and not may_still_land(landing, observed)
     ):
-        # Its answer was lost: after the limit it is given up (a model it lands later is
-        # ours by its name). One Vertex answered is waited for until its operation ends.
+        # Its answer was lost: after the limit, once no DeployModel that may be it still runs
+        # on the endpoint, it made nothing and is given up. One Vertex answered is waited for
+        # until its operation ends.
         going = replace(going, landing=None, given_up=landing)
     if not present:
         if going.call is not None or going.landing is not None:
