@@ -608,7 +608,7 @@ def follow_rule(
         elif call.kind is CallKind.UNDEPLOY:
             endpoint.fallback = None
             endpoint.split.pop(FALLBACK_ID, None)
-        answered = rule_answered(after, call.at, f"operations/{m}")
+        answered = rule_answered(after, call, f"operations/{m}")
         after = answered[0] if answered is not None else after
     return after
 

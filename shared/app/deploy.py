@@ -285,19 +285,19 @@ def _act(ports: Deployments, stepped: Stepped, observed: ObservedEndpoint) -> No
         retry_at = None
         if isinstance(exc, QuotaExhausted):
             retry_at = ports.clock() + timedelta(seconds=ports.retry.backoff.seconds(1))
-        ports.store.refused(rid, call.at, str(exc), ports.clock(), retry_at=retry_at)
+        ports.store.refused(rid, call, str(exc), ports.clock(), retry_at=retry_at)
         log.warning(f"{call.kind.value} refused: {exc}", extra={"fields": fields})
         return
     except OutcomeUnknown:
         # It may have happened: the claim stays, and every read looks for its effect.
-        ports.store.lost(rid, call.at, ports.clock())
+        ports.store.lost(rid, call, ports.clock())
         log.warning(f"{call.kind.value} outcome unknown; its claim is kept")
         return
     except Exception:
         # It never reached Vertex: the claim goes, and the next step decides again.
-        ports.store.released(rid, call.at, ports.clock())
+        ports.store.released(rid, call, ports.clock())
         raise
-    ports.store.answered(rid, call.at, operation, ports.clock())
+    ports.store.answered(rid, call, operation, ports.clock())
     log.info(
         f"{call.kind.value} sent: {action.reason}",
         extra={"fields": {**fields, "operation": operation}},

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from shared.app.deploy import refresh_deployments
+from shared.domain.serving.model import InFlight
 from shared.kernel.errors import QuotaExhausted
 from tests.events import load, pubsub_cloud_event
 from tests.fakes import key_labels
@@ -255,13 +256,15 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 def test_a_late_refusal_never_overwrites_a_deployed_model(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
-    claimed = deployments.store.store.get("deploy-1")["serving"]["pending"]["at"]
+    claimed = InFlight.decode(deployments.store.store.get("deploy-1")["serving"]["pending"])
     deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
     assert refresh_deployments(deployments) == 1  # DEPLOYED, and followed
 
     # The DeployModel's refusal, written late (a delivery that stalled): its call is over.
-    at = datetime.fromisoformat(claimed)
-    deployments.store.refused("deploy-1", at, "a late refusal", deployments.clock(), retry_at=None)
+    assert claimed is not None
+    deployments.store.refused(
+        "deploy-1", claimed, "a late refusal", deployments.clock(), retry_at=None
+    )
 
     record = deployments.store.store.get("deploy-1")
     assert (record["state"], record.get("reason")) == ("DEPLOYED", None)

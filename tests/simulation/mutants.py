@@ -176,6 +176,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ci=False,
     ),
     Mutant(
+        "claim-known-by-its-instant",
+        0,
+        "serving",
+        "cancel-ends-everything",
+        "shared.domain.serving.rule",
+        "same_claim",
+        # The fix knows a claim by its kind and model too, not by its instant alone.
+        fixed="        and held.kind is claim.kind\n        and held.target == claim.target\n",
+        broken="",
+        ci=False,
+    ),
+    Mutant(
         "stale-entry-ended-job",
         10,
         "quota",

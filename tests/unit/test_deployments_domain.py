@@ -172,7 +172,8 @@ def test_the_spot_model_seen_makes_the_record_deployed_with_its_notice():
 
 def test_a_parked_deployment_counts_each_refusal_once():
     state = deploying(None)
-    parked, _ = refused(state, NOW, "quota", NOW, retry_at=NOW + 10 * MINUTE) or (None, ())
+    assert state.call is not None
+    parked, _ = refused(state, state.call, "quota", NOW, retry_at=NOW + 10 * MINUTE) or (None, ())
     assert parked is not None
     first = projected(record(state="ACCEPTED", quotaRetries=2), parked, NOW)
     assert (first.fields["state"], first.fields["reason"]) == ("ACCEPTED", "quota")
@@ -184,7 +185,9 @@ def test_a_parked_deployment_counts_each_refusal_once():
 
 
 def test_a_deployment_refused_for_good_fails_with_the_reason_and_its_notice():
-    got = refused(deploying(None), NOW, "INVALID_ARGUMENT: no such model", NOW, retry_at=None)
+    state = deploying(None)
+    assert state.call is not None
+    got = refused(state, state.call, "INVALID_ARGUMENT: no such model", NOW, retry_at=None)
     assert got is not None
     state, notices = got
     change = projected(record(state="ACCEPTED"), state, NOW, tuple((n, "x") for n in notices))

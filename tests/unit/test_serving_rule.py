@@ -198,7 +198,7 @@ class Driver:
         assert self.state.call is not None
         self.operations += 1
         name = f"e/operations/{self.operations}"
-        got = answered(self.state, self.state.call.at, name)
+        got = answered(self.state, self.state.call, name)
         assert got is not None
         before = self.state
         self.state, notices = got
@@ -454,7 +454,7 @@ def test_a_spot_model_refused_for_quota_is_parked_then_sent_again():
     drive = Driver(Vertex(), new_state(NAME, 2, ServingPolicy(), T0))
     first = drive(0, answer=False)
     assert first.call is not None
-    got = refused(drive.state, first.call.at, "quota", drive.now, retry_at=drive.now + 10 * MINUTE)
+    got = refused(drive.state, first.call, "quota", drive.now, retry_at=drive.now + 10 * MINUTE)
     assert got is not None and got[1] == ()
     drive.state = got[0]
     assert (drive.state.phase, drive.state.call) == (Phase.DEPLOYING, None)
@@ -470,7 +470,7 @@ def test_a_spot_model_refused_for_good_fails_the_deployment():
     first = drive(0, answer=False)
     assert first.call is not None
     got = refused(
-        drive.state, first.call.at, "INVALID_ARGUMENT: no such model", drive.now, retry_at=None
+        drive.state, first.call, "INVALID_ARGUMENT: no such model", drive.now, retry_at=None
     )
     assert got is not None
     state, notices = got
@@ -560,7 +560,7 @@ def test_hedged_is_notified_only_once_the_fallbacks_deploy_model_reached_vertex(
     assert "HEDGED" not in hedge.notices and drive.notices == ["DEPLOYED"]
     # Never sent (a fault before Vertex): the claim goes, the hedge is not counted, and the
     # deficit keeps its age, so the next read hedges again at once.
-    back = released(drive.state, hedge.call.at)  # type: ignore[union-attr]
+    back = released(drive.state, hedge.call)  # type: ignore[union-attr]
     assert back is not None
     assert (back.phase, back.call, back.fallback, back.hedges) == (Phase.DEFICIT, None, None, 0)
     assert rule.allowed("call", Phase.HEDGED, back.phase)
@@ -582,9 +582,9 @@ def test_a_hedge_whose_answer_was_lost_owes_hedged_when_its_fallback_lands():
     drive()
     hedge = drive(5, answer=False)
     assert hedge.call is not None
-    drive.state = lost(drive.state, hedge.call.at) or drive.state
+    drive.state = lost(drive.state, hedge.call) or drive.state
     assert drive.state.call is not None and drive.state.call.unknown
-    assert lost(drive.state, hedge.call.at) is None  # lost once
+    assert lost(drive.state, hedge.call) is None  # lost once
     for _ in range(10):
         assert drive().kind is ActionKind.NOTHING  # not sent again while it may happen
     assert "HEDGED" not in drive.notices
@@ -673,7 +673,7 @@ def test_a_hedge_refused_at_once_waits_a_new_grace_period_too():
     drive.vertex.set_available(SPOT_ID, 0)
     drive()
     hedge = drive(5, answer=False)
-    got = refused(drive.state, hedge.call.at, "quota", drive.now, retry_at=None)  # type: ignore[union-attr]
+    got = refused(drive.state, hedge.call, "quota", drive.now, retry_at=None)  # type: ignore[union-attr]
     assert got is not None
     drive.state = got[0]
     assert (drive.state.phase, drive.state.since) == (Phase.DEFICIT, drive.now)
@@ -698,7 +698,7 @@ def test_a_hedge_with_no_answer_is_given_up_and_a_late_fallback_is_adopted_by_it
     drive()
     hedge = drive(5, answer=False)
     assert hedge.call is not None
-    drive.state = lost(drive.state, hedge.call.at) or drive.state
+    drive.state = lost(drive.state, hedge.call) or drive.state
     given_up = drive(DEPLOY_LIMIT_SECONDS / 60)
     assert (given_up.state.call, given_up.state.phase) == (None, Phase.DEFICIT)
     assert given_up.state.given_up is not None and given_up.state.given_up.target == FALLBACK
@@ -719,7 +719,7 @@ def test_a_second_fallback_under_our_name_is_undeployed_and_never_fed():
     drive()
     first = drive(5, answer=False)
     assert first.call is not None
-    drive.state = lost(drive.state, first.call.at) or drive.state
+    drive.state = lost(drive.state, first.call) or drive.state
     drive(DEPLOY_LIMIT_SECONDS / 60)  # given up
     second = drive(5)
     assert second.transition == "hedge"
@@ -861,7 +861,7 @@ def test_an_undeploy_whose_effect_never_shows_is_given_up_then_sent_again():
     drive(), drive(30)
     undeploy = drive(answer=False)
     assert undeploy.call is not None and undeploy.call.kind is CallKind.UNDEPLOY
-    drive.state = lost(drive.state, undeploy.call.at) or drive.state
+    drive.state = lost(drive.state, undeploy.call) or drive.state
     waited = [drive() for _ in range(int(CALL_LIMIT_SECONDS // 60) - 1)]
     assert all(a.kind is ActionKind.NOTHING for a in waited)
     given_up = drive()
@@ -1317,7 +1317,7 @@ def test_a_deployment_cancelled_before_anything_was_deployed_ends_at_once():
     drive = Driver(Vertex(), new_state(NAME, 2, ServingPolicy(), T0))
     first = drive(0, answer=False)
     assert first.call is not None
-    got = refused(drive.state, first.call.at, "quota", drive.now, retry_at=drive.now + 30 * MINUTE)
+    got = refused(drive.state, first.call, "quota", drive.now, retry_at=drive.now + 30 * MINUTE)
     drive.state = got[0]  # type: ignore[index]
     drive.tell(Intent.UNDEPLOY)
     done = drive()
@@ -1363,7 +1363,7 @@ def test_a_cancel_is_never_lost_to_a_call_that_failed_was_lost_or_given_up():
         hedge = drive(5, answer=outcome == "failed")
         assert hedge.call is not None
         drive.tell(Intent.UNDEPLOY)
-        at = hedge.call.at
+        at = hedge.call
         if outcome == "refused":
             drive.state = refused(drive.state, at, "quota", drive.now, retry_at=None)[0]  # type: ignore[index]
         elif outcome == "released":
@@ -1398,9 +1398,10 @@ def test_a_lost_deploy_model_is_not_given_up_while_a_deploy_model_may_still_land
     drive()
     hedge = drive(5, answer=False)
     assert hedge.call is not None
-    drive.state = lost(drive.state, hedge.call.at) or drive.state
+    drive.state = lost(drive.state, hedge.call) or drive.state
     if intent is Intent.UNDEPLOY:
         drive.tell(intent)
+
     def kept(state: ServingState) -> InFlight | None:
         # A cancel sets the DeployModel aside (landing); the models there leave meanwhile.
         return state.landing if intent is Intent.UNDEPLOY else state.call
@@ -1738,7 +1739,7 @@ def test_vertex_answering_a_deploy_model_a_cancel_set_aside_is_waited_for():
     assert told_state is not None
     step = decide(told_state, empty, T0 + timedelta(seconds=6))
     assert step.state.landing is not None and step.state.call is None
-    got = answered(step.state, first.call.at, "operations/op-1")
+    got = answered(step.state, first.call, "operations/op-1")
     assert got is not None and got[0].landing is not None
     assert got[0].landing.operation == "operations/op-1" and got[1] == ()
     later = T0 + timedelta(seconds=DEPLOY_LIMIT_SECONDS + 60)

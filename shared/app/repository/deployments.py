@@ -18,6 +18,7 @@ from shared.domain.request.message import JobRequest
 from shared.domain.serving import rule
 from shared.domain.serving.model import (
     ActionKind,
+    InFlight,
     Intent,
     ObservedEndpoint,
     ServingAction,
@@ -153,24 +154,24 @@ class DeploymentRecords:
 
         return self._write(request_id, now, machine) is not None
 
-    def answered(self, request_id: str, at: datetime, operation: str, now: datetime) -> None:
-        """Vertex answered the call claimed at ``at`` with ``operation``."""
-        self._write(request_id, now, lambda state: rule.answered(state, at, operation))
+    def answered(self, request_id: str, claim: InFlight, operation: str, now: datetime) -> None:
+        """Vertex answered the call ``claim`` (as claimed) with ``operation``."""
+        self._write(request_id, now, lambda state: rule.answered(state, claim, operation))
 
-    def lost(self, request_id: str, at: datetime, now: datetime) -> None:
-        """The call claimed at ``at`` timed out: it may have happened."""
+    def lost(self, request_id: str, claim: InFlight, now: datetime) -> None:
+        """The call ``claim`` timed out: it may have happened."""
 
         def machine(state: ServingState) -> tuple[ServingState, tuple[str, ...]] | None:
-            after = rule.lost(state, at)
+            after = rule.lost(state, claim)
             return None if after is None else (after, ())
 
         self._write(request_id, now, machine)
 
-    def released(self, request_id: str, at: datetime, now: datetime) -> None:
-        """The call claimed at ``at`` never reached Vertex: its claim goes."""
+    def released(self, request_id: str, claim: InFlight, now: datetime) -> None:
+        """The call ``claim`` never reached Vertex: its claim goes."""
 
         def machine(state: ServingState) -> tuple[ServingState, tuple[str, ...]] | None:
-            after = rule.released(state, at)
+            after = rule.released(state, claim)
             return None if after is None else (after, ())
 
         self._write(request_id, now, machine)
@@ -178,15 +179,17 @@ class DeploymentRecords:
     def refused(
         self,
         request_id: str,
-        at: datetime,
+        claim: InFlight,
         error: str,
         now: datetime,
         *,
         retry_at: datetime | None,
     ) -> None:
-        """Vertex refused the call claimed at ``at``: for good, or for quota (``retry_at``)."""
+        """Vertex refused the call ``claim``: for good, or for quota (``retry_at``)."""
         self._write(
-            request_id, now, lambda state: rule.refused(state, at, error, now, retry_at=retry_at)
+            request_id,
+            now,
+            lambda state: rule.refused(state, claim, error, now, retry_at=retry_at),
         )
 
     def drop_from_outbox(self, request_id: str, sent: list[dict[str, Any]]) -> None:

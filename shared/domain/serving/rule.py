@@ -272,20 +272,21 @@ def told(state: ServingState, intent: Intent, now: datetime) -> ServingState | N
 
 
 def answered(
-    state: ServingState, at: datetime, operation: str
+    state: ServingState, claim: InFlight, operation: str
 ) -> tuple[ServingState, tuple[str, ...]] | None:
-    """Vertex answered the call claimed at ``at`` with ``operation``; None when the claim is
-    no longer that call's. A fallback's DeployModel answered is a hedge that reached Vertex:
-    HEDGED is owed now (and never before it)."""
-    landing = _landing_claimed(state, at)
+    """Vertex answered the call ``claim`` (as it was claimed) with ``operation``; None when
+    the claim is no longer that call's. A fallback's DeployModel answered is a hedge that
+    reached Vertex: HEDGED is owed now (and never before it)."""
+    landing = _landing_claimed(state, claim)
     if landing is not None:
         # A cancel set the call aside while it was being sent: its operation is what the
         # deployment waits for before it ends (never given up while Vertex runs it).
         answer = replace(landing, operation=clip(operation, 256), unknown=False)
         return replace(state, landing=answer, transition="call"), ()
     call = state.call
-    if call is None or call.at != at:
+    if not same_claim(call, claim):
         return None
+    assert call is not None
     answer = replace(call, operation=clip(operation, 256), unknown=False)
     after = replace(state, call=answer, transition="call")
     if call.kind is CallKind.DEPLOY_FALLBACK:
@@ -331,35 +332,58 @@ def may_still_land(call: InFlight, observed: ObservedEndpoint) -> bool:
     return any(started >= since for started in observed.deploying)
 
 
-def _landing_claimed(state: ServingState, at: datetime) -> InFlight | None:
-    """The DeployModel a cancel set aside (``landing``), when it is the call claimed at
-    ``at`` whose outcome is being written."""
+def same_claim(held: InFlight | None, claim: InFlight) -> bool:
+    """``held`` (the state's call, or its landing) is the call ``claim`` as it was claimed:
+    the same kind, about the same model, claimed at the same instant. The instant alone is
+    not enough: a cancel's UndeployModel may be claimed at the very instant a hedge's
+    DeployModel was, and its answer must never be written on the other.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t0 = datetime(2026, 12, 1, tzinfo=UTC)
+        >>> deploy = InFlight(CallKind.DEPLOY_FALLBACK, "m (on-demand fallback)", t0, 2)
+        >>> same_claim(replace(deploy, operation="op/1"), deploy)
+        True
+        >>> same_claim(deploy, InFlight(CallKind.UNDEPLOY, "9002", t0))
+        False
+    """
+    return (
+        held is not None
+        and held.at == claim.at
+        and held.kind is claim.kind
+        and held.target == claim.target
+    )
+
+
+def _landing_claimed(state: ServingState, claim: InFlight) -> InFlight | None:
+    """The DeployModel a cancel set aside (``landing``), when it is the call ``claim`` whose
+    outcome is being written."""
     landing = state.landing
-    return landing if landing is not None and landing.at == at else None
+    return landing if same_claim(landing, claim) else None
 
 
-def lost(state: ServingState, at: datetime) -> ServingState | None:
-    """The call claimed at ``at`` timed out: it may have happened. Its claim stays, and
-    every read looks for its effect, until it shows or the call is given up."""
-    landing = _landing_claimed(state, at)
+def lost(state: ServingState, claim: InFlight) -> ServingState | None:
+    """The call ``claim`` timed out: it may have happened. Its claim stays, and every read
+    looks for its effect, until it shows or the call is given up."""
+    landing = _landing_claimed(state, claim)
     if landing is not None:
         if landing.unknown:
             return None
         return replace(state, landing=replace(landing, unknown=True), transition="call")
     call = state.call
-    if call is None or call.at != at or call.unknown:
+    if call is None or not same_claim(call, claim) or call.unknown:
         return None
     return replace(state, call=replace(call, unknown=True), transition="call")
 
 
-def released(state: ServingState, at: datetime) -> ServingState | None:
-    """The call claimed at ``at`` surely never reached Vertex: its claim goes, and the next
-    read decides again (a fallback's hedge counted for it is taken back)."""
-    if _landing_claimed(state, at) is not None:
+def released(state: ServingState, claim: InFlight) -> ServingState | None:
+    """The call ``claim`` surely never reached Vertex: its claim goes, and the next read
+    decides again (a fallback's hedge counted for it is taken back)."""
+    if _landing_claimed(state, claim) is not None:
         # It made nothing: nothing to wait for.
         return replace(state, landing=None, transition="call")
     call = state.call
-    if call is None or call.at != at:
+    if call is None or not same_claim(call, claim):
         return None
     after = replace(state, call=None, transition="call")
     if call.kind is CallKind.DEPLOY_FALLBACK and state.intent is not Intent.UNDEPLOY:
@@ -375,18 +399,23 @@ def released(state: ServingState, at: datetime) -> ServingState | None:
 
 
 def refused(
-    state: ServingState, at: datetime, error: str, now: datetime, *, retry_at: datetime | None
+    state: ServingState,
+    claim: InFlight,
+    error: str,
+    now: datetime,
+    *,
+    retry_at: datetime | None,
 ) -> tuple[ServingState, tuple[str, ...]] | None:
-    """Vertex refused the call claimed at ``at`` (nothing was made): for good (``retry_at``
+    """Vertex refused the call ``claim`` (nothing was made): for good (``retry_at``
     None) or for quota (sent again at ``retry_at``). The Spot model refused for good fails
     the deployment; refused for quota, it is parked. A refused hedge starts a new grace
     period; a refused floor, resize or undeploy is decided again after a backoff."""
-    if _landing_claimed(state, at) is not None:
+    if _landing_claimed(state, claim) is not None:
         cause = clip(f"a DeployModel set aside was refused: {error}", MAX_CAUSE) or ""
         set_aside = replace(state, landing=None, transition="call")
         return _history(set_aside, now, state.last, cause), ()
     call = state.call
-    if call is None or call.at != at:
+    if call is None or not same_claim(call, claim):
         return None
     done = replace(state, call=None, transition="call")
     cause = clip(f"{call.kind.value} refused: {error}", MAX_CAUSE) or ""
@@ -577,7 +606,7 @@ def _resolve(
             fallback = replace(fallback, replicas=call.replicas)
         return replace(state, call=None, fallback=fallback), (), f"{call.kind.value} done"
     if op is not None and op.done and op.error:
-        after = refused(state, call.at, op.error, now, retry_at=None)
+        after = refused(state, call, op.error, now, retry_at=None)
         assert after is not None
         return after[0], after[1], f"{call.kind.value} failed: {op.error}"
     if elapsed >= CALL_LIMIT_SECONDS:
