@@ -340,15 +340,13 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
     now = ports.clock()
     for endpoint, group in sorted(by_endpoint.items()):
         operations: dict[str, OperationOutcome | None] = {}
+        asks = False
         for record in group:
             state = serving_state(record, now)
             if state is not None and _operation_name(state):
                 rid = record.request_id
                 operations[rid] = sweep.each(rid, "read operation", _operation, ports, state)
-        asks = any(
-            state is not None and asks_running_deploys(state, now)
-            for state in (serving_state(record, now) for record in group)
-        )
+            asks = asks or (state is not None and asks_running_deploys(state, now))
         running = (
             sweep.each(None, "list running deploys", _running_deploys, ports, endpoint)
             if asks
