@@ -92,17 +92,20 @@ class Operations:
         return _op_copy(op)
 
     def listed(
-        self, parent: str, filter_: str, page_size: int
+        self, parent: str, filter_: str, page_size: int, page_token: str = ""
     ) -> operations_pb2.ListOperationsResponse:
         """``ListOperations`` of one resource's operations, oldest first. The filter is the
         one Vertex's operations document for ``done`` (``done=true``, ``done = false``, ``!=``);
-        any other is refused. A page holds ``page_size`` (at most 100; 0: 100); a
-        ``next_page_token`` says there are more (this simulator does not serve later pages).
+        any other is refused. A page holds ``page_size`` (at most 100; 0: 100); its
+        ``next_page_token`` gives the next.
 
         Raises:
-            SimError: INVALID_ARGUMENT (a filter other than on ``done``).
+            SimError: INVALID_ARGUMENT (a filter other than on ``done``, a bad page token).
         """
         wanted = _done_filter(filter_)
+        if page_token and not page_token.isdigit():
+            raise SimError("INVALID_ARGUMENT", f"Invalid page token {page_token!r}.")
+        start = int(page_token or 0)
         prefix = f"{parent}/operations/"
         found = [
             op
@@ -111,10 +114,10 @@ class Operations:
         ]
         size = min(page_size or 100, 100)
         response = operations_pb2.ListOperationsResponse(
-            operations=[_op_copy(op) for op in found[:size]]
+            operations=[_op_copy(op) for op in found[start : start + size]]
         )
-        if len(found) > size:
-            response.next_page_token = "more"
+        if len(found) > start + size:
+            response.next_page_token = str(start + size)
         return response
 
     def to_json(self) -> list[dict[str, Any]]:

@@ -418,12 +418,12 @@ class Engine:
             return self._operations.get(name)
 
     def list_operations(
-        self, parent: str, filter_: str = "", page_size: int = 0
+        self, parent: str, filter_: str = "", page_size: int = 0, page_token: str = ""
     ) -> operations_pb2.ListOperationsResponse:
         """The operations of resource ``parent`` (an endpoint), as ``ListOperations`` lists
         them. Raises SimError INVALID_ARGUMENT (a filter other than on ``done``)."""
         with self._caught_up():
-            return self._operations.listed(parent, filter_, page_size)
+            return self._operations.listed(parent, filter_, page_size, page_token)
 
     def operations_json(self) -> list[dict[str, Any]]:
         """Every operation as JSON (for debugging)."""

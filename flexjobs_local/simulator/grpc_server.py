@@ -255,7 +255,7 @@ def _operations_handlers(engine: Engine) -> dict[str, grpc.RpcMethodHandler]:
         return engine.get_operation(req.name)
 
     def listed(req: Any) -> Any:
-        return engine.list_operations(req.name, req.filter, req.page_size)
+        return engine.list_operations(req.name, req.filter, req.page_size, req.page_token)
 
     return {
         "GetOperation": _handler(

@@ -573,5 +573,10 @@ def test_the_running_deploy_models_of_an_endpoint_are_listed_with_when_each_star
     assert backend.running_deploys(name) == ()
     listed = endpoints.list_operations(request={"name": name, "filter": "done=true"})
     assert len(listed.operations) >= 3 and all(op.done for op in listed.operations)
+    first = endpoints.list_operations(request={"name": name, "page_size": 1})
+    second = endpoints.list_operations(
+        request={"name": name, "page_size": 1, "page_token": first.next_page_token}
+    )
+    assert first.operations[0].name != second.operations[0].name
     with pytest.raises(exceptions.InvalidArgument):
         endpoints.list_operations(request={"name": name, "filter": "metadata.x=1"})

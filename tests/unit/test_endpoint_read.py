@@ -167,3 +167,75 @@ def test_the_hedge_decided_from_a_read_is_sent_as_the_requested_model_on_demand(
     ) == (3, 3, 3)
     assert resources.machine_spec == _spot().dedicated_resources.machine_spec
     assert "traffic_split" not in call  # no traffic until it serves
+
+
+class _Operations:
+    """ListOperations as plain values: ``ops`` the endpoint's operations, pages of
+    ``size``, the ``done`` filter taken unless ``filters`` is False (INVALID_ARGUMENT)."""
+
+    def __init__(self, ops: list[Any], *, size: int, filters: bool = True) -> None:
+        self.ops, self.size, self.filters = ops, size, filters
+        self.requests: list[Any] = []
+
+    def list_operations(self, *, request: Any, **_: Any) -> Any:
+        from google.api_core import exceptions as gexc
+        from google.longrunning import operations_pb2
+
+        self.requests.append(request)
+        if request.filter and not self.filters:
+            raise gexc.InvalidArgument("unsupported filter")
+        ops = [op for op in self.ops if not request.filter or not op.done]
+        start = int(request.page_token or 0)
+        page = operations_pb2.ListOperationsResponse(operations=ops[start : start + self.size])
+        if len(ops) > start + self.size:
+            page.next_page_token = str(start + self.size)
+        return page
+
+
+def _operation(number: int, *, done: bool, deploy: bool = True, at: datetime | None = None) -> Any:
+    from google.cloud.aiplatform_v1.types import (
+        DeployModelOperationMetadata,
+        UndeployModelOperationMetadata,
+    )
+    from google.longrunning import operations_pb2
+
+    kind = DeployModelOperationMetadata if deploy else UndeployModelOperationMetadata
+    metadata = kind()
+    metadata.generic_metadata.create_time = at or T_OPS + timedelta(minutes=number)
+    op = operations_pb2.Operation(name=f"{NAME}/operations/{number}", done=done)
+    op.metadata.Pack(kind.pb(metadata))
+    return op
+
+
+T_OPS = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_running_deploys_are_the_deploy_models_not_done_by_their_start() -> None:
+    ops = [_operation(1, done=True), _operation(2, done=False, deploy=False)]
+    ops += [_operation(3, done=False), _operation(4, done=False)]
+    client = _Operations(ops, size=100)
+    backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
+    assert backend.running_deploys(NAME) == (
+        T_OPS + timedelta(minutes=3),
+        T_OPS + timedelta(minutes=4),
+    )
+    assert [r.filter for r in client.requests] == ["done=false"]
+
+
+def test_running_deploys_without_the_done_filter_read_every_page_and_filter_here() -> None:
+    ops = [_operation(n, done=n != 7) for n in range(1, 10)]
+    client = _Operations(ops, size=2, filters=False)
+    backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
+    assert backend.running_deploys(NAME) == (T_OPS + timedelta(minutes=7),)
+    assert [r.filter for r in client.requests] == ["done=false"] + [""] * 5
+    assert [r.page_token for r in client.requests[1:]] == ["", "2", "4", "6", "8"]
+
+
+def test_running_deploys_past_their_pages_are_not_known() -> None:
+    from shared.adapters.vertex.endpoints import RUNNING_PAGES
+
+    ops = [_operation(n, done=True) for n in range(RUNNING_PAGES * 2 + 1)]
+    client = _Operations(ops, size=2, filters=False)
+    backend = VertexDeploymentBackend(Settings(project="p"), lambda _s, _l: client)
+    assert backend.running_deploys(NAME) is None  # nothing is given up on a partial list
+    assert len(client.requests) == 1 + RUNNING_PAGES

@@ -38,9 +38,16 @@ def _deployed_model(request: JobRequest) -> Any:
 DEPLOY_RESPONSE = "google.cloud.aiplatform.v1.DeployModelResponse"
 #: The type of a DeployModel operation's metadata: how a listed operation is known for one.
 DEPLOY_METADATA = "google.cloud.aiplatform.v1.DeployModelOperationMetadata"
-#: Running operations listed on one page: an endpoint runs a few at a time; more than this
-#: many, and which run is not known (``running_deploys`` says None).
+#: Operations listed a page, and pages read at most: an endpoint runs a few at a time (and,
+#: where the ``done`` filter is not taken, keeps its finished ones for a while); past them,
+#: which run is not known (``running_deploys`` says None, and nothing is given up).
 RUNNING_PAGE = 100
+RUNNING_PAGES = 10
+
+
+def _listing(client: Any, request: Any, timeout: float) -> Callable[[], Any]:
+    """One ``ListOperations`` page, as :func:`call_vertex` calls it (retried: a read)."""
+    return lambda: client.list_operations(request=request, retry=IDEMPOTENT_RETRY, timeout=timeout)
 
 
 class VertexDeploymentBackend:
@@ -152,28 +159,24 @@ class VertexDeploymentBackend:
         )
 
     def running_deploys(self, endpoint: str) -> tuple[datetime, ...] | None:
-        """``ListOperations`` of the endpoint's operations not done (the ``done`` filter
-        Vertex's operations take), one page: when each DeployModel among them started. A
-        DeployModel's metadata does not name the model it deploys, so this is all a caller
-        can know of one whose answer was lost."""
+        """``ListOperations`` of the endpoint's operations not done: when each DeployModel
+        among them started. A DeployModel's metadata does not name the model it deploys, so
+        this is all a caller can know of one whose answer was lost. Asked with the ``done``
+        filter Vertex's operations take; refused it (INVALID_ARGUMENT), the list is read
+        whole and filtered here. At most :data:`RUNNING_PAGES` pages: past them, None."""
+        from google.api_core import exceptions as gexc
         from google.cloud.aiplatform_v1.types import DeployModelOperationMetadata
-        from google.longrunning import operations_pb2
 
-        client = self._client(endpoint)
-        listed = call_vertex(
-            "ListOperations",
-            lambda: client.list_operations(
-                request=operations_pb2.ListOperationsRequest(
-                    name=endpoint, filter="done=false", page_size=RUNNING_PAGE
-                ),
-                retry=IDEMPOTENT_RETRY,
-                timeout=self._settings.call_timeout_seconds,
-            ),
-        )
-        if listed.next_page_token:
+        try:
+            listed = self._operations(endpoint, "done=false")
+        except BackendRejected as exc:
+            if not isinstance(exc.__cause__, gexc.InvalidArgument):
+                raise
+            listed = self._operations(endpoint, "")
+        if listed is None:
             return None
         started: list[datetime] = []
-        for op in list(listed.operations)[:RUNNING_PAGE]:
+        for op in listed:
             if op.done or op.metadata.type_url.rsplit("/", 1)[-1] != DEPLOY_METADATA:
                 continue
             metadata = DeployModelOperationMetadata.deserialize(op.metadata.value)
@@ -181,6 +184,26 @@ class VertexDeploymentBackend:
             # No start time: when it started is not known, so it may be anyone's.
             started.append(created if created else datetime.max.replace(tzinfo=UTC))
         return tuple(sorted(started))
+
+    def _operations(self, endpoint: str, filter_: str) -> list[Any] | None:
+        """The endpoint's operations matching ``filter_``, page by page, at most
+        :data:`RUNNING_PAGES` pages of :data:`RUNNING_PAGE` (None: there are more)."""
+        from google.longrunning import operations_pb2
+
+        client = self._client(endpoint)
+        timeout = self._settings.call_timeout_seconds
+        found: list[Any] = []
+        token = ""
+        for _ in range(RUNNING_PAGES):
+            request = operations_pb2.ListOperationsRequest(
+                name=endpoint, filter=filter_, page_size=RUNNING_PAGE, page_token=token
+            )
+            listed = call_vertex("ListOperations", _listing(client, request, timeout))
+            found.extend(list(listed.operations)[:RUNNING_PAGE])
+            token = listed.next_page_token
+            if not token:
+                return found
+        return None
 
     def deploy_on_demand(
         self,
