@@ -249,6 +249,18 @@ def deployed(
     return drive
 
 
+def hedge_lost() -> tuple[Driver, ServingAction]:
+    """A deployed deployment whose Spot model lost every replica, hedged 5 minutes later by
+    a DeployModel whose answer was lost (timed out: it may have happened)."""
+    drive = deployed()
+    drive.vertex.set_available(SPOT_ID, 0)
+    drive()
+    hedge = drive(5, answer=False)
+    assert hedge.call is not None
+    drive.state = lost(drive.state, hedge.call) or drive.state
+    return drive, hedge
+
+
 def hedged(spot: int = 0, required: int = 4, *, vertex: Vertex | None = None) -> Driver:
     """A deployment hedged after losing Spot replicas: the fallback serves and has traffic."""
     drive = deployed(required, vertex=vertex)
@@ -577,12 +589,7 @@ def test_hedged_is_notified_only_once_the_fallbacks_deploy_model_reached_vertex(
 
 
 def test_a_hedge_whose_answer_was_lost_owes_hedged_when_its_fallback_lands():
-    drive = deployed()
-    drive.vertex.set_available(SPOT_ID, 0)
-    drive()
-    hedge = drive(5, answer=False)
-    assert hedge.call is not None
-    drive.state = lost(drive.state, hedge.call) or drive.state
+    drive, hedge = hedge_lost()
     assert drive.state.call is not None and drive.state.call.unknown
     assert lost(drive.state, hedge.call) is None  # lost once
     for _ in range(10):
@@ -693,12 +700,7 @@ def test_a_long_running_call_is_claimed_in_the_state_it_writes_and_never_sent_tw
 
 
 def test_a_hedge_with_no_answer_is_given_up_and_a_late_fallback_is_adopted_by_its_name():
-    drive = deployed()
-    drive.vertex.set_available(SPOT_ID, 0)
-    drive()
-    hedge = drive(5, answer=False)
-    assert hedge.call is not None
-    drive.state = lost(drive.state, hedge.call) or drive.state
+    drive, hedge = hedge_lost()
     given_up = drive(DEPLOY_LIMIT_SECONDS / 60)
     assert (given_up.state.call, given_up.state.phase) == (None, Phase.DEFICIT)
     assert given_up.state.given_up is not None and given_up.state.given_up.target == FALLBACK
@@ -1393,12 +1395,7 @@ def test_a_lost_deploy_model_is_not_given_up_while_a_deploy_model_may_still_land
     at the limit only once ListOperations shows no DeployModel started since its claim still
     running on the endpoint: however late it runs, its model would land with nobody to
     follow it (a cancelled deployment ended, billing). Not listed (None): not given up."""
-    drive = deployed()
-    drive.vertex.set_available(SPOT_ID, 0)
-    drive()
-    hedge = drive(5, answer=False)
-    assert hedge.call is not None
-    drive.state = lost(drive.state, hedge.call) or drive.state
+    drive, hedge = hedge_lost()
     if intent is Intent.UNDEPLOY:
         drive.tell(intent)
 
