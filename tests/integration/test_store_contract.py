@@ -50,6 +50,7 @@ from shared.domain.request.message import JobRequest, parse_request
 from shared.domain.serving.model import (
     ActionKind,
     CallKind,
+    InFlight,
     Intent,
     MachineSpec,
     ObservedEndpoint,
@@ -1129,19 +1130,19 @@ def accepted(deployments: DeploymentRecords, request_id: str) -> JobRequest:
     return request
 
 
-def spot_claimed(deployments: DeploymentRecords, request_id: str) -> datetime:
+def spot_claimed(deployments: DeploymentRecords, request_id: str) -> InFlight:
     """An accepted deployment whose first step claimed its Spot model's DeployModel; the
-    claim's time."""
+    claim."""
     accepted(deployments, request_id)
     stepped = deployments.step(request_id, empty_endpoint(), at(1), SETTINGS)
     assert stepped is not None and stepped.action.call is not None
-    return stepped.action.call.at
+    return stepped.action.call
 
 
 def deployed_record(deployments: DeploymentRecords, request_id: str) -> None:
     """A deployment whose Spot model a read showed on the endpoint (DEPLOYED)."""
-    claimed_at = spot_claimed(deployments, request_id)
-    deployments.answered(request_id, claimed_at, OPERATION, at(2))
+    claim = spot_claimed(deployments, request_id)
+    deployments.answered(request_id, claim, OPERATION, at(2))
     stepped = deployments.step(request_id, spot_endpoint(request_id), at(10), SETTINGS)
     assert stepped is not None and stepped.action.state.phase is Phase.SERVING
 
@@ -1185,11 +1186,12 @@ def test_a_step_claims_the_spot_deploy_once_before_it_is_sent(deployments, uniqu
 
 def test_an_answered_spot_deploy_makes_the_record_deploying(deployments, unique):
     rid = unique("deploy-op")
-    claimed_at = spot_claimed(deployments, rid)
+    claim = spot_claimed(deployments, rid)
 
-    deployments.answered(rid, claimed_at, OPERATION, at(2))
+    deployments.answered(rid, claim, OPERATION, at(2))
     before = deployments.store.get(rid)
-    deployments.answered(rid, at(99), "someone-else's", at(3))  # not this claim's: no write
+    other = replace(claim, at=at(99))
+    deployments.answered(rid, other, "someone-else's", at(3))  # not this claim's: no write
 
     assert before["state"] == "DEPLOYING" and before["operation"] == OPERATION
     assert before["serving"]["pending"]["operation"] == OPERATION
@@ -1236,11 +1238,11 @@ def test_a_step_on_the_same_read_writes_nothing(deployments, unique):
 
 def test_a_spot_deploy_refused_for_good_fails_once(deployments, unique):
     rid = unique("deploy-fail")
-    claimed_at = spot_claimed(deployments, rid)
+    claim = spot_claimed(deployments, rid)
 
-    deployments.refused(rid, claimed_at, "model not found", at(3), retry_at=None)
+    deployments.refused(rid, claim, "model not found", at(3), retry_at=None)
     failed = deployments.store.get(rid)
-    deployments.refused(rid, claimed_at, "a later refusal", at(4), retry_at=None)
+    deployments.refused(rid, claim, "a later refusal", at(4), retry_at=None)
 
     assert failed["state"] == "FAILED" and "model not found" in failed["reason"]
     assert failed["endedAt"] == at(3) and failed["serving"]["phase"] == "FAILED"
@@ -1253,9 +1255,9 @@ def test_a_spot_deploy_refused_for_good_fails_once(deployments, unique):
 
 def test_a_spot_deploy_refused_for_quota_is_parked(deployments, unique):
     rid = unique("deploy-park")
-    claimed_at = spot_claimed(deployments, rid)
+    claim = spot_claimed(deployments, rid)
 
-    deployments.refused(rid, claimed_at, "quota exceeded", at(3), retry_at=at(63))
+    deployments.refused(rid, claim, "quota exceeded", at(3), retry_at=at(63))
 
     record = deployments.store.get(rid)
     assert record["state"] == "ACCEPTED" and record["reason"] == "quota"
@@ -1269,11 +1271,11 @@ def test_a_spot_deploy_refused_for_quota_is_parked(deployments, unique):
 
 def test_a_lost_call_keeps_its_claim_and_a_released_one_drops_it(deployments, unique):
     lost_rid, released_rid = unique("deploy-lost"), unique("deploy-released")
-    lost_at = spot_claimed(deployments, lost_rid)
-    released_at = spot_claimed(deployments, released_rid)
+    lost_claim = spot_claimed(deployments, lost_rid)
+    released_claim = spot_claimed(deployments, released_rid)
 
-    deployments.lost(lost_rid, lost_at, at(3))
-    deployments.released(released_rid, released_at, at(3))
+    deployments.lost(lost_rid, lost_claim, at(3))
+    deployments.released(released_rid, released_claim, at(3))
 
     pending = deployments.store.get(lost_rid)["serving"]["pending"]
     assert pending["call"] == "DeployModel(spot)" and pending["unknown"] is True
@@ -1320,13 +1322,16 @@ def test_a_traffic_move_is_written_only_on_the_state_it_was_decided_from(deploym
     assert deployments.store.get(rid) == kept
 
 
+#: A Spot DeployModel's claim, for calls on a record that does not exist.
+CLAIM = InFlight(CallKind.DEPLOY_SPOT, "served [flexjobs deploy-missing]", NOW, replicas=1)
+
 MISSING_DEPLOYMENT_CALLS: dict[str, Callable[[DeploymentRecords, str], Any]] = {
     "tell": lambda d, rid: d.tell(rid, Intent.UNDEPLOY, NOW),
     "step": lambda d, rid: d.step(rid, empty_endpoint(), NOW, SETTINGS),
-    "answered": lambda d, rid: d.answered(rid, NOW, OPERATION, NOW),
-    "lost": lambda d, rid: d.lost(rid, NOW, NOW),
-    "released": lambda d, rid: d.released(rid, NOW, NOW),
-    "refused": lambda d, rid: d.refused(rid, NOW, "no", NOW, retry_at=None),
+    "answered": lambda d, rid: d.answered(rid, CLAIM, OPERATION, NOW),
+    "lost": lambda d, rid: d.lost(rid, CLAIM, NOW),
+    "released": lambda d, rid: d.released(rid, CLAIM, NOW),
+    "refused": lambda d, rid: d.refused(rid, CLAIM, "no", NOW, retry_at=None),
     "drop_from_outbox": lambda d, rid: d.drop_from_outbox(rid, [{"state": "HEDGED"}]),
 }
 
