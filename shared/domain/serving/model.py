@@ -577,8 +577,7 @@ class ServingState:
     why: str = ""
     #: The row of the state table (``rule.TRANSITIONS``) the last write took.
     transition: str = ""
-    #: The share of traffic the request asked for (its ``trafficSplit["0"]``): a deployment
-    #: that asked for some takes an endpoint left with no traffic once it serves.
+    #: The share of traffic the request asked for (its ``trafficSplit["0"]``).
     share: int = 0
 
     def __post_init__(self) -> None:

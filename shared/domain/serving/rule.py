@@ -1092,9 +1092,11 @@ def _take_an_empty_endpoint(
     label: str,
 ) -> _Step | None:
     """The endpoint takes no traffic (another deployment took its split with it as it left,
-    while ours did not serve), and this deployment asked for traffic: once ours serve, they
-    take the endpoint's traffic, by their replicas."""
-    if observed.traffic_split or not state.share or sum(weights) <= 0:
+    while ours did not serve; or none was ever set): once ours serve, they take the
+    endpoint's traffic, by their replicas, whether or not the request asked for a share. An
+    endpoint whose models serve is never left dark (split-valid); a split emptied by hand
+    is a hand edit, and pauses the deployment before this is reached."""
+    if observed.traffic_split or sum(weights) <= 0:
         return None
     parts = largest_remainder(100, weights)
     taken = {i: p for i, p in zip(ids, parts, strict=True) if p > 0}
