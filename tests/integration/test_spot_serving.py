@@ -82,17 +82,22 @@ def ticks(
     bootstrap.override_tracker(None)
 
 
-def spot_deployment(stack: LocalStack, db: Any, rid: str, endpoint: str) -> dict[str, Any]:
-    """Publish a deployModel request (Spot, ``REPLICAS`` replicas, all traffic); its record
-    once DEPLOYING."""
+def deploy_body(rid: str, endpoint: str, replicas: int) -> dict[str, Any]:
+    """A deployModel request (Spot, ``replicas`` replicas, all the endpoint's traffic)."""
     body = load("deploy_request")
     body["requestId"] = rid
     body["deployModel"]["endpoint"] = endpoint
     body["deployModel"]["deployedModel"]["model"] = endpoint.replace("endpoints/123", "models/456")
     resources = body["deployModel"]["deployedModel"]["dedicatedResources"]
-    resources.update(spot=True, minReplicaCount=REPLICAS, maxReplicaCount=REPLICAS)
+    resources.update(spot=True, minReplicaCount=replicas, maxReplicaCount=replicas)
     body["deployModel"]["trafficSplit"] = {"0": 100}
-    stack.publish_request(body)
+    return body
+
+
+def spot_deployment(stack: LocalStack, db: Any, rid: str, endpoint: str) -> dict[str, Any]:
+    """Publish a deployModel request (Spot, ``REPLICAS`` replicas, all traffic); its record
+    once DEPLOYING."""
+    stack.publish_request(deploy_body(rid, endpoint, REPLICAS))
     return wait_for(
         lambda: (r := deployment_record(db, rid)) and r.get("operation") and r,
         what="the DEPLOYING record",
@@ -360,14 +365,7 @@ def knob_deployment(
     stack: LocalStack, db: Any, rid: str, endpoint: str, replicas: int, **fields: Any
 ) -> None:
     """Publish a Spot deployModel of ``replicas`` with the serving ``fields`` beside it."""
-    body = load("deploy_request")
-    body["requestId"] = rid
-    body["deployModel"]["endpoint"] = endpoint
-    body["deployModel"]["deployedModel"]["model"] = endpoint.replace("endpoints/123", "models/456")
-    resources = body["deployModel"]["deployedModel"]["dedicatedResources"]
-    resources.update(spot=True, minReplicaCount=replicas, maxReplicaCount=replicas)
-    body["deployModel"]["trafficSplit"] = {"0": 100}
-    stack.publish_request({**body, **fields})
+    stack.publish_request({**deploy_body(rid, endpoint, replicas), **fields})
     wait_for(lambda: deployment_record(db, rid), what="the deployment's record")
 
 

@@ -716,12 +716,8 @@ def test_a_hedge_with_no_answer_is_given_up_and_a_late_fallback_is_adopted_by_it
 
 
 def test_a_second_fallback_under_our_name_is_undeployed_and_never_fed():
-    drive = deployed()
-    drive.vertex.set_available(SPOT_ID, 0)
-    drive()
-    first = drive(5, answer=False)
+    drive, first = hedge_lost()
     assert first.call is not None
-    drive.state = lost(drive.state, first.call) or drive.state
     drive(DEPLOY_LIMIT_SECONDS / 60)  # given up
     second = drive(5)
     assert second.transition == "hedge"
