@@ -39,14 +39,13 @@ from benchmarks.recovery import percentile, spot_request
 from flexjobs_local import procs
 from flexjobs_local.procs import exit_on_sigterm
 from flexjobs_local.stack import LocalStack, StackConfig
-from shared.app import intake as intake_service
-from shared.app import lifecycle
+from shared.app import handlers
 from shared.app.commands import Reconcile, SubmitJob, TrackJob
 from shared.app.ports import CheckpointStore
 from shared.app.repository.jobs import JobRecords
 from shared.bootstrap import build_intake, build_tracker
 from shared.domain.model.checkpoint import Checkpoint
-from shared.ingress.envelopes import PubsubMessage
+from shared.domain.model.delivery import Delivery
 from shared.kernel.config import Settings
 
 # Firestore RPCs by what they cost: reads and queries bill per document, writes per write.
@@ -192,13 +191,13 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
 def request_message(request_id: str, body: dict[str, Any] | None = None) -> SubmitJob:
     data = json.dumps(body or spot_request(request_id)).encode()
     stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    return SubmitJob(message=PubsubMessage(data, f"m-{uuid.uuid4().hex[:10]}", {}, stamp))
+    return SubmitJob(message=Delivery(data, f"m-{uuid.uuid4().hex[:10]}", {}, stamp))
 
 
 def hint_message(job_name: str) -> TrackJob:
     stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     data = json.dumps({"jobName": job_name}).encode()
-    return TrackJob(message=PubsubMessage(data, f"h-{uuid.uuid4().hex[:10]}", {}, stamp))
+    return TrackJob(message=Delivery(data, f"h-{uuid.uuid4().hex[:10]}", {}, stamp))
 
 
 @dataclasses.dataclass
@@ -234,14 +233,12 @@ def scenarios(stack: LocalStack, active: int) -> Iterator[Row]:
     def hinted(name: str) -> None:
         # Past the coalescing window of the previous read: each hint reads at once.
         time.sleep(tracker.settings.hint_coalesce_seconds + 1.5)
-        lifecycle.track_job(hint_message(name), tracker)
+        handlers.track_job(hint_message(name), tracker)
 
     fresh = f"econ-{run}-fresh"
+    yield measured("fresh request", lambda: handlers.submit_job(request_message(fresh), intake))
     yield measured(
-        "fresh request", lambda: intake_service.submit_job(request_message(fresh), intake)
-    )
-    yield measured(
-        "duplicate delivery", lambda: intake_service.submit_job(request_message(fresh), intake)
+        "duplicate delivery", lambda: handlers.submit_job(request_message(fresh), intake)
     )
 
     life = f"econ-{run}-life"
@@ -252,7 +249,7 @@ def scenarios(stack: LocalStack, active: int) -> Iterator[Row]:
     pool["containerSpec"]["env"] = [{"name": "FLEXJOBS_SIM_RUN_SECONDS", "value": "1800"}]
 
     def job_life() -> None:
-        intake_service.submit_job(request_message(life, body), intake)
+        handlers.submit_job(request_message(life, body), intake)
         name = job_of(life)
         sim.wait_for_job(name, "JOB_STATE_RUNNING", timeout=120)
         hinted(name)
@@ -269,7 +266,7 @@ def scenarios(stack: LocalStack, active: int) -> Iterator[Row]:
     spot_body["customJob"]["jobSpec"]["baseOutputDirectory"] = {
         "outputUriPrefix": f"gs://{stack.config.checkpoint_bucket}/{spot}"
     }
-    intake_service.submit_job(request_message(spot, spot_body), intake)
+    handlers.submit_job(request_message(spot, spot_body), intake)
     first = job_of(spot)
     sim.wait_for_job(first, "JOB_STATE_RUNNING", timeout=120)
     hinted(first)
@@ -285,12 +282,12 @@ def scenarios(stack: LocalStack, active: int) -> Iterator[Row]:
 
     ticked = [f"econ-{run}-tick-{n:04d}" for n in range(active)]
     for request_id in ticked:
-        intake_service.submit_job(request_message(request_id), intake)
+        handlers.submit_job(request_message(request_id), intake)
     for request_id in ticked:
         sim.wait_for_job(job_of(request_id), "JOB_STATE_RUNNING", timeout=120)
     # The first tick records that each started (no hints here); the second is the steady
     # state: nothing changed since, so it should read no record again and write nothing.
-    reconcile = lambda: lifecycle.reconcile(Reconcile(), tracker)  # noqa: E731
+    reconcile = lambda: handlers.reconcile(Reconcile(), tracker)  # noqa: E731
     yield measured(f"tick, {active} jobs started", reconcile)
     yield measured(f"tick, {active} jobs, steady", reconcile)
 
@@ -344,7 +341,7 @@ def handler_throughput(stack: LocalStack, count: int, workers: int) -> float:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(
             pool.map(
-                lambda rid: intake_service.submit_job(request_message(rid, request(rid)), intake),
+                lambda rid: handlers.submit_job(request_message(rid, request(rid)), intake),
                 ids,
             )
         )

@@ -8,7 +8,7 @@ figure. ``--ci`` runs small sizes (under a minute of ticks); the default is the 
    then ``observe`` of it RUNNING), written to the Firestore emulator in batches; their jobs
    created in the simulator over gRPC by the product's own ``VertexJobBackend.create`` (with
    the labels intake puts on them), so the tick's paged ``ListCustomJobs`` shows them. The real
-   tick (``shared.app.lifecycle.reconcile`` on ``shared.bootstrap.build_tracker``, the
+   tick (``shared.app.services.tick.reconcile`` on ``shared.bootstrap.build_tracker``, the
    production wiring, with its Firestore client's channel counted) then runs in a fresh
    subprocess per tick, so the memory figure is the function's: steady (nothing changed), and
    with 1% of the jobs preempted in the simulator. Each tick is run once plain (wall time,
@@ -172,7 +172,7 @@ def tick_child(traced: bool) -> dict[str, Any]:
     from benchmarks.counting import DocumentCounter, counted_firestore
     from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
     from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
-    from shared.app import lifecycle
+    from shared.app import handlers
     from shared.app.commands import Reconcile
     from shared.bootstrap import Ports, build_tracker
     from shared.kernel.config import Settings
@@ -196,7 +196,7 @@ def tick_child(traced: bool) -> dict[str, Any]:
         if traced:
             tracemalloc.start()
         cpu0, t0 = time.process_time(), time.perf_counter()
-        changed = lifecycle.reconcile(Reconcile(), tracker)
+        changed = handlers.reconcile(Reconcile(), tracker)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         peak = tracemalloc.get_traced_memory()[1] / MIB if traced else None
         tracemalloc.stop()
@@ -387,8 +387,7 @@ def job_life() -> list[Step]:
     from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
     from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
-    from shared.app import intake as intake_service
-    from shared.app import lifecycle
+    from shared.app import handlers
     from shared.bootstrap import Ports, build_intake, build_tracker
     from shared.kernel.config import Settings
     from shared.kernel.logs import configure
@@ -453,7 +452,7 @@ def job_life() -> list[Step]:
         size = len(submitted.message.data)
 
         def submit() -> int:
-            intake_service.submit_job(submitted, intake)
+            handlers.submit_job(submitted, intake)
             return size
 
         measured("fresh request", INTAKE_ALLOCATION, [submit])
@@ -466,7 +465,7 @@ def job_life() -> list[Step]:
         def hints(name: str) -> list[Any]:
             def one() -> int:
                 message = hint_message(name)
-                lifecycle.track_job(message, tracker)
+                handlers.track_job(message, tracker)
                 # Production's hint is the ml_job LogEntry the sink publishes: 2 KiB assumed.
                 return max(len(message.message.data), HINT_BYTES)
 
@@ -624,7 +623,7 @@ class MinuteTick:
         self._thread = threading.Thread(target=self._run, name="minute-tick", daemon=True)
 
     def sync(self) -> dict[str, Any]:
-        from shared.app.lifecycle import STRAY_WATCH
+        from shared.app.services.tick import STRAY_WATCH
         from shared.app.steps.watch import save, watched
 
         t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Cloud Functions entry points: unwrap the envelope, build a command, call the service.
+"""Cloud Functions entry points: unwrap the envelope, build a command, hand it to its handler.
 
 Returning acknowledges the message; raising makes Pub/Sub redeliver it. ``pubsub_handler``
 applies that policy: non-retryable errors are logged and acknowledged, transient ones raised.
@@ -12,10 +12,10 @@ from typing import Any
 import functions_framework
 
 from shared import bootstrap
-from shared.app import intake, lifecycle, uploads
 from shared.app.commands import ReceiveUpload, Reconcile, SubmitJob, TrackJob
+from shared.app.handlers import handle
 from shared.ingress.acknowledgement import http_handler, pubsub_handler
-from shared.ingress.envelopes import PubsubMessage, StorageObjectEvent
+from shared.ingress.envelopes import unwrap_message, unwrap_object_event
 from shared.status import site as pages
 
 
@@ -23,23 +23,21 @@ from shared.status import site as pages
 @pubsub_handler
 def handle_job_request(event: Any) -> None:
     """Pub/Sub trigger on the requests topic: submit one job request."""
-    message = PubsubMessage.from_cloud_event(event)
-    intake.submit_job(SubmitJob(message=message), bootstrap.intake())
+    handle(SubmitJob(message=unwrap_message(event)), bootstrap.intake())
 
 
 @functions_framework.cloud_event
 @pubsub_handler
 def handle_job_event(event: Any) -> None:
     """Pub/Sub trigger on the events topic: re-read the job a state hint names."""
-    message = PubsubMessage.from_cloud_event(event)
-    lifecycle.track_job(TrackJob(message=message), bootstrap.tracker())
+    handle(TrackJob(message=unwrap_message(event)), bootstrap.tracker())
 
 
 @functions_framework.cloud_event
 @pubsub_handler
 def handle_scheduler_tick(event: Any) -> None:
     """Pub/Sub trigger from Cloud Scheduler: reconcile every active job against Vertex."""
-    lifecycle.reconcile(Reconcile(), bootstrap.tracker())
+    handle(Reconcile(), bootstrap.tracker())
 
 
 @functions_framework.cloud_event
@@ -47,8 +45,7 @@ def handle_scheduler_tick(event: Any) -> None:
 def handle_upload(event: Any) -> None:
     """Eventarc storage trigger (or a bucket's Pub/Sub notification): submit a request file,
     or record the checkpoint an upload completed."""
-    received = StorageObjectEvent.from_cloud_event(event)
-    uploads.receive_upload(ReceiveUpload(event=received), bootstrap.uploads())
+    handle(ReceiveUpload(event=unwrap_object_event(event)), bootstrap.uploads())
 
 
 @functions_framework.http

@@ -20,10 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from shared.app.context import Deployments, Intake, Tracker
+from shared.app.context import Deployments, Intake, Tracker, Uploads
 from shared.app.repository.deployments import DeploymentRecords
 from shared.app.repository.jobs import JobRecords
-from shared.app.uploads import Uploads
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import Backoff, RetryPolicy
 from shared.domain.serving.objective import PolicyTable
@@ -170,7 +169,7 @@ def build_deployments(
     clock: Callable[[], datetime] = utc_now,
     ports: Ports | None = None,
 ) -> Deployments:
-    """The production wiring of :class:`~shared.app.deploy.Deployments` (Firestore, Vertex),
+    """The production wiring of :class:`~shared.app.context.Deployments` (Firestore, Vertex),
     but those ``ports`` gives; its Firestore client is the one of ``ports``' other stores."""
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.endpoints import VertexDeploymentBackend
@@ -336,7 +335,7 @@ def build_uploads(
     clock: Callable[[], datetime] = utc_now,
     ports: Ports | None = None,
 ) -> Uploads:
-    """The production wiring of :class:`~shared.app.uploads.Uploads`: an intake of its own (the
+    """The production wiring of :class:`~shared.app.context.Uploads`: an intake of its own (the
     upload function submits requests exactly as the requests function does) and GCS, but the
     adapters ``ports`` gives."""
     from shared.adapters.gcs import GcsCheckpointStore, GcsStoredObjects
@@ -358,7 +357,7 @@ def build_uploads(
 
 
 def uploads() -> Uploads:
-    """The instance-wide :class:`~shared.app.uploads.Uploads`, built on first use."""
+    """The instance-wide :class:`~shared.app.context.Uploads`, built on first use."""
     global _uploads
     with _lock:
         if _uploads is None:
@@ -368,7 +367,7 @@ def uploads() -> Uploads:
 
 
 def override_uploads(value: Uploads | None) -> None:
-    """Install a prebuilt :class:`~shared.app.uploads.Uploads` (tests), or drop it."""
+    """Install a prebuilt :class:`~shared.app.context.Uploads` (tests), or drop it."""
     global _uploads
     with _lock:
         _uploads = value

@@ -20,6 +20,7 @@ from shared.app.ports import (
     Notifier,
     QuotaLimits,
     RejectionLog,
+    StoredObjects,
 )
 from shared.app.repository.deployments import DeploymentRecords
 from shared.app.repository.jobs import JobRecords
@@ -102,6 +103,22 @@ class Tracker:
     def backoff(self, retry_number: int) -> float:
         """Seconds before a submission parked for quota is tried again."""
         return self.retry.backoff.seconds(retry_number)
+
+
+#: Requests of one file submitted side by side: a long ``.jsonl`` fits the function's timeout.
+UPLOAD_WORKERS = 4
+
+
+@dataclass
+class Uploads:
+    """Ports for the object events (:mod:`shared.app.services.uploads`), wired once per
+    instance by the bootstrap."""
+
+    intake: Intake
+    objects: StoredObjects
+    # Confirms a checkpoint an event names by its own listing, before it counts.
+    checkpoints: CheckpointStore
+    workers: int = UPLOAD_WORKERS
 
 
 class AttemptPorts(Protocol):

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from shared import bootstrap
-from shared.app import admission
 from shared.app.context import Intake, Tracker
+from shared.app.services import admission
 from shared.bootstrap import Ports
 from shared.domain.admission.config import Pool, Resource
 from shared.domain.model.states import from_vertex
@@ -439,7 +439,7 @@ def preempting(ports: Ports, clock: FakeClock, checkpoints) -> Iterator[tuple[Tr
     (low-priority jobs need a checkpoint to be preempted: the default)."""
     from functions_framework import create_app
 
-    from shared.app.uploads import Uploads
+    from shared.app.context import Uploads
     from tests.fakes import InMemoryStoredObjects
     from tests.functional.conftest import SOURCE
 

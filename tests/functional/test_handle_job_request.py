@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from shared.app import intake as intake_service
+from shared.app import handlers
 from shared.app.commands import SubmitJob
-from shared.ingress.envelopes import PubsubMessage
+from shared.ingress.envelopes import unwrap_message
 from tests.events import load, pubsub_cloud_event
 from tests.fakes import crash_on_next_record, key_labels
 
@@ -98,9 +98,9 @@ def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
 def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
     crash_on_next_record(intake.store)
     intake.settings = dataclasses.replace(intake.settings, claim_ttl_seconds=0)
-    message = PubsubMessage.from_cloud_event(pubsub_cloud_event(load("seed_request")))
+    message = unwrap_message(pubsub_cloud_event(load("seed_request")))
     with pytest.raises(KeyboardInterrupt):
-        intake_service.submit_job(SubmitJob(message=message), intake)
+        handlers.submit_job(SubmitJob(message=message), intake)
     assert intake.store.store.get("seed-1")["state"] == "ACCEPTED"  # the claim was never released
     response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
     assert response.status_code == 200

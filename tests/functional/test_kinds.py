@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.app.deploy import refresh_deployments
+from shared.app.services.deploy import refresh_deployments
 from shared.domain.serving.model import InFlight
 from shared.kernel.errors import QuotaExhausted
 from tests.events import load, pubsub_cloud_event

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shared.app import lifecycle
+from shared.app import handlers
 from shared.app.commands import Reconcile
 from shared.domain.decisions.recovery import cancel_requested
 from shared.domain.model.states import JobState, from_vertex
@@ -542,7 +542,7 @@ def test_a_retry_racing_a_cancel_leaves_no_job_running(tracker, clock, post_even
     def tick_right_after_cancel_requested(request_id, decide):
         change = apply(request_id, decide)
         if change is not None and change.record.get("cancelRequested") and not raced:
-            raced.append(lifecycle.reconcile(Reconcile(), tracker))  # the scheduler tick
+            raced.append(handlers.reconcile(Reconcile(), tracker))  # the scheduler tick
         return change
 
     monkeypatch.setattr(tracker.store, "apply", tick_right_after_cancel_requested)

@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from shared.app import intake as intake_service
+from shared.app import handlers
 from shared.app.commands import SubmitJob
-from shared.ingress.envelopes import PubsubMessage
+from shared.app.services import intake as intake_service
+from shared.domain.model.delivery import Delivery
 from shared.kernel.errors import SubmissionInProgress
 from tests.events import load, published_at, pubsub_cloud_event
 from tests.functional.conftest import START
@@ -114,7 +115,7 @@ def _message(body: dict, at: str) -> SubmitJob:
     import json
 
     data = json.dumps(body).encode()
-    return SubmitJob(message=PubsubMessage(data, "m", attributes={"scheduleTime": at}))
+    return SubmitJob(message=Delivery(data, "m", attributes={"scheduleTime": at}))
 
 
 def test_a_slot_waits_while_the_series_holder_is_between_take_and_claim(intake):
@@ -130,15 +131,15 @@ def test_a_slot_waits_while_the_series_holder_is_between_take_and_claim(intake):
 
     second = _message(nightly("forbid"), "2026-11-29T02:00:00Z")
     with pytest.raises(SubmissionInProgress):
-        intake_service.submit_job(second, intake)
+        handlers.submit_job(second, intake)
     assert not intake.backend.created
 
     later = intake.clock() + timedelta(seconds=121)
     intake.clock = lambda: later
-    assert intake_service.submit_job(second, intake).value == "submitted"
+    assert handlers.submit_job(second, intake).value == "submitted"
     assert list(jobs(intake)) == ["nightly-20261129T000000Z"]
     # The first slot, redelivered at last, is stale now: it never runs after the second.
-    assert intake_service.submit_job(first, intake).value == "skipped"
+    assert handlers.submit_job(first, intake).value == "skipped"
     assert len(intake.backend.created) == 1
 
 
@@ -161,15 +162,15 @@ def test_two_slots_racing_never_both_run(intake):
 
     intake.store.take_turn = take_then_pause  # type: ignore[method-assign]
     results: list[object] = []
-    worker = threading.Thread(target=lambda: results.append(intake_service.submit_job(one, intake)))
+    worker = threading.Thread(target=lambda: results.append(handlers.submit_job(one, intake)))
     worker.start()
     assert taken.wait(5)
     with pytest.raises(SubmissionInProgress):
-        intake_service.submit_job(two, intake)
+        handlers.submit_job(two, intake)
     proceed.set()
     worker.join(5)
     assert [r.value for r in results] == ["submitted"]
-    assert intake_service.submit_job(two, intake).value == "skipped"
+    assert handlers.submit_job(two, intake).value == "skipped"
     assert len(intake.backend.created) == 1
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.app.deploy import refresh_deployments
+from shared.app.services.deploy import refresh_deployments
 from shared.domain.serving.model import HISTORY_LIMIT, MAX_STATE_BYTES, CallKind, ServingState
 from shared.kernel.errors import BackendUnavailable
 from tests.events import load, pubsub_cloud_event

@@ -459,7 +459,7 @@ def test_the_totals_are_reused_for_a_while(client, site, tracker, clock, post_ev
 def test_a_followed_deployment_shows_its_serving_capacity_and_history(
     client, tracker, clock, post_event
 ):
-    from shared.app.deploy import refresh_deployments
+    from shared.app.services.deploy import refresh_deployments
 
     deployments = tracker.deployments
     body = load("deploy_request")
@@ -485,7 +485,7 @@ def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_
     """Spot loses both nodes, is hedged past the grace period, the fallback serves, Spot comes
     back and after the hold the fallback is undeployed: the page draws it and lists
     DEPLOYED, HEDGED, RESTORED; a cause holding markup (a hand edit) is shown as text."""
-    from shared.app.deploy import refresh_deployments
+    from shared.app.services.deploy import refresh_deployments
 
     deployments = tracker.deployments
     body = load("deploy_request")

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.app.intake import MAX_REJECTION_ERRORS, excerpt
+from shared.app.services.intake import MAX_REJECTION_ERRORS, excerpt
 from shared.domain.decisions.recovery import cancel_requested
 from shared.domain.decisions.submissions import TOMBSTONE_REASON, Submission
 from shared.domain.model.ids import labels_for

@@ -18,7 +18,8 @@ from cloudevents.http import CloudEvent
 from functions_framework import create_app
 
 from shared import bootstrap
-from shared.app.uploads import Uploads
+from shared.app import handlers
+from shared.app.context import Uploads
 from shared.domain.request.files import StoredObject
 from shared.kernel.errors import StoreUnavailable
 from tests.events import (
@@ -308,13 +309,12 @@ CKPT = f"gs://{CKPT_BUCKET}/runs/r1/checkpoints/"
 
 def running_job(intake, tracker, request_id="ck-1", **extra):
     """Submit a request writing checkpoints under CKPT and move its job to RUNNING."""
-    from shared.app import intake as intake_service
     from shared.app.commands import SubmitJob
-    from shared.ingress.envelopes import PubsubMessage
+    from shared.domain.model.delivery import Delivery
 
     body = {**load("seed_request"), "requestId": request_id, "checkpointUri": CKPT, **extra}
-    message = PubsubMessage(json.dumps(body).encode(), message_id=request_id)
-    intake_service.submit_job(SubmitJob(message=message), intake)
+    message = Delivery(json.dumps(body).encode(), message_id=request_id)
+    handlers.submit_job(SubmitJob(message=message), intake)
     name = intake.store.get(request_id).vertex_job
     intake.backend.update(name, state="JOB_STATE_RUNNING", start_time=tracker.clock())
     return name
@@ -404,13 +404,12 @@ def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, upload
     body_extra["customJob"]["jobSpec"]["baseOutputDirectory"] = {
         "outputUriPrefix": f"gs://{CKPT_BUCKET}/runs/r1"
     }
-    from shared.app import intake as intake_service
     from shared.app.commands import SubmitJob
-    from shared.ingress.envelopes import PubsubMessage
+    from shared.domain.model.delivery import Delivery
 
     body = {"requestId": "out-1", **body_extra}
-    message = PubsubMessage(json.dumps(body).encode(), message_id="out-1")
-    intake_service.submit_job(SubmitJob(message=message), intake)
+    message = Delivery(json.dumps(body).encode(), message_id="out-1")
+    handlers.submit_job(SubmitJob(message=message), intake)
     assert intake.store.store.get("out-1")["checkpointPrefix"] == CKPT
     eventarc(client, marker(uploads, 100, at="2020-01-01T00:00:00Z"))
     assert "latestCheckpoint" not in intake.store.store.get("out-1")
@@ -561,7 +560,7 @@ def on_demand_auto_job(intake, tracker, final: bool = False, total_steps: int | 
 def test_an_on_demand_attempt_ahead_at_a_checkpoint_is_left_for_cheaper_capacity(
     intake, tracker, uploads, client
 ):
-    from shared.app import lifecycle
+    from shared.app import handlers
     from shared.app.commands import Reconcile
 
     name = on_demand_auto_job(intake, tracker)
@@ -576,7 +575,7 @@ def test_an_on_demand_attempt_ahead_at_a_checkpoint_is_left_for_cheaper_capacity
 
     # The cancelled job's end is a switch: attempt 2 at once, on cheaper capacity, from the
     # checkpoint, with no budget charged.
-    lifecycle.reconcile(Reconcile(), tracker)
+    handlers.reconcile(Reconcile(), tracker)
     record = intake.store.store.get("ck-1")
     assert record["attempt"] == 2 and record["state"] == "QUEUED"
     assert record["strategy"] in ("SPOT", "FLEX_START")
@@ -673,7 +672,7 @@ def test_an_unexpected_failure_reading_a_file_is_one_recorded_rejection(
     def broken(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr("shared.app.uploads.messages", broken)
+    monkeypatch.setattr("shared.app.services.uploads.messages", broken)
     resource = put(uploads, "requests/deep.yaml", "workerPoolSpecs: {}\n")
     assert eventarc(client, resource).status_code == 200
     (rejection,) = intake.rejections.documents.values()

@@ -11,7 +11,7 @@ import copy
 import dataclasses
 from datetime import timedelta
 
-from shared.app.lifecycle import STRAY_WATCH
+from shared.app.services.tick import STRAY_WATCH
 from shared.app.steps.watch import MAX_GAP, watched
 from shared.domain.model import watch as watches
 from shared.domain.model.tally import decode

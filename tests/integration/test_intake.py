@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from shared import bootstrap
-from shared.app import intake as intake_service
+from shared.app import handlers
 from shared.app.commands import SubmitJob
-from shared.ingress.envelopes import PubsubMessage
+from shared.domain.model.delivery import Delivery
 from shared.kernel.config import Settings
 from tests.events import load
 from tests.fakes import key_labels
@@ -96,9 +96,9 @@ def test_crash_between_create_and_record_still_yields_one_job(stack, db, unique)
     real = bootstrap.build_intake(Settings.from_env())
     real.settings = dataclasses.replace(real.settings, claim_ttl_seconds=5)
     crashing = dataclasses.replace(real, store=DiesAfterCreate(real.store))
-    message = PubsubMessage(data=json.dumps(request(rid)).encode(), message_id="m-crash")
+    message = Delivery(data=json.dumps(request(rid)).encode(), message_id="m-crash")
     with pytest.raises(KeyboardInterrupt):
-        intake_service.submit_job(SubmitJob(message=message), crashing)
+        handlers.submit_job(SubmitJob(message=message), crashing)
     assert len(creates(stack, label=rid)) == 1
     assert record(db, rid)["state"] == "ACCEPTED"
 

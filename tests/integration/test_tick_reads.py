@@ -17,7 +17,7 @@ from benchmarks.scale import seed_tick
 from flexjobs_local.stack import LocalStack
 from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
 from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
-from shared.app import lifecycle
+from shared.app import handlers
 from shared.app.commands import Reconcile
 from shared.bootstrap import Ports, build_tracker
 from shared.domain.model.watch import MAX_SHARDS
@@ -51,11 +51,11 @@ def test_a_steady_tick_reads_no_record_and_a_changed_job_only_its_own(
     counter = DocumentCounter()
     tracker = tracker_counted(counter)
 
-    lifecycle.reconcile(Reconcile(), tracker)  # builds the watch list: every record once
+    handlers.reconcile(Reconcile(), tracker)  # builds the watch list: every record once
     built = counter.take()
     assert built.returned["RunQuery"] >= ACTIVE
 
-    assert lifecycle.reconcile(Reconcile(), tracker) == 0
+    assert handlers.reconcile(Reconcile(), tracker) == 0
     steady = counter.take()
     # The watch list's one batch get (its head, its tally, its shards) and queries that
     # return nothing: no record is read, by a query or by its key.
@@ -68,13 +68,13 @@ def test_a_steady_tick_reads_no_record_and_a_changed_job_only_its_own(
         stack.simulator.preempt(name)
     for name in names[:2]:
         stack.simulator.wait_for_job(name, "JOB_STATE_FAILED", timeout=120)
-    assert lifecycle.reconcile(Reconcile(), tracker) == 2
+    assert handlers.reconcile(Reconcile(), tracker) == 2
     changed = counter.take()
     assert changed.returned["RunQuery"] == 0  # nothing was written since the last tick
     records = changed.returned["BatchGetDocuments"] - steady.returned["BatchGetDocuments"]
     assert 2 <= records <= 2 * 2, changed  # each changed record read, its attempt at most
 
     # The next tick reads the two records the last one wrote, and nothing else.
-    assert lifecycle.reconcile(Reconcile(), tracker) == 0
+    assert handlers.reconcile(Reconcile(), tracker) == 0
     after = counter.take()
     assert after.returned["RunQuery"] == 2

@@ -92,7 +92,7 @@ MUTANTS: tuple[Mutant, ...] = (
         2,
         "quota",
         "within-quota",
-        "shared.app.admission",
+        "shared.app.services.admission",
         "_pass",
         # The fix reads the limits of a resource first asked for before admitting on it.
         fixed="        ledger = _read_unasked(ports, queues, ledger, waiting, now) or ledger\n",
@@ -192,7 +192,7 @@ MUTANTS: tuple[Mutant, ...] = (
         10,
         "quota",
         "no-stuck-record",
-        "shared.app.lifecycle",
+        "shared.app.services.tick",
         "_settle_listed",
         # The fix reads a stale entry's record fresh for an ended job of its current attempt
         # too, not only for a live one (defect 10 once more: the job ended before any tick).
@@ -232,7 +232,7 @@ MUTANTS: tuple[Mutant, ...] = (
         0,
         "serving",
         "cancel-stops-billing",
-        "shared.app.cancel",
+        "shared.app.services.cancel",
         "cancel_job",
         # The fix takes the deployment down when a cancel finds its own earlier tombstone.
         fixed="            record.reason == TOMBSTONE_REASON\n",

@@ -554,7 +554,7 @@ def admission_setup(world: World, rng: random.Random) -> None:
 
     world.vertex.quota[Resource(HOME, "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)] = 16
     # The waiting line of one queue at most: 1,000 in production, a few in this scope.
-    world.bounds[("shared.app.admission", "MAX_WAITING_PER_QUEUE")] = 4
+    world.bounds[("shared.app.services.admission", "MAX_WAITING_PER_QUEUE")] = 4
     bodies = [queued(f"b{i}", "team-b", rng.choice((A100, A100_2))) for i in range(1, 7)]
     bodies += [queued(f"a{i}", "team-a", A100_2) for i in (1, 2)]
     bodies.append(queued("a-high", "team-a", A100_4, priority="high"))
@@ -581,7 +581,7 @@ def admission_small(world: World, rng: random.Random) -> None:
     from shared.domain.admission.config import Pool, Resource
 
     world.vertex.quota[Resource(HOME, "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)] = 16
-    world.bounds[("shared.app.admission", "MAX_WAITING_PER_QUEUE")] = 2
+    world.bounds[("shared.app.services.admission", "MAX_WAITING_PER_QUEUE")] = 2
     bodies = [queued("b1", "team-b", A100_4), queued("b2", "team-b", A100_4)]
     bodies += [queued("a1", "team-a", A100_4)]
     for body in bodies:

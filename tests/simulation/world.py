@@ -36,8 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared import bootstrap
-from shared.app.context import Intake, Tracker
-from shared.app.uploads import Uploads
+from shared.app.context import Intake, Tracker, Uploads
 from shared.bootstrap import Ports
 from shared.domain.policy.pricing import PriceTable
 from shared.kernel.config import Settings

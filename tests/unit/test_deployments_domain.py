@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared.app.deploy import outcome_of
+from shared.app.services.deploy import outcome_of
 from shared.domain.decisions.deploy_model import (
     RESUME_REQUESTED,
     UNDEPLOY_REQUESTED,

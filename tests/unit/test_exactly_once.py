@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.app.steps.exactly_once import Creation, Outcome, create_once
+from shared.app.commands import Outcome
+from shared.app.steps.exactly_once import Creation, create_once
 from shared.domain.decisions.submissions import Claimed
 from shared.kernel.errors import (
     BackendRejected,

@@ -27,7 +27,7 @@ from shared.domain.request.schedule import (
     slot_start,
     turn,
 )
-from shared.ingress.envelopes import StorageObjectEvent
+from shared.ingress.envelopes import unwrap_object_event
 from shared.kernel.errors import InvalidRequest
 from tests.events import gcs_notification, object_resource, pubsub_cloud_event, storage_cloud_event
 
@@ -367,7 +367,7 @@ def test_stepless_checkpoints_advance_by_time():
 
 def test_an_eventarc_finalize_is_unwrapped():
     resource = object_resource("requests/a.json", "42", 10)
-    event = StorageObjectEvent.from_cloud_event(storage_cloud_event(resource))
+    event = unwrap_object_event(storage_cloud_event(resource))
     assert (event.finalized, event.bucket, event.name, event.generation) == (
         True,
         "flexjobs-uploads",
@@ -381,7 +381,7 @@ def test_an_eventarc_finalize_falls_back_on_source_and_subject():
     resource = object_resource("requests/a.json", "42", 10)
     event = storage_cloud_event(resource)
     event.data = {"generation": "42"}
-    unwrapped = StorageObjectEvent.from_cloud_event(event)
+    unwrapped = unwrap_object_event(event)
     assert (unwrapped.bucket, unwrapped.name) == ("flexjobs-uploads", "requests/a.json")
 
 
@@ -391,7 +391,7 @@ def test_a_notification_is_unwrapped_from_its_attributes():
     event = CloudEvent(
         {"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "s", "id": "1"}, body
     )
-    unwrapped = StorageObjectEvent.from_cloud_event(event)
+    unwrapped = unwrap_object_event(event)
     assert (unwrapped.finalized, unwrapped.name, unwrapped.generation) == (
         True,
         "requests/a.json",
@@ -408,7 +408,7 @@ def test_other_notifications_are_not_finalizes(event_type):
     event = CloudEvent(
         {"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "s", "id": "1"}, body
     )
-    assert StorageObjectEvent.from_cloud_event(event).finalized is False
+    assert unwrap_object_event(event).finalized is False
 
 
 @pytest.mark.parametrize("generation", ["latest", "\u00b2", "", "-1"])
@@ -417,9 +417,9 @@ def test_a_finalize_without_a_generation_is_refused(generation):
     resource["generation"] = generation
     event = storage_cloud_event(resource)
     with pytest.raises(InvalidRequest):
-        StorageObjectEvent.from_cloud_event(event)
+        unwrap_object_event(event)
 
 
 def test_a_request_message_is_not_a_storage_event():
     event = pubsub_cloud_event({"requestId": "x"})
-    assert StorageObjectEvent.from_cloud_event(event).finalized is False
+    assert unwrap_object_event(event).finalized is False

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from shared.app.commands import Outcome
 from shared.app.context import AttemptPorts, CapacityPorts
 from shared.app.ports import Claimed, Submission
 from shared.app.steps.cancels import cancel_until_confirmed
-from shared.app.steps.exactly_once import Creation, Outcome, create_once
+from shared.app.steps.exactly_once import Creation, create_once
 from shared.app.steps.outbox import apply_and_notify
 from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.regions import (

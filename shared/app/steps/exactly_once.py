@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Generic, TypeVar
 
+from shared.app.commands import Outcome
 from shared.domain.decisions.submissions import Claimed
 from shared.kernel.errors import BackendRejected, OutcomeUnknown, QuotaExhausted
 from shared.kernel.logs import get_logger
@@ -47,20 +47,6 @@ from shared.kernel.logs import get_logger
 log = get_logger("exactly_once")
 
 T = TypeVar("T")
-
-
-class Outcome(StrEnum):
-    """What became of one delivery that wanted to create something."""
-
-    SUBMITTED = "submitted"
-    ADOPTED = "adopted"  # it existed already (created before a crash), now recorded
-    DUPLICATE = "duplicate"
-    REJECTED = "rejected"
-    FAILED = "failed"
-    PARKED = "parked"  # Vertex refused it for quota; the tick submits it again
-    CANCELLED = "cancelled"
-    SKIPPED = "skipped"  # a scheduled slot that did not run (concurrency forbid, or stale)
-    WAITING = "waiting"  # waits in its admission queue; an admission creates it later
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Beside ``deployModel``, a request may name the knobs of
 Each is bounded and checked at intake (a knob that cannot be met, such as a floor above the
 replicas required, is a recorded rejection); ``shared.domain.decisions.deploy_model`` reads
 them. With an objective and none of the knobs, flexjobs chooses the knobs
-(``shared.app.deploy.accept_deployment``); with knobs, they are kept as named and the
+(``shared.app.services.deploy.accept_deployment``); with knobs, they are kept as named and the
 objective is what the deployment's availability is shown against.
 """
 

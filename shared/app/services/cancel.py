@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.app import admission
-from shared.app.admission import submit_admitted
-from shared.app.commands import CancelJob
+from shared.app.commands import Outcome
 from shared.app.context import CapacityPorts
-from shared.app.deploy import cancel_deployment
+from shared.app.services import admission
+from shared.app.services.admission import submit_admitted
+from shared.app.services.deploy import cancel_deployment
 from shared.app.steps.cancels import drive_cancels
-from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.domain.decisions.recovery import cancel_now, cancel_requested
 from shared.domain.decisions.submissions import TOMBSTONE_REASON, next_placement, tombstone
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 log = get_logger("cancel")
 
 
-def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
+def cancel_request(request_id: str, intake: Intake) -> Outcome:
     """Cancel a request: every Vertex job of it, and every attempt that would follow.
 
     The cancel wins every race:
@@ -55,9 +54,8 @@ def cancel_job(cmd: CancelJob, intake: Intake) -> Outcome:
         InvalidRequest: the cancel names no requestId.
         TransientError: Vertex did not confirm every cancel yet, or a submission is in flight.
     """
-    if not cmd.request_id:
+    if not request_id:
         raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId")])
-    request_id = cmd.request_id
     store, clock = intake.store, intake.clock
     with request_context(request_id):
         seen: list[JobRecord] = []

@@ -24,9 +24,9 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from shared.app.commands import Outcome
 from shared.app.context import Deployments
 from shared.app.repository.deployments import Stepped, serving_state
-from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.sweep import Sweep
 from shared.domain.decisions.deploy_model import (
     OperationStatus,

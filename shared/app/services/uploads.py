@@ -8,7 +8,7 @@ job's checkpoints, and a training job that writes checkpoints cannot submit requ
 * A **request file** (in the request bucket, under ``FLEXJOBS_UPLOAD_PREFIX``; see
   :mod:`shared.domain.request.files`) is read once, at the generation the event names, and each of
   its messages is submitted exactly as a Pub/Sub message is
-  (:func:`shared.app.intake.submit_job`), with ``source: "gcs"`` and the ``object`` (and
+  (:func:`shared.app.services.intake.submit`), with ``source: "gcs"`` and the ``object`` (and
   ``.jsonl`` ``line``) on its record or rejection. One bad line is rejected on its own; a file
   that cannot be read at all gets one rejection.
 * A **checkpoint** completed by the upload (a step's marker, or a single-file checkpoint)
@@ -24,22 +24,22 @@ bad content never does.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
-from shared.app.commands import ReceiveUpload, SubmitJob
-from shared.app.context import Intake
-from shared.app.intake import reject, submit_job
-from shared.app.ports import CheckpointStore, StoredObjects
-from shared.app.steps.exactly_once import Outcome
+from shared.app.commands import Outcome, SubmitJob
+from shared.app.context import Uploads
+from shared.app.services import intake as intake_service
+from shared.app.services.intake import reject
 from shared.app.steps.sweep import Sweep
 from shared.app.steps.switches import leave_on_demand
 from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.delivery import Delivery, ObjectEvent
 from shared.domain.model.records import JobRecord
 from shared.domain.policy.checkpoints import completed_by
 from shared.domain.request.files import FileMessage, Format, StoredObject, messages, request_format
-from shared.ingress.envelopes import PubsubMessage
 from shared.kernel.errors import FieldError, InvalidRequest, ObjectGone, reading_untrusted
 from shared.kernel.logs import get_logger
 
@@ -47,20 +47,6 @@ log = get_logger("uploads")
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-#: Requests of one file submitted side by side: a long ``.jsonl`` fits the function's timeout.
-WORKERS = 4
-
-
-@dataclass
-class Uploads:
-    """Ports for :func:`receive_upload`, wired once per instance by the bootstrap."""
-
-    intake: Intake
-    objects: StoredObjects
-    # Confirms a checkpoint an event names by its own listing, before it counts.
-    checkpoints: CheckpointStore
-    workers: int = WORKERS
 
 
 class Seen(StrEnum):
@@ -81,14 +67,13 @@ class Received:
     progressed: tuple[str, ...] = ()
 
 
-def receive_upload(cmd: ReceiveUpload, uploads: Uploads) -> Received:
-    """Handle one object event (see the module docstring).
+def receive(event: ObjectEvent, uploads: Uploads) -> Received:
+    """Carry out one object event (see the module docstring).
 
     Raises:
         TransientError: Cloud Storage, Firestore, Vertex AI or Pub/Sub failed for now; the
             event is redelivered.
     """
-    event = cmd.event
     brief = {"fields": {"eventType": event.event_type, "object": event.name}}
     if not event.finalized:
         log.debug("not a new object: acknowledged", extra=brief)
@@ -146,13 +131,14 @@ def submit_file(obj: StoredObject, fmt: Format, uploads: Uploads) -> tuple[Outco
         return (Outcome.REJECTED,)
     log.info("request file read", extra={"fields": {"object": obj.uri, "requests": len(parts)}})
 
-    def submit(cmd: SubmitJob) -> Outcome:
-        return submit_job(cmd, intake)
-
     commands = [_submission(obj, part, data) for part in parts]
     sweep = Sweep("upload", then="redelivered")
     done = sweep.each_of(
-        "submit", submit, commands, key=lambda c: c.message.message_id, workers=uploads.workers
+        "submit",
+        functools.partial(intake_service.submit, intake=intake),
+        commands,
+        key=lambda c: c.message.message_id,
+        workers=uploads.workers,
     )
     sweep.raise_failure()
     return tuple(outcome for outcome in done if outcome is not None)
@@ -213,12 +199,12 @@ def _submission(obj: StoredObject, part: FileMessage, data: bytes | None) -> Sub
     return SubmitJob(message=_message(obj, part, data), source="gcs", origin=origin)
 
 
-def _message(obj: StoredObject, part: FileMessage, data: bytes | None) -> PubsubMessage:
+def _message(obj: StoredObject, part: FileMessage, data: bytes | None) -> Delivery:
     """A file's message as a Pub/Sub message: its default requestId as the attribute (a
     ``requestId`` in the message wins), the object's write time as the publish time. The
     default id derives from the bytes the message came from: its line's, else the file's."""
     request_id = obj.request_id(part.data if part.line is not None else data, part.line)
-    return PubsubMessage(
+    return Delivery(
         data=part.data,
         message_id=request_id,
         attributes={"requestId": request_id},

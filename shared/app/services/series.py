@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shared.app.cancel import cancel_job
-from shared.app.commands import CancelJob
-from shared.app.steps.exactly_once import Outcome
+from shared.app.commands import Outcome
+from shared.app.services.cancel import cancel_request
 from shared.app.steps.outbox import flush_outbox
 from shared.domain.request.message import JobRequest
 from shared.domain.request.schedule import Concurrency, Move
@@ -58,5 +57,5 @@ def take_slot(request: JobRequest, intake: Intake) -> Outcome | None:
             return Outcome.SKIPPED
         assert turn.other is not None
         log.info("slot replaces the series' active request", extra=fields)
-        cancel_job(CancelJob(turn.other), intake)
+        cancel_request(turn.other, intake)
     raise SubmissionInProgress(f"the series {slot.series} is still being handed over")

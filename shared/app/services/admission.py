@@ -37,11 +37,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
+from shared.app.commands import Outcome
 from shared.app.context import CapacityPorts
 from shared.app.ports import MAX_WAITING_ELSEWHERE, MAX_WAITING_PER_QUEUE, QuotaLimits
 from shared.app.repository.jobs import AdmissionRecords
 from shared.app.steps.attempts import submit_due
-from shared.app.steps.exactly_once import Outcome
 from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.app.steps.sweep import Sweep
 from shared.app.steps.switches import yield_attempt
@@ -164,7 +164,7 @@ def submit_admitted(ports: CapacityPorts, request_id: str) -> Outcome | None:
     another delivery, or the tick, is creating it already).
 
     A preempted request admitted again resumes from its checkpoint, which only the
-    lifecycle's retry finds (:func:`shared.app.lifecycle.run_retry`): it is left due for the
+    lifecycle's retry finds (:func:`shared.app.services.settle.run_retry`): it is left due for the
     tick, never created here from scratch."""
     record = ports.store.get(request_id)
     if record is None or pending_attempt(record) != 1:

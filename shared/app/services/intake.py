@@ -1,33 +1,42 @@
-"""Intake: one delivered request message becomes exactly one command, handled once.
+"""Intake: one delivered request message becomes exactly one command, carried out once.
 
-A message is decoded and validated, then dispatched by command type, as a message bus maps
-commands to handlers: ``{"cancel": id}`` is a :class:`~shared.app.commands.CancelJob`, a
-``deployModel`` request a :class:`~shared.app.commands.DeployModel`, any training kind a
-:class:`~shared.app.commands.CreateJob`. Bad input is acknowledged and recorded as a rejection.
+A message is decoded and validated into what it asks (:data:`~shared.app.commands.Asked`):
+``{"cancel": id}`` is a :class:`~shared.app.commands.CancelJob`, a ``deployModel`` request a
+:class:`~shared.app.commands.DeployModel`, any training kind a
+:class:`~shared.app.commands.CreateJob`. :func:`submit` carries it out here, by the service of
+each (the handlers of those commands, :mod:`shared.app.handlers`, call the same services). Bad
+input is acknowledged and recorded as a rejection.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, assert_never
 
-from shared.app.admission import demand_for, enter_queue
-from shared.app.cancel import cancel_job
-from shared.app.commands import CancelJob, CreateJob, DeployModel, ResumeServing, SubmitJob
+from shared.app.commands import (
+    Asked,
+    CancelJob,
+    CreateJob,
+    DeployModel,
+    Outcome,
+    ResumeServing,
+    SubmitJob,
+)
 from shared.app.context import Deployments, Intake
-from shared.app.deploy import (
+from shared.app.ports import Claimed
+from shared.app.services.admission import demand_for, enter_queue
+from shared.app.services.cancel import cancel_request
+from shared.app.services.deploy import (
     accept_deployment,
     advance,
     cancel_deployment,
     resume_deployment,
     start_deployment,
 )
-from shared.app.ports import Claimed
-from shared.app.series import take_slot
+from shared.app.services.series import take_slot
 from shared.app.steps.attempts import AttemptPlan, decided_plan, submit_attempt
-from shared.app.steps.exactly_once import Outcome
 from shared.domain.admission.config import Queues, read_queues
 from shared.domain.admission.demand import admission_of
 from shared.domain.admission.quota import Demand
@@ -51,8 +60,6 @@ from shared.kernel.errors import (
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger, request_context
 
-__all__ = ["Intake", "Outcome", "submit_job"]
-
 log = get_logger("intake")
 
 EXCERPT_BYTES = 2048
@@ -60,27 +67,35 @@ EXCERPT_BYTES = 2048
 MAX_REJECTION_ERRORS = 100
 
 
-Command = CancelJob | CreateJob | DeployModel | ResumeServing
-
 #: The queues when admission is off: the implicit ``default`` alone.
 NO_QUEUES = read_queues({})
 
 
-def submit_job(cmd: SubmitJob, intake: Intake) -> Outcome:
-    """Handle one delivered request message: decode, validate, dispatch by command type.
+def submit(cmd: SubmitJob, intake: Intake) -> Outcome:
+    """Carry out one delivered request message: decode, validate, then what it asks.
 
     A bad request is acknowledged and recorded as a rejection; transient faults raise so that
     Pub/Sub redelivers.
     """
     try:
-        command = read_command(cmd, intake)
-        return HANDLERS[type(command)](command, intake)
+        asked = read_command(cmd, intake)
+        match asked:
+            case CancelJob(request_id=request_id):
+                return cancel_request(request_id, intake)
+            case ResumeServing(request_id=request_id):
+                return resume(request_id, intake)
+            case DeployModel(request=request):
+                return deploy(request, intake)
+            case CreateJob(request=request):
+                return create(request, intake)
+            case _:
+                assert_never(asked)
     except InvalidRequest as err:
         reject(cmd, err, intake)
         return Outcome.REJECTED
 
 
-def read_command(cmd: SubmitJob, intake: Intake) -> Command:
+def read_command(cmd: SubmitJob, intake: Intake) -> Asked:
     """The command a delivered message carries, read as every reader reads a message
     (:func:`~shared.domain.request.reading.read_message`).
 
@@ -105,9 +120,8 @@ def read_command(cmd: SubmitJob, intake: Intake) -> Command:
     return DeployModel(request) if request.kind == DEPLOY_MODEL.name else CreateJob(request)
 
 
-def create_job(cmd: CreateJob, intake: Intake) -> Outcome:
+def create(request: JobRequest, intake: Intake) -> Outcome:
     """Submit attempt 1 of a training request exactly once, however often it is delivered."""
-    request = cmd.request
     with request_context(request.request_id):
         # The queue and priority first, before a scheduled slot is taken. Admission off,
         # only the implicit default queue exists: a request naming another is refused
@@ -144,7 +158,7 @@ def _wait_for_admission(
     request: JobRequest, demand: Demand, intake: Intake, queues: Queues
 ) -> Outcome:
     """Admission is on: the request waits in its queue, and is created once admitted
-    (:mod:`shared.app.admission`); a duplicate finds its record as any delivery does."""
+    (:mod:`shared.app.services.admission`); a duplicate finds its record as any delivery does."""
     entered = enter_queue(request, demand, intake, queues)
     if entered is not None:
         return entered
@@ -170,16 +184,16 @@ def _first_situation(request: JobRequest, intake: Intake) -> Situation | None:
     )
 
 
-def deploy_model(cmd: DeployModel, intake: Intake) -> Outcome:
+def deploy(request: JobRequest, intake: Intake) -> Outcome:
     """Deploy a ``deployModel`` request on Spot VMs exactly once; not at all when its cancel
     came first (Pub/Sub keeps no order: the cancel left a tombstone under its requestId)."""
-    request_id = cmd.request.request_id
+    request_id = request.request_id
     deployments = _deployments_of(intake)
     with request_context(request_id):
         if _tombstoned(request_id, intake):
             log.info("deployment cancelled before it arrived: nothing deployed")
             return Outcome.CANCELLED
-        if not accept_deployment(cmd.request, deployments):
+        if not accept_deployment(request, deployments):
             # A redelivery (an earlier one may have failed before its DeployModel reached
             # Vertex): one more step, which sends nothing claimed already.
             log.info("duplicate delivery: the deployment is recorded already")
@@ -201,18 +215,9 @@ def _tombstoned(request_id: str, intake: Intake) -> bool:
     return earlier is not None and earlier.reason == TOMBSTONE_REASON
 
 
-def resume_serving(cmd: ResumeServing, intake: Intake) -> Outcome:
+def resume(request_id: str, intake: Intake) -> Outcome:
     """Follow a deployment paused by a hand edit again (see :func:`resume_deployment`)."""
-    return resume_deployment(cmd.request_id, _deployments_of(intake))
-
-
-#: The message bus: each command type and its handler.
-HANDLERS: Mapping[type, Callable[[Any, Intake], Outcome]] = {
-    CancelJob: cancel_job,
-    CreateJob: create_job,
-    DeployModel: deploy_model,
-    ResumeServing: resume_serving,
-}
+    return resume_deployment(request_id, _deployments_of(intake))
 
 
 def _already_claimed(request: JobRequest, claim: Claimed, intake: Intake) -> Outcome:
