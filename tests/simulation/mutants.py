@@ -233,7 +233,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "serving",
         "cancel-stops-billing",
         "shared.app.services.cancel",
-        "cancel_job",
+        "cancel_request",
         # The fix takes the deployment down when a cancel finds its own earlier tombstone.
         fixed="            record.reason == TOMBSTONE_REASON\n",
         broken="            False\n",

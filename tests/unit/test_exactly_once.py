@@ -28,15 +28,7 @@ class Steps:
         self.token = token
 
     def creation(self) -> Creation[str]:
-        return Creation(
-            claim=self.claim,
-            find=self.find,
-            create=self.create,
-            record=self.record,
-            release=self.release,
-            refused=self.refused,
-            parked=self.parked,
-        )
+        return self
 
     def claim(self):
         self.calls.append("claim")
@@ -46,13 +38,13 @@ class Steps:
         self.calls.append("find")
         return self.found
 
-    def create(self):
+    def create(self, claimed):
         self.calls.append("create")
         if self.create_error is not None:
             raise self.create_error
         return "job"
 
-    def record(self, token, made, adopted):
+    def record(self, claimed, made, adopted):
         self.calls.append(f"record {made} adopted={adopted}")
         if self.record_error is not None:
             raise self.record_error

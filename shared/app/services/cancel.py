@@ -14,7 +14,6 @@ from shared.app.steps.cancels import drive_cancels
 from shared.app.steps.outbox import apply_and_notify, flush_outbox
 from shared.domain.decisions.recovery import cancel_now, cancel_requested
 from shared.domain.decisions.submissions import TOMBSTONE_REASON, next_placement, tombstone
-from shared.domain.model.changes import Change
 from shared.domain.model.ids import LABEL_REQUEST, labels_for
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
@@ -58,14 +57,10 @@ def cancel_request(request_id: str, intake: Intake) -> Outcome:
         raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId")])
     store, clock = intake.store, intake.clock
     with request_context(request_id):
-        seen: list[JobRecord] = []
-
-        def mark(rec: JobRecord) -> Change | None:
-            seen[:] = [rec]
-            return cancel_requested(rec, clock())
-
-        store.apply(request_id, mark)
-        if not seen:
+        # The mark and the read are one transaction: what is decided below is the record
+        # as it stands with the cancel marked, so no submission recorded after can start.
+        marked = store.write(request_id, lambda rec: cancel_requested(rec, clock()))
+        if marked is None:
             if intake.deployments is not None and intake.deployments.store.get(request_id):
                 # A deployment's cancel takes it down (its fallback first).
                 return cancel_deployment(request_id, intake.deployments)
@@ -80,7 +75,7 @@ def cancel_request(request_id: str, intake: Intake) -> Outcome:
                 return Outcome.CANCELLED
             # The request arrived between the read and the tombstone: decide on its record.
             raise SubmissionInProgress("the request arrived while its cancel was handled")
-        record = seen[0]
+        record = marked.record
         deployments = intake.deployments
         if (
             record.reason == TOMBSTONE_REASON

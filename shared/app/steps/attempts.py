@@ -18,7 +18,7 @@ from shared.app.commands import Outcome
 from shared.app.context import AttemptPorts, CapacityPorts
 from shared.app.ports import Claimed, Submission
 from shared.app.steps.cancels import cancel_until_confirmed
-from shared.app.steps.exactly_once import Creation, create_once
+from shared.app.steps.exactly_once import create_once
 from shared.app.steps.outbox import apply_and_notify
 from shared.domain.capacity.model import Situation, Tuning
 from shared.domain.capacity.regions import (
@@ -230,38 +230,53 @@ def submit_attempt(
     Raises:
         TransientError: any fault that redelivery may cure.
     """
-    request_id = request.request_id
-    labels = labels_for(request_id, plan.attempt)
-    store, backend, clock = ports.store, ports.backend, ports.clock
-    prepared = functools.cache(plan.prepare)
-    claimed: list[Claimed] = []
+    try:
+        return create_once(_Attempt(request, plan, claim, ports))
+    except _GivenUp:
+        return Outcome.PARKED
 
-    def take() -> Claimed | None:
-        taken = claim()
-        if taken is not None and taken.token is not None:
-            claimed[:] = [taken]
-        return taken
 
-    def find() -> VertexJob | None:
-        return _find(ports, request, labels[LABEL_REQUEST], plan)
+class _Attempt:
+    """The steps of one attempt's creation (:class:`~shared.app.steps.exactly_once.Creation`),
+    in the order and with the failures :func:`~shared.app.steps.exactly_once.create_once`
+    decides."""
 
-    def create() -> VertexJob:
+    def __init__(
+        self,
+        request: JobRequest,
+        plan: AttemptPlan,
+        claim: Callable[[], Claimed | None],
+        ports: AttemptPorts,
+    ) -> None:
+        self.request, self.plan, self.ports = request, plan, ports
+        self.claim = claim
+        self.request_id = request.request_id
+        self.labels = labels_for(self.request_id, plan.attempt)
+        self.prepared = functools.cache(plan.prepare)
+
+    def find(self) -> VertexJob | None:
+        return _find(self.ports, self.request, self.labels[LABEL_REQUEST], self.plan)
+
+    def create(self, claimed: Claimed) -> VertexJob:
+        plan, request = self.plan, self.request
         body = attempt_spec(
             request.kind,
             request.spec,
-            run_id=label_value(request_id),
+            run_id=label_value(self.request_id),
             attempt=plan.attempt,
-            resume_from=prepared().resume_from,
+            resume_from=self.prepared().resume_from,
             strategy=plan.strategy,
             max_wait_seconds=plan.max_wait_seconds,
         )
         # Which claim made it: the tick cancels a job an expired claim left once the live
         # claim's own job shows (is_stray), without waiting for that claim to expire.
-        made_by = {LABEL_CLAIM: claimed[0].token} if claimed and claimed[0].token else {}
-        return backend.create(replace(request, spec=body), {**labels, **made_by}, plan.location)
+        made_by = {LABEL_CLAIM: claimed.token} if claimed.token else {}
+        labels = {**self.labels, **made_by}
+        return self.ports.backend.create(replace(request, spec=body), labels, plan.location)
 
-    def record(token: str, job: VertexJob, adopted: bool) -> Outcome:
-        strategy, extra = plan.strategy, prepared().record_extra
+    def record(self, claimed: Claimed, job: VertexJob, adopted: bool) -> Outcome:
+        ports, plan, request_id, clock = self.ports, self.plan, self.request_id, self.ports.clock
+        strategy, extra = plan.strategy, self.prepared().record_extra
         if adopted:
             # An earlier delivery made it, perhaps on another decision (AUTO decides from
             # the time): the record says what Vertex runs, read from the job itself.
@@ -272,19 +287,19 @@ def submit_attempt(
             vertex_job=job,
             strategy=strategy,
             location=plan.location,
-            resumed_from=prepared().resume_from,
+            resumed_from=self.prepared().resume_from,
             record_extra=extra,
         )
-        known = claimed[0].stored if claimed else None
-        if not store.record_submission(submission, clock(), known):
+        if not ports.store.record_submission(submission, clock(), claimed.stored):
             # Cancelled meanwhile, or another job holds this attempt: no record will ever
             # follow this job, so it must not keep running.
             cancel_until_confirmed(ports, request_id, [job.name])
-            store.release(request_id, token, clock())
+            assert claimed.token is not None  # create_once runs no step without a token
+            ports.store.release(request_id, claimed.token, clock())
             log.info("job cancelled: the record will not take it", extra=_job_fields(job))
             return Outcome.CANCELLED
         outcome = Outcome.ADOPTED if adopted else Outcome.SUBMITTED
-        ended = prepared().previous_ended_at
+        ended = self.prepared().previous_ended_at
         gap = {"recoveryGapSeconds": (clock() - ended).total_seconds()} if ended else {}
         event = logged(
             Event.JOB_SUBMITTED,
@@ -296,34 +311,31 @@ def submit_attempt(
         log.info(f"attempt {plan.attempt} {outcome.value}", extra=event)
         return outcome
 
-    def release(token: str) -> None:
-        store.release(request_id, token, clock())
+    def release(self, token: str) -> None:
+        self.ports.store.release(self.request_id, token, self.ports.clock())
 
-    def refused(token: str, exc: BackendRejected) -> Outcome:
+    def refused(self, token: str, exc: BackendRejected) -> Outcome:
+        ports, plan, request_id = self.ports, self.plan, self.request_id
         if _sent_home(ports, request_id, plan, exc):
-            release(token)
+            self.release(token)
             return Outcome.PARKED
         reason = f"attempt {plan.attempt} refused by Vertex AI: {exc}"
-        apply_and_notify(ports, request_id, lambda rec: failed(rec, clock(), reason))
-        release(token)
+        apply_and_notify(ports, request_id, lambda rec: failed(rec, ports.clock(), reason))
+        self.release(token)
         return Outcome.FAILED
 
-    def park(token: str, exc: QuotaExhausted) -> Outcome:
-        if _sent_home(ports, request_id, plan, exc):
-            release(token)
+    def parked(self, token: str, exc: QuotaExhausted) -> Outcome:
+        ports, plan = self.ports, self.plan
+        if _sent_home(ports, self.request_id, plan, exc):
+            self.release(token)
             return Outcome.PARKED
 
         def decide(rec: JobRecord) -> Change | None:
             delay = ports.backoff(rec.quota_retries + 1)
-            return parked(rec, clock(), plan.attempt, delay, str(exc))
+            return parked(rec, ports.clock(), plan.attempt, delay, str(exc))
 
-        store.apply(request_id, decide)
-        release(token)
-        return Outcome.PARKED
-
-    try:
-        return create_once(Creation(take, find, create, record, release, refused, park))
-    except _GivenUp:
+        ports.store.apply(self.request_id, decide)
+        self.release(token)
         return Outcome.PARKED
 
 

@@ -28,16 +28,18 @@ When a step fails:
 - Anything else: the claim is released, so the redelivery runs at once; and it is raised.
 
 Examples:
-    >>> create_once(Creation(claim=lambda: None, find=..., create=..., record=...,
-    ...                      release=..., refused=..., parked=...))
+    A duplicate delivery: another delivery holds the claim, so no other step runs.
+
+    >>> class Duplicate:
+    ...     def claim(self):
+    ...         return None
+    >>> create_once(Duplicate())
     <Outcome.DUPLICATE: 'duplicate'>
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Protocol, TypeVar
 
 from shared.app.commands import Outcome
 from shared.domain.decisions.submissions import Claimed
@@ -49,21 +51,27 @@ log = get_logger("exactly_once")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Creation(Generic[T]):
-    """The steps of one creation; see the module docstring for their order and failures.
+class Creation(Protocol[T]):
+    """The steps of one creation, as the caller's object provides them; see the module
+    docstring for their order and failures. Each step returns what it found or made, and
+    :func:`create_once` hands it to the next: the claim taken goes to ``create`` (a job names
+    the claim that made it) and to ``record`` (the record as claimed, so recording needs no
+    read); ``record`` returns the outcome (it handles a record that will not take ``made``);
+    ``refused`` and ``parked`` settle the record for those two failures."""
 
-    ``record(token, made, adopted)`` returns the outcome (it handles a record that will not
-    take ``made``); ``refused`` and ``parked`` settle the record for those two failures.
-    """
+    def claim(self) -> Claimed | None: ...
 
-    claim: Callable[[], Claimed | None]
-    find: Callable[[], T | None]
-    create: Callable[[], T]
-    record: Callable[[str, T, bool], Outcome]
-    release: Callable[[str], None]
-    refused: Callable[[str, BackendRejected], Outcome]
-    parked: Callable[[str, QuotaExhausted], Outcome]
+    def find(self) -> T | None: ...
+
+    def create(self, claimed: Claimed) -> T: ...
+
+    def record(self, claimed: Claimed, made: T, adopted: bool) -> Outcome: ...
+
+    def release(self, token: str) -> None: ...
+
+    def refused(self, token: str, exc: BackendRejected) -> Outcome: ...
+
+    def parked(self, token: str, exc: QuotaExhausted) -> Outcome: ...
 
 
 def create_once(steps: Creation[T]) -> Outcome:
@@ -81,7 +89,7 @@ def create_once(steps: Creation[T]) -> Outcome:
         # A fresh claim (no delivery held the key before) skips the lookup of what an earlier
         # one made: nothing can exist under its key yet.
         found = None if claimed.fresh else steps.find()
-        made = found if found is not None else steps.create()
+        made = found if found is not None else steps.create(claimed)
     except BackendRejected as exc:
         log.error("Vertex AI refused it for good", extra={"fields": {"reason": str(exc)}})
         return steps.refused(token, exc)
@@ -97,7 +105,7 @@ def create_once(steps: Creation[T]) -> Outcome:
         steps.release(token)
         raise
     try:
-        return steps.record(token, made, found is not None)
+        return steps.record(claimed, made, found is not None)
     except Exception:
         # The job exists and carries its key: the redelivery finds and adopts it.
         steps.release(token)
