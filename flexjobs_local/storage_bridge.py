@@ -49,7 +49,7 @@ _ids = itertools.count(time.time_ns() // 1000)
 
 
 @dataclass(frozen=True)
-class Event:
+class Finalize:
     """One finalize, as it goes on the wire: its headers and the JSON object resource."""
 
     headers: dict[str, str]
@@ -72,7 +72,7 @@ def _header_value(text: str) -> str:
     return "".join(c if " " <= c <= "~" else quote(c, safe="") for c in text)
 
 
-def finalize_event(file_obj: dict[str, Any], base_url: str) -> Event:
+def finalize_event(file_obj: dict[str, Any], base_url: str) -> Finalize:
     """The CloudEvent Eventarc sends for the object resource the emulator just stored.
 
     ``base_url`` is the emulator's own address: ``selfLink`` and ``mediaLink`` point there, in
@@ -102,7 +102,7 @@ def finalize_event(file_obj: dict[str, Any], base_url: str) -> Event:
         "ce-bucket": bucket,
         "Content-Type": "application/json; charset=utf-8",
     }
-    return Event(headers=headers, body=body)
+    return Finalize(headers=headers, body=body)
 
 
 class FinalizingStorage(Storage):  # type: ignore[misc]  # the emulator ships no types
@@ -112,7 +112,7 @@ class FinalizingStorage(Storage):  # type: ignore[misc]  # the emulator ships no
     ends in ``create_file``, so hooking it alone covers them all.
     """
 
-    def __init__(self, announce: queue.Queue[Event], base_url: str) -> None:
+    def __init__(self, announce: queue.Queue[Finalize], base_url: str) -> None:
         super().__init__(use_memory_fs=True)
         self._announce = announce
         self._base_url = base_url
@@ -145,7 +145,7 @@ class EventLog:
         self._path = path
         self._lock = threading.Lock()  # several workers append
 
-    def append(self, event: Event) -> None:
+    def append(self, event: Finalize) -> None:
         if self._path is None:
             return
         line = json.dumps({"headers": event.headers, "body": event.body})
@@ -153,7 +153,7 @@ class EventLog:
             out.write(line + "\n")
 
 
-def deliver(event: Event, url: str | None, log: EventLog, stop: threading.Event) -> None:
+def deliver(event: Finalize, url: str | None, log: EventLog, stop: threading.Event) -> None:
     """POST ``event`` until a 2xx answer (Eventarc's acknowledgement) or until ``stop``.
 
     Without ``url`` nothing is delivered: the event is only recorded. Several workers call
@@ -184,7 +184,7 @@ def deliver(event: Event, url: str | None, log: EventLog, stop: threading.Event)
 
 
 def _work(
-    events: queue.Queue[Event], url: str | None, log: EventLog, stop: threading.Event
+    events: queue.Queue[Finalize], url: str | None, log: EventLog, stop: threading.Event
 ) -> None:
     while not stop.is_set():
         try:
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    events: queue.Queue[Event] = queue.Queue()
+    events: queue.Queue[Finalize] = queue.Queue()
     storage = FinalizingStorage(events, f"http://{args.host}:{args.port}")
     for bucket in args.bucket:
         create_bucket(bucket, storage)

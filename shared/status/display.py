@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.domain.serving.model import HISTORY_LIMIT, CapacityChange
+from shared.domain.serving.model import HISTORY_LIMIT, CapacityStep
 
 
 def _number(value: Any) -> bool:
@@ -105,9 +105,9 @@ def serving_text(record: Mapping[str, Any]) -> str:
     return f"{text} ({phase[:32]})" if isinstance(phase, str) and phase else text
 
 
-def serving_changes(serving: Mapping[str, Any]) -> tuple[CapacityChange, ...]:
+def serving_changes(serving: Mapping[str, Any]) -> tuple[CapacityStep, ...]:
     """The recorded serving-capacity changes as stored (oldest first): at most the last
-    :data:`HISTORY_LIMIT`, each read as the tick reads it (``CapacityChange.decode``: counts
+    :data:`HISTORY_LIMIT`, each read as the tick reads it (``CapacityStep.decode``: counts
     that are not counts read 0, a cause is clipped), one without a time left out. The map comes from
     Firestore and may be edited by hand: this never raises.
 
@@ -120,7 +120,7 @@ def serving_changes(serving: Mapping[str, Any]) -> tuple[CapacityChange, ...]:
     history = serving.get("history")
     if not isinstance(history, list):
         return ()
-    decoded = (CapacityChange.decode(item) for item in history[-HISTORY_LIMIT:])
+    decoded = (CapacityStep.decode(item) for item in history[-HISTORY_LIMIT:])
     return tuple(change for change in decoded if change is not None)
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from shared.domain.serving.model import CapacityChange, Phase, ServingState
+from shared.domain.serving.model import CapacityStep, Phase, ServingState
 from shared.domain.serving.rule import HEDGE_CAUSE, HEDGE_FAILED_CAUSE, RESTORED_CAUSE
 from shared.status.chart import (
     AXIS_HEIGHT,
@@ -119,7 +119,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Mark:
+class HedgeMark:
     """A hedge, a failed hedge or a restore, at the change that recorded it."""
 
     kind: str
@@ -157,7 +157,7 @@ class ServingChart:
     steps: tuple[Step, ...]
     # The required replicas as an SVG path (numbers and the letters M, H, V only).
     required_path: str
-    marks: tuple[Mark, ...]
+    marks: tuple[HedgeMark, ...]
     legend: tuple[Legend, ...]
     summary: str  # for screen readers (the SVG's <desc>) and the CLI
 
@@ -212,7 +212,7 @@ def layout(serving: Any, now: datetime, width: int = WIDTH) -> ServingChart:
     )
 
 
-def _bounds(changes: list[CapacityChange], now: datetime) -> tuple[datetime, datetime]:
+def _bounds(changes: list[CapacityStep], now: datetime) -> tuple[datetime, datetime]:
     """From the oldest change to now (or to the newest change, should the record be ahead of
     this clock), at least a minute."""
     if not changes:
@@ -237,7 +237,7 @@ def _levels(ceiling: int) -> list[int]:
     return [*values, ceiling]
 
 
-def _step(change: CapacityChange, until: datetime, x: Scale, y: Height) -> Step:
+def _step(change: CapacityStep, until: datetime, x: Scale, y: Height) -> Step:
     cap = change.capacity
     left = x(change.at)
     seconds = (until - change.at).total_seconds()
@@ -296,7 +296,7 @@ _Event = tuple[datetime, str, str, str]
 
 
 def _events(
-    changes: list[CapacityChange], state: ServingState | None, start: datetime, end: datetime
+    changes: list[CapacityStep], state: ServingState | None, start: datetime, end: datetime
 ) -> list[_Event]:
     found = [(c.at, *marked, c.cause) for c in changes if (marked := mark_kind(c.cause))]
     if state is not None and state.phase is Phase.HEDGED and state.since is not None:
@@ -307,8 +307,8 @@ def _events(
     return sorted(found, key=lambda event: event[0])
 
 
-def _place(events: list[_Event], x: Scale, right: float, bottom: float) -> tuple[Mark, ...]:
-    marks: list[Mark] = []
+def _place(events: list[_Event], x: Scale, right: float, bottom: float) -> tuple[HedgeMark, ...]:
+    marks: list[HedgeMark] = []
     row = 0
     for at, kind, label, cause in events:
         where = x(at)
@@ -316,7 +316,7 @@ def _place(events: list[_Event], x: Scale, right: float, bottom: float) -> tuple
         near_edge = where > right - LABEL_ROOM
         label_y = AXIS_HEIGHT + 12 + row * 14
         marks.append(
-            Mark(
+            HedgeMark(
                 kind=kind,
                 at=at,
                 x=where,
@@ -332,7 +332,7 @@ def _place(events: list[_Event], x: Scale, right: float, bottom: float) -> tuple
     return tuple(marks)
 
 
-def _summary(steps: tuple[Step, ...], marks: tuple[Mark, ...]) -> str:
+def _summary(steps: tuple[Step, ...], marks: tuple[HedgeMark, ...]) -> str:
     if not steps:
         return "No serving-capacity change recorded yet."
     last = steps[-1]

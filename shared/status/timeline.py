@@ -99,7 +99,7 @@ class Span:
 
 
 @dataclass(frozen=True)
-class Mark:
+class EndMark:
     """Where an attempt ended, and how (a failure class, or ``succeeded``...)."""
 
     kind: str
@@ -121,7 +121,7 @@ class Lane:
     subtitle: str
     subtitle_y: float
     spans: tuple[Span, ...]
-    mark: Mark | None
+    mark: EndMark | None
     checkpoints: tuple[Tick, ...]
     region: str = ""
     region_y: float = 0.0
@@ -219,7 +219,7 @@ def _lane(
         at = x(attempt.ended_at)
         words = attempt.error_class or attempt.state.lower()
         near_edge = at > right - 90
-        mark = Mark(
+        mark = EndMark(
             kind=words,
             x=at,
             y1=bar_y - 4,

@@ -15,7 +15,7 @@ As in test_infra.py, each check returns the problems it finds, so the tests show
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import pytest
 
@@ -191,4 +191,79 @@ def test_the_readme_links_resolve():
     assert readme_link_problems("[a](docs/nope.md) [b](docs/deploy.md#nope) [c](https://x.y)") == [
         "docs/nope.md: no such file",
         "docs/deploy.md#nope: docs/deploy.md has no such heading",
+    ]
+
+
+# --- the glossary: every name it gives exists in the code ---------------------------------------
+
+#: Where the names the glossary gives are defined.
+CODE = ("shared", "flexjobs", "flexjobs_local", "functions")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PATH = re.compile(r"[\w./-]+\.(?:py|json|yaml)|[\w-]+(?:/[\w-]+)*/")
+
+
+def defined_names(roots: Iterable[str] = CODE) -> set[str]:
+    """Every class, function, method, assigned name, field and enum member under ``roots``."""
+    import ast
+
+    names: set[str] = set()
+    for root in roots:
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                    names.add(node.name)
+                elif isinstance(node, ast.Assign):
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    names.add(node.target.id)
+    return names
+
+
+def glossary_problems(table: str, names: set[str], exists: Callable[[str], bool]) -> list[str]:
+    """Code spans of the glossary that name nothing: a name (or each part of a dotted one, or
+    of a generic such as ``Written[Change, Stored]``) defined nowhere, or a path that exists
+    neither under ``shared/`` nor at the top. Spans that are neither (a Firestore path with
+    ``{id}``, a field such as ``lastReadAt``, which the records' decoders read by name) are
+    checked as names only when they look like one defined in Python: CamelCase or snake_case
+    with an underscore."""
+    problems = []
+    for line in table.splitlines():
+        if not line.startswith("| ") or line.startswith("| name"):
+            continue
+        for span in spans(line):
+            if "{" in span or " " in span.replace(", ", ","):
+                continue
+            if _PATH.fullmatch(span):
+                if not exists(span):
+                    problems.append(f"no such path: {span}")
+                continue
+            for part in _NAME.findall(span):
+                pythonic = "_" in part or part[:1].isupper() or part in names
+                if pythonic and part not in names and not part.isupper():
+                    problems.append(f"no such name: {part} (in `{span}`)")
+                if part.isupper() and len(part) > 1 and part not in names:
+                    problems.append(f"no such constant or member: {part} (in `{span}`)")
+    return problems
+
+
+def _exists(path: str) -> bool:
+    return (REPO / "shared" / path).exists() or (REPO / path).exists()
+
+
+@pytest.fixture(scope="module")
+def glossary():
+    return section("layout.md", "Glossary")
+
+
+def test_every_name_and_path_the_glossary_gives_exists(glossary):
+    assert glossary_problems(glossary, defined_names(), _exists) == []
+
+
+def test_the_glossary_check_fails_on_a_name_or_a_path_that_is_gone(glossary):
+    table = glossary + "| gone | `NoSuchPort`, `no_such_step`, `app/nowhere.py`, `NO_SUCH` |\n"
+    assert glossary_problems(table, defined_names(), _exists) == [
+        "no such name: NoSuchPort (in `NoSuchPort`)",
+        "no such name: no_such_step (in `no_such_step`)",
+        "no such path: app/nowhere.py",
+        "no such constant or member: NO_SUCH (in `NO_SUCH`)",
     ]

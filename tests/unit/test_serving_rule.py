@@ -29,7 +29,7 @@ from shared.domain.serving.model import (
     ActionKind,
     CallKind,
     Capacity,
-    CapacityChange,
+    CapacityStep,
     InFlight,
     Intent,
     MachineSpec,
@@ -1475,7 +1475,7 @@ def _largest_state(char: str) -> ServingState:
     )
     cap = Capacity(2**31 - 1, 2**31 - 1, 2**31 - 1)
     for _ in range(5 * HISTORY_LIMIT):
-        change = CapacityChange(T0, cap, char * MAX_CAUSE)
+        change = CapacityStep(T0, cap, char * MAX_CAUSE)
         state = replace(state, history=(*state.history, change))
     assert len(state.history) == HISTORY_LIMIT
     return state

@@ -13,7 +13,7 @@ the second's write fails its precondition, it decides again on a fresh read, and
 fits. The plan's order (:func:`~.rule.admit`) is computed on a snapshot; the quota is never
 computed on one.
 
-**The lease.** An admission writes the ledger entry and moves the record from ``WAITING`` to
+**The hold.** An admission writes the ledger entry and moves the record from ``WAITING`` to
 ``ADMITTED`` with its submission due now, in the same batch. The create then runs through the
 exactly-once routine (a claim, a label lookup, the create, the record): a crash anywhere
 after the admission leaves a due submission, which the tick's due-submission sweep finishes.

@@ -280,7 +280,7 @@ class Capacity:
 
 
 @dataclass(frozen=True)
-class CapacityChange:
+class CapacityStep:
     """One serving-capacity change in the history: when, what served, and why if known."""
 
     at: datetime
@@ -297,7 +297,7 @@ class CapacityChange:
         }
 
     @classmethod
-    def decode(cls, raw: object) -> CapacityChange | None:
+    def decode(cls, raw: object) -> CapacityStep | None:
         if not isinstance(raw, Mapping):
             return None
         at = parse_rfc3339(raw.get("at"))
@@ -570,7 +570,7 @@ class ServingState:
     spot_node_seconds: float = 0.0
     on_demand_node_seconds: float = 0.0
     hedges: int = 0
-    history: tuple[CapacityChange, ...] = ()
+    history: tuple[CapacityStep, ...] = ()
     #: The availability the owner asked for (None: none), and why the knobs are what they
     #: are (named by the request, chosen for the objective, or the default).
     objective: AvailabilityObjective | None = None
@@ -690,7 +690,7 @@ class ServingState:
         nodes = _mapping(raw.get("nodeSeconds"))
         history = raw.get("history")
         history = history if isinstance(history, list) else []
-        changes = (CapacityChange.decode(item) for item in history[-HISTORY_LIMIT:])
+        changes = (CapacityStep.decode(item) for item in history[-HISTORY_LIMIT:])
         neighbours = raw.get("neighbours")
         fallback_id = _id(raw.get("fallbackDeployedModelId"))
         fallback_name = _name(raw.get("fallbackDisplayName")) or (

@@ -48,7 +48,7 @@ from shared.domain.serving.model import (
     ActionKind,
     CallKind,
     Capacity,
-    CapacityChange,
+    CapacityStep,
     Deploy,
     InFlight,
     Intent,
@@ -1263,7 +1263,7 @@ def _history(
         dark_seconds=state.dark_seconds + (followed if last.spot + last.on_demand == 0 else 0.0),
         spot_node_seconds=state.spot_node_seconds + elapsed * last.spot,
         on_demand_node_seconds=state.on_demand_node_seconds + elapsed * last.on_demand,
-        history=(*state.history, CapacityChange(now, cap, clip(cause, MAX_CAUSE) or "")),
+        history=(*state.history, CapacityStep(now, cap, clip(cause, MAX_CAUSE) or "")),
     )
 
 
