@@ -95,9 +95,9 @@ def dollars(ops: Operations, prices: dict[str, Any]) -> Priced:
 def gpu_dollars(accelerator: str, gpus: int, hours: float) -> tuple[float, str]:
     """The cheapest price ``prices.yaml`` lists for the accelerator (the worst case for a
     ratio against it), times ``gpus`` x ``hours``; with the strategy that price is for."""
-    from shared.domain.policy.pricing import PriceTable
+    from shared.adapters.packaged_prices import load_packaged_prices
 
-    table = PriceTable.default()
+    table = load_packaged_prices()
     strategies = ("STANDARD", "SPOT", "FLEX_START")
     per_hour = {s: table.estimate(accelerator, s, 3600.0).cost_usd for s in strategies}
     cheapest = min(per_hour, key=lambda s: per_hour[s])

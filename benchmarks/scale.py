@@ -655,7 +655,7 @@ def status_at(count: int, repeats: int) -> dict[str, Any]:
     from flexjobs.client import Client
     from shared.adapters.firestore.job_store import FirestoreJobStore
     from shared.adapters.firestore.views import FirestoreJobViews
-    from shared.domain.policy.pricing import PriceTable
+    from shared.adapters.packaged_prices import load_packaged_prices
     from shared.kernel.config import Settings
     from shared.status import site as pages
     from shared.status.listing import Cursor
@@ -681,7 +681,7 @@ def status_at(count: int, repeats: int) -> dict[str, Any]:
         views = FirestoreJobViews(FirestoreJobStore(settings))
         # The tally read for every request: the worst case (the served page reuses the
         # totals 30 s when it has no tally).
-        site = pages.StatusSite(views, PriceTable.default(), lambda: datetime.now(UTC),
+        site = pages.StatusSite(views, load_packaged_prices(), lambda: datetime.now(UTC),
                                 totals_seconds=0)  # fmt: skip
         keys.sort(reverse=True)  # newest first, as the list pages
         size = site.page_size

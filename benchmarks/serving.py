@@ -82,6 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.capacity.traces import DEFAULT_TRACES, Trace
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.adapters.serving_table import FILE_NAME, encode_table, load_policy_table
 from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import (
@@ -1840,7 +1841,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     accelerator = args.accelerator.upper()
-    prices = PriceTable.default()
+    prices = load_packaged_prices()
     if accelerator not in prices.rates:
         parser.error(f"{accelerator} is not in shared/domain/policy/prices.yaml")
     if args.write_table and args.quick:

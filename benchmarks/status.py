@@ -50,12 +50,12 @@ IN_PROCESS = {
 
 def records(now: datetime, count: int) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """``count`` job records with their attempts, as the lifecycle leaves them."""
+    from shared.adapters.packaged_prices import load_packaged_prices
     from shared.domain.decisions.submissions import new_record
-    from shared.domain.policy.pricing import PriceTable
     from shared.domain.request.message import parse_request
     from tests.events import load
 
-    prices = PriceTable.default()
+    prices = load_packaged_prices()
     rng = random.Random(13)
     body = load("seed_request")
     out = []
@@ -129,12 +129,12 @@ def uncached(project: str, path: str, count: int) -> list[tuple[float, float, in
 
     from shared.adapters.firestore.job_store import FirestoreJobStore
     from shared.adapters.firestore.views import FirestoreJobViews
-    from shared.domain.policy.pricing import PriceTable
+    from shared.adapters.packaged_prices import load_packaged_prices
     from shared.kernel.config import Settings
     from shared.status.site import StatusSite, serve
 
     views = FirestoreJobViews(FirestoreJobStore(Settings(project=project)))
-    site = StatusSite(views, PriceTable.default(), lambda: datetime.now(UTC), totals_seconds=0)
+    site = StatusSite(views, load_packaged_prices(), lambda: datetime.now(UTC), totals_seconds=0)
     where, _, query = path.partition("?")
     runs = []
     for n in range(count + 3):

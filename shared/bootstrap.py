@@ -89,7 +89,9 @@ class Ports:
         return self._built[key]  # type: ignore[no-any-return]
 
     def price_table(self) -> PriceTable:
-        return _given(self.prices, PriceTable.default)
+        from shared.adapters.packaged_prices import load_packaged_prices
+
+        return _given(self.prices, load_packaged_prices)
 
 
 def _given(port: T | None, build: Callable[[], T]) -> T:

@@ -24,6 +24,7 @@ from benchmarks.capacity.model import Job, Lifecycle, Result, simulate
 from benchmarks.capacity.policies import Auto, GreedySpot, Ladder, OnDemand, UniformProgress
 from benchmarks.capacity.traces import DEFAULT_TRACES, load_all
 from benchmarks.capacity.workload.population import describe, population
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.domain.capacity.model import Prices
 from shared.domain.policy.pricing import PriceTable
 
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     count = args.jobs or (QUICK_JOBS if args.quick else FULL_JOBS)
     region_count = args.region_jobs or (QUICK_REGION_JOBS if args.quick else FULL_REGION_JOBS)
     began = time.perf_counter()
-    table = PriceTable.default()
+    table = load_packaged_prices()
     prices = {acc: Prices.of(table, acc) for acc in table.rates}
     life = Lifecycle(worst_jitter=args.worst_jitter)
     traces = load_all(args.traces)

@@ -5,7 +5,8 @@ half of the preemption traces and writes what it measured to
 ``shared/domain/serving/policy_table.json`` (:func:`encode_table`); the functions read it back
 with :func:`load_policy_table` and hand the :class:`~shared.domain.serving.objective.PolicyTable`
 to :func:`~shared.domain.serving.objective.choose`, which does no I/O. The loader follows
-``PriceTable.default()``: the file is package data, read with ``importlib.resources``.
+:mod:`shared.adapters.packaged_prices`: the file is package data, read with
+``importlib.resources``.
 
 The format (one row per line, columns named once)::
 

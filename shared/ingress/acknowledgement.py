@@ -15,6 +15,10 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+# functions-framework serves every entry point with Flask, and hands a CloudEvent handler the
+# event alone: the HTTP request a push delivery came in is only Flask's current request.
+import flask
+
 from shared.kernel.errors import FlexjobsError
 from shared.kernel.logs import Trace, configure, get_logger, trace_context, trace_of
 
@@ -83,8 +87,4 @@ def _trace_of_event(event: Any) -> Trace | None:
         trace = trace_of({"traceparent": extension})
         if trace is not None:
             return trace
-    try:
-        import flask
-    except ImportError:  # pragma: no cover - functions-framework always brings Flask
-        return None
     return trace_of(flask.request.headers) if flask.has_request_context() else None

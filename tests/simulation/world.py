@@ -36,9 +36,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared import bootstrap
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.app.context import Intake, Tracker, Uploads
 from shared.bootstrap import Ports
-from shared.domain.policy.pricing import PriceTable
 from shared.kernel.config import Settings
 from tests.fakes import (
     InMemoryCheckpointStore,
@@ -61,7 +61,7 @@ MAX_DELIVERIES = 10
 MIN_BACKOFF = 10.0
 MAX_BACKOFF = 600.0
 #: The prices the simulation runs on (flexjobs' own table; the rule weighs them).
-PRICES = PriceTable.default
+PRICES = load_packaged_prices
 
 
 @dataclass

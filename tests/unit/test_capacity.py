@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.domain.capacity.model import (
     FLEX_REVISIT_SECONDS,
     MAX_FLEX_WAIT_SECONDS,
@@ -26,7 +27,6 @@ from shared.domain.capacity.situations import (
     waited_in_vain,
 )
 from shared.domain.model.records import JobRecord
-from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import Budgets
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -256,7 +256,7 @@ def test_decisions_are_deterministic():
 
 
 def test_an_unpriced_accelerator_uses_the_usual_order():
-    prices = Prices.of(PriceTable.default(), "NVIDIA_TESLA_T4")
+    prices = Prices.of(load_packaged_prices(), "NVIDIA_TESLA_T4")
     assert not prices.priced
     assert decide(situation(prices=prices)).strategy == "SPOT"
 
@@ -310,7 +310,7 @@ def test_situation_from_a_record_and_its_attempts():
         },
     ]
     budgets = Budgets.from_request(OPTIONS["retryPolicy"])
-    s = situation_from_record(record, attempts, NOW, PriceTable.default(), budgets=budgets)
+    s = situation_from_record(record, attempts, NOW, load_packaged_prices(), budgets=budgets)
     assert s is not None
     assert s.remaining_seconds == 0.75 * WORK  # from progress, exactly
     assert s.origin == NOW - timedelta(hours=2)
@@ -325,7 +325,7 @@ def test_situation_from_a_record_and_its_attempts():
 
 
 def test_situation_of_a_first_attempt():
-    s = situation_for_first_attempt(OPTIONS, "NVIDIA_H100_80GB", NOW, NOW, PriceTable.default())
+    s = situation_for_first_attempt(OPTIONS, "NVIDIA_H100_80GB", NOW, NOW, load_packaged_prices())
     assert s is not None
     assert (s.remaining_seconds, s.history, s.prices.flex_start) == (WORK, (), 6.44)
     assert decide(s).strategy == "FLEX_START"

@@ -24,10 +24,10 @@ from benchmarks.capacity.policies import (
 )
 from benchmarks.capacity.traces import Replay, Trace
 from benchmarks.capacity.workload.population import population
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.domain.capacity.model import Prices
 from shared.domain.capacity.rule import decide
 from shared.domain.capacity.situations import situation_for_first_attempt
-from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import Backoff, Budgets
 
 GAP = 600.0  # one value every 10 minutes
@@ -194,7 +194,7 @@ def test_leaving_on_demand_at_a_checkpoint_bills_to_it_and_loses_nothing():
 
 
 def test_auto_is_the_products_rule_through_the_lifecycles_situation_builders():
-    table = PriceTable.default()
+    table = load_packaged_prices()
     auto = Auto("NVIDIA_TESLA_A100", table)
     hand = job((1,) * 40)
     simulate(hand, auto)
@@ -224,7 +224,7 @@ def test_deadline_baselines_go_on_demand_when_spot_is_gone(policy):
 
 def test_auto_meets_that_deadline_too():
     tight = job((1, 1, 1, 1) + (0,) * 60, (0,), deadline=4 * 3600.0)
-    result = simulate(tight, Auto("NVIDIA_TESLA_A100", PriceTable.default()))
+    result = simulate(tight, Auto("NVIDIA_TESLA_A100", load_packaged_prices()))
     assert not result.missed
     assert result.history[-1]["strategy"] == "STANDARD"
 
@@ -324,7 +324,7 @@ def test_a_move_before_any_work_is_saved_reads_nothing():
 
 
 def test_multi_region_auto_runs_where_the_capacity_is_and_single_region_auto_cannot():
-    table = PriceTable.default()
+    table = load_packaged_prices()
     # No Spot at home, ever; Spot always in us-central1; 4 h for 2 h of work; a small
     # checkpoint (5 GB), so that the move's read is cheap against the 2 h left.
     drought = two_regions((0,), (1,) * 50, checkpoint_gb=5.0)

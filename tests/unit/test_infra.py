@@ -17,7 +17,10 @@ side loses something:
 * no grant reaches further than its use: no project-wide Pub/Sub publisher, no unconditional
   project-wide Cloud Storage role (the build reads the source buckets only);
 * a live claim can never use up a request's deliveries: the push subscriptions' precondition,
-  evaluated over the defaults and against a model of Pub/Sub's shortest retry schedule.
+  evaluated over the defaults and against a model of Pub/Sub's shortest retry schedule;
+* the four event functions, one resource with ``for_each`` over ``local.functions``, set per
+  entry point what the four resources they replaced set, and ``moved`` blocks take the old
+  addresses to the instances (so an installation's plan neither destroys nor creates one).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import ast
 import copy
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +102,7 @@ class Infra:
     resources: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     variables: dict[str, dict[str, Any]] = field(default_factory=dict)
     locals: dict[str, Any] = field(default_factory=dict)
+    moved: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def load(cls, folder: Path = INFRA) -> Infra:
@@ -113,10 +118,59 @@ class Infra:
                 infra.variables.update(block)
             for block in module.get("locals", []):
                 infra.locals.update(block)
+            infra.moved += module.get("moved", [])
         return infra
 
     def of_type(self, kind: str) -> dict[str, dict[str, Any]]:
         return {name: body for (k, name), body in self.resources.items() if k == kind}
+
+    def instances(self, kind: str) -> dict[str, dict[str, Any]]:
+        """The resources of ``kind`` as Terraform makes them: one with ``for_each`` over a
+        local map is one body per key (named ``name["key"]``, :func:`expand`)."""
+        found = {}
+        for name, body in self.of_type(kind).items():
+            if "for_each" not in body:
+                found[name] = body
+                continue
+            local = re.fullmatch(r"\$\{local\.(\w+)\}", str(body["for_each"]))
+            if not local:
+                raise ValueError(f"{kind}.{name}: for_each {body['for_each']!r} is not a local")
+            for key, value in self.locals[local.group(1)].items():
+                each = {k: v for k, v in body.items() if k != "for_each"}
+                found[f'{name}["{key}"]'] = expand(each, key, value)
+        return found
+
+
+def _hcl_literal(value: Any) -> str:
+    """``value`` written as HCL, the way python-hcl2 prints it inside an expression."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str) and "${" not in value:
+        return json.dumps(value)
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return "{" + ", ".join(f"{k} = {_hcl_literal(v)}" for k, v in value.items()) + "}"
+    raise ValueError(f"cannot write {value!r} into an expression here")
+
+
+def expand(body: Any, key: str, value: dict[str, Any]) -> Any:
+    """One instance of a ``for_each`` resource's body: ``each.key`` and ``each.value.NAME``
+    replaced by the key and the map entry's values (a whole expression by the value itself).
+    A name the entry lacks raises KeyError, as Terraform refuses it."""
+    if isinstance(body, dict):
+        return {k: expand(v, key, value) for k, v in body.items()}
+    if isinstance(body, list):
+        return [expand(v, key, value) for v in body]
+    if not isinstance(body, str):
+        return body
+    if body == "${each.key}":
+        return key
+    whole = re.fullmatch(r"\$\{each\.value\.(\w+)\}", body)
+    if whole:
+        return value[whole.group(1)]
+    body = re.sub(r"\beach\.key\b", json.dumps(key), body)
+    return re.sub(r"\beach\.value\.(\w+)", lambda m: _hcl_literal(value[m.group(1)]), body)
 
 
 def entry_points(source: Path = MAIN) -> set[str]:
@@ -139,7 +193,7 @@ def entry_points(source: Path = MAIN) -> set[str]:
 def deployed(infra: Infra) -> dict[str, dict[str, Any]]:
     """The deployed functions' bodies, by the entry point each runs."""
     functions = {}
-    for body in infra.of_type("google_cloudfunctions2_function").values():
+    for body in infra.instances("google_cloudfunctions2_function").values():
         (build,) = body["build_config"]
         functions[build["entry_point"]] = body
     return functions
@@ -196,19 +250,18 @@ def event_types(infra: Infra, function: dict[str, Any]) -> set[str]:
     triggers = list(function.get("event_trigger", []))
     for block in function.get("dynamic", []):
         dynamic = block.get("event_trigger", {})
-        if _on_by_default(infra, str(dynamic.get("for_each", ""))):
+        if yields_block(infra, str(dynamic.get("for_each", ""))):
             triggers.extend(dynamic.get("content", []))
     return {t["event_type"] for t in triggers}
 
 
-def _on_by_default(infra: Infra, for_each: str) -> bool:
-    """Whether ``${var.X == "v" ? [1] : []}`` (or ``!=``) yields an element by default."""
-    match = re.fullmatch(r'\$\{var\.(\w+) (==|!=) "([^"]*)" \? \[1\] : \[\]\}', for_each)
+def yields_block(infra: Infra, for_each: str, **overrides: Any) -> bool:
+    """Whether a dynamic block's ``${CONDITION ? [1] : []}`` yields its block with the
+    variables' defaults (and the overrides); any other ``for_each`` counts as none."""
+    match = re.fullmatch(r"\$\{(.+) \? \[1\] : \[\]\}", for_each)
     if not match:
         return False
-    variable, op, value = match.groups()
-    default = infra.variables.get(variable, {}).get("default")
-    return (default == value) == (op == "==")
+    return bool(evaluate(f"${{{match.group(1)}}}", defaults(infra, **overrides)))
 
 
 def trigger_problems(infra: Infra, entries: set[str]) -> list[str]:
@@ -635,7 +688,7 @@ def test_every_composite_query_has_its_index(infra):
 
 def test_the_drift_checks_fail_when_either_side_loses_something(infra):
     broken = copy.deepcopy(infra)
-    del broken.resources[("google_cloudfunctions2_function", "handle_scheduler_tick")]
+    del broken.locals["functions"]["handle_scheduler_tick"]
     assert trigger_problems(broken, entry_points()) == [
         "handle_scheduler_tick: in functions/main.py but not deployed"
     ]
@@ -865,3 +918,184 @@ def test_the_trust_checks_fail_when_a_door_opens(infra):
     ]
     with pytest.raises(ValueError, match="cannot evaluate"):
         evaluate("${max(var.a, 1) > 0}", {"var.a": 1})
+
+
+# --- The four event functions: one for_each resource, the plan of the four before ------------
+
+#: What the four google_cloudfunctions2_function resources of infra/functions.tf set before
+#: they became google_cloudfunctions2_function.function (for_each over local.functions), as
+#: python-hcl2 read them, flattened to paths (a block is one segment). Their name and
+#: timeout_seconds read local.functions then too: these are the values it held.
+BEFORE_SHARED: dict[str, Any] = {
+    "location": "${var.region}",
+    "build_config.runtime": "python311",
+    "build_config.service_account": "${google_service_account.build.id}",
+    "build_config.docker_repository": "${google_artifact_registry_repository.functions.id}",
+    "build_config.source.storage_source.bucket": "${google_storage_bucket.source.name}",
+    "build_config.source.storage_source.object": "${google_storage_bucket_object.source.name}",
+    "service_config.ingress_settings": "ALLOW_INTERNAL_ONLY",
+    "service_config.all_traffic_on_latest_revision": True,
+    "lifecycle.precondition.condition": "${var.claim_ttl_seconds >= local.longest_timeout}",
+    "depends_on": ["${time_sleep.iam_propagation}"],
+}
+#: And each one's own (those of service_config and of the dynamic block grouped under them).
+BEFORE_OWN: dict[str, dict[str, Any]] = {
+    "handle_job_request": {
+        "name": "flexjobs-handle-job-request",
+        "description": "flexjobs: submit one job request from ${var.requests_topic}"
+        " (or cancel one).",
+        "build_config.entry_point": "handle_job_request",
+        "service_config": {
+            "timeout_seconds": 300,
+            "available_memory": "${local.memory.handle_job_request}",
+            "max_instance_count": "${local.max_instances.handle_job_request}",
+            "max_instance_request_concurrency": 1,
+            "service_account_email": "${google_service_account.function"
+            '["handle_job_request"].email}',
+            "environment_variables": "${local.function_env}",
+        },
+    },
+    "handle_job_event": {
+        "name": "flexjobs-handle-job-event",
+        "description": "flexjobs: re-read the job a state hint on ${var.events_topic} names.",
+        "build_config.entry_point": "handle_job_event",
+        "service_config": {
+            "timeout_seconds": 300,
+            "available_memory": "${local.memory.handle_job_event}",
+            "available_cpu": "1",
+            "max_instance_count": "${local.max_instances.handle_job_event}",
+            "max_instance_request_concurrency": 20,
+            "service_account_email": '${google_service_account.function["handle_job_event"].email}',
+            "environment_variables": '${merge(local.function_env, {THREADS = "20"})}',
+        },
+    },
+    "handle_scheduler_tick": {
+        "name": "flexjobs-handle-scheduler-tick",
+        "description": "flexjobs: reconcile every active job against Vertex AI, once a minute"
+        " (${var.scheduler_ticks_topic}).",
+        "build_config.entry_point": "handle_scheduler_tick",
+        "service_config": {
+            "timeout_seconds": 540,
+            "available_memory": "${local.memory.handle_scheduler_tick}",
+            "max_instance_count": "${local.max_instances.handle_scheduler_tick}",
+            "max_instance_request_concurrency": 1,
+            "service_account_email": "${google_service_account.function"
+            '["handle_scheduler_tick"].email}',
+            "environment_variables": "${local.function_env}",
+        },
+    },
+    "handle_upload": {
+        "name": "flexjobs-handle-upload",
+        "description": "flexjobs: submit request files from gs://${local.upload_bucket_name};"
+        " record checkpoint progress from the checkpoint buckets.",
+        "build_config.entry_point": "handle_upload",
+        "service_config": {
+            "timeout_seconds": 540,
+            "available_memory": "${local.memory.handle_upload}",
+            "max_instance_count": "${local.max_instances.handle_upload}",
+            "max_instance_request_concurrency": 1,
+            "service_account_email": '${google_service_account.function["handle_upload"].email}',
+            "environment_variables": "${local.function_env}",
+        },
+        "dynamic.event_trigger": {
+            "for_each": '${var.upload_delivery == "eventarc" ? [1] : []}',
+            "content.event_type": "google.cloud.pubsub.topic.v1.messagePublished",
+            "content.pubsub_topic": "${google_pubsub_topic.upload_notifications.id}",
+            "content.retry_policy": "RETRY_POLICY_RETRY",
+            "content.trigger_region": "${var.region}",
+            "content.service_account_email": "${one(google_service_account.upload_trigger"
+            "[*].email)}",
+        },
+    },
+}
+#: The values variables.tf's validation allows upload_delivery.
+UPLOAD_DELIVERY = ("eventarc", "notification")
+
+
+def flatten(body: Any, prefix: str = "") -> dict[str, Any]:
+    """A resource body as paths to its values; a block (a list of one object) is one segment."""
+    if isinstance(body, list) and len(body) == 1 and isinstance(body[0], dict):
+        body = body[0]
+    if not isinstance(body, dict):
+        return {prefix: body}
+    found: dict[str, Any] = {}
+    for key, value in body.items():
+        found.update(flatten(value, f"{prefix}.{key}" if prefix else key))
+    return found
+
+
+def plan_view(infra: Infra, paths: dict[str, Any]) -> dict[str, Any]:
+    """A function's flattened body, with what reads the same to Terraform written one way:
+
+    * an argument set to null is one left out (Terraform treats null as omission);
+    * ``local.NAME["key"]`` is ``local.NAME.key``, which is its value when the local is a map
+      written out (not one computed, as ``local.memory``); ``merge(X, {})`` is ``X``;
+    * a dynamic block's ``for_each`` is the upload_delivery values in which it yields its
+      block, and a block it never yields is no block;
+    * a precondition's error message is left out: it is no argument of the resource, only
+      the text of a refused plan.
+    """
+    view: dict[str, Any] = {}
+    for path, given in paths.items():
+        if given is None or path.endswith(".error_message"):
+            continue
+        value = given
+        if isinstance(value, str):
+            value = re.sub(r'\b(local\.\w+)\["(\w+)"\]', r"\1.\2", value)
+            value = re.sub(r"^\$\{merge\((.+), \{\}\)\}$", r"${\1}", value)
+            entry = re.fullmatch(r"\$\{local\.(\w+)\.(\w+)\}", value)
+            table = infra.locals.get(entry.group(1)) if entry else None
+            if entry and isinstance(table, dict):
+                value = table[entry.group(2)]
+        if path.startswith("dynamic.") and path.endswith(".for_each"):
+            value = tuple(
+                mode
+                for mode in UPLOAD_DELIVERY
+                if yields_block(infra, str(given), upload_delivery=mode)
+            )
+        view[path] = value
+    for path in [p for p, v in view.items() if p.startswith("dynamic.") and v == ()]:
+        block = path.removesuffix("for_each")
+        view = {p: v for p, v in view.items() if not p.startswith(block)}
+    return view
+
+
+BEFORE = {entry: {**BEFORE_SHARED, **flatten(own)} for entry, own in BEFORE_OWN.items()}
+
+
+def test_the_four_functions_plan_as_the_four_resources_did(infra):
+    """google_cloudfunctions2_function.function, expanded per key of local.functions, sets
+    exactly what each of the four resources it replaced set."""
+    now = {
+        entry: plan_view(infra, flatten(body))
+        for entry, body in deployed(infra).items()
+        if entry != "status_page"
+    }
+    before = {entry: plan_view(infra, {**BEFORE_SHARED, **own}) for entry, own in BEFORE.items()}
+    assert set(now) == set(before)
+    for entry, was in before.items():
+        assert now[entry] == was, entry
+    assert before["handle_upload"]["dynamic.event_trigger.for_each"] == ("eventarc",)
+    assert not any(k.startswith("dynamic.") for k in before["handle_job_request"])
+    # The check sees a setting of one function that moved.
+    broken = copy.deepcopy(infra)
+    broken.locals["functions"]["handle_job_event"]["framework_env"] = {}
+    view = plan_view(broken, flatten(deployed(broken)["handle_job_event"]))
+    assert view["service_config.environment_variables"] == "${local.function_env}"
+    assert view != before["handle_job_event"]
+
+
+def test_every_old_function_address_moves_to_its_instance(infra):
+    """An installation applied before the for_each keeps its four functions: a moved block
+    from each old address to its instance, so the plan neither destroys nor creates one."""
+    moves = {(m["from"], m["to"]) for m in infra.moved}
+    wanted = {
+        (
+            f"${{google_cloudfunctions2_function.{entry}}}",
+            f'${{google_cloudfunctions2_function.function["{entry}"]}}',
+        )
+        for entry in BEFORE
+    }
+    assert wanted <= moves
+    instances = infra.instances("google_cloudfunctions2_function")
+    assert {f'function["{entry}"]' for entry in BEFORE} <= set(instances)

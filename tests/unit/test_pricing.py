@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from shared.adapters import packaged_prices
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.domain.policy.pricing import CostEstimate, PriceTable
 
 ACCELERATORS = (
@@ -25,7 +29,7 @@ accelerators:
 
 @pytest.fixture(scope="module")
 def default_table() -> PriceTable:
-    return PriceTable.default()
+    return load_packaged_prices()
 
 
 def test_default_table_covers_every_accelerator(default_table: PriceTable) -> None:
@@ -104,3 +108,18 @@ def test_negative_gpu_seconds_rejected() -> None:
 def test_invalid_tables(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace("{", r"\{")):
         PriceTable.load(text)
+
+
+def test_the_packaged_file_is_read_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The adapter reads the shipped file, at most its cap: a larger or non-UTF-8 file is
+    refused, never read whole or in part."""
+    monkeypatch.setattr(packaged_prices.resources, "files", lambda package: tmp_path)
+    prices = tmp_path / packaged_prices.FILE_NAME
+    prices.write_text(SMALL, encoding="utf-8")
+    assert load_packaged_prices() == PriceTable.load(SMALL)
+    prices.write_text(SMALL + "#" * packaged_prices.MAX_PRICES_BYTES, encoding="utf-8")
+    with pytest.raises(ValueError, match="larger than the 65536 bytes"):
+        load_packaged_prices()
+    prices.write_bytes(SMALL.encode() + b"\xff")
+    with pytest.raises(UnicodeDecodeError):
+        load_packaged_prices()

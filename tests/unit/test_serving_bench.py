@@ -37,8 +37,8 @@ from benchmarks.serving import (
     undominated,
     verdicts,
 )
+from shared.adapters.packaged_prices import load_packaged_prices
 from shared.adapters.serving_table import decode_table, encode_table
-from shared.domain.policy.pricing import PriceTable
 from shared.domain.serving.model import ServingSettings
 from shared.domain.serving.objective import (
     AvailabilityObjective,
@@ -205,7 +205,7 @@ def test_the_region_ceiling_counts_minutes_with_capacity_in_any_zone():
 
 
 def test_targets_and_bounds_are_computed_not_written_down():
-    prices = PriceTable.default()
+    prices = load_packaged_prices()
     runs = policies("preemption/1-node/gcp-x/us-central1-a_c3.json", [1] * 100, 1, 1, CFG)
     on_demand = verdicts([runs[0]], prices, "NVIDIA_L4")["1-node GCP"]
     assert on_demand[-3:] == (True, True, False)  # serves always, costs 1x

@@ -56,7 +56,7 @@ class Names:
     def __init__(self, infra: Infra) -> None:
         self.infra = infra
 
-    def template(self, text: str, each: dict[str, str] | None = None) -> str | None:
+    def template(self, text: str, each: dict[str, Any] | None = None) -> str | None:
         out = []
         for code, part in _split_template(text):
             value = self.expression(part.strip(), each) if code else part
@@ -65,7 +65,7 @@ class Names:
             out.append(value)
         return "".join(out)
 
-    def expression(self, expr: str, each: dict[str, str] | None) -> str | None:
+    def expression(self, expr: str, each: dict[str, Any] | None) -> str | None:
         if match := re.fullmatch(r'"(.*)"', expr):
             return self.template(match.group(1), each)
         if match := re.fullmatch(r"var\.(\w+)", expr):
@@ -89,6 +89,12 @@ class Names:
         """The deployed names of one resource: one, or one per push path for the resources
         made for each of them (every path, whichever the variables turn on)."""
         body = self.infra.resources[(kind, name)]
+        local = re.fullmatch(r"\$\{local\.(\w+)\}", str(body.get("for_each", "")))
+        entries = self.infra.locals.get(local.group(1)) if local else None
+        if isinstance(entries, dict):
+            # One instance per entry of a map written out (the event functions'
+            # local.functions), each named with its entry.
+            return [n for e in entries.values() if (n := self.template(body["name"], e))]
         if body.get("for_each") == "${local.push_paths}":
             paths = push_paths(self.infra).values()
             topics = [self.expression(fields["topic"], None) for fields in paths]
@@ -146,6 +152,9 @@ def test_every_door_of_infra_is_in_the_threat_model(infra, document):
         "checkpoint-events-dead-letter",
         "upload-notifications-dead-letter",
         "<project_id>-flexjobs-uploads",
+        "flexjobs-handle-job-request",
+        "flexjobs-handle-job-event",
+        "flexjobs-handle-scheduler-tick",
         "flexjobs-handle-upload",
         "flexjobs-status-page",
         "flexjobs-tick",

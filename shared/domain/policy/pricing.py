@@ -1,8 +1,9 @@
 """Estimate what a job's GPU time cost, and what it saved against on-demand capacity.
 
 Prices are USD per GPU-hour with the machine included (see ``prices.yaml`` beside this module
-for the figures, their sources and which are estimates). Reading the packaged file is the only I/O,
-and it happens in :meth:`PriceTable.default`; everything else is arithmetic.
+for the figures, their sources and which are estimates). This module does no I/O: it parses the
+text it is given (:meth:`PriceTable.load`), and everything else is arithmetic. The functions'
+table is that file, read by :func:`shared.adapters.packaged_prices.load_packaged_prices`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-from importlib import resources
 from types import MappingProxyType
 
 import yaml
@@ -75,7 +75,8 @@ def _rate(path: str, value: object, problems: list[str]) -> Decimal:
 
 @dataclass(frozen=True)
 class PriceTable:
-    """Prices by accelerator type. Build with :meth:`load` or :meth:`default`.
+    """Prices by accelerator type. Build with :meth:`load` from a price document's text, or
+    with the rates themselves.
 
     Examples:
         >>> table = PriceTable.load(
@@ -119,13 +120,6 @@ class PriceTable:
             region=str(document.get("region", "")),
             as_of=str(document.get("as_of", "")),
         )
-
-    @classmethod
-    def default(cls) -> PriceTable:
-        """The table packaged as ``shared/domain/policy/prices.yaml`` (this reads the file)."""
-        prices = resources.files("shared.domain.policy").joinpath("prices.yaml")
-        text = prices.read_text(encoding="utf-8")
-        return cls.load(text)
 
     def estimate(self, accelerator_type: str, strategy: str, gpu_seconds: float) -> CostEstimate:
         """Cost of ``gpu_seconds`` GPU-seconds (GPUs x wall seconds) under ``strategy``.
