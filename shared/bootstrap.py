@@ -214,6 +214,11 @@ def override(value: Intake | None) -> None:
         _intake = value
 
 
+#: A failure table is a few dozen rules (the default is about 2 KiB of YAML): 256 KiB holds
+#: many times as many, and a larger file is not a table.
+MAX_RULES_BYTES = 256 * 1024
+
+
 def retry_policy(
     settings: Settings, *, classify: bool = True, jitter: Callable[[], float] = random.random
 ) -> RetryPolicy:
@@ -225,12 +230,24 @@ def retry_policy(
     classify failures (the event handler and the tick), never the intake of requests.
     """
     from shared.domain.policy.failures import DEFAULT_RULES, load_rules
+    from shared.kernel.errors import FieldError, InvalidConfiguration
 
     rules = DEFAULT_RULES
     if classify and settings.failure_rules:
         source = Path(settings.failure_rules)
         is_path = len(settings.failure_rules) < 4096 and source.is_file()
-        rules = load_rules(source.read_text() if is_path else settings.failure_rules)
+        text = settings.failure_rules
+        if is_path:
+            with source.open("rb") as file:
+                # One byte past the bound: a file too large is refused, never read whole.
+                data = file.read(MAX_RULES_BYTES + 1)
+            if len(data) > MAX_RULES_BYTES:
+                problem = FieldError(
+                    "FLEXJOBS_FAILURE_RULES", f"the rules file is over {MAX_RULES_BYTES} bytes"
+                )
+                raise InvalidConfiguration([problem])
+            text = data.decode("utf-8")
+        rules = load_rules(text)
     backoff = Backoff(
         base_seconds=settings.backoff_base_seconds,
         cap_seconds=settings.backoff_cap_seconds,

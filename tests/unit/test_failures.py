@@ -172,3 +172,18 @@ def test_invalid_table_reports_every_problem() -> None:
     paths = [p.split(":")[0] for p in info.value.problems]
     assert paths == ["rules[0].class", "rules[1].codes"]
     assert isinstance(info.value, ValueError)
+
+
+def test_a_failure_rules_file_is_read_bounded(tmp_path):
+    from shared.bootstrap import MAX_RULES_BYTES, retry_policy
+    from shared.kernel.config import Settings
+    from shared.kernel.errors import InvalidConfiguration
+
+    small = tmp_path / "rules.yaml"
+    small.write_text('[{"class": "infrastructure", "messages": ["NCCL timeout"]}]')
+    settings = Settings.from_env({"FLEXJOBS_FAILURE_RULES": str(small)})
+    assert [rule.failure for rule in retry_policy(settings).rules] == ["infrastructure"]
+    large = tmp_path / "large.yaml"
+    large.write_bytes(b"#" * (MAX_RULES_BYTES + 1))
+    with pytest.raises(InvalidConfiguration, match="over"):
+        retry_policy(Settings.from_env({"FLEXJOBS_FAILURE_RULES": str(large)}))
