@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from flexjobs_local import schema as schema_module
-from flexjobs_local.schema import build_schema
+from flexjobs import schema as schema_module
+from flexjobs.schema import build_schema
 from shared.domain.model.strategies import STRATEGIES
 from shared.domain.request.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.request.message import ENVELOPE_FIELDS, KINDS
@@ -27,7 +27,7 @@ def test_shipped_schema_is_current():
     shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
     assert shipped == build_schema(), (
         "schema/job-request.schema.json is stale; regenerate it with "
-        "`python -m flexjobs_local.schema > schema/job-request.schema.json`"
+        "`python -m flexjobs.schema > schema/job-request.schema.json`"
     )
 
 

@@ -8,7 +8,7 @@ every worker pool), the field policy, and the operator's GPU and replica caps.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from shared.domain.model.strategies import (
     AUTO,
@@ -35,11 +35,7 @@ from shared.domain.request.validation.readers import (
     read_object,
     read_str,
 )
-
-#: The only training task a trainingPipeline may run: a custom training job.
-CUSTOM_TASK_DEFINITION: Final = (
-    "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
-)
+from shared.domain.request.wire import CUSTOM_TASK_DEFINITION
 
 
 def check_custom_job(ctx: Context, spec: dict[str, Any]) -> None:

@@ -1,26 +1,21 @@
-"""The JSON Schema of the job-request message, generated from pydantic models.
+"""The request message's one model: its envelope and each kind's Vertex REST body, as pydantic
+models of the wire form (camelCase, the canonical spelling).
 
-These models exist only to describe the wire format (``build_schema``); requests are checked by
-:mod:`shared.domain.request.message` and :mod:`shared.domain.request.validation`, never by these
-models. Every enum and limit is taken from the modules that enforce it, so the schema cannot drift
-from the code. Vertex bodies allow additional properties (they are the Vertex REST API's, and
-flexjobs passes them through); the envelope does not. flexjobs reads a Vertex body the way Vertex
-does (:mod:`shared.domain.request.canonical`), so the schema accepts every proto3 JSON spelling the
-models' fields have: the proto field name beside the camelCase one (``replica_count``), integers as
-strings (``"2"``), and enum numbers beside the names. The models are written in the canonical
-form; :func:`_proto3_spellings` adds the other spellings, so the schema never refuses a body
-flexjobs accepts.
+This is the single description of what a request may hold: the JSON Schema shipped in
+``schema/`` is generated from it (:mod:`flexjobs.schema`), and the validators take from it the
+facts it declares (which fields an object has and which it requires, their bounds, enums and
+patterns) rather than writing them again. The validators still read every value themselves
+(:mod:`shared.domain.request.validation`): a body is untrusted JSON, each problem is reported
+with its exact path and the words that say what to do, and the rules across fields (DWS, the
+operator's guards, regions) are theirs. Every enum and limit here is taken from the module that
+enforces it. Vertex bodies allow additional properties (they are the Vertex REST API's, and
+flexjobs passes them through); the envelope does not.
 
-Regenerate the shipped file with::
-
-    python -m flexjobs_local.schema > schema/job-request.schema.json
+Pure: pydantic and the domain's own constants, nothing of Google's.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import sys
 from typing import Annotated, Any, Final, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
@@ -44,7 +39,6 @@ from shared.domain.model.strategies import (
     MAX_DWS_TIMEOUT_SECONDS,
     STRATEGIES,
 )
-from shared.domain.model.values import snake_case
 from shared.domain.policy.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
 from shared.domain.policy.serving_knobs import MAX_EXTRA_SPOT, MAX_REPLICAS
 from shared.domain.request.auto_regions import MAX_CHECKPOINT_GB, MAX_REGIONS
@@ -60,17 +54,17 @@ from shared.domain.request.machines import (
 )
 from shared.domain.request.message import MAX_DISPLAY_NAME, MAX_QUEUE_NAME, MAX_TOTAL_STEPS
 from shared.domain.request.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
-from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
 from shared.kernel.regions import REGION_PATTERN
 
-SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
-SCHEMA_ID: Final = "https://flexjobs.dev/schema/job-request.schema.json"
+#: The only training task a trainingPipeline may run: a custom training job.
+CUSTOM_TASK_DEFINITION: Final = (
+    "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
+)
 
 _DURATION_PATTERN: Final = r"^[0-9]+(\.[0-9]{1,9})?s$"
 _GCS_PATTERN: Final = r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$"
 _SEGMENT: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _REGION_PATTERN: Final = rf"^{REGION_PATTERN}$"
-_INTEGER_TEXT: Final = r"^-?[0-9]+$"
 
 Duration = Annotated[str, StringConstraints(pattern=_DURATION_PATTERN)]
 GcsUri = Annotated[str, StringConstraints(pattern=_GCS_PATTERN)]
@@ -455,101 +449,3 @@ JobRequestMessage = create_model(
     __doc__="A flexjobs job request: an envelope around exactly one Vertex REST body.",
     **{kind.name: _body_field(kind) for kind in ALL_KINDS},
 )
-
-
-def build_schema() -> dict[str, Any]:
-    """Return the JSON Schema (draft 2020-12) of the job-request message.
-
-    Examples:
-        >>> schema = build_schema()
-        >>> schema["$schema"]
-        'https://json-schema.org/draft/2020-12/schema'
-        >>> schema["additionalProperties"]
-        False
-    """
-    generated = _proto3_spellings(_tidy(JobRequestMessage.model_json_schema(mode="validation")))
-    return {
-        "$schema": SCHEMA_DIALECT,
-        "$id": SCHEMA_ID,
-        **generated,
-        "description": (
-            "A flexjobs job request, published as UTF-8 JSON on Pub/Sub. It carries exactly "
-            f"one of {', '.join(KINDS)}: the Vertex AI v1 REST body of that kind, in any proto3 "
-            "JSON spelling (camelCase is canonical). "
-            "Training kinds default to scheduling.strategy FLEX_START (Dynamic Workload "
-            f"Scheduler); {DEPLOY_MODEL.name} deploys on Spot VMs."
-        ),
-    }
-
-
-def _tidy(node: Any, in_properties: bool = False) -> Any:
-    """Drop pydantic's ``"default": null`` and per-field titles ("Imageuri"): they add nothing.
-
-    Model titles stay. Recursion is bounded by the models' own nesting.
-    """
-    if isinstance(node, list):
-        return [_tidy(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "default" and value is None:
-            continue
-        if key == "title" and in_properties:
-            continue
-        if key == "properties" and isinstance(value, dict):
-            out[key] = {name: _tidy(field, in_properties=True) for name, field in value.items()}
-        else:
-            out[key] = _tidy(value)
-    return out
-
-
-def _proto3_spellings(schema: dict[str, Any]) -> dict[str, Any]:
-    """Let every Vertex body take the other proto3 JSON spellings of its fields.
-
-    A Vertex body's definition (``additionalProperties: true``) gets, for each property, its
-    proto field name as an alias with the same schema (a required field may be given under
-    either name), integers also as strings of digits, and enums also as numbers.
-    """
-    for definition in schema.get("$defs", {}).values():
-        if definition.get("additionalProperties") is not True:
-            continue  # flexjobs' own objects (retryPolicy, fallback) have one spelling
-        properties = definition.get("properties", {})
-        for name in list(properties):
-            properties[name] = _other_encodings(properties[name])
-            snake = snake_case(name)
-            if snake != name:
-                properties[snake] = copy.deepcopy(properties[name])
-        required = definition.pop("required", [])
-        plain = [name for name in required if snake_case(name) == name]
-        if plain:
-            definition["required"] = plain
-        either = [
-            {"anyOf": [{"required": [name]}, {"required": [snake_case(name)]}]}
-            for name in required
-            if snake_case(name) != name
-        ]
-        if either:
-            definition["allOf"] = either
-    return schema
-
-
-def _other_encodings(prop: dict[str, Any]) -> dict[str, Any]:
-    if prop.get("type") == "integer":
-        other: dict[str, Any] = {"type": "string", "pattern": _INTEGER_TEXT}
-    elif "enum" in prop:
-        other = {"type": "integer", "minimum": 0}
-    else:
-        return prop
-    described = {k: prop[k] for k in ("description",) if k in prop}
-    own = {k: v for k, v in prop.items() if k != "description"}
-    return {**described, "anyOf": [own, other]}
-
-
-def main() -> None:
-    """Write the schema to standard output (``python -m flexjobs_local.schema``)."""
-    sys.stdout.write(json.dumps(build_schema(), indent=2, ensure_ascii=False) + "\n")
-
-
-if __name__ == "__main__":
-    main()
