@@ -35,7 +35,12 @@ from shared.domain.request.validation.readers import (
     read_object,
     read_str,
 )
-from shared.domain.request.wire import CUSTOM_TASK_DEFINITION
+from shared.domain.request.wire import (
+    CUSTOM_TASK_DEFINITION,
+    FAILED_TRIALS,
+    POOL_REPLICAS,
+    TRIALS,
+)
 
 
 def check_custom_job(ctx: Context, spec: dict[str, Any]) -> None:
@@ -61,14 +66,16 @@ def check_tuning_job(ctx: Context, spec: dict[str, Any]) -> None:
             value = study.get(key)
             if not isinstance(value, list) or not value:
                 ctx.add(f"{base}.studySpec.{key}", f"must be a non-empty array of {key} specs")
-    read_int(ctx, spec, "maxTrialCount", base, required=True, minimum=1, what="total trials to run")
+    read_int(
+        ctx, spec, "maxTrialCount", base, required=True, bounds=TRIALS, what="total trials to run"
+    )
     parallel = read_int(
         ctx,
         spec,
         "parallelTrialCount",
         base,
         required=True,
-        minimum=1,
+        bounds=TRIALS,
         what="trials run at the same time",
     )
     read_int(
@@ -77,7 +84,7 @@ def check_tuning_job(ctx: Context, spec: dict[str, Any]) -> None:
         "maxFailedTrialCount",
         base,
         required=False,
-        minimum=0,
+        bounds=FAILED_TRIALS,
         what="failed trials tolerated",
     )
     _check_job_spec(ctx, spec.get("trialJobSpec"), f"{base}.trialJobSpec", trials=parallel or 1)
@@ -286,7 +293,7 @@ def _check_pool(
         "replicaCount",
         path,
         required=True,
-        minimum=1,
+        bounds=POOL_REPLICAS,
         what="machines in this pool; use 1 for the first pool",
     )
     _check_task(ctx, pool, path)
