@@ -20,7 +20,7 @@ from shared.kernel.errors import ConfigurationError, PublishFailed, StoreUnavail
 NO_PROJECT = (
     "no project: pass --project (project= in the library), set GOOGLE_CLOUD_PROJECT, or"
     " 'gcloud config set project P' (for the local stack: eval the exports"
-    " 'flexjobs local up' prints)"
+    " './dev up' prints in a clone)"
 )
 
 
@@ -80,7 +80,7 @@ def check_emulator(variable: str, what: str) -> None:
     except OSError as exc:
         raise ConfigurationError(
             f"the {what} emulator at {variable}={host} is not reachable ({exc.strerror or exc});"
-            f" start it with 'flexjobs local up', or unset {variable} to use Google Cloud"
+            f" start it ('./dev up' in a clone), or unset {variable} to use Google Cloud"
         ) from exc
 
 
@@ -102,7 +102,7 @@ def google_errors(what: str, publishing: bool = False) -> Iterator[None]:
     except DefaultCredentialsError as exc:
         raise ConfigurationError(
             "no Google credentials: run 'gcloud auth application-default login', set"
-            " GOOGLE_APPLICATION_CREDENTIALS, or point at the emulators ('flexjobs local up')"
+            " GOOGLE_APPLICATION_CREDENTIALS, or point at the emulators ('./dev up' in a clone)"
         ) from exc
     except RefreshError as exc:
         raise ConfigurationError(f"{what}: cannot get credentials: {first_line(exc)}") from exc

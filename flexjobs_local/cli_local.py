@@ -1,19 +1,37 @@
-"""``flexjobs local up | down | demo``: the embedded stack, from the command line."""
+"""``python -m flexjobs_local up | down | demo`` (``./dev up | down | demo``): the embedded
+stack, from the command line.
+
+These commands start emulators and a simulator that only a clone has (the dev extras, gcloud,
+Java), so they are not the product's ``flexjobs`` command: the client library never imports the
+local stack. They run through the same runner as ``flexjobs`` (:func:`flexjobs.cli.app.run`:
+the same error lines and exit codes), from the clone's root, where their state lives
+(``.flexjobs-local/``).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from flexjobs.cli.app import run
 from flexjobs_local import procs
 
 STATE_DIR = Path(".flexjobs-local")
 STATE_FILE = STATE_DIR / "stack.json"
 
-local_app = typer.Typer(help="The embedded stack: emulators, Vertex simulator, functions.")
+local_app = typer.Typer(
+    help="The embedded stack: emulators, Vertex simulator, functions. Drive it with the"
+    " flexjobs command, pointed at it by what 'up' prints.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+#: How the commands name themselves in their usage lines (``./dev up`` runs ``up``).
+PROG_NAME = "python -m flexjobs_local"
 
 
 TimeFactor = Annotated[float, typer.Option(help="Simulated time runs this many times faster.")]
@@ -31,7 +49,7 @@ def up(time_factor: TimeFactor = 60.0, tick_seconds: TickSeconds = None) -> int:
     from flexjobs_local.stack import STATUS_PAGE, UPLOAD_FUNCTION, LocalStack, StackConfig
 
     if STATE_FILE.exists():
-        print(f"a stack is already up (see {STATE_FILE}); run 'flexjobs local down' first")
+        print(f"a stack is already up (see {STATE_FILE}); run './dev down' first")
         return 1
     config = StackConfig(time_factor=time_factor, tick_seconds=tick_seconds or 60.0)
     stack = LocalStack(config, workdir=STATE_DIR / "run")
@@ -56,7 +74,7 @@ def up(time_factor: TimeFactor = 60.0, tick_seconds: TickSeconds = None) -> int:
         )
     if STATUS_PAGE in config.functions:
         print(f"status page: {stack.status_page_url}")
-    print(f"logs: {stack.workdir}; stop with: flexjobs local down")
+    print(f"logs: {stack.workdir}; stop with: ./dev down")
     return 0
 
 
@@ -81,3 +99,12 @@ def demo(time_factor: TimeFactor = 60.0, tick_seconds: TickSeconds = None) -> in
     # A Ctrl-C or SIGTERM still tears the stack down: the context manager's exit runs.
     procs.exit_on_sigterm()
     return int(run_demo(time_factor=time_factor, tick_seconds=tick_seconds))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m flexjobs_local``: the local commands; returns the exit code."""
+    return run(local_app, argv, PROG_NAME)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

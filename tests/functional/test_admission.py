@@ -585,7 +585,7 @@ def test_the_tick_shows_operators_each_queue_its_line_and_a_waiting_requests_pla
     """After a tick: the status page's queues view (HTML and JSON), a waiting request's job
     page, ``flexjobs queues`` and ``flexjobs status`` all show the tick's summary."""
     import flexjobs
-    from flexjobs_local.cli import main
+    from flexjobs.cli import main
     from shared.domain.policy.pricing import PriceTable
     from shared.status.site import StatusSite
     from tests.fakes import InMemoryJobViews, InMemoryPublisher, InMemoryRejectionLog
@@ -639,7 +639,7 @@ def test_the_tick_shows_operators_each_queue_its_line_and_a_waiting_requests_pla
                 **options,
             )
 
-    monkeypatch.setattr("flexjobs_local.cli.Client", FakeClient)
+    monkeypatch.setattr("flexjobs.cli.app.Client", FakeClient)
     capsys.readouterr()
     assert main(["--project", "p", "queues"]) == 0
     table = capsys.readouterr().out

@@ -107,7 +107,7 @@ def test_an_egress_price_out_of_bounds_fails_at_start_up(value):
 
 def test_the_schema_takes_what_intake_takes_and_refuses_duplicates():
     jsonschema = pytest.importorskip("jsonschema")
-    from flexjobs_local.schema import build_schema
+    from flexjobs.schema import build_schema
 
     validator = jsonschema.Draft202012Validator(build_schema())
     good = auto(regions=["us-east1", "europe-west4"], checkpointSizeGb=12.5, location="us-west1")

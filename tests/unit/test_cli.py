@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from flexjobs_local.cli import main, parse_since
+from flexjobs.cli import EXTRA_PACKAGES, main
+from flexjobs.cli.app import parse_since
 from tests.events import load
 
 EVENTS = Path(__file__).parents[1] / "events"
+ROOT = Path(__file__).parents[2]
 
 
 def seed() -> dict[str, Any]:
@@ -236,11 +240,48 @@ def test_since_durations() -> None:
         parse_since("soon")
 
 
-def test_the_local_commands_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["local", "up", "--help"]) == 0
+def test_the_local_commands_are_kept_beside_the_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    # ./dev up|down|demo: python -m flexjobs_local, through the command's own runner.
+    from flexjobs_local.cli_local import main as local
+
+    assert local(["up", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--time-factor" in out
     assert "--tick-seconds" in out
+    assert local(["sideways"]) == 2
+    assert "No such command" in capsys.readouterr().err
+
+
+def test_the_product_command_has_no_local_stack(capsys: pytest.CaptureFixture[str]) -> None:
+    # The client library never imports the local stack: its command has no `local`.
+    assert main(["local", "up"]) == 2
+    assert "No such command 'local'" in capsys.readouterr().err
+
+
+def test_without_the_cli_extra_the_command_names_it_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As after `pip install flexjobs`: Typer and Rich cannot be imported (None in sys.modules
+    # is how Python marks a module as not importable).
+    monkeypatch.setitem(sys.modules, "typer", None)
+    monkeypatch.setitem(sys.modules, "rich", None)
+    assert main(["--help"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "flexjobs: the command line needs its extra (typer, rich missing):"
+        ' pip install "flexjobs[cli]"\n'
+    )
+
+
+def test_the_console_script_is_the_lazy_entry() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["scripts"] == {"flexjobs": "flexjobs.cli:main"}
+    # What the entry needs is exactly the cli extra's packages.
+    extra = {
+        re.split(r"[<>=\[ ]", r)[0] for r in project["project"]["optional-dependencies"]["cli"]
+    }
+    assert extra == set(EXTRA_PACKAGES)
 
 
 def test_the_seed_event_is_the_file_read() -> None:
@@ -253,7 +294,7 @@ def test_list_refuses_an_unknown_state(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_cancel_refuses_an_empty_id_before_publishing():
-    from flexjobs_local.cli import main
+    from flexjobs.cli import main
 
     assert main(["cancel", "  "]) == 2
 
@@ -345,7 +386,7 @@ def stores(monkeypatch: pytest.MonkeyPatch) -> _Stores:
                 **options,
             )
 
-    monkeypatch.setattr("flexjobs_local.cli.Client", FakeClient)
+    monkeypatch.setattr("flexjobs.cli.app.Client", FakeClient)
     return held
 
 
@@ -494,7 +535,7 @@ def test_completion_is_offered(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_each_library_error_has_its_documented_exit_code() -> None:
     import flexjobs
-    from flexjobs_local.cli_output import exit_code
+    from flexjobs.cli.output import exit_code
 
     assert exit_code(flexjobs.InvalidRequest([])) == 2
     assert exit_code(flexjobs.RequestNotFound("r", "p")) == 1

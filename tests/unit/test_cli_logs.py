@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from flexjobs import Client
-from flexjobs_local.cli_output import CliError
-from flexjobs_local.logs import LoggingApi, Reader, job_filter, show_logs
+from flexjobs.cli.logs import LoggingApi, Reader, job_filter, show_logs
+from flexjobs.cli.output import CliError
 from flexjobs_local.simulator.common import StateChanged
 from flexjobs_local.simulator.engine import Engine
 from flexjobs_local.simulator.logs import JobLogs

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from google.cloud import aiplatform_v1
 
-from flexjobs_local.cli import Kind
-from flexjobs_local.schema import BODY_MODELS
+from flexjobs.cli.app import Kind
 from flexjobs_local.simulator import specs as simulator
 from shared.adapters.vertex.jobs import TRAINING_KINDS as ADAPTER_KINDS
 from shared.domain.model.kinds import ALL_KINDS, KINDS, TRAINING, TRAINING_KINDS, kind_named
@@ -22,6 +21,7 @@ from shared.domain.model.states import from_vertex
 from shared.domain.model.values import snake_case
 from shared.domain.request.message import JobRequest
 from shared.domain.request.validation import Guards, check_request
+from shared.domain.request.wire import BODY_MODELS
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import zipfile
 from collections.abc import Iterable
 from functools import cache
 from importlib import metadata
@@ -137,6 +138,11 @@ def test_two_builds_are_the_same_zip(tmp_path: Path) -> None:
     assert ZIP_NAME.match(first.name)
     assert first.name == second.name
     assert first.read_bytes() == second.read_bytes()
+    # The function is main.py and shared/: never the client library or its command line
+    # (flexjobs/cli/), nor the local stack.
+    with zipfile.ZipFile(first) as archive:
+        tops = {name.split("/", 1)[0] for name in archive.namelist()}
+    assert tops == {"main.py", "requirements.txt", "shared"}
 
 
 def test_the_locked_vertex_client_knows_every_name_the_code_sends() -> None:

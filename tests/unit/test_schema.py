@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from flexjobs_local import schema as schema_module
-from flexjobs_local.schema import build_schema
+import flexjobs
+from flexjobs import schema as schema_module
+from flexjobs.schema import build_schema
 from shared.domain.model.strategies import STRATEGIES
+from shared.domain.policy.retry import RETRY_BUDGET, RUNG_THRESHOLD
+from shared.domain.request import wire
 from shared.domain.request.machines import ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR
 from shared.domain.request.message import ENVELOPE_FIELDS, KINDS
 from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
@@ -27,7 +30,7 @@ def test_shipped_schema_is_current():
     shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
     assert shipped == build_schema(), (
         "schema/job-request.schema.json is stale; regenerate it with "
-        "`python -m flexjobs_local.schema > schema/job-request.schema.json`"
+        "`python -m flexjobs.schema > schema/job-request.schema.json`"
     )
 
 
@@ -137,3 +140,82 @@ def test_bodies_in_the_sdk_json_forms_validate_against_the_schema(integers_for_e
     assert isinstance(body["jobSpec"]["workerPoolSpecs"][0]["replicaCount"], str)
     message = {"requestId": "sdk-1", "customJob": body}
     jsonschema.Draft202012Validator(build_schema()).validate(message)
+
+
+# Every word a schema object may use as a key (JSON Schema 2020-12's keywords that the generator
+# writes, and the annotations); a key elsewhere is a property name. pydantic once wrote
+# "ge"/"le" for an optional integer's bounds, words JSON Schema ignores: nothing was checked.
+KEYWORDS = {
+    "$schema", "$id", "$defs", "$ref", "title", "description", "type", "properties",
+    "additionalProperties", "propertyNames", "patternProperties", "required", "items", "enum",
+    "const", "anyOf", "allOf", "oneOf", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+    "uniqueItems", "format", "default",
+}  # fmt: skip
+
+
+def _unknown_keywords(node: Any, where: str = "") -> list[str]:
+    if isinstance(node, list):
+        return [bad for i, item in enumerate(node) for bad in _unknown_keywords(item, where)]
+    if not isinstance(node, dict):
+        return []
+    found = [f"{where}/{key}" for key in node if key not in KEYWORDS]
+    for key, value in node.items():
+        named = key in {"properties", "$defs", "patternProperties"}
+        children = value.items() if named and isinstance(value, dict) else [("", value)]
+        found += [
+            bad for name, child in children for bad in _unknown_keywords(child, f"{where}/{name}")
+        ]
+    return found
+
+
+def test_the_schema_uses_only_json_schema_keywords():
+    assert _unknown_keywords(build_schema()) == []
+
+
+def _set(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    *parents, last = path.replace("[0]", ".0").split(".")
+    node: Any = body
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[last] = value
+    return body
+
+
+_POOL = "customJob.jobSpec.workerPoolSpecs[0]"
+_DEPLOYED = "deployModel.deployedModel.dedicatedResources"
+_BOUNDED = [
+    ("seed_request", f"{_POOL}.machineSpec.acceleratorCount", wire.ACCELERATOR_COUNT),
+    ("seed_request", f"{_POOL}.replicaCount", wire.POOL_REPLICAS),
+    ("hpt_request", "hyperparameterTuningJob.maxTrialCount", wire.TRIALS),
+    ("hpt_request", "hyperparameterTuningJob.parallelTrialCount", wire.TRIALS),
+    ("hpt_request", "hyperparameterTuningJob.maxFailedTrialCount", wire.FAILED_TRIALS),
+    ("deploy_request", f"{_DEPLOYED}.minReplicaCount", wire.DEPLOYED_REPLICAS),
+    ("deploy_request", f"{_DEPLOYED}.maxReplicaCount", wire.PEAK_REPLICAS),
+    ("deploy_request", "deployModel.trafficSplit.0", wire.TRAFFIC_SHARE),
+    ("seed_request", "retryPolicy.capacity", RETRY_BUDGET),
+]
+
+
+@pytest.mark.parametrize(("event", "path", "count"), _BOUNDED, ids=[p for _, p, _ in _BOUNDED])
+def test_the_schema_and_the_checks_hold_an_integer_to_the_same_bounds(event, path, count):
+    # One Count declares the bounds; the schema states them and the checks refuse beyond them.
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(build_schema())
+    outside = [count.minimum - 1] + ([count.maximum + 1] if count.maximum is not None else [])
+    for value in outside:
+        message = _set(load(event), path, value)
+        assert not validator.is_valid(message), (path, value)
+        assert path in [e.path for e in flexjobs.validate(message)], (path, value)
+    assert validator.is_valid(_set(load(event), path, count.minimum)), path
+
+
+def test_a_fallback_rung_is_held_to_the_same_bounds_by_both():
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(build_schema())
+    path = "fallback[0].afterCapacityFailures"
+    for value in (RUNG_THRESHOLD.minimum - 1, RUNG_THRESHOLD.maximum + 1):
+        message = {**SEED, "fallback": [{"afterCapacityFailures": value, "strategy": "SPOT"}]}
+        assert not validator.is_valid(message)
+        assert path in [e.path for e in flexjobs.validate(message)]

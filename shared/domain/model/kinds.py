@@ -7,8 +7,8 @@ GPUs multiply. Parsing, the canonical form, the rules' dispatch, attempts, hints
 adapter, the schema generator and the test fakes read these declarations; none names a kind.
 
 Adding a kind means a declaration here, its checks (``shared.domain.request.validation``),
-its schema model (``flexjobs_local.schema``) and the simulator's support (which speaks Vertex's
-API and so keeps its own list).
+its body model in the request's model (``shared.domain.request.wire``) and the simulator's
+support (which speaks Vertex's API and so keeps its own list).
 
 Every training kind is labelled alike (:func:`shared.domain.model.ids.labels_for`): the
 request's label and the attempt number, which is how a create is found again. A deployment

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from shared.domain.model.bounds import Count
 from shared.domain.model.strategies import STRATEGIES
 from shared.domain.model.values import is_int
 from shared.domain.policy.failures import DEFAULT_RULES, FailureClass, RuleTable, classify
@@ -49,6 +50,10 @@ GROUPS = (PREEMPTION, CAPACITY, INFRASTRUCTURE, USER)
 # A request may raise a budget, but not without bound: every retry rents GPUs again.
 MAX_RETRIES_PER_GROUP = 100
 MAX_FALLBACK_RUNGS = 10
+#: A group's budget in a request's ``retryPolicy``, and a rung's ``afterCapacityFailures``:
+#: these checks and the request's model (its JSON Schema) read the same bounds.
+RETRY_BUDGET = Count(0, MAX_RETRIES_PER_GROUP)
+RUNG_THRESHOLD = Count(1, MAX_RETRIES_PER_GROUP)
 
 GROUP_OF: Mapping[FailureClass, str | None] = {
     FailureClass.PREEMPTED: PREEMPTION,
@@ -105,6 +110,10 @@ class Budgets:
         return {group: self.budget(group) for group in GROUPS}
 
 
+def _range(count: Count) -> str:
+    return f"{count.minimum} to {count.maximum}"
+
+
 def check_retry_policy(raw: object) -> list[FieldError]:
     """Return every problem with a request's ``retryPolicy`` value ([] when it is valid)."""
     if raw is None:
@@ -117,9 +126,8 @@ def check_retry_policy(raw: object) -> list[FieldError]:
         if key not in GROUPS:
             errors.append(FieldError(path, f"unknown budget group; allowed: {', '.join(GROUPS)}"))
             continue
-        value = raw[key]
-        if not is_int(value) or not 0 <= value <= MAX_RETRIES_PER_GROUP:
-            errors.append(FieldError(path, f"must be an integer from 0 to {MAX_RETRIES_PER_GROUP}"))
+        if not RETRY_BUDGET.holds(raw[key]):
+            errors.append(FieldError(path, f"must be an integer from {_range(RETRY_BUDGET)}"))
     return errors
 
 
@@ -312,11 +320,11 @@ def _check_rung(path: str, raw: object, previous: int | None) -> list[FieldError
     after = raw.get("afterCapacityFailures")
     if after is None:
         errors.append(FieldError(f"{path}.afterCapacityFailures", "is required"))
-    elif not is_int(after) or not 1 <= after <= MAX_RETRIES_PER_GROUP:
+    elif not RUNG_THRESHOLD.holds(after):
         errors.append(
             FieldError(
                 f"{path}.afterCapacityFailures",
-                f"must be an integer from 1 to {MAX_RETRIES_PER_GROUP}",
+                f"must be an integer from {_range(RUNG_THRESHOLD)}",
             )
         )
     elif previous is not None and after < previous:

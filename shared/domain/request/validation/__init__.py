@@ -33,7 +33,7 @@ from __future__ import annotations
 from shared.domain.request.message import check_options
 from shared.domain.request.validation.check import Validator, check_request, validators
 from shared.domain.request.validation.guards import Guards
-from shared.domain.request.validation.training import CUSTOM_TASK_DEFINITION
+from shared.domain.request.wire import CUSTOM_TASK_DEFINITION
 
 __all__ = [
     "CUSTOM_TASK_DEFINITION",

@@ -12,27 +12,32 @@ import re
 from typing import Any, Final
 
 from shared.domain.model.strategies import Strategy
-from shared.domain.model.values import is_int, key_path, kind_of, show
-from shared.domain.request.machines import MAX_INT32
+from shared.domain.model.values import key_path, kind_of, show
 from shared.domain.request.validation.fields import check_machine_spec, check_service_account
 from shared.domain.request.validation.readers import Context, read_int, read_object, read_str
+from shared.domain.request.wire import (
+    DEPLOYED_MODEL_ID,
+    DEPLOYED_REPLICAS,
+    MODEL_VERSION,
+    PEAK_REPLICAS,
+    RESOURCE_SEGMENT,
+    TRAFFIC_SHARE,
+)
 from shared.kernel.regions import REGION_HINT, is_region
 
 DEFAULT_DEPLOY_MACHINE: Final = "n1-standard-2"
 
-_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-# Any location text is matched first, so a bad one is reported as a bad location.
+# The names' forms are the request model's (its schema states them with a valid region); here
+# any location text is matched first, so that a bad one is reported as a bad location.
 _ENDPOINT_NAME = re.compile(
-    rf"projects/(?P<project>{_SEGMENT})/locations/(?P<location>[^/]*)"
-    rf"/endpoints/(?P<endpoint>{_SEGMENT})"
+    rf"projects/(?P<project>{RESOURCE_SEGMENT})/locations/(?P<location>[^/]*)"
+    rf"/endpoints/(?P<endpoint>{RESOURCE_SEGMENT})"
 )
-# A model may be named with a version or alias: models/123@2, models/123@default.
 _MODEL_NAME = re.compile(
-    rf"projects/(?P<project>{_SEGMENT})/locations/(?P<location>[^/]*)"
-    rf"/models/(?P<model>{_SEGMENT})(@[A-Za-z0-9_-]+)?"
+    rf"projects/(?P<project>{RESOURCE_SEGMENT})/locations/(?P<location>[^/]*)"
+    rf"/models/(?P<model>{RESOURCE_SEGMENT}){MODEL_VERSION}"
 )
-# DeployedModel ids are 1 to 10 digits; "0" stands for the model being deployed.
-_DEPLOYED_MODEL_ID = re.compile(r"[0-9]{1,10}")
+_DEPLOYED_MODEL_ID = re.compile(DEPLOYED_MODEL_ID)
 
 
 def check_deploy_model(ctx: Context, spec: dict[str, Any]) -> None:
@@ -146,8 +151,7 @@ def _check_dedicated_resources(ctx: Context, resources: dict[str, Any], base: st
         "minReplicaCount",
         base,
         required=True,
-        minimum=1,
-        maximum=MAX_INT32,
+        bounds=DEPLOYED_REPLICAS,
         what="replicas always running",
     )
     high = read_int(
@@ -156,8 +160,7 @@ def _check_dedicated_resources(ctx: Context, resources: dict[str, Any], base: st
         "maxReplicaCount",
         base,
         required=False,
-        minimum=1,
-        maximum=MAX_INT32,
+        bounds=PEAK_REPLICAS,
         what="replicas under peak load",
     )
     if low is not None and high is not None and high < low:
@@ -201,10 +204,11 @@ def _check_traffic_split(ctx: Context, spec: dict[str, Any], base: str) -> None:
         share_path = key_path(path, key)
         if not (isinstance(key, str) and _DEPLOYED_MODEL_ID.fullmatch(key)):
             ctx.add(share_path, 'keys must be "0" (this deployment) or a deployed model id')
-        if not is_int(value) or not 0 <= value <= 100:
+        if not TRAFFIC_SHARE.holds(value):
             ctx.add(
                 share_path,
-                f"must be an integer percentage from 0 to 100, not {kind_of(value)} {show(value)}",
+                f"must be an integer percentage from {TRAFFIC_SHARE.minimum} to "
+                f"{TRAFFIC_SHARE.maximum}, not {kind_of(value)} {show(value)}",
             )
             all_valid = False
         else:

@@ -13,7 +13,6 @@ from shared.domain.model.strategies import Strategy
 from shared.domain.model.values import kind_of, show
 from shared.domain.request.machines import (
     ALL_ACCELERATORS,
-    MAX_INT32,
     TPU_ACCELERATORS,
     TPU_POD_ACCELERATORS,
     UNSPECIFIED_ACCELERATOR,
@@ -25,6 +24,7 @@ from shared.domain.request.machines import (
     machine_spec_problems,
 )
 from shared.domain.request.validation.readers import Context, read_int, read_str
+from shared.domain.request.wire import ACCELERATOR_COUNT
 
 
 def check_service_account(ctx: Context, node: dict[str, Any], base: str) -> None:
@@ -92,8 +92,7 @@ def check_machine_spec(
         "acceleratorCount",
         path,
         required=False,
-        minimum=0,
-        maximum=MAX_INT32,
+        bounds=ACCELERATOR_COUNT,
         what="accelerators per machine",
     )
     count_ok = spec.get("acceleratorCount") is None or count is not None

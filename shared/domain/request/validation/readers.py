@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from shared.domain.model.bounds import Count
 from shared.domain.model.values import is_int, kind_of, show
 from shared.domain.request.message import parse_duration
 from shared.domain.request.validation.guards import Guards
@@ -89,11 +90,11 @@ def read_int(
     base: str,
     *,
     required: bool,
-    minimum: int,
-    maximum: int | None = None,
+    bounds: Count,
     what: str,
 ) -> int | None:
-    """Read an integer field in ``[minimum, maximum]``; booleans and floats are refused."""
+    """Read an integer field within ``bounds``, the ones the request's model declares for it
+    (:mod:`shared.domain.request.wire`); booleans and floats are refused."""
     path = f"{base}.{key}"
     if not _present(ctx, node, key, path, required=required, what=what):
         return None
@@ -101,11 +102,11 @@ def read_int(
     if not is_int(value):
         ctx.add(path, f"must be a JSON integer ({what}), not {kind_of(value)} {show(value)}")
         return None
-    if value < minimum:
-        ctx.add(path, f"must be at least {minimum} ({what}), not {show(value)}")
+    if value < bounds.minimum:
+        ctx.add(path, f"must be at least {bounds.minimum} ({what}), not {show(value)}")
         return None
-    if maximum is not None and value > maximum:
-        ctx.add(path, f"must be at most {maximum} ({what}), not {show(value)}")
+    if bounds.maximum is not None and value > bounds.maximum:
+        ctx.add(path, f"must be at most {bounds.maximum} ({what}), not {show(value)}")
         return None
     return int(value)
 

@@ -8,7 +8,7 @@ every worker pool), the field policy, and the operator's GPU and replica caps.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from shared.domain.model.strategies import (
     AUTO,
@@ -35,10 +35,11 @@ from shared.domain.request.validation.readers import (
     read_object,
     read_str,
 )
-
-#: The only training task a trainingPipeline may run: a custom training job.
-CUSTOM_TASK_DEFINITION: Final = (
-    "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
+from shared.domain.request.wire import (
+    CUSTOM_TASK_DEFINITION,
+    FAILED_TRIALS,
+    POOL_REPLICAS,
+    TRIALS,
 )
 
 
@@ -65,14 +66,16 @@ def check_tuning_job(ctx: Context, spec: dict[str, Any]) -> None:
             value = study.get(key)
             if not isinstance(value, list) or not value:
                 ctx.add(f"{base}.studySpec.{key}", f"must be a non-empty array of {key} specs")
-    read_int(ctx, spec, "maxTrialCount", base, required=True, minimum=1, what="total trials to run")
+    read_int(
+        ctx, spec, "maxTrialCount", base, required=True, bounds=TRIALS, what="total trials to run"
+    )
     parallel = read_int(
         ctx,
         spec,
         "parallelTrialCount",
         base,
         required=True,
-        minimum=1,
+        bounds=TRIALS,
         what="trials run at the same time",
     )
     read_int(
@@ -81,7 +84,7 @@ def check_tuning_job(ctx: Context, spec: dict[str, Any]) -> None:
         "maxFailedTrialCount",
         base,
         required=False,
-        minimum=0,
+        bounds=FAILED_TRIALS,
         what="failed trials tolerated",
     )
     _check_job_spec(ctx, spec.get("trialJobSpec"), f"{base}.trialJobSpec", trials=parallel or 1)
@@ -290,7 +293,7 @@ def _check_pool(
         "replicaCount",
         path,
         required=True,
-        minimum=1,
+        bounds=POOL_REPLICAS,
         what="machines in this pool; use 1 for the first pool",
     )
     _check_task(ctx, pool, path)

@@ -1,13 +1,14 @@
-"""The ``flexjobs`` command: submit, validate, status, list, watch, cancel, logs, queues,
-schema; and ``flexjobs local up | down | demo``, the embedded stack.
+"""The ``flexjobs`` command's commands: validate, submit, status, list, watch, cancel, logs,
+queues, schema.
 
 Built on the client library (:mod:`flexjobs`): every command that reaches flexjobs calls it,
-and :func:`flexjobs_local.cli_output.exit_code` maps its errors to the documented exit codes.
+and :func:`flexjobs.cli.output.exit_code` maps its errors to the documented exit codes. The
+embedded stack's commands are not here: they run from a clone (``python -m flexjobs_local``,
+``./dev up``), and the client library never imports the local stack.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Mapping
@@ -21,9 +22,8 @@ import typer
 
 from flexjobs import Client
 from flexjobs.bodies import request_body
-from flexjobs.messages import Message
-from flexjobs_local.cli_local import local_app
-from flexjobs_local.cli_output import (
+from flexjobs.cli.files import read_messages
+from flexjobs.cli.output import (
     INVALID,
     NOT_SUCCEEDED,
     CliError,
@@ -37,8 +37,7 @@ from flexjobs_local.cli_output import (
     exit_code,
     out,
 )
-from flexjobs_local.messages import read_messages
-from flexjobs_local.views import (
+from flexjobs.cli.views import (
     deployment_view,
     list_view,
     queues_view,
@@ -46,6 +45,7 @@ from flexjobs_local.views import (
     status_json,
     status_view,
 )
+from flexjobs.messages import Message
 from shared.domain.model.kinds import KINDS
 from shared.domain.model.states import DeploymentState, JobState
 from shared.kernel.errors import FlexjobsError
@@ -57,7 +57,6 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(local_app, name="local")
 
 
 # --kind's choices, one per declared kind. mypy cannot list members it does not see written
@@ -232,7 +231,7 @@ def submit(
         console.print(rid, markup=False)
     if not wait:
         return 0
-    from flexjobs_local.watch import watch as follow
+    from flexjobs.cli.watch import watch as follow
 
     return follow(client, ids, console, timeout, published_at=published_at)
 
@@ -347,7 +346,7 @@ def list_(
         raise typer.BadParameter(
             f"{', '.join(unknown)}; the states are {', '.join(_STATES)}", param_hint="--state"
         )
-    from flexjobs_local.views import newest
+    from flexjobs.cli.views import newest
 
     client = _client(ctx)
     rows = newest(client, tuple(states), window, limit)
@@ -368,7 +367,7 @@ def watch(
 
     Exit 0 when all SUCCEEDED, 1 otherwise.
     """
-    from flexjobs_local.watch import watch as follow
+    from flexjobs.cli.watch import watch as follow
 
     return follow(_client(ctx), request_ids, out(), timeout)
 
@@ -393,7 +392,7 @@ def cancel(
     console.print(f"cancel requested: {request_id}", markup=False)
     if not wait:
         return 0
-    from flexjobs_local.watch import watch as follow
+    from flexjobs.cli.watch import watch as follow
 
     return follow(client, [request_id], console, timeout)
 
@@ -411,7 +410,7 @@ def logs(
 ) -> int:
     """The Cloud Logging entries of a training request's Vertex jobs (resource.type ml_job),
     attempt by attempt. With --follow: exit 0 when it SUCCEEDED, 1 otherwise."""
-    from flexjobs_local.logs import show_logs
+    from flexjobs.cli.logs import show_logs
 
     console = out()
     return show_logs(
@@ -426,18 +425,22 @@ def logs(
 @app.command()
 def schema() -> int:
     """Print the JSON Schema of the request message."""
-    from flexjobs_local.schema import build_schema
+    from flexjobs.schema import schema_text
 
-    sys.stdout.write(json.dumps(build_schema(), indent=2) + "\n")
+    sys.stdout.write(schema_text())
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``flexjobs`` console script; returns the exit code."""
-    command = typer.main.get_command(app)
+def run(typer_app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
+    """Run a Typer app of commands that return their exit code, with the command's error
+    policy: a library or CLI error is one line and its documented code, a usage error is
+    Click's message and code, Ctrl-C is 130, anything else one line (the traceback with
+    ``--debug``). The embedded stack's commands (``python -m flexjobs_local``) run through it
+    too."""
+    command = typer.main.get_command(typer_app)
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=argv, prog_name="flexjobs", standalone_mode=False)
+        result = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except (CliError, FlexjobsError) as exc:
         if debug:
             raise
@@ -462,7 +465,13 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-__all__ = ["app", "main", "parse_since"]
+def main(argv: list[str] | None = None) -> int:
+    """The ``flexjobs`` command (:func:`flexjobs.cli.main` calls it once Typer and Rich are
+    found); returns the exit code."""
+    return run(app, argv, "flexjobs")
+
+
+__all__ = ["app", "main", "parse_since", "run"]
 
 if __name__ == "__main__":
     sys.exit(main())

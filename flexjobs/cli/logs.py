@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from flexjobs import Client, Status
-from flexjobs_local.cli_output import CONFIGURATION, CliError
+from flexjobs.cli.output import CONFIGURATION, CliError
 from shared.domain.model.kinds import kind_named
 from shared.kernel.errors import RequestNotFound
 

@@ -1,31 +1,31 @@
-"""The JSON Schema of the job-request message, generated from pydantic models.
+"""The request message's one model: its envelope and each kind's Vertex REST body, as pydantic
+models of the wire form (camelCase, the canonical spelling).
 
-These models exist only to describe the wire format (``build_schema``); requests are checked by
-:mod:`shared.domain.request.message` and :mod:`shared.domain.request.validation`, never by these
-models. Every enum and limit is taken from the modules that enforce it, so the schema cannot drift
-from the code. Vertex bodies allow additional properties (they are the Vertex REST API's, and
-flexjobs passes them through); the envelope does not. flexjobs reads a Vertex body the way Vertex
-does (:mod:`shared.domain.request.canonical`), so the schema accepts every proto3 JSON spelling the
-models' fields have: the proto field name beside the camelCase one (``replica_count``), integers as
-strings (``"2"``), and enum numbers beside the names. The models are written in the canonical
-form; :func:`_proto3_spellings` adds the other spellings, so the schema never refuses a body
-flexjobs accepts.
+This is the one description of what a request may hold. The JSON Schema shipped in ``schema/``
+is generated from it (:mod:`flexjobs.schema`), and the checks
+(:mod:`shared.domain.request.validation`) enforce what it declares rather than writing it
+again: each integer field's bounds are a :class:`~shared.domain.model.bounds.Count` the model
+carries and the check reads (the retry budgets' are the retry policy's, a layer below), the
+resource names' forms and a trafficSplit's keys are patterns both build from, and the custom
+training task is one constant. The checks still read every value themselves: a body is
+untrusted JSON, each problem is reported with its exact path and the words that say what to do,
+what is required may depend on where a field sits (a placeholder pool, a deployment's default
+machine type), and the rules across fields (DWS, the operator's guards, regions) are theirs.
+The other enums and limits are taken from the modules that enforce them. Vertex bodies allow
+additional properties (they are the Vertex REST API's, and flexjobs passes them through); the
+envelope does not.
 
-Regenerate the shipped file with::
-
-    python -m flexjobs_local.schema > schema/job-request.schema.json
+Pure: pydantic and the domain's own declarations, nothing of Google's.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import sys
 from typing import Annotated, Any, Final, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 from pydantic.json_schema import SkipJsonSchema
 
+from shared.domain.model.bounds import Count
 from shared.domain.model.kinds import (
     ALL_KINDS,
     CUSTOM_JOB,
@@ -44,8 +44,7 @@ from shared.domain.model.strategies import (
     MAX_DWS_TIMEOUT_SECONDS,
     STRATEGIES,
 )
-from shared.domain.model.values import snake_case
-from shared.domain.policy.retry import GROUPS, MAX_FALLBACK_RUNGS, MAX_RETRIES_PER_GROUP
+from shared.domain.policy.retry import GROUPS, MAX_FALLBACK_RUNGS, RETRY_BUDGET, RUNG_THRESHOLD
 from shared.domain.policy.serving_knobs import MAX_EXTRA_SPOT, MAX_REPLICAS
 from shared.domain.request.auto_regions import MAX_CHECKPOINT_GB, MAX_REGIONS
 from shared.domain.request.deadlines import (
@@ -56,21 +55,40 @@ from shared.domain.request.deadlines import (
 from shared.domain.request.machines import (
     ALL_ACCELERATORS,
     DWS_ACCELERATORS,
+    MAX_INT32,
     UNSPECIFIED_ACCELERATOR,
 )
 from shared.domain.request.message import MAX_DISPLAY_NAME, MAX_QUEUE_NAME, MAX_TOTAL_STEPS
 from shared.domain.request.schedule import DEFAULT_SLOT_SECONDS, MAX_SLOT_SECONDS, Concurrency
-from shared.domain.request.validation import CUSTOM_TASK_DEFINITION
 from shared.kernel.regions import REGION_PATTERN
 
-SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
-SCHEMA_ID: Final = "https://flexjobs.dev/schema/job-request.schema.json"
+#: The only training task a trainingPipeline may run: a custom training job.
+CUSTOM_TASK_DEFINITION: Final = (
+    "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml"
+)
+
+#: A segment of a resource name: a project, an endpoint's or a model's id.
+RESOURCE_SEGMENT: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+#: What may follow a model's id: a version or an alias (models/123@2, models/123@default).
+MODEL_VERSION: Final = r"(@[A-Za-z0-9_-]+)?"
+#: A key of a trafficSplit: a deployed model's id, 1 to 10 digits ("0" is this deployment).
+DEPLOYED_MODEL_ID: Final = r"[0-9]{1,10}"
+
+# The bounds of the bodies' integer fields (the retry budgets' are the retry policy's): the
+# models below carry them into the schema, and the checks enforce the same objects.
+ACCELERATOR_COUNT: Final = Count(0, MAX_INT32)
+POOL_REPLICAS: Final = Count(1)
+TRIALS: Final = Count(1)
+FAILED_TRIALS: Final = Count(0)
+DEPLOYED_REPLICAS: Final = Count(1, MAX_INT32)
+# maxReplicaCount 0 is proto3's default value: Vertex reads it as absent (minReplicaCount then),
+# and so does flexjobs, whose canonical form drops it before any check.
+PEAK_REPLICAS: Final = Count(0, MAX_INT32)
+TRAFFIC_SHARE: Final = Count(0, 100)
 
 _DURATION_PATTERN: Final = r"^[0-9]+(\.[0-9]{1,9})?s$"
 _GCS_PATTERN: Final = r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/.*)?$"
-_SEGMENT: Final = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _REGION_PATTERN: Final = rf"^{REGION_PATTERN}$"
-_INTEGER_TEXT: Final = r"^-?[0-9]+$"
 
 Duration = Annotated[str, StringConstraints(pattern=_DURATION_PATTERN)]
 GcsUri = Annotated[str, StringConstraints(pattern=_GCS_PATTERN)]
@@ -101,8 +119,8 @@ class MachineSpec(_VertexBody):
         + ".",
         json_schema_extra={"enum": [*ALL_ACCELERATORS, UNSPECIFIED_ACCELERATOR]},
     )
-    acceleratorCount: int | SkipJsonSchema[None] = Field(
-        default=None, ge=0, le=2**31 - 1, description="Accelerators per machine."
+    acceleratorCount: Annotated[int, ACCELERATOR_COUNT] | SkipJsonSchema[None] = Field(
+        default=None, description="Accelerators per machine."
     )
     tpuTopology: str | SkipJsonSchema[None] = Field(default=None, description="TPU topology.")
 
@@ -128,8 +146,8 @@ class WorkerPoolSpec(_VertexBody):
     """Vertex ``WorkerPoolSpec``. ``{}`` is allowed after the first pool as a placeholder."""
 
     machineSpec: MachineSpec | SkipJsonSchema[None] = None
-    replicaCount: int | SkipJsonSchema[None] = Field(
-        default=None, ge=1, description="Machines in this pool (required in a non-empty pool)."
+    replicaCount: Annotated[int, POOL_REPLICAS] | SkipJsonSchema[None] = Field(
+        default=None, description="Machines in this pool (required in a non-empty pool)."
     )
     containerSpec: ContainerSpec | SkipJsonSchema[None] = None
     pythonPackageSpec: PythonPackageSpec | SkipJsonSchema[None] = None
@@ -188,11 +206,11 @@ class HyperparameterTuningJob(_VertexBody):
 
     displayName: str = Field(min_length=1, max_length=MAX_DISPLAY_NAME)
     studySpec: dict[str, Any] = Field(description="Metrics and parameters to tune.")
-    maxTrialCount: int = Field(ge=1)
-    parallelTrialCount: int = Field(
-        ge=1, description="Trials at once; the GPU cap counts per-trial GPUs times this."
+    maxTrialCount: Annotated[int, TRIALS]
+    parallelTrialCount: Annotated[int, TRIALS] = Field(
+        description="Trials at once; the GPU cap counts per-trial GPUs times this."
     )
-    maxFailedTrialCount: int | SkipJsonSchema[None] = Field(default=None, ge=0)
+    maxFailedTrialCount: Annotated[int, FAILED_TRIALS] | SkipJsonSchema[None] = None
     trialJobSpec: CustomJobSpec
 
 
@@ -217,9 +235,11 @@ class DedicatedResources(_VertexBody):
         description="Must be true: this kind deploys on Spot VMs.",
         json_schema_extra={"const": True},
     )
-    minReplicaCount: int = Field(ge=1, le=2**31 - 1)
-    maxReplicaCount: int | SkipJsonSchema[None] = Field(
-        default=None, ge=1, le=2**31 - 1, description="At least minReplicaCount."
+    minReplicaCount: Annotated[int, DEPLOYED_REPLICAS]
+    maxReplicaCount: Annotated[int, PEAK_REPLICAS] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="At least minReplicaCount; 0 (proto3's default) is read as absent, when "
+        "Vertex uses minReplicaCount.",
     )
 
 
@@ -227,8 +247,8 @@ class DeployedModel(_VertexBody):
     """Vertex ``DeployedModel`` to create on the endpoint."""
 
     model: str = Field(
-        pattern=rf"^projects/{_SEGMENT}/locations/{REGION_PATTERN}/models/{_SEGMENT}"
-        r"(@[A-Za-z0-9_-]+)?$",
+        pattern=rf"^projects/{RESOURCE_SEGMENT}/locations/{REGION_PATTERN}"
+        rf"/models/{RESOURCE_SEGMENT}{MODEL_VERSION}$",
         description="projects/PROJECT/locations/LOCATION/models/MODEL_ID[@VERSION]",
     )
     displayName: str | SkipJsonSchema[None] = None
@@ -240,7 +260,8 @@ class DeployModel(_VertexBody):
     """A Vertex ``DeployModelRequest``: deploy a model to an endpoint on Spot VMs."""
 
     endpoint: str = Field(
-        pattern=rf"^projects/{_SEGMENT}/locations/{REGION_PATTERN}/endpoints/{_SEGMENT}$",
+        pattern=rf"^projects/{RESOURCE_SEGMENT}/locations/{REGION_PATTERN}"
+        rf"/endpoints/{RESOURCE_SEGMENT}$",
         description="projects/PROJECT/locations/LOCATION/endpoints/ENDPOINT_ID",
     )
     deployedModel: DeployedModel
@@ -249,8 +270,8 @@ class DeployModel(_VertexBody):
         description='Percent of traffic per deployed model id; "0" is this deployment. '
         "Integers from 0 to 100 adding up to 100.",
         json_schema_extra={
-            "propertyNames": {"pattern": "^[0-9]{1,10}$"},
-            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},
+            "propertyNames": {"pattern": f"^{DEPLOYED_MODEL_ID}$"},
+            "additionalProperties": TRAFFIC_SHARE.json_schema(),
             "required": ["0"],
         },
     )
@@ -263,11 +284,7 @@ class RetryPolicy(BaseModel):
         extra="forbid",
         json_schema_extra={
             "propertyNames": {"enum": list(GROUPS)},
-            "additionalProperties": {
-                "type": "integer",
-                "minimum": 0,
-                "maximum": MAX_RETRIES_PER_GROUP,
-            },
+            "additionalProperties": RETRY_BUDGET.json_schema(),
         },
     )
 
@@ -277,7 +294,7 @@ class FallbackRung(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    afterCapacityFailures: int = Field(ge=1, le=MAX_RETRIES_PER_GROUP)
+    afterCapacityFailures: Annotated[int, RUNG_THRESHOLD]
     strategy: str | SkipJsonSchema[None] = Field(
         default=None, json_schema_extra={"enum": list(STRATEGIES)}
     )
@@ -455,101 +472,3 @@ JobRequestMessage = create_model(
     __doc__="A flexjobs job request: an envelope around exactly one Vertex REST body.",
     **{kind.name: _body_field(kind) for kind in ALL_KINDS},
 )
-
-
-def build_schema() -> dict[str, Any]:
-    """Return the JSON Schema (draft 2020-12) of the job-request message.
-
-    Examples:
-        >>> schema = build_schema()
-        >>> schema["$schema"]
-        'https://json-schema.org/draft/2020-12/schema'
-        >>> schema["additionalProperties"]
-        False
-    """
-    generated = _proto3_spellings(_tidy(JobRequestMessage.model_json_schema(mode="validation")))
-    return {
-        "$schema": SCHEMA_DIALECT,
-        "$id": SCHEMA_ID,
-        **generated,
-        "description": (
-            "A flexjobs job request, published as UTF-8 JSON on Pub/Sub. It carries exactly "
-            f"one of {', '.join(KINDS)}: the Vertex AI v1 REST body of that kind, in any proto3 "
-            "JSON spelling (camelCase is canonical). "
-            "Training kinds default to scheduling.strategy FLEX_START (Dynamic Workload "
-            f"Scheduler); {DEPLOY_MODEL.name} deploys on Spot VMs."
-        ),
-    }
-
-
-def _tidy(node: Any, in_properties: bool = False) -> Any:
-    """Drop pydantic's ``"default": null`` and per-field titles ("Imageuri"): they add nothing.
-
-    Model titles stay. Recursion is bounded by the models' own nesting.
-    """
-    if isinstance(node, list):
-        return [_tidy(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "default" and value is None:
-            continue
-        if key == "title" and in_properties:
-            continue
-        if key == "properties" and isinstance(value, dict):
-            out[key] = {name: _tidy(field, in_properties=True) for name, field in value.items()}
-        else:
-            out[key] = _tidy(value)
-    return out
-
-
-def _proto3_spellings(schema: dict[str, Any]) -> dict[str, Any]:
-    """Let every Vertex body take the other proto3 JSON spellings of its fields.
-
-    A Vertex body's definition (``additionalProperties: true``) gets, for each property, its
-    proto field name as an alias with the same schema (a required field may be given under
-    either name), integers also as strings of digits, and enums also as numbers.
-    """
-    for definition in schema.get("$defs", {}).values():
-        if definition.get("additionalProperties") is not True:
-            continue  # flexjobs' own objects (retryPolicy, fallback) have one spelling
-        properties = definition.get("properties", {})
-        for name in list(properties):
-            properties[name] = _other_encodings(properties[name])
-            snake = snake_case(name)
-            if snake != name:
-                properties[snake] = copy.deepcopy(properties[name])
-        required = definition.pop("required", [])
-        plain = [name for name in required if snake_case(name) == name]
-        if plain:
-            definition["required"] = plain
-        either = [
-            {"anyOf": [{"required": [name]}, {"required": [snake_case(name)]}]}
-            for name in required
-            if snake_case(name) != name
-        ]
-        if either:
-            definition["allOf"] = either
-    return schema
-
-
-def _other_encodings(prop: dict[str, Any]) -> dict[str, Any]:
-    if prop.get("type") == "integer":
-        other: dict[str, Any] = {"type": "string", "pattern": _INTEGER_TEXT}
-    elif "enum" in prop:
-        other = {"type": "integer", "minimum": 0}
-    else:
-        return prop
-    described = {k: prop[k] for k in ("description",) if k in prop}
-    own = {k: v for k, v in prop.items() if k != "description"}
-    return {**described, "anyOf": [own, other]}
-
-
-def main() -> None:
-    """Write the schema to standard output (``python -m flexjobs_local.schema``)."""
-    sys.stdout.write(json.dumps(build_schema(), indent=2, ensure_ascii=False) + "\n")
-
-
-if __name__ == "__main__":
-    main()

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from flexjobs import Client
-from flexjobs_local.views import checkpoint_text, mapping, state_text
+from flexjobs.cli.views import checkpoint_text, mapping, state_text
 from shared.adapters.firestore.deployment_store import DEPLOYMENTS
 from shared.adapters.firestore.job_store import JOBS, REJECTIONS
 from shared.domain.model.ids import doc_id
