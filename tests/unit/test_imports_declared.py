@@ -4,8 +4,8 @@ A module that only arrives as another distribution's dependency (Flask through
 functions-framework, proto-plus through the Google clients) can leave with that one's next
 release: the deployed function then fails at import. Each part of the code may use the base
 dependencies and the extras its install has: the functions (``shared/``, ``functions/``) the
-``functions`` extra, the client library none, the ``flexjobs`` command and its local stack
-(``flexjobs_local/``) ``cli`` and ``dev`` (``flexjobs local ...`` needs the dev extras).
+``functions`` extra, the client library none, the ``flexjobs`` command (``flexjobs/cli/``)
+``cli``, and the local stack (``flexjobs_local/``) ``cli`` and ``dev``.
 
 The imports are read from the source (every ``import``, also inside functions and under
 TYPE_CHECKING), and each is traced to the installed distributions that ship it (their
@@ -31,6 +31,7 @@ PARTS = {
     "shared": ("functions",),
     "functions": ("functions",),
     "flexjobs": (),
+    "flexjobs/cli": ("cli",),
     "flexjobs_local": ("cli", "dev"),
 }
 
@@ -88,7 +89,11 @@ def imported(folder: Path) -> dict[str, set[str]]:
     """Module → the files of ``folder`` importing it, third-party modules only. For
     ``from a.b import c`` the module is ``a.b.c`` when that is a module, else ``a.b``."""
     found: dict[str, set[str]] = defaultdict(set)
+    # A part inside another (flexjobs/cli in flexjobs) is checked on its own, with its extras.
+    inner = [REPO / part for part in PARTS if (REPO / part).parent == folder]
     for path in sorted(folder.rglob("*.py")):
+        if any(path.is_relative_to(other) for other in inner):
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
