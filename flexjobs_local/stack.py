@@ -164,6 +164,11 @@ class LocalStack:
             "FLEXJOBS_LOGGING_ENDPOINT": f"http://127.0.0.1:{self.ports['vertex_control']}",
         }
         base_env = {**os.environ, **self.env}
+        # flexjobs_local is not installed (pip installs the product: flexjobs and shared), so
+        # its own processes find it on the clone's root, wherever they are started from.
+        root = str(Path(__file__).resolve().parents[1])
+        inherited = base_env.get("PYTHONPATH")
+        base_env["PYTHONPATH"] = f"{root}{os.pathsep}{inherited}" if inherited else root
         gcloud = shutil.which("gcloud")
         if gcloud is None:
             raise RuntimeError("gcloud is required: install the Google Cloud CLI and emulators")
