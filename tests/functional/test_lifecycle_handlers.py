@@ -102,7 +102,7 @@ def end(tracker, clock, name: str, state: str, message: str | None = None, code:
 
 
 def current(tracker) -> dict[str, Any]:
-    record = tracker.store.store.get(SEED)
+    record = tracker.store.job_store.get(SEED)
     assert record is not None
     return record
 
@@ -671,12 +671,14 @@ def test_auto_spot_attempt_still_queued_at_its_wait_until_is_given_up_free_of_ch
     assert record["attempt"] == 2 and record["state"] == "QUEUED"
     assert "yielding" not in record
     assert record.get("retries", {}) == {}  # no budget charged, no failure counted
-    ended = tracker.store.store.attempts[(SEED, 1)]
+    ended = tracker.store.job_store.database.attempts[(SEED, 1)]
     assert ended["state"] == "CANCELLED" and ended["endedBy"] == "gave-up"
     assert "errorClass" not in ended
     # The capacity Spot did not have a moment ago is looked for elsewhere first.
     assert record["strategy"] == record["capacity"]["strategy"] == "FLEX_START"
-    assert tracker.store.store.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
+    assert (
+        tracker.store.job_store.database.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
+    )
     retrying = [m for m in tracker.notifier.messages if m["state"] == "RETRYING"]
     assert len(retrying) == 1
     assert retrying[0]["reason"].startswith("no SPOT capacity by ")
