@@ -43,7 +43,7 @@ from shared.app import handlers
 from shared.app.commands import Reconcile, SubmitJob, TrackJob
 from shared.app.ports import CheckpointStore
 from shared.app.repository.jobs import JobRecords
-from shared.bootstrap import build_intake, build_tracker
+from shared.bootstrap import Ports, build_intake, build_tracker, job_records
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.delivery import Delivery
 from shared.kernel.config import Settings
@@ -138,7 +138,7 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
     """The production wiring of Intake and Tracker, on channels that count their calls."""
     from google.cloud import firestore
 
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.vertex.jobs import VertexJobBackend
 
     firestore_calls, vertex_calls = CallCounter(), CallCounter()
@@ -150,10 +150,8 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
             return grpc.intercept_channel(channel, firestore_calls)
 
     settings = dataclasses.replace(Settings.from_env(), backoff_base_seconds=0.0)
-    store = JobRecords(
-        FirestoreJobStore(settings, client=CountedFirestore(project=settings.project)),
-        settings.location,
-    )
+    counted = Firestore(settings, client=CountedFirestore(project=settings.project))
+    store = job_records(settings, Ports(firestore=counted))
 
     def counted_client(service: str, location: str) -> Any:
         # build_gapic_client's local branch, on a channel that counts.
@@ -175,7 +173,7 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
 
     backend = VertexJobBackend(settings, client_factory=counted_client)
     # The benchmark's own checks read through a client that is not counted.
-    checker = JobRecords(FirestoreJobStore(settings), settings.location)
+    checker = job_records(settings, Ports())
     intake = dataclasses.replace(build_intake(settings), store=store, backend=backend)
     tracker = build_tracker(settings)
     tracker = dataclasses.replace(

@@ -334,8 +334,7 @@ def wired(wire: Wire | None = None, capture: bool = False) -> Clients:
     """The production wiring (``build_intake``, ``build_tracker``) on clients this module
     built, so the floor can use the very same objects. Backoff 0: a preemption's hint
     creates the next attempt (benchmarks/economy.py's scenario)."""
-    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.jobs import JOB_SERVICE, VertexJobBackend
     from shared.bootstrap import Ports, build_intake, build_tracker
@@ -351,13 +350,10 @@ def wired(wire: Wire | None = None, capture: bool = False) -> Clients:
         assert (service, location) == (JOB_SERVICE, settings.location), (service, location)
         return vertex
 
-    store = FirestoreJobStore(settings, client=db)
     ports = Ports(
-        job_store=store,
+        firestore=Firestore(settings, client=db),
         job_backend=VertexJobBackend(settings, client_factory=factory),
-        rejections=FirestoreRejectionLog(store),
         notifier=PubsubNotifier(settings, client=publisher),
-        deployment_store=FirestoreDeploymentStore(store),
     )
     intake = build_intake(settings, ports=ports)
     tracker = build_tracker(settings, ports=ports)

@@ -170,8 +170,7 @@ def tick_child(traced: bool) -> dict[str, Any]:
     import logging
 
     from benchmarks.counting import DocumentCounter, counted_firestore
-    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.firestore.database import Firestore
     from shared.app import handlers
     from shared.app.commands import Reconcile
     from shared.bootstrap import Ports, build_tracker
@@ -185,13 +184,8 @@ def tick_child(traced: bool) -> dict[str, Any]:
                 handler.setStream(sink)
         settings = Settings.from_env()
         counter = DocumentCounter()
-        store = FirestoreJobStore(settings, client=counted_firestore(settings.project, counter))
-        ports = Ports(
-            job_store=store,
-            deployment_store=FirestoreDeploymentStore(store),
-            rejections=FirestoreRejectionLog(store),
-        )
-        tracker = build_tracker(settings, ports=ports)
+        database = Firestore(settings, client=counted_firestore(settings.project, counter))
+        tracker = build_tracker(settings, ports=Ports(firestore=database))
         rss_before = rss_high_water_mib()
         if traced:
             tracemalloc.start()
@@ -384,8 +378,7 @@ def job_life() -> list[Step]:
     from benchmarks.counting import DocumentCounter, counted_firestore
     from benchmarks.economy import hint_message, request_message
     from benchmarks.recovery import spot_request
-    from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-    from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.pubsub import PubsubNotifier
     from shared.app import handlers
     from shared.bootstrap import Ports, build_intake, build_tracker
@@ -407,14 +400,9 @@ def job_life() -> list[Step]:
             Settings.from_env(), backoff_base_seconds=0.0, hint_coalesce_seconds=1.0
         )
         counter = DocumentCounter()
-        store = FirestoreJobStore(settings, client=counted_firestore(settings.project, counter))
+        database = Firestore(settings, client=counted_firestore(settings.project, counter))
         notifier = CountingNotifier(PubsubNotifier(settings))
-        ports = Ports(
-            job_store=store,
-            deployment_store=FirestoreDeploymentStore(store),
-            rejections=FirestoreRejectionLog(store),
-            notifier=notifier,
-        )
+        ports = Ports(firestore=database, notifier=notifier)
         intake = build_intake(settings, ports=ports)
         tracker = build_tracker(settings, ports=ports)
         sim = stack.simulator
@@ -458,7 +446,7 @@ def job_life() -> list[Step]:
         measured("fresh request", INTAKE_ALLOCATION, [submit])
 
         def job() -> str:
-            record = store.get(request_id)
+            record = intake.store.job_store.get(request_id)
             assert record is not None and record.get("vertexJob"), record
             return str(record["vertexJob"])
 
@@ -472,7 +460,7 @@ def job_life() -> list[Step]:
             return [one] * HINT_COPIES
 
         def state() -> tuple[str, int]:
-            record = store.get(request_id) or {}
+            record = intake.store.job_store.get(request_id) or {}
             return str(record.get("state")), int(record.get("attempt") or 0)
 
         first = job()
@@ -616,8 +604,9 @@ class MinuteTick:
     """The tick's watch step (``watched`` then ``save``, as ``lifecycle.reconcile`` runs it)
     once a minute in a thread, while the page is measured; its figures per sync."""
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, watch_store: Any, job_store: Any) -> None:
+        self.watch_store = watch_store
+        self.job_store = job_store
         self.syncs: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="minute-tick", daemon=True)
@@ -627,8 +616,8 @@ class MinuteTick:
         from shared.app.steps.watch import save, watched
 
         t0 = time.perf_counter()
-        seen = watched(self.store, datetime.now(UTC), STRAY_WATCH)
-        saved = save(self.store, seen)
+        seen = watched(self.watch_store, self.job_store, datetime.now(UTC), STRAY_WATCH)
+        saved = save(self.watch_store, seen)
         figures = {"how": seen.how, "reads": seen.reads, "saved": saved,
                    "seconds": time.perf_counter() - t0}  # fmt: skip
         self.syncs.append(figures)
@@ -653,8 +642,10 @@ def status_at(count: int, repeats: int) -> dict[str, Any]:
 
     from benchmarks.counting import DocumentCounter, counted_firestore
     from flexjobs.client import Client
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.firestore.job_store import FirestoreJobStore
     from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.adapters.firestore.watch_store import FirestoreWatchStore
     from shared.adapters.packaged_prices import load_packaged_prices
     from shared.kernel.config import Settings
     from shared.status import site as pages
@@ -670,15 +661,13 @@ def status_at(count: int, repeats: int) -> dict[str, Any]:
         # The tick's first build of its watch list and tally (once, after an upgrade), read
         # through the counting client: every record it reads is billed.
         counter = DocumentCounter()
-        tick_store = FirestoreJobStore(
-            settings, client=counted_firestore(settings.project, counter)
-        )
-        tick = MinuteTick(tick_store)
+        tick_db = Firestore(settings, client=counted_firestore(settings.project, counter))
+        tick = MinuteTick(FirestoreWatchStore(tick_db), FirestoreJobStore(tick_db))
         build = tick.sync()
         build["billed"] = counter.take().billed_reads
         steady = tick.sync()
         steady["billed"] = counter.take().billed_reads
-        views = FirestoreJobViews(FirestoreJobStore(settings))
+        views = FirestoreJobViews(Firestore(settings))
         # The tally read for every request: the worst case (the served page reuses the
         # totals 30 s when it has no tally).
         site = pages.StatusSite(views, load_packaged_prices(), lambda: datetime.now(UTC),

@@ -127,13 +127,13 @@ def uncached(project: str, path: str, count: int) -> list[tuple[float, float, in
     from werkzeug.test import EnvironBuilder
     from werkzeug.wrappers import Request
 
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.firestore.views import FirestoreJobViews
     from shared.adapters.packaged_prices import load_packaged_prices
     from shared.kernel.config import Settings
     from shared.status.site import StatusSite, serve
 
-    views = FirestoreJobViews(FirestoreJobStore(Settings(project=project)))
+    views = FirestoreJobViews(Firestore(Settings(project=project)))
     site = StatusSite(views, load_packaged_prices(), lambda: datetime.now(UTC), totals_seconds=0)
     where, _, query = path.partition("?")
     runs = []

@@ -155,24 +155,22 @@ class Client:
     def views(self) -> JobViews:
         with self._lock:
             if self._views is None:
-                from shared.adapters.firestore.job_store import FirestoreJobStore
+                from shared.adapters.firestore.database import Firestore
                 from shared.adapters.firestore.views import FirestoreJobViews
 
-                store = FirestoreJobStore(self._store_settings(), client=self.firestore())
-                self._views = FirestoreJobViews(store, timeout=self.timeout)
+                database = Firestore(self._store_settings(), client=self.firestore())
+                self._views = FirestoreJobViews(database, timeout=self.timeout)
             return self._views
 
     @property
     def rejections(self) -> RejectionLog:
         with self._lock:
             if self._rejections is None:
-                from shared.adapters.firestore.job_store import (
-                    FirestoreJobStore,
-                    FirestoreRejectionLog,
-                )
+                from shared.adapters.firestore.database import Firestore
+                from shared.adapters.firestore.rejection_log import FirestoreRejectionLog
 
-                store = FirestoreJobStore(self._store_settings(), client=self.firestore())
-                self._rejections = FirestoreRejectionLog(store)
+                database = Firestore(self._store_settings(), client=self.firestore())
+                self._rejections = FirestoreRejectionLog(database)
             return self._rejections
 
     @property

@@ -31,8 +31,10 @@ from shared.kernel.logs import configure
 from shared.status.site import StatusSite
 
 if TYPE_CHECKING:
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+    from shared.adapters.firestore.database import Firestore
     from shared.app.ports import (
+        AdmissionStore,
+        AttemptStore,
         CheckpointStore,
         DeploymentBackend,
         DeploymentStore,
@@ -41,7 +43,9 @@ if TYPE_CHECKING:
         Notifier,
         QuotaLimits,
         RejectionLog,
+        SeriesStore,
         StoredObjects,
+        WatchStore,
     )
     from shared.domain.admission.config import Queues
     from shared.status.ports import JobViews
@@ -62,10 +66,17 @@ class Ports:
     Each adapter left None is built for production (Firestore, Vertex AI, Pub/Sub, Cloud
     Storage) by the builder that needs it. The repositories over the stores are built once
     per Ports, so contexts built from one Ports share them, as the functions of one
-    deployment share Firestore; each production builder takes a Ports of its own.
+    deployment share Firestore; each production builder takes a Ports of its own. The
+    Firestore adapters it builds share one
+    :class:`~shared.adapters.firestore.database.Firestore`: ``firestore`` when given.
     """
 
+    firestore: Firestore | None = None
     job_store: JobStore | None = None
+    attempt_store: AttemptStore | None = None
+    admission_store: AdmissionStore | None = None
+    watch_store: WatchStore | None = None
+    series_store: SeriesStore | None = None
     job_backend: JobBackend | None = None
     rejections: RejectionLog | None = None
     notifier: Notifier | None = None
@@ -99,17 +110,33 @@ def _given(port: T | None, build: Callable[[], T]) -> T:
     return build() if port is None else port
 
 
-def _firestore(settings: Settings, ports: Ports) -> FirestoreJobStore:
-    """The one Firestore store of a Ports (its client too), for every Firestore adapter."""
-    from shared.adapters.firestore.job_store import FirestoreJobStore
+def _firestore(settings: Settings, ports: Ports) -> Firestore:
+    """The one Firestore database of a Ports (its client too), for every Firestore adapter."""
+    from shared.adapters.firestore.database import Firestore
 
-    return ports.once("firestore", lambda: FirestoreJobStore(settings))
+    return _given(ports.firestore, lambda: ports.once("firestore", lambda: Firestore(settings)))
 
 
-def _jobs(settings: Settings, ports: Ports) -> JobRecords:
+def job_records(settings: Settings, ports: Ports) -> JobRecords:
+    """The job records of a Ports, over its job stores (built once): those it gives, the
+    Firestore ones on its database for the rest."""
+    from shared.adapters.firestore.admission_store import FirestoreAdmissionStore
+    from shared.adapters.firestore.job_store import FirestoreAttemptStore, FirestoreJobStore
+    from shared.adapters.firestore.series_store import FirestoreSeriesStore
+    from shared.adapters.firestore.watch_store import FirestoreWatchStore
+
     def build() -> JobRecords:
-        store = _given(ports.job_store, lambda: _firestore(settings, ports))
-        return JobRecords(store, settings.location)
+        def db() -> Firestore:
+            return _firestore(settings, ports)
+
+        return JobRecords(
+            job_store=_given(ports.job_store, lambda: FirestoreJobStore(db())),
+            attempt_store=_given(ports.attempt_store, lambda: FirestoreAttemptStore(db())),
+            admission_store=_given(ports.admission_store, lambda: FirestoreAdmissionStore(db())),
+            watch_store=_given(ports.watch_store, lambda: FirestoreWatchStore(db())),
+            series_store=_given(ports.series_store, lambda: FirestoreSeriesStore(db())),
+            default_location=settings.location,
+        )
 
     return ports.once("jobs", build)
 
@@ -137,7 +164,7 @@ def build_intake(
 ) -> Intake:
     """The production wiring of :class:`Intake`: Firestore, Vertex AI and Pub/Sub adapters,
     but those ``ports`` gives."""
-    from shared.adapters.firestore.job_store import FirestoreRejectionLog
+    from shared.adapters.firestore.rejection_log import FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.jobs import VertexJobBackend
     from shared.domain.request.validation import Guards, validators
@@ -148,7 +175,7 @@ def build_intake(
     queues = admission_queues(settings)
     return Intake(
         settings=settings,
-        store=_jobs(settings, ports),
+        store=job_records(settings, ports),
         backend=_given(ports.job_backend, lambda: VertexJobBackend(settings)),
         rejections=_given(
             ports.rejections, lambda: FirestoreRejectionLog(_firestore(settings, ports))
@@ -305,7 +332,7 @@ def build_tracker(
     queues = admission_queues(settings)
     return Tracker(
         settings=settings,
-        store=_jobs(settings, ports),
+        store=job_records(settings, ports),
         backend=_given(ports.job_backend, lambda: VertexJobBackend(settings)),
         checkpoints=_given(ports.checkpoints, lambda: GcsCheckpointStore(project=settings.project)),
         notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),

@@ -21,7 +21,8 @@ from rich.table import Table
 from flexjobs import Client
 from flexjobs.cli.views import checkpoint_text, mapping, state_text
 from shared.adapters.firestore.deployment_store import DEPLOYMENTS
-from shared.adapters.firestore.job_store import JOBS, REJECTIONS
+from shared.adapters.firestore.job_store import JOBS
+from shared.adapters.firestore.rejection_log import REJECTIONS
 from shared.domain.model.ids import doc_id
 from shared.status.display import duration, gpu_hours, usd
 

@@ -1,7 +1,10 @@
 """Ports: what the services need from the outside world, as bare nouns.
 
 Adapters are named after their backend (``FirestoreJobStore``, ``VertexJobBackend``); the fakes
-used by unit and functional tests are ``InMemory…``.
+used by unit and functional tests are ``InMemory…``. The stores are one per Firestore collection
+(jobs, their attempts, admission, the watch list, the series, the deployments); a write that
+must be atomic across two collections belongs to the store that owns its transaction (see
+:class:`JobStore` and :class:`AdmissionStore`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from shared.domain.serving.model import ObservedEndpoint
 
 # Claimed and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
+    "AdmissionStore",
+    "AttemptStore",
     "CheckpointStore",
     "Claimed",
     "JobBackend",
@@ -31,18 +36,23 @@ __all__ = [
     "Notifier",
     "QuotaLimits",
     "RejectionLog",
+    "SeriesStore",
     "Stored",
     "StoredObjects",
     "Submission",
+    "WatchStore",
     "Written",
 ]
 
 
 class JobStore(Protocol):
-    """The job records (Firestore ``jobs`` and their ``attempts``): storage only.
+    """The job records (Firestore ``jobs``) and the queries over them: storage only.
 
     What a write means is decided by the domain's pure functions, applied through
-    :meth:`transact` by :class:`shared.app.repository.jobs.JobRecords`.
+    :meth:`transact` by :class:`shared.app.repository.jobs.JobRecords`. A record's attempt
+    documents are :class:`AttemptStore`'s, but :meth:`transact` writes the attempt fields of
+    its change with the record, in one batch: a state and the attempt that reached it are
+    stored together or not at all.
     """
 
     def get(self, request_id: str) -> dict[str, Any] | None:
@@ -51,10 +61,6 @@ class JobStore(Protocol):
 
     def read(self, request_id: str) -> Stored | None:
         """The record as stored, with its version, or None."""
-        ...
-
-    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
-        """One attempt document, or None."""
         ...
 
     def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
@@ -87,11 +93,6 @@ class JobStore(Protocol):
         """
         ...
 
-    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
-        """Merge ``fields`` into one attempt document (one write, no read: attempt documents
-        are history that no decision reads back before writing)."""
-        ...
-
     def find_by_job_id(self, job_id: str) -> Stored | None:
         """The record one of whose attempts is Vertex job ``job_id`` (one query: the record
         itself, with its version), or None."""
@@ -100,7 +101,7 @@ class JobStore(Protocol):
     def active(self, at: Any = None) -> list[Stored]:
         """Every record not yet in a terminal state, with its version: only the fields of
         :data:`~shared.domain.model.records.TICK_FIELDS` (``partial``), read in pages, as of
-        ``at`` (a :meth:`read_watch` time; now when None)."""
+        ``at`` (a :meth:`WatchStore.read_watch` time; now when None)."""
         ...
 
     def count_active(self, at: Any) -> int:
@@ -109,12 +110,12 @@ class JobStore(Protocol):
         ...
 
     def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
-        """Every record, in any state, written after ``mark`` (an earlier :meth:`read_watch`
-        time), as it was at ``at`` (this one's), of
+        """Every record, in any state, written after ``mark`` (an earlier
+        :meth:`WatchStore.read_watch` time), as it was at ``at`` (this one's), of
         :data:`~shared.domain.model.watch.WATCH_FIELDS` (``partial``), read in pages; at
         most ``most`` + 1 of them (one more says there were more). Every write of a record
-        (create, transact, transact_ledger) stamps it. It may also return records written
-        shortly before ``mark``: never fewer than those after it."""
+        (create, transact, :meth:`AdmissionStore.transact_ledger`) stamps it. It may also
+        return records written shortly before ``mark``: never fewer than those after it."""
         ...
 
     def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
@@ -126,26 +127,6 @@ class JobStore(Protocol):
     def newest(self, limit: int, at: Any = None) -> list[dict[str, Any]]:
         """The ``requestId`` and ``createdAt`` of the ``limit`` newest records, in the status
         page's order (``createdAt``, then document id, both descending), as of ``at``."""
-        ...
-
-    def read_watch(self) -> Saved:
-        """The tick's watch list and tally as last saved, read at one time (``at``), with
-        the version :meth:`save_watch` must still find."""
-        ...
-
-    def save_watch(
-        self, watch: Watch | None, tally: Tally | None, version: Any, *, list_too: bool = True
-    ) -> bool:
-        """Save the list and the tally together (``watch`` None: the list did not fit, and
-        that is saved instead, with no tally), only if what is saved is still at ``version``
-        (None: nothing was). ``list_too`` False: the list is unchanged, only the tally is
-        written (the stored list and its mark stay). False when another writer saved
-        meanwhile: nothing written.
-
-        Raises:
-            WatchTooLarge: the list is past its stored bound (nothing written).
-            StoreUnavailable: Firestore could not be written.
-        """
         ...
 
     def due_submissions(self, now: datetime) -> list[str]:
@@ -165,16 +146,31 @@ class JobStore(Protocol):
         most :data:`MAX_WATCHERS` of them)."""
         ...
 
-    def transact_series(
-        self,
-        series: str,
-        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
-    ) -> None:
-        """Read the document of ``series`` (``series/{id}``) and the record its ``current``
-        field names, each None when missing; let ``decide`` return the series document to
-        write (None: write nothing), and write it whole, only if the series document is still
-        as read (decided again on a fresh read when it is not)."""
+
+class AttemptStore(Protocol):
+    """The attempt documents of the job records (Firestore ``jobs/{id}/attempts/{n}``): the
+    history of each attempt, which no decision reads back before writing (the attempt fields
+    a record's change carries are written by :meth:`JobStore.transact`, with the record)."""
+
+    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
+        """One attempt document, or None."""
         ...
+
+    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
+        """Merge ``fields`` into one attempt document (one write, no read: attempt documents
+        are history that no decision reads back before writing)."""
+        ...
+
+
+class AdmissionStore(Protocol):
+    """Admission's storage: the ledger and the summary (Firestore ``admission/ledger``,
+    ``admission/summary``) and the waiting line (the job records whose ``admission.stage`` is
+    WAITING: a query of ``jobs``, which only admission reads).
+
+    :meth:`transact_ledger` writes the ledger and one job record in one batch (an admission
+    and its record's are written together or not at all), so the ledger's writes live here,
+    over the records they admit, and not in :class:`JobStore`.
+    """
 
     def read_ledger(self) -> Stored | None:
         """The admission ledger (``admission/ledger``) with its version; None when none
@@ -211,6 +207,49 @@ class JobStore(Protocol):
     def count_waiting(self, queue: str) -> int:
         """How many records wait for admission in ``queue`` (an aggregation: no record is
         read)."""
+        ...
+
+
+class WatchStore(Protocol):
+    """The tick's watch list and tally (Firestore ``watch/head``, ``watch/shard-N``,
+    ``watch/tally``), saved together; the reads of the records it syncs with are
+    :class:`JobStore`'s, as of :meth:`read_watch`'s time."""
+
+    def read_watch(self) -> Saved:
+        """The tick's watch list and tally as last saved, read at one time (``at``), with
+        the version :meth:`save_watch` must still find."""
+        ...
+
+    def save_watch(
+        self, watch: Watch | None, tally: Tally | None, version: Any, *, list_too: bool = True
+    ) -> bool:
+        """Save the list and the tally together (``watch`` None: the list did not fit, and
+        that is saved instead, with no tally), only if what is saved is still at ``version``
+        (None: nothing was). ``list_too`` False: the list is unchanged, only the tally is
+        written (the stored list and its mark stay). False when another writer saved
+        meanwhile: nothing written.
+
+        Raises:
+            WatchTooLarge: the list is past its stored bound (nothing written).
+            StoreUnavailable: Firestore could not be written.
+        """
+        ...
+
+
+class SeriesStore(Protocol):
+    """The scheduled series (Firestore ``series/{id}``): which request holds each. A decision
+    reads the holding request's job record too, as of the decision; only the series document
+    is written, on its read's precondition, so the record needs no part in the write."""
+
+    def transact_series(
+        self,
+        series: str,
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> None:
+        """Read the document of ``series`` (``series/{id}``) and the record its ``current``
+        field names, each None when missing; let ``decide`` return the series document to
+        write (None: write nothing), and write it whole, only if the series document is still
+        as read (decided again on a fresh read when it is not)."""
         ...
 
 

@@ -19,10 +19,10 @@ from tests.fakes import (
     InMemoryDeploymentBackend,
     InMemoryDeploymentStore,
     InMemoryJobBackend,
-    InMemoryJobStore,
     InMemoryNotifier,
     InMemoryQuotaLimits,
     InMemoryRejectionLog,
+    in_memory_job_stores,
 )
 
 SOURCE = str(Path(__file__).resolve().parents[2] / "functions" / "main.py")
@@ -51,7 +51,8 @@ def fake_ports(checkpoints: InMemoryCheckpointStore | None = None) -> Ports:
     deployment_backend = InMemoryDeploymentBackend()
     deployment_backend.add_endpoint(ENDPOINT)
     return Ports(
-        job_store=InMemoryJobStore(),
+        # The five job stores, on one in-memory database.
+        **in_memory_job_stores(),
         job_backend=InMemoryJobBackend(),
         rejections=InMemoryRejectionLog(),
         notifier=InMemoryNotifier(),

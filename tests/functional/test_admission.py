@@ -98,7 +98,7 @@ def publish(post_event, clock, data: dict[str, Any]) -> int:
 
 
 def record(tracker: Tracker, request_id: str) -> dict[str, Any]:
-    stored = tracker.store.store.get(request_id)
+    stored = tracker.store.job_store.get(request_id)
     assert stored is not None, request_id
     return stored
 
@@ -197,7 +197,7 @@ def test_two_passes_on_one_snapshot_never_admit_past_the_quota(queued, clock, po
     end(tracker, clock, record(tracker, "held")["vertexJob"], "JOB_STATE_SUCCEEDED")
     assert tracker.store.admissions.release(["held"])
 
-    store = tracker.store.store
+    store = tracker.store.admissions.admission_store
     read_waiting = store.waiting_admission
     both_read = threading.Barrier(2, timeout=10)
     sees = {"pass-x": "x", "pass-y": "y"}
@@ -317,8 +317,8 @@ def test_a_request_that_ends_while_it_waits_leaves_its_queues_line(queued, clock
     assert publish(post_event, clock, {"cancel": "a2"}) == 200
     assert record(tracker, "a2")["admission"]["stage"] == "ENDED"
     # A record ended before finish() said so: its stage is WAITING still.
-    tracker.store.store.jobs["a3"]["state"] = "FAILED"
-    tracker.store.store.jobs["a3"]["admission"]["stage"] = "WAITING"
+    tracker.store.job_store.database.jobs["a3"]["state"] = "FAILED"
+    tracker.store.job_store.database.jobs["a3"]["admission"]["stage"] = "WAITING"
     assert publish(post_event, clock, body("a4")) == 200
     assert record(tracker, "a3")["admission"]["stage"] == "ENDED"
     assert [r.request_id for r in tracker.store.admissions.waiting(None, 10)] == ["a4"]
@@ -368,7 +368,7 @@ def test_a_request_that_names_what_its_queue_lacks_is_refused(
 ):
     intake, tracker = queued
     assert publish(post_event, clock, {**body("bad"), **options}) == 200
-    assert tracker.store.store.get("bad") is None
+    assert tracker.store.job_store.get("bad") is None
     assert not created(tracker)
     rejection = next(iter(intake.rejections.documents.values()))
     assert error in str(rejection).lower()
@@ -380,7 +380,7 @@ def test_a_request_that_could_never_fit_its_queue_is_refused_at_intake(queued, c
     pools = big["customJob"]["jobSpec"]["workerPoolSpecs"]
     pools[0]["replicaCount"] = 2  # 8 GPUs, in a queue of 4 with no cohort to borrow from
     assert publish(post_event, clock, big) == 200
-    assert tracker.store.store.get("big") is None
+    assert tracker.store.job_store.get("big") is None
     assert not created(tracker)
     rejection = str(next(iter(intake.rejections.documents.values())))
     assert "never" in rejection and "team-a" in rejection
@@ -388,10 +388,10 @@ def test_a_request_that_could_never_fit_its_queue_is_refused_at_intake(queued, c
 
 def test_a_queue_is_refused_when_admission_is_off(intake, tracker, clock, post_event):
     assert publish(post_event, clock, body("q", "team-a")) == 200
-    assert tracker.store.store.get("q") is None
+    assert tracker.store.job_store.get("q") is None
     assert "queue" in str(next(iter(intake.rejections.documents.values()))).lower()
     assert publish(post_event, clock, body("d", "default")) == 200
-    assert tracker.store.store.get("d") is not None  # the default queue, with no quota
+    assert tracker.store.job_store.get("d") is not None  # the default queue, with no quota
 
 
 def test_the_tick_heals_a_ledger_that_lost_or_kept_an_entry(queued, clock, post_event):
@@ -399,7 +399,7 @@ def test_the_tick_heals_a_ledger_that_lost_or_kept_an_entry(queued, clock, post_
     assert publish(post_event, clock, body("a1")) == 200
     assert publish(post_event, clock, body("b1", "team-b")) == 200
     assert publish(post_event, clock, body("b2", "team-b")) == 200
-    store = tracker.store.store
+    store = tracker.store.job_store.database
     # A hand edit lost a1's entry, and b1's record was deleted with its entry kept.
     store.ledger = {
         **store.ledger,
@@ -595,7 +595,7 @@ def test_the_tick_shows_operators_each_queue_its_line_and_a_waiting_requests_pla
     for request_id in ["a1", "a2", "a3", "b1"]:
         queue = "team-a" if request_id.startswith("a") else "team-b"
         assert publish(post_event, clock, body(request_id, queue)) == 200
-    views = InMemoryJobViews(tracker.store.store)
+    views = InMemoryJobViews(tracker.store.job_store.database)
     assert views.admission_summary() is None  # no tick yet: nothing to show
     assert tick(post_event, clock) == 200
 
@@ -679,7 +679,7 @@ def test_the_tick_reads_the_quota_at_most_every_ten_minutes_and_caches_it(
     ledger = tracker.store.admissions.ledger()
     assert dict(ledger.observed) == {A100_PREEMPTIBLE: 12}
     assert ledger.observed_at == clock.now and ledger.unreadable is None
-    stored = tracker.store.store.read_ledger()
+    stored = tracker.store.admissions.admission_store.read_ledger()
     assert stored is not None and stored.raw["observed"] == [
         {
             "region": "us-central1",

@@ -138,7 +138,7 @@ def test_an_auto_record_without_its_deadline_runs_on_demand_and_is_never_given_u
     run(tracker, clock, first)
     assert hint(post_event, clock, first) == 200
     # Its deadline fields can no longer be read (a hand-edited record), then it is preempted.
-    stored = tracker.store.store.jobs[SEED]
+    stored = tracker.store.job_store.database.jobs[SEED]
     stored["options"] = json.dumps({"checkpointUri": CHECKPOINTS})
     end(tracker, clock, first, "JOB_STATE_FAILED", PREEMPTED, code=14)
     assert hint(post_event, clock, first) == 200
@@ -161,7 +161,7 @@ def test_a_request_id_over_its_byte_bound_is_a_recorded_rejection(intake, tracke
     body["requestId"] = "r" * 160_000  # 160 KB: it once made the record pass 1 MiB
     assert deliver(post_event, body) == 200
 
-    assert not tracker.store.store.jobs and not tracker.backend.created
+    assert not tracker.store.job_store.database.jobs and not tracker.backend.created
     (rejection_id, rejection), *_ = intake.rejections.documents.items()
     assert rejection_id.startswith("trust-")  # the message id: the requestId is not kept
     assert rejection["errors"][0]["path"] == "requestId"
@@ -178,11 +178,11 @@ def test_a_request_id_of_1500_multibyte_bytes_stays_bounded_through_many_preempt
     body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": "gs://ck-b/r"}
     assert deliver(post_event, body) == 200
     for _ in range(12):  # the fake refuses a document over 1 MiB, as Firestore does
-        name = tracker.store.store.jobs[request_id]["vertexJob"]
+        name = tracker.store.job_store.database.jobs[request_id]["vertexJob"]
         run(tracker, clock, name)
         end(tracker, clock, name, "JOB_STATE_FAILED", PREEMPTED, code=14)
         assert hint(post_event, clock, name) == 200
-    record = tracker.store.store.jobs[request_id]
+    record = tracker.store.job_store.database.jobs[request_id]
     assert record["attempt"] == 13
     assert document_size("jobs/x", record) < MAX_DOCUMENT_BYTES // 8
 
@@ -363,15 +363,15 @@ def hint_at(post_event, clock, name: str, message_id: str) -> Any:
 def test_a_steady_tick_reads_no_record_and_a_changed_job_is_read_whole(tracker, clock, post_event):
     submit(post_event)
     name = current(tracker)["vertexJob"]
-    tracker.store.store.jobs[SEED]["request"] = json.dumps({"big": "x" * 200_000})
+    tracker.store.job_store.database.jobs[SEED]["request"] = json.dumps({"big": "x" * 200_000})
     assert tick(post_event, clock) == 200
-    reads = tracker.store.store.ops["read"]
+    reads = tracker.store.job_store.database.ops["read"]
     assert tick(post_event, clock) == 200
-    assert tracker.store.store.ops["read"] == reads  # nothing changed: no record read
+    assert tracker.store.job_store.database.ops["read"] == reads  # nothing changed: no record read
 
     run(tracker, clock, name)
     assert tick(post_event, clock, STEP_SECONDS) == 200
-    assert tracker.store.store.ops["read"] == reads + 1  # the changed one, read whole
+    assert tracker.store.job_store.database.ops["read"] == reads + 1  # the changed one, read whole
     assert current(tracker)["state"] == "RUNNING"
     assert dataclasses.is_dataclass(tracker.settings)
 
@@ -387,7 +387,7 @@ def test_a_slot_template_cannot_grow_the_checkpoint_uri_past_its_bound(intake, t
     (rejection,) = intake.rejections.documents.values()
     assert rejection["errors"][0]["path"] == "checkpointUri"
     assert "Cloud Storage allows 1024" in rejection["errors"][0]["message"]
-    assert not tracker.store.store.jobs
+    assert not tracker.store.job_store.database.jobs
 
 
 def test_a_request_id_with_a_lone_surrogate_is_a_recorded_rejection(intake, post_event):

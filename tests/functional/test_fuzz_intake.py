@@ -379,7 +379,7 @@ def test_ten_thousand_bad_messages_are_each_rejected_and_create_nothing(intake, 
             intake.notifier.messages,
             intake.backend.created,
             intake.backend.jobs,
-            intake.store.store.jobs,
+            intake.store.job_store.database.jobs,
             deployments.backend.deployed,
             deployments.store.store.records,
         ):
@@ -390,7 +390,7 @@ def test_ten_thousand_bad_messages_are_each_rejected_and_create_nothing(intake, 
         )
         assert response.status_code == 200, data[:200]
         assert intake.backend.created == [], data[:300]
-        assert intake.store.store.jobs == {}
+        assert intake.store.job_store.database.jobs == {}
         assert deployments.backend.deployed == [], data[:300]
         assert deployments.store.store.records == {}
         (rejection,) = intake.rejections.documents.values()

@@ -43,7 +43,7 @@ def test_training_kinds_get_flex_start_where_their_scheduling_lives(
         "timeout": "604800s",
     }
     assert key_labels(labels) == {"flexjobs-request": body["requestId"], "flexjobs-attempt": "1"}
-    record = intake.store.store.get(body["requestId"])
+    record = intake.store.job_store.get(body["requestId"])
     assert record["kind"] == request.kind
     assert f"/{collection}/" in record["vertexJob"]
     assert record["state"] == "QUEUED"

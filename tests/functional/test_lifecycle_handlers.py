@@ -102,7 +102,7 @@ def end(tracker, clock, name: str, state: str, message: str | None = None, code:
 
 
 def current(tracker) -> dict[str, Any]:
-    record = tracker.store.store.get(SEED)
+    record = tracker.store.job_store.get(SEED)
     assert record is not None
     return record
 
@@ -537,15 +537,16 @@ def test_a_cancel_requested_request_starts_no_retry(tracker, clock, post_event):
 def test_a_retry_racing_a_cancel_leaves_no_job_running(tracker, clock, post_event, monkeypatch):
     preempted_and_retrying(tracker, clock, post_event)
     clock.advance(3600)  # the retry is due
-    apply, raced = tracker.store.apply, []
+    write, raced = tracker.store.write, []
 
-    def tick_right_after_cancel_requested(request_id, decide):
-        change = apply(request_id, decide)
+    def tick_right_after_cancel_requested(request_id, decide, known=None):
+        written = write(request_id, decide, known)
+        change = written.change if written is not None else None
         if change is not None and change.record.get("cancelRequested") and not raced:
             raced.append(handlers.reconcile(Reconcile(), tracker))  # the scheduler tick
-        return change
+        return written
 
-    monkeypatch.setattr(tracker.store, "apply", tick_right_after_cancel_requested)
+    monkeypatch.setattr(tracker.store, "write", tick_right_after_cancel_requested)
 
     cancel(post_event)
 
@@ -671,12 +672,14 @@ def test_auto_spot_attempt_still_queued_at_its_wait_until_is_given_up_free_of_ch
     assert record["attempt"] == 2 and record["state"] == "QUEUED"
     assert "yielding" not in record
     assert record.get("retries", {}) == {}  # no budget charged, no failure counted
-    ended = tracker.store.store.attempts[(SEED, 1)]
+    ended = tracker.store.job_store.database.attempts[(SEED, 1)]
     assert ended["state"] == "CANCELLED" and ended["endedBy"] == "gave-up"
     assert "errorClass" not in ended
     # The capacity Spot did not have a moment ago is looked for elsewhere first.
     assert record["strategy"] == record["capacity"]["strategy"] == "FLEX_START"
-    assert tracker.store.store.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
+    assert (
+        tracker.store.job_store.database.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
+    )
     retrying = [m for m in tracker.notifier.messages if m["state"] == "RETRYING"]
     assert len(retrying) == 1
     assert retrying[0]["reason"].startswith("no SPOT capacity by ")

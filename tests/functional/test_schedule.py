@@ -32,7 +32,7 @@ def fire(post_event, body: dict, at: str, message_id: str = "m"):
 
 
 def jobs(intake) -> dict[str, dict]:
-    return dict(intake.store.store.jobs)
+    return dict(intake.store.job_store.database.jobs)
 
 
 def test_three_publishes_in_one_slot_make_one_job(intake, post_event):
@@ -83,7 +83,7 @@ def test_forbid_skips_the_next_slot_while_the_first_is_active(intake, post_event
 
 def test_forbid_runs_the_next_slot_once_the_first_ended(intake, post_event):
     fire(post_event, nightly("forbid"), "2026-11-28T02:00:00Z")
-    intake.store.store.jobs["nightly-20261128T000000Z"]["state"] = "SUCCEEDED"
+    intake.store.job_store.database.jobs["nightly-20261128T000000Z"]["state"] = "SUCCEEDED"
     fire(post_event, nightly("forbid"), "2026-11-29T02:00:00Z")
     assert len(intake.backend.created) == 2
     assert jobs(intake)["nightly-20261129T000000Z"]["state"] == "QUEUED"
@@ -210,7 +210,7 @@ def test_a_schedule_time_in_the_future_is_refused(intake, post_event):
 
 def test_a_backfill_runs_once_the_series_is_idle(intake, post_event):
     fire(post_event, nightly("forbid"), "2026-11-29T02:00:00Z")
-    intake.store.store.jobs["nightly-20261129T000000Z"]["state"] = "SUCCEEDED"
+    intake.store.job_store.database.jobs["nightly-20261129T000000Z"]["state"] = "SUCCEEDED"
     fire(post_event, nightly("forbid"), "2026-11-27T02:00:00Z")
     assert jobs(intake)["nightly-20261127T000000Z"]["state"] == "QUEUED"
     assert len(intake.backend.created) == 2

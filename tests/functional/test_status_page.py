@@ -37,7 +37,7 @@ _ids = itertools.count(1)
 
 @pytest.fixture
 def site(intake, tracker, clock) -> Iterator[StatusSite]:
-    views = InMemoryJobViews(tracker.store.store, intake.deployments.store.store)
+    views = InMemoryJobViews(tracker.store.job_store.database, intake.deployments.store.store)
     wired = StatusSite(views, PriceTable.load(PRICES), clock, totals_seconds=0)
     bootstrap.override_status_site(wired)
     yield wired
@@ -77,7 +77,7 @@ def vertex(tracker, clock, name: str, state: str, message: str | None = None, co
 
 
 def record(tracker, request_id: str = RID) -> dict[str, Any]:
-    found = tracker.store.store.get(request_id)
+    found = tracker.store.job_store.get(request_id)
     assert found is not None
     return found
 
@@ -565,7 +565,9 @@ def test_a_first_page_missing_a_record_is_read_from_a_query_with_its_next_page(
     three_jobs(tracker, clock, post_event)
     submit(post_event, "job-4", "job 4")
     tick(post_event, clock)
-    del tracker.store.store.jobs["job-4"]  # expired (a tombstone's TTL), or deleted by hand
+    del tracker.store.job_store.database.jobs[
+        "job-4"
+    ]  # expired (a tombstone's TTL), or deleted by hand
     first = json.loads(page(client, "/api/jobs?limit=2"))
     assert [r["requestId"] for r in first["jobs"]] == ["job-3", "job-2"]
     assert listed(client, f"/api/jobs?limit=2&cursor={first['next']}") == ["job-1"]

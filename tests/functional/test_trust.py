@@ -366,7 +366,7 @@ def test_a_creator_whose_own_cancel_fails_leaves_it_to_the_tick(tracker, clock, 
 def test_a_cancel_that_arrives_before_its_request_wins(tracker, clock, post_event, intake):
     assert cancel(post_event, "early") == 200
 
-    record = tracker.store.store.get("early")
+    record = tracker.store.job_store.get("early")
     assert (record["state"], record["reason"]) == ("CANCELLED", TOMBSTONE_REASON)
     assert record["expireAt"] >= clock.now + timedelta(days=1)
     assert intake.rejections.documents == {}
@@ -378,7 +378,7 @@ def test_a_cancel_that_arrives_before_its_request_wins(tracker, clock, post_even
     body["requestId"] = "early"
     assert deliver(post_event, body) == 200
 
-    record = tracker.store.store.get("early")
+    record = tracker.store.job_store.get("early")
     assert record["state"] == "CANCELLED"
     assert record["kind"] == "customJob" and record["request"]
     assert record["expireAt"] is None  # a claimed tombstone is an ordinary record now
@@ -393,7 +393,7 @@ def test_one_failing_retry_does_not_stop_the_tick(tracker, clock, post_event):
     other = load("seed_request")
     other["requestId"] = "other"
     assert deliver(post_event, other) == 200
-    other_job = tracker.store.store.get("other")["vertexJob"]
+    other_job = tracker.store.job_store.get("other")["vertexJob"]
     end(tracker, clock, other_job, "JOB_STATE_SUCCEEDED")
 
     def broken(*args, **kwargs):
@@ -404,7 +404,7 @@ def test_one_failing_retry_does_not_stop_the_tick(tracker, clock, post_event):
     assert tick(post_event, clock, 3600) == 200
 
     assert current(tracker)["state"] == "RETRYING"  # left for the next tick
-    assert tracker.store.store.get("other")["state"] == "SUCCEEDED"
+    assert tracker.store.job_store.get("other")["state"] == "SUCCEEDED"
     assert ("SUCCEEDED", 1) in states(tracker.notifier)
 
 
@@ -473,7 +473,7 @@ def test_a_cancel_naming_a_deployment_takes_it_down_and_leaves_no_tombstone(
     assert cancel(post_event, "deploy-1") == 200
 
     assert intake.rejections.documents == {}
-    assert tracker.store.store.get("deploy-1") is None  # no job tombstone under its id
+    assert tracker.store.job_store.get("deploy-1") is None  # no job tombstone under its id
     record = intake.deployments.store.store.get("deploy-1")
     # Its DeployModel is still running: the intent waits for it, then takes everything down.
     assert record["state"] == "DEPLOYING"
@@ -561,9 +561,11 @@ def test_a_hand_edited_record_does_not_stop_the_tick_for_the_others(tracker, clo
     other["requestId"] = "other"
     assert deliver(post_event, other) == 200
     # Someone edits a record by hand into values no code writes.
-    tracker.store.store.jobs[SEED].update(retries={"capacity": None}, gpus="eight", outbox=["x"])
-    end(tracker, clock, tracker.store.store.get("other")["vertexJob"], "JOB_STATE_SUCCEEDED")
+    tracker.store.job_store.database.jobs[SEED].update(
+        retries={"capacity": None}, gpus="eight", outbox=["x"]
+    )
+    end(tracker, clock, tracker.store.job_store.get("other")["vertexJob"], "JOB_STATE_SUCCEEDED")
 
     assert tick(post_event, clock) == 200
 
-    assert tracker.store.store.get("other")["state"] == "SUCCEEDED"
+    assert tracker.store.job_store.get("other")["state"] == "SUCCEEDED"

@@ -2,7 +2,10 @@
 
 The cases drive the stores through :class:`shared.app.repository.jobs.JobRecords` and
 ``DeploymentRecords``, the one place that gives the stores' few primitives (get, create,
-transact, the queries) their meaning, so what is compared is what the services see.
+transact, the queries) their meaning, so what is compared is what the services see. The ports
+covered here: ``JobStore``, ``AttemptStore``, ``SeriesStore``, ``DeploymentStore`` and
+``RejectionLog``; the watch list's (``WatchStore``, and the job store's reads as of its time)
+are test_watch_contract.py's, admission's (``AdmissionStore``) test_admission_contract.py's.
 
 Every test takes ``stores`` (parametrized over ``memory`` and ``firestore``) and asserts what
 the port promises, so a fake that drifts from the real store fails here. Firestore is the
@@ -62,7 +65,12 @@ from shared.domain.serving.model import (
 from shared.domain.serving.rule import new_state
 from shared.kernel.errors import SubmissionInProgress
 from tests.events import load
-from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryRejectionLog
+from tests.fakes import (
+    InMemoryDeploymentStore,
+    InMemoryJobStore,
+    InMemoryRejectionLog,
+    in_memory_records,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -105,22 +113,21 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def stores(backend: str, request: pytest.FixtureRequest) -> Stores:
     if backend == "memory":
-        jobs = JobRecords(InMemoryJobStore(), LOCATION)
+        jobs = in_memory_records(LOCATION)
         log = InMemoryRejectionLog()
         deployments = DeploymentRecords(InMemoryDeploymentStore())
         return Stores(backend, jobs, deployments, log, log.documents.get)
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-    from shared.adapters.firestore.job_store import (
-        REJECTIONS,
-        FirestoreJobStore,
-        FirestoreRejectionLog,
-    )
+    from shared.adapters.firestore.rejection_log import REJECTIONS, FirestoreRejectionLog
+    from shared.bootstrap import Ports, job_records
     from shared.kernel.config import Settings
 
     # Only the Firestore side needs the emulator stack: `-k memory` runs without it.
     client = request.getfixturevalue("firestore_client")
     project = request.getfixturevalue("local_stack").config.project
-    store = FirestoreJobStore(Settings(project=project, location=LOCATION), client=client)
+    settings = Settings(project=project, location=LOCATION)
+    database = Firestore(settings, client=client)
 
     def read_rejection(rejection_id: str) -> dict[str, Any] | None:
         snap = client.collection(REJECTIONS).document(doc_id(rejection_id)).get()
@@ -128,9 +135,10 @@ def stores(backend: str, request: pytest.FixtureRequest) -> Stores:
 
     return Stores(
         backend,
-        JobRecords(store, LOCATION),
-        DeploymentRecords(FirestoreDeploymentStore(store)),
-        FirestoreRejectionLog(store),
+        # The production wiring of the job stores, on this database.
+        job_records(settings, Ports(firestore=database)),
+        DeploymentRecords(FirestoreDeploymentStore(database)),
+        FirestoreRejectionLog(database),
         read_rejection,
     )
 
@@ -148,9 +156,9 @@ def deployments(stores: Stores) -> DeploymentRecords:
 @pytest.fixture
 def delete_record(stores: Stores, request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Delete a job record behind the store's back (as an operator would)."""
-    store = stores.jobs.store
+    store = stores.jobs.job_store
     if isinstance(store, InMemoryJobStore):
-        return lambda rid: (store.jobs.pop(rid), None)[1]
+        return lambda rid: (store.database.jobs.pop(rid), None)[1]
     from shared.adapters.firestore.job_store import JOBS
 
     client = request.getfixturevalue("firestore_client")
@@ -228,13 +236,13 @@ def test_claim_creates_the_record_in_accepted_with_a_lease(jobs, unique):
     claim = jobs.claim(request, NOW, TTL)
 
     assert claim.token and claim.record is None
-    assert jobs.store.get(rid) == {
+    assert jobs.job_store.get(rid) == {
         **new_record(request, LOCATION, NOW),
         "claim": lease(claim.token),
         # Due on the tick once the claim expires: a delivery that dies leaves nothing behind.
         "nextAttemptAt": NOW + timedelta(seconds=TTL),
     }
-    assert jobs.store.get(rid)["state"] == "ACCEPTED"
+    assert jobs.job_store.get(rid)["state"] == "ACCEPTED"
     assert jobs.get_attempt(rid, 1) is None
     assert rid not in jobs.due_submissions(at(TTL - 1))
     assert rid in jobs.due_submissions(at(TTL))
@@ -243,13 +251,13 @@ def test_claim_creates_the_record_in_accepted_with_a_lease(jobs, unique):
 def test_a_second_claim_while_the_first_is_held_raises(jobs, unique):
     rid = unique("held")
     token = claimed(jobs, rid)
-    before = jobs.store.get(rid)
+    before = jobs.job_store.get(rid)
 
     with pytest.raises(SubmissionInProgress):
         jobs.claim(job_request(rid), at(TTL - 1), TTL)
 
-    assert jobs.store.get(rid) == before
-    assert jobs.store.get(rid)["claim"]["token"] == token
+    assert jobs.job_store.get(rid) == before
+    assert jobs.job_store.get(rid)["claim"]["token"] == token
 
 
 @pytest.mark.parametrize("later", [TTL, TTL + 1], ids=["at-expiry", "after-expiry"])
@@ -260,9 +268,9 @@ def test_an_expired_claim_is_taken_over(jobs, unique, later):
     claim = jobs.claim(job_request(rid), at(later), TTL)
 
     assert claim.token and claim.token != first and claim.record is None
-    assert jobs.store.get(rid)["claim"] == lease(claim.token, at(later))
-    assert jobs.store.get(rid)["state"] == "ACCEPTED"
-    assert jobs.store.get(rid)["nextAttemptAt"] == at(later) + timedelta(seconds=TTL)
+    assert jobs.job_store.get(rid)["claim"] == lease(claim.token, at(later))
+    assert jobs.job_store.get(rid)["state"] == "ACCEPTED"
+    assert jobs.job_store.get(rid)["nextAttemptAt"] == at(later) + timedelta(seconds=TTL)
 
 
 def test_a_claim_taken_over_updates_the_record_time(jobs, unique):
@@ -271,7 +279,7 @@ def test_a_claim_taken_over_updates_the_record_time(jobs, unique):
 
     jobs.claim(job_request(rid), at(TTL + 1), TTL)
 
-    assert jobs.store.get(rid)["updatedAt"] == at(TTL + 1)
+    assert jobs.job_store.get(rid)["updatedAt"] == at(TTL + 1)
 
 
 def test_a_released_claim_is_taken_over_at_once(jobs, unique):
@@ -282,7 +290,7 @@ def test_a_released_claim_is_taken_over_at_once(jobs, unique):
     claim = jobs.claim(job_request(rid), at(2), TTL)
 
     assert claim.token
-    assert jobs.store.get(rid)["claim"] == lease(claim.token, at(2))
+    assert jobs.job_store.get(rid)["claim"] == lease(claim.token, at(2))
 
 
 def test_a_settled_record_is_returned_with_no_token(jobs, unique):
@@ -292,7 +300,7 @@ def test_a_settled_record_is_returned_with_no_token(jobs, unique):
     claim = jobs.claim(job_request(rid), at(10), TTL)
 
     assert claim.token is None
-    assert claim.record == jobs.store.get(rid)
+    assert claim.record == jobs.job_store.get(rid)
     assert claim.record["state"] == "QUEUED"
 
 
@@ -303,7 +311,7 @@ def test_a_record_that_left_accepted_is_settled_without_a_job(jobs, unique):
 
     claim = jobs.claim(job_request(rid), at(1), TTL)
 
-    assert claim.token is None and claim.record == jobs.store.get(rid)
+    assert claim.token is None and claim.record == jobs.job_store.get(rid)
 
 
 # --- JobRecords.record_submission ---------------------------------------------------------
@@ -318,7 +326,7 @@ def test_record_submission_records_the_job_and_its_attempt(jobs, unique):
     recorded = jobs.record_submission(submission(rid, job, resumed_from="gs://b/c/"), at(5))
 
     assert recorded is True
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     expected = {
         **new_record(job_request(rid), LOCATION, NOW),
         "state": "QUEUED",
@@ -357,7 +365,7 @@ def test_record_submission_writes_the_extra_fields(jobs, unique):
 
     assert jobs.record_submission(sub, at(5))
 
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["state"] == "RUNNING"
     assert record["vertexCreateTime"] == at(5)  # no createTime from Vertex: the record's now
     assert record["retries"] == {"capacity": 1}
@@ -369,12 +377,12 @@ def test_record_submission_is_idempotent_for_the_same_job(jobs, unique):
     claimed(jobs, rid)
     job = vertex_job()
     assert jobs.record_submission(submission(rid, job), at(5))
-    record, attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
+    record, attempt = jobs.job_store.get(rid), jobs.get_attempt(rid, 1)
 
     assert jobs.record_submission(submission(rid, job), at(9)) is True
     assert jobs.record_submission(submission(rid, job), at(9)) is True
 
-    assert jobs.store.get(rid) == record
+    assert jobs.job_store.get(rid) == record
     assert jobs.get_attempt(rid, 1) == attempt
 
 
@@ -383,11 +391,11 @@ def test_record_submission_refuses_another_job_for_the_same_attempt(jobs, unique
     claimed(jobs, rid)
     first, second = vertex_job(), vertex_job()
     assert jobs.record_submission(submission(rid, first), at(5))
-    record, attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
+    record, attempt = jobs.job_store.get(rid), jobs.get_attempt(rid, 1)
 
     assert jobs.record_submission(submission(rid, second), at(6)) is False
 
-    assert jobs.store.get(rid) == record
+    assert jobs.job_store.get(rid) == record
     assert jobs.get_attempt(rid, 1) == attempt
 
 
@@ -395,11 +403,11 @@ def test_record_submission_refuses_an_attempt_the_request_moved_past(jobs, uniqu
     rid = unique("past")
     claimed(jobs, rid)
     put(jobs, rid, attempt=2, state="RETRYING")
-    before = jobs.store.get(rid)
+    before = jobs.job_store.get(rid)
 
     assert jobs.record_submission(submission(rid, vertex_job(), attempt=1), at(5)) is False
 
-    assert jobs.store.get(rid) == before
+    assert jobs.job_store.get(rid) == before
     assert jobs.get_attempt(rid, 1) is None
 
 
@@ -412,11 +420,11 @@ def test_record_submission_refuses_a_cancelled_or_ended_record(jobs, unique, fie
     rid = unique("over")
     claimed(jobs, rid)
     put(jobs, rid, **fields)
-    before = jobs.store.get(rid)
+    before = jobs.job_store.get(rid)
 
     assert jobs.record_submission(submission(rid, vertex_job()), at(5)) is False
 
-    assert jobs.store.get(rid) == before
+    assert jobs.job_store.get(rid) == before
     assert jobs.get_attempt(rid, 1) is None
 
 
@@ -430,7 +438,7 @@ def test_record_submission_of_the_next_attempt_keeps_every_job_id(jobs, unique):
 
     assert jobs.record_submission(submission(rid, second, attempt=2), at(61))
 
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["attempt"] == 2 and record["vertexJob"] == second.name
     assert record["vertexJobIds"] == [first.job_id, second.job_id]
     assert "claim" not in record and "nextAttemptAt" not in record
@@ -446,14 +454,14 @@ def test_release_drops_only_the_claim_it_holds(jobs, unique):
     token = claimed(jobs, rid)
 
     jobs.release(rid, "not-the-holder", at(1))
-    assert jobs.store.get(rid)["claim"] == lease(token)
+    assert jobs.job_store.get(rid)["claim"] == lease(token)
 
     # Released, it expires at once but stays, naming its attempt: a later claim of the same
     # attempt must know one was held before (and look up what it may have created).
     jobs.release(rid, token, at(2))
-    assert jobs.store.get(rid)["claim"] == {"token": token, "expiresAt": at(2), "attempt": 1}
+    assert jobs.job_store.get(rid)["claim"] == {"token": token, "expiresAt": at(2), "attempt": 1}
     jobs.release(rid, token, at(3))  # twice: already released, nothing changes
-    assert jobs.store.get(rid)["claim"] == {"token": token, "expiresAt": at(2), "attempt": 1}
+    assert jobs.job_store.get(rid)["claim"] == {"token": token, "expiresAt": at(2), "attempt": 1}
 
 
 def test_release_updates_the_record_time(jobs, unique):
@@ -462,7 +470,7 @@ def test_release_updates_the_record_time(jobs, unique):
 
     jobs.release(rid, token, at(2))
 
-    assert jobs.store.get(rid)["updatedAt"] == at(2)
+    assert jobs.job_store.get(rid)["updatedAt"] == at(2)
 
 
 def test_release_of_a_missing_record_does_nothing(jobs, unique):
@@ -470,7 +478,7 @@ def test_release_of_a_missing_record_does_nothing(jobs, unique):
 
     jobs.release(rid, "token", NOW)
 
-    assert jobs.store.get(rid) is None
+    assert jobs.job_store.get(rid) is None
 
 
 # --- JobRecords.create_tombstone ----------------------------------------------------------
@@ -481,18 +489,18 @@ def test_a_tombstone_is_created_once(jobs, unique):
     record = tombstone(rid, NOW)
 
     assert jobs.create_tombstone(rid, record) is True
-    assert jobs.store.get(rid) == record
+    assert jobs.job_store.get(rid) == record
     assert jobs.create_tombstone(rid, {**record, "reason": "another"}) is False
-    assert jobs.store.get(rid) == record
+    assert jobs.job_store.get(rid) == record
 
 
 def test_a_tombstone_is_not_created_over_a_record(jobs, unique):
     rid = unique("tomb-late")
     claimed(jobs, rid)
-    before = jobs.store.get(rid)
+    before = jobs.job_store.get(rid)
 
     assert jobs.create_tombstone(rid, tombstone(rid, NOW)) is False
-    assert jobs.store.get(rid) == before
+    assert jobs.job_store.get(rid) == before
 
 
 def test_a_request_arriving_after_its_tombstone_gets_the_record(jobs, unique):
@@ -509,7 +517,7 @@ def test_a_request_arriving_after_its_tombstone_gets_the_record(jobs, unique):
 
 def test_missing_records_and_attempts_are_none(jobs, unique):
     rid = unique("missing")
-    assert jobs.store.get(rid) is None
+    assert jobs.job_store.get(rid) is None
     assert jobs.get_attempt(rid, 1) is None
     claimed(jobs, rid)
     assert jobs.get_attempt(rid, 1) is None
@@ -554,7 +562,7 @@ def test_sequences_are_read_back_as_lists(jobs, unique):
 
     put(jobs, rid, pendingCancels=("a", "b"))
 
-    assert jobs.store.get(rid)["pendingCancels"] == ["a", "b"]
+    assert jobs.job_store.get(rid)["pendingCancels"] == ["a", "b"]
 
 
 # --- JobRecords.apply ---------------------------------------------------------------------
@@ -569,7 +577,7 @@ def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique)
         record={"state": "RUNNING", "vertexState": "JOB_STATE_RUNNING", "reason": None},
         attempt={"state": "RUNNING", "startedAt": at(20), "endedAt": None},
     )
-    before_record, before_attempt = jobs.store.get(rid), jobs.get_attempt(rid, 1)
+    before_record, before_attempt = jobs.job_store.get(rid), jobs.get_attempt(rid, 1)
 
     def decide(current: JobRecord) -> Change:
         seen.append(current)
@@ -578,7 +586,7 @@ def test_transact_writes_the_change_and_merges_the_current_attempt(jobs, unique)
     assert jobs.apply(rid, decide) == change
 
     assert seen[-1] == JobRecord.decode(before_record)  # the decision reads it decoded
-    assert jobs.store.get(rid) == {**before_record, **change.record}
+    assert jobs.job_store.get(rid) == {**before_record, **change.record}
     assert jobs.get_attempt(rid, 1) == {**before_attempt, **change.attempt}
 
 
@@ -612,7 +620,7 @@ def test_transact_replaces_a_map_field(jobs, unique):
 
     put(jobs, rid, retries={"capacity": 3})
 
-    assert jobs.store.get(rid)["retries"] == {"capacity": 3}
+    assert jobs.job_store.get(rid)["retries"] == {"capacity": 3}
 
 
 def test_transact_never_loses_a_concurrent_write(jobs, unique):
@@ -637,24 +645,24 @@ def test_transact_never_loses_a_concurrent_write(jobs, unique):
                 other_done.wait(1.0)
             return Change(JobState.ACCEPTED, {"marks": [*raw.get("marks", []), name]})
 
-        jobs.store.transact(rid, decide)
+        jobs.job_store.transact(rid, decide)
         if not interleave:
             other_done.set()
 
     append("first", interleave=True)
     writers[0].join(10)
 
-    assert sorted(jobs.store.get(rid)["marks"]) == ["first", "other"]
+    assert sorted(jobs.job_store.get(rid)["marks"]) == ["first", "other"]
 
 
 def test_transact_writes_nothing_when_decide_says_none(jobs, unique):
     rid = unique("transact-none")
     claimed(jobs, rid)
-    before = jobs.store.get(rid)
+    before = jobs.job_store.get(rid)
 
     assert jobs.apply(rid, lambda _r: None) is None
 
-    assert jobs.store.get(rid) == before
+    assert jobs.job_store.get(rid) == before
 
 
 def test_transact_on_a_missing_record_returns_none_without_deciding(jobs, unique):
@@ -667,7 +675,7 @@ def test_transact_on_a_missing_record_returns_none_without_deciding(jobs, unique
 
     assert jobs.apply(rid, decide) is None
     assert seen == []
-    assert jobs.store.get(rid) is None
+    assert jobs.job_store.get(rid) is None
 
 
 def test_transact_with_attempt_fields_only(jobs, unique):
@@ -687,7 +695,7 @@ def test_finish_through_transact_fills_the_outbox(jobs, unique):
     change = jobs.apply(rid, lambda r: finish(r, JobState.FAILED, at(30), "refused"))
 
     assert change is not None
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["state"] == "FAILED" and record["reason"] == "refused"
     assert "claim" not in record and "nextAttemptAt" not in record
     assert record["endedAt"] == at(30)
@@ -708,12 +716,12 @@ def test_published_notifications_move_to_notified_and_stay_bounded(jobs, unique)
 
     jobs.drop_from_outbox(rid, sent[:-2])  # one is still unpublished
 
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["outbox"] == [sent[-2]] and record["outboxPending"] is True
     assert record["notified"] == sent[:-2][-MAX_NOTIFIED:]
     put(jobs, rid, outbox=[sent[-1]])
     jobs.drop_from_outbox(rid, [sent[-1]])
-    assert jobs.store.get(rid)["notified"] == [*sent[-MAX_NOTIFIED - 1 : -2], sent[-1]]
+    assert jobs.job_store.get(rid)["notified"] == [*sent[-MAX_NOTIFIED - 1 : -2], sent[-1]]
 
 
 # --- JobRecords.by_job_id ------------------------------------------------------------
@@ -736,7 +744,7 @@ def test_request_ids_that_need_escaping_round_trip(jobs, unique):
     rid = unique("team/run 7%")
     job = submitted(jobs, rid)
 
-    assert jobs.store.get(rid)["requestId"] == rid
+    assert jobs.job_store.get(rid)["requestId"] == rid
     assert jobs.by_job_id(job.job_id).request_id == rid
     assert jobs.get_attempt(rid, 1)["vertexJob"] == job.name
 
@@ -755,12 +763,12 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
     put(jobs, succeeded, state="SUCCEEDED")
     jobs.create_tombstone(cancelled, tombstone(cancelled, NOW))
 
-    found = jobs.store.active()
+    found = jobs.job_store.active()
     active = {r.raw["requestId"]: r.raw for r in found}
 
     for rid in (accepted, queued, retrying):
         # Of the tick's fields only, never the request body or the notifications.
-        whole = jobs.store.get(rid)
+        whole = jobs.job_store.get(rid)
         assert active[rid] == {k: v for k, v in whole.items() if k in TICK_FIELDS}
         assert "request" in whole and "request" not in active[rid]
     assert all(r.partial for r in found)
@@ -768,26 +776,26 @@ def test_active_lists_the_records_not_yet_ended(jobs, unique):
 
 
 def test_active_reads_in_pages(jobs, unique, monkeypatch):
-    from shared.adapters.firestore import job_store as adapter
+    from shared.adapters.firestore import queries
 
-    monkeypatch.setattr(adapter, "PAGE_SIZE", 2)  # five records: three pages of the query
+    monkeypatch.setattr(queries, "PAGE_SIZE", 2)  # five records: three pages of the query
     made = [unique(f"paged-{n}") for n in range(5)]
     for rid in made:
         claimed(jobs, rid)
-    assert set(made) <= {r.raw["requestId"] for r in jobs.store.active()}
+    assert set(made) <= {r.raw["requestId"] for r in jobs.job_store.active()}
 
 
 def test_a_partial_record_is_never_decided_on(jobs, unique):
     rid = unique("partial")
     submitted(jobs, rid)
-    (partial,) = [r for r in jobs.store.active() if r.raw["requestId"] == rid]
+    (partial,) = [r for r in jobs.job_store.active() if r.raw["requestId"] == rid]
     seen: list[JobRecord] = []
 
     def decide(record: JobRecord) -> None:
         seen.append(record)
 
     jobs.write(rid, decide, partial)
-    assert seen and seen[0].request == json.loads(jobs.store.get(rid)["request"])
+    assert seen and seen[0].request == json.loads(jobs.job_store.get(rid)["request"])
 
 
 # --- JobRecords.watching, record_checkpoint (checkpoint uploads) ---------------------------
@@ -809,7 +817,7 @@ def test_watching_finds_the_active_records_of_one_prefix(jobs, unique):
     found = jobs.watching(prefix)
 
     assert [r.request_id for r in found] == [running]
-    assert jobs.store.get(running)["checkpointPrefix"] == prefix
+    assert jobs.job_store.get(running)["checkpointPrefix"] == prefix
 
 
 def test_record_checkpoint_moves_forward_only(jobs, unique):
@@ -824,7 +832,7 @@ def test_record_checkpoint_moves_forward_only(jobs, unique):
     assert not jobs.record_checkpoint(rid, older, at(91))
     assert not jobs.record_checkpoint(rid, first, at(92))  # a redelivery
 
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["latestCheckpoint"] == first.to_dict()
     assert record["progress"] == 0.5
     assert record["state"] == "ACCEPTED"
@@ -889,11 +897,11 @@ def test_record_skipped_is_created_once_with_its_notification(jobs, unique):
     assert jobs.record_skipped(second, "holder-1", NOW)
     assert not jobs.record_skipped(second, "holder-1", at(1))
 
-    record = jobs.store.get(second.request_id)
+    record = jobs.job_store.get(second.request_id)
     assert (record["state"], record["reason"], record["series"]) == ("SKIPPED", "holder-1", series)
     assert record["outbox"][0]["state"] == "SKIPPED"
-    assert second.request_id in jobs.store.with_outbox()
-    assert second.request_id not in {r.raw["requestId"] for r in jobs.store.active()}
+    assert second.request_id in jobs.job_store.with_outbox()
+    assert second.request_id not in {r.raw["requestId"] for r in jobs.job_store.active()}
 
 
 # --- JobRecords.begin_read, renew_read, release_reader ------------------------------------
@@ -906,26 +914,27 @@ def test_read_leases_coalesce_hints(jobs, unique):
 
     assert jobs.begin_read(rid, at(100), window, at(99))[:2] == (HintAction.READ, None)
     assert (
-        jobs.store.get(rid)["lastReadAt"] == at(100) and jobs.store.get(rid)["hintPending"] is False
+        jobs.job_store.get(rid)["lastReadAt"] == at(100)
+        and jobs.job_store.get(rid)["hintPending"] is False
     )
     # published well before the read began: that read saw it
     assert jobs.begin_read(rid, at(101), window, at(95))[:2] == (HintAction.COVERED, at(100))
     # inside the window: a second read begins at once (a second change soon after a read)
     assert jobs.begin_read(rid, at(101.5), window, at(101))[:2] == (HintAction.READ, at(100))
-    assert jobs.store.get(rid)["previousReadAt"] == at(100)
+    assert jobs.job_store.get(rid)["previousReadAt"] == at(100)
     # the third becomes the trailing reader, the next ones wait on it
     assert jobs.begin_read(rid, at(102), window, at(101.8))[:2] == (HintAction.TRAIL, at(101.5))
-    assert jobs.store.get(rid)["hintPending"] is True
+    assert jobs.job_store.get(rid)["hintPending"] is True
     assert jobs.begin_read(rid, at(103), window, at(102))[:2] == (HintAction.PENDING, at(101.5))
-    assert jobs.store.get(rid)["lastReadAt"] == at(101.5)
+    assert jobs.job_store.get(rid)["lastReadAt"] == at(101.5)
 
     jobs.renew_read(rid, at(110))
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["lastReadAt"] == at(110) and record["hintPending"] is False
     assert record["previousReadAt"] == at(101.5)  # the trailing read counts in its window
     # the window of the trailing read closed: the next hint reads again
     assert jobs.begin_read(rid, at(121), window, at(120))[:2] == (HintAction.READ, at(110))
-    assert jobs.store.get(rid)["lastReadAt"] == at(121)
+    assert jobs.job_store.get(rid)["lastReadAt"] == at(121)
 
 
 def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
@@ -935,7 +944,7 @@ def test_release_reader_lets_the_next_hint_read_at_once(jobs, unique):
 
     jobs.release_reader(rid)
 
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert record["lastReadAt"] is None and record["hintPending"] is False
     assert jobs.begin_read(rid, at(101), 10.0, at(100))[:2] == (HintAction.READ, None)
 
@@ -1005,7 +1014,7 @@ def test_claim_retry_follows_submission_claimable(jobs, unique, case):
     rid = unique("retry")
     submitted(jobs, rid)
     put(jobs, rid, **fields)
-    before = jobs.store.get(rid)
+    before = jobs.job_store.get(rid)
     rule = submission_claimable(JobRecord.decode(before), attempt, at(100))
     assert rule is claimable  # the rule itself
 
@@ -1014,7 +1023,7 @@ def test_claim_retry_follows_submission_claimable(jobs, unique, case):
     if claimable:
         assert taken is not None and taken.token
         assert taken.fresh  # the first claim of this attempt: its lookup may be skipped
-        assert jobs.store.get(rid) == {
+        assert jobs.job_store.get(rid) == {
             **before,
             "claim": lease(taken.token, at(100), attempt),
             "updatedAt": at(100),
@@ -1022,7 +1031,7 @@ def test_claim_retry_follows_submission_claimable(jobs, unique, case):
         assert jobs.claim_retry(rid, attempt, at(101), TTL) is None  # now held
     else:
         assert taken is None
-        assert jobs.store.get(rid) == before
+        assert jobs.job_store.get(rid) == before
 
 
 def test_a_retry_claim_after_an_earlier_claim_of_its_attempt_is_not_fresh(jobs, unique):
@@ -1057,12 +1066,16 @@ def test_outbox_lists_and_drops_what_was_published(jobs, unique):
 
     jobs.drop_from_outbox(rid, [first])
     assert (
-        jobs.store.get(rid)["outbox"] == [second] and jobs.store.get(rid)["outboxPending"] is True
+        jobs.job_store.get(rid)["outbox"] == [second]
+        and jobs.job_store.get(rid)["outboxPending"] is True
     )
     assert rid in jobs.with_outbox()
 
     jobs.drop_from_outbox(rid, [second, {"requestId": rid, "state": "never sent"}])
-    assert jobs.store.get(rid)["outbox"] == [] and jobs.store.get(rid)["outboxPending"] is False
+    assert (
+        jobs.job_store.get(rid)["outbox"] == []
+        and jobs.job_store.get(rid)["outboxPending"] is False
+    )
     assert rid not in jobs.with_outbox()
 
 
@@ -1084,8 +1097,8 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
     assert jobs.apply(rid, lambda r: cancels_pending(r, names, at(10))) is not None
 
     assert (
-        jobs.store.get(rid)["pendingCancels"] == names
-        and jobs.store.get(rid)["cancelPending"] is True
+        jobs.job_store.get(rid)["pendingCancels"] == names
+        and jobs.job_store.get(rid)["cancelPending"] is True
     )
     assert rid in jobs.with_pending_cancels() and quiet not in jobs.with_pending_cancels()
 
@@ -1093,8 +1106,8 @@ def test_pending_cancels_are_listed_until_confirmed(jobs, unique):
     assert rid in jobs.with_pending_cancels()
     jobs.apply(rid, lambda r: cancels_confirmed(r, names[1:], at(12)))
     assert (
-        jobs.store.get(rid)["pendingCancels"] == []
-        and jobs.store.get(rid)["cancelPending"] is False
+        jobs.job_store.get(rid)["pendingCancels"] == []
+        and jobs.job_store.get(rid)["cancelPending"] is False
     )
     assert rid not in jobs.with_pending_cancels()
 
@@ -1388,15 +1401,33 @@ def test_a_rejection_is_stored_as_a_copy(stores, unique):
 
 def test_create_is_a_conditional_put(jobs, unique):
     rid = unique("create")
-    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    made = jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
     assert made is not None and made.raw == {"requestId": rid, "state": "ACCEPTED"}
-    assert jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"}) is None
-    assert jobs.store.get(rid)["state"] == "ACCEPTED"
+    assert jobs.job_store.create(rid, {"requestId": rid, "state": "QUEUED"}) is None
+    assert jobs.job_store.get(rid)["state"] == "ACCEPTED"
+
+
+def test_read_gives_the_record_with_its_version(jobs, unique):
+    rid = unique("read")
+    assert jobs.job_store.read(rid) is None
+    made = jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    assert made is not None
+
+    stored = jobs.job_store.read(rid)
+
+    assert stored is not None and stored.raw == {"requestId": rid, "state": "ACCEPTED"}
+    assert stored.version == made.version and not stored.partial
+    # Its version is the one a known record's write must still find: it chains without a read.
+    bump = Change(JobState.ACCEPTED, {"n": 1})
+    done = jobs.job_store.transact(rid, lambda _raw: bump, stored)
+    assert done is not None and done.change == bump and jobs.job_store.get(rid)["n"] == 1
 
 
 def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
     rid = unique("primitives")
-    jobs.store.create(rid, {"requestId": rid, "state": "QUEUED", "attempt": 2, "claim": {"t": 1}})
+    jobs.job_store.create(
+        rid, {"requestId": rid, "state": "QUEUED", "attempt": 2, "claim": {"t": 1}}
+    )
     change = Change(
         JobState.QUEUED,
         {"updatedAt": at(1)},
@@ -1405,9 +1436,9 @@ def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
         attempt_no=1,
     )
 
-    assert jobs.store.transact(rid, lambda current: change).change == change
+    assert jobs.job_store.transact(rid, lambda current: change).change == change
 
-    record = jobs.store.get(rid)
+    record = jobs.job_store.get(rid)
     assert "claim" not in record and record["updatedAt"] == at(1)
     assert jobs.get_attempt(rid, 1) == {"workLostSeconds": 5.0}
     assert jobs.get_attempt(rid, 2) is None
@@ -1415,20 +1446,20 @@ def test_transact_sets_deletes_and_merges_into_the_named_attempt(jobs, unique):
 
 def test_transact_never_decides_on_a_missing_record(jobs, unique):
     seen = []
-    assert jobs.store.transact(unique("missing"), seen.append) is None
+    assert jobs.job_store.transact(unique("missing"), seen.append) is None
     assert seen == []
 
 
 def test_a_decision_that_raises_writes_nothing(jobs, unique):
     rid = unique("raises")
-    jobs.store.create(rid, {"requestId": rid, "state": "QUEUED"})
+    jobs.job_store.create(rid, {"requestId": rid, "state": "QUEUED"})
 
     def refuse(current):
         raise SubmissionInProgress("held")
 
     with pytest.raises(SubmissionInProgress):
-        jobs.store.transact(rid, refuse)
-    assert jobs.store.get(rid) == {"requestId": rid, "state": "QUEUED"}
+        jobs.job_store.transact(rid, refuse)
+    assert jobs.job_store.get(rid) == {"requestId": rid, "state": "QUEUED"}
 
 
 # --- known versions: a write decided on the record as last read or written -----------------
@@ -1436,7 +1467,7 @@ def test_a_decision_that_raises_writes_nothing(jobs, unique):
 
 def test_a_write_on_a_known_version_chains_without_reads(jobs, unique):
     rid = unique("known")
-    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED", "n": 0})
+    made = jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED", "n": 0})
     assert made is not None
     seen: list[dict[str, Any]] = []
 
@@ -1444,100 +1475,50 @@ def test_a_write_on_a_known_version_chains_without_reads(jobs, unique):
         seen.append(raw)
         return Change(JobState.ACCEPTED, {"n": raw["n"] + 1})
 
-    first = jobs.store.transact(rid, bump, made)
-    second = jobs.store.transact(rid, bump, first.record)
+    first = jobs.job_store.transact(rid, bump, made)
+    second = jobs.job_store.transact(rid, bump, first.record)
 
     assert [raw["n"] for raw in seen] == [0, 1]  # each decided once, on the known record
-    assert second.record.raw["n"] == 2 and jobs.store.get(rid)["n"] == 2
+    assert second.record.raw["n"] == 2 and jobs.job_store.get(rid)["n"] == 2
 
 
 def test_a_write_on_a_stale_version_is_decided_again_on_the_record(jobs, unique):
     rid = unique("stale")
-    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED", "marks": []})
+    made = jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED", "marks": []})
     # Another writer lands after this caller's version was taken.
-    jobs.store.transact(rid, lambda raw: Change(JobState.ACCEPTED, {"marks": ["other"]}))
+    jobs.job_store.transact(rid, lambda raw: Change(JobState.ACCEPTED, {"marks": ["other"]}))
 
     def mark(raw: dict[str, Any]) -> Change:
         return Change(JobState.ACCEPTED, {"marks": [*raw["marks"], "mine"]})
 
-    done = jobs.store.transact(rid, mark, made)
+    done = jobs.job_store.transact(rid, mark, made)
 
-    assert jobs.store.get(rid)["marks"] == ["other", "mine"]  # no update lost
+    assert jobs.job_store.get(rid)["marks"] == ["other", "mine"]  # no update lost
     assert done.record.raw["marks"] == ["other", "mine"]
 
 
 def test_a_no_write_decision_on_a_known_version_stands(jobs, unique):
     rid = unique("noop")
-    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
-    done = jobs.store.transact(rid, lambda raw: None, made)
+    made = jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    done = jobs.job_store.transact(rid, lambda raw: None, made)
     assert done.change is None and done.record.raw["requestId"] == rid
 
 
 def test_a_known_version_of_a_deleted_record_is_never_written(jobs, unique, delete_record):
     rid = unique("deleted")
-    made = jobs.store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
+    made = jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED"})
     delete_record(rid)
-    assert jobs.store.transact(rid, lambda raw: Change(JobState.QUEUED, {"x": 1}), made) is None
-    assert jobs.store.get(rid) is None
+    assert jobs.job_store.transact(rid, lambda raw: Change(JobState.QUEUED, {"x": 1}), made) is None
+    assert jobs.job_store.get(rid) is None
 
 
 def test_update_attempt_merges_one_attempt_document(jobs, unique):
     rid = unique("attempt")
-    jobs.store.create(rid, {"requestId": rid, "state": "RETRYING", "attempt": 2})
-    jobs.store.update_attempt(rid, 1, {"state": "FAILED", "times": {"a": 1}})
-    jobs.store.update_attempt(rid, 1, {"workLostSeconds": 5.0, "times": {"b": 2}})
+    jobs.job_store.create(rid, {"requestId": rid, "state": "RETRYING", "attempt": 2})
+    jobs.attempt_store.update_attempt(rid, 1, {"state": "FAILED", "times": {"a": 1}})
+    jobs.attempt_store.update_attempt(rid, 1, {"workLostSeconds": 5.0, "times": {"b": 2}})
     assert jobs.get_attempt(rid, 1) == {
         "state": "FAILED",
         "workLostSeconds": 5.0,
         "times": {"a": 1, "b": 2},
     }
-
-
-def test_two_ledger_writes_on_one_read_never_both_land(stores: Stores) -> None:
-    """The guard against admitting past a quota is the ledger write's precondition: two
-    admissions that read the same ledger (held at a barrier until both have read) each try
-    to take the last slot; exactly one write lands, and the other decides again on a fresh
-    read and takes nothing. The fake serialises under a lock, so this is Firestore's own."""
-    import threading
-
-    if stores.backend == "memory":
-        pytest.skip("the in-memory store decides under one lock: no two reads interleave")
-    store = stores.jobs.store
-    run = uuid.uuid4().hex[:8]
-    both_read = threading.Barrier(2, timeout=20)
-    calls: dict[str, int] = {}
-
-    def take(slot: str) -> bool:
-        def decide(raw: dict[str, Any] | None, _record: dict[str, Any] | None) -> Any:
-            calls[slot] = calls.get(slot, 0) + 1
-            if calls[slot] == 1:
-                both_read.wait()  # both have read the ledger before either writes
-            held = list((raw or {}).get("held") or [])
-            if any(str(e.get("requestId", "")).startswith(run) for e in held):
-                return None  # the last slot is taken
-            at = datetime.now(UTC)
-            entry = {"requestId": f"{run}-{slot}", "queue": "q", "demand": [], "at": at}
-            return {**(raw or {}), "held": [*held, entry]}, None
-
-        return store.transact_ledger(None, decide)
-
-    results: dict[str, bool] = {}
-    threads = [
-        threading.Thread(target=lambda s=s: results.__setitem__(s, take(s))) for s in ("x", "y")
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert sorted(results.values()) == [False, True]  # one landed, one took nothing
-    assert sorted(calls.values()) == [1, 2]  # the loser decided again, on a fresh read
-    stored = store.read_ledger()
-    assert stored is not None
-    ours = [e for e in stored.raw["held"] if str(e["requestId"]).startswith(run)]
-    assert len(ours) == 1
-
-    def clean(raw: dict[str, Any] | None, _record: dict[str, Any] | None) -> Any:
-        held = [e for e in (raw or {}).get("held", []) if not e["requestId"].startswith(run)]
-        return {**(raw or {}), "held": held}, None
-
-    assert store.transact_ledger(None, clean)

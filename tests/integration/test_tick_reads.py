@@ -15,8 +15,7 @@ import pytest
 from benchmarks.counting import DocumentCounter, counted_firestore
 from benchmarks.scale import seed_tick
 from flexjobs_local.stack import LocalStack
-from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-from shared.adapters.firestore.job_store import FirestoreJobStore, FirestoreRejectionLog
+from shared.adapters.firestore.database import Firestore
 from shared.app import handlers
 from shared.app.commands import Reconcile
 from shared.bootstrap import Ports, build_tracker
@@ -30,13 +29,9 @@ ACTIVE = 12
 
 def tracker_counted(counter: DocumentCounter) -> Any:
     settings = Settings.from_env()
-    store = FirestoreJobStore(settings, client=counted_firestore(settings.project, counter))
-    ports = Ports(
-        job_store=store,
-        deployment_store=FirestoreDeploymentStore(store),
-        rejections=FirestoreRejectionLog(store),
-    )
-    return build_tracker(settings, ports=ports)
+    # Every Firestore adapter of the tracker on the one counted client.
+    database = Firestore(settings, client=counted_firestore(settings.project, counter))
+    return build_tracker(settings, ports=Ports(firestore=database))
 
 
 def test_a_steady_tick_reads_no_record_and_a_changed_job_only_its_own(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from shared.app.ports import DeploymentStore, JobStore
+from shared.app.ports import DeploymentStore
 from shared.app.repository.jobs import JobRecords
 from shared.status.listing import (
     ATTEMPT_FIELDS,
@@ -33,7 +33,12 @@ from shared.status.listing import (
     Listing,
 )
 from shared.status.ports import JobViews
-from tests.fakes import InMemoryDeploymentStore, InMemoryJobStore, InMemoryJobViews
+from tests.fakes import (
+    InMemoryDeploymentStore,
+    InMemoryJobDatabase,
+    InMemoryJobViews,
+    in_memory_records,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +49,8 @@ _epochs = itertools.count(1)
 @dataclass
 class Views:
     backend: str
-    jobs: JobStore
+    # What writes the records the views read: its job stores, and the summary's.
+    records: JobRecords
     deployments: DeploymentStore
     views: JobViews
 
@@ -52,19 +58,25 @@ class Views:
 @pytest.fixture(params=["memory", "firestore"])
 def views(request: pytest.FixtureRequest) -> Views:
     if request.param == "memory":
-        jobs, deployments = InMemoryJobStore(), InMemoryDeploymentStore()
-        return Views("memory", jobs, deployments, InMemoryJobViews(jobs, deployments))
+        database, deployments = InMemoryJobDatabase(), InMemoryDeploymentStore()
+        records = in_memory_records(LOCATION, database)
+        return Views("memory", records, deployments, InMemoryJobViews(database, deployments))
+    from shared.adapters.firestore.database import Firestore
     from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
-    from shared.adapters.firestore.job_store import FirestoreJobStore
     from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.bootstrap import Ports, job_records
     from shared.kernel.config import Settings
 
     # Only the Firestore side needs the emulator stack: `-k memory` runs without it.
     client = request.getfixturevalue("firestore_client")
     project = request.getfixturevalue("local_stack").config.project
-    store = FirestoreJobStore(Settings(project=project, location=LOCATION), client=client)
+    settings = Settings(project=project, location=LOCATION)
+    database = Firestore(settings, client=client)
     return Views(
-        "firestore", store, FirestoreDeploymentStore(store), FirestoreJobViews(store, timeout=30)
+        "firestore",
+        job_records(settings, Ports(firestore=database)),
+        FirestoreDeploymentStore(database),
+        FirestoreJobViews(database, timeout=30),
     )
 
 
@@ -104,7 +116,7 @@ def job(request_id: str, created: datetime, state: str = "QUEUED", **fields: Any
 
 def put(views: Views, *records: dict) -> None:
     for record in records:
-        assert views.jobs.create(record["requestId"], record)
+        assert views.records.job_store.create(record["requestId"], record)
 
 
 def ids(rows: list[dict]) -> list[str]:
@@ -175,9 +187,8 @@ def test_states_and_age_filter_the_page(views, epoch, rid):
 def test_one_job_with_its_fields_and_attempts(views, epoch, rid):
     request_id = rid("team/run 1%")  # a requestId that needs escaping as a document id
     put(views, job(request_id, epoch, "RETRYING", notified=[{"state": "RETRYING"}]))
-    records = JobRecords(views.jobs, LOCATION)
     for n in (1, 2, 10):
-        records.update_attempt(request_id, n, {"attempt": n, "state": "FAILED", "note": "x"})
+        views.records.update_attempt(request_id, n, {"attempt": n, "state": "FAILED", "note": "x"})
 
     found = views.views.job(request_id)
     assert found is not None and set(found) <= set(JOB_FIELDS)
@@ -250,8 +261,8 @@ def test_the_admission_summary_is_read_as_the_tick_wrote_it(views, epoch, rid):
         "projectQuota": [],
         "quotaUnreadable": None,
     }
-    views.jobs.write_admission_summary(summary)
+    views.records.admissions.write_summary(summary)
     assert views.views.admission_summary() == summary
     later = {**summary, "at": epoch + timedelta(minutes=1), "queues": []}
-    views.jobs.write_admission_summary(later)  # whole: what the last tick wrote, nothing older
+    views.records.admissions.write_summary(later)  # whole: what the last tick wrote, nothing older
     assert views.views.admission_summary() == later

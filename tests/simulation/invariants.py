@@ -83,7 +83,7 @@ def _live(world: World) -> list[Any]:
 
 
 def _records(world: World) -> dict[str, dict[str, Any]]:
-    return world.store.jobs
+    return world.database.jobs
 
 
 def _label_of(request_id: str) -> str:
@@ -362,7 +362,7 @@ def notice_happened(world: World) -> Iterator[str]:
 
 
 def _ledger(world: World) -> Ledger:
-    return Ledger.decode(world.store.ledger)
+    return Ledger.decode(world.database.ledger)
 
 
 @invariant("within-quota", "always")

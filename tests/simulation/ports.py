@@ -220,11 +220,13 @@ class Port:
         if outcome == TIMEOUT:
             raise OutcomeUnknown(f"simulated: {what} timed out before Vertex received it")
         if outcome == OLD_REVISION:
-            self._target.stamping = False
+            # The job stores' fakes stamp on the database they share.
+            database = self._target.database
+            database.stamping = False
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._target.stamping = True
+                database.stamping = True
         result = fn(*args, **kwargs)
         if self._observe is not None:
             self._observe(self._name, method, args, kwargs, result)

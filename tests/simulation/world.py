@@ -43,11 +43,12 @@ from shared.kernel.config import Settings
 from tests.fakes import (
     InMemoryCheckpointStore,
     InMemoryDeploymentStore,
-    InMemoryJobStore,
+    InMemoryJobDatabase,
     InMemoryNotifier,
     InMemoryQuotaLimits,
     InMemoryRejectionLog,
     InMemoryStoredObjects,
+    in_memory_job_stores,
 )
 from tests.simulation.ports import Clock, Port, Sleep
 from tests.simulation.scheduler import CRASH_LOST, CRASHES, OK, Crash, Delivery, Scheduler
@@ -178,7 +179,10 @@ class World:
         self.crashes = True
         self.checkpoints = InMemoryCheckpointStore()
         self.vertex = Vertex(self.now, self.checkpoints)
-        self.store = InMemoryJobStore()
+        # The job stores' documents (jobs, attempts, admission, watch, series), shared by
+        # their five fakes as the adapters share Firestore.
+        self.database = InMemoryJobDatabase()
+        self.job_stores = in_memory_job_stores(self.database)
         self.deployment_store = InMemoryDeploymentStore()
         self.notifier = InMemoryNotifier()
         self.rejections = InMemoryRejectionLog()
@@ -259,7 +263,10 @@ class World:
     def _wire(self) -> None:
         clock = Clock(self.scheduler, self.now)
         ports = Ports(
-            job_store=self._port("store", self.store),
+            # Every job store behind a port named "store": their method names are distinct,
+            # so a call's label (store.transact, store.read_watch...) is the one the traces
+            # and the faults (tests/simulation/ports.py) name it by.
+            **{name: self._port("store", fake) for name, fake in self.job_stores.items()},
             job_backend=self._port("vertex", self.vertex.jobs),
             rejections=self._port("rejections", self.rejections),
             notifier=self._port("pubsub", self.notifier),
@@ -635,7 +642,7 @@ class World:
     def _note_followed(self) -> None:
         """When each record first named each job (``followed``): what flexjobs knew, and
         since when, for the checks that judge what it did with it."""
-        for request_id, record in self.store.jobs.items():
+        for request_id, record in self.database.jobs.items():
             job = record.get("vertexJob")
             if isinstance(job, str) and (request_id, job) not in self.followed:
                 self.followed[(request_id, job)] = self.at
@@ -654,7 +661,7 @@ class World:
             and all(m.acked or m.dead for m in self.messages)
             and all(
                 r.get("state") in JobState.__members__ and JobState(r["state"]).terminal
-                for r in self.store.jobs.values()
+                for r in self.database.jobs.values()
             )
             and all(r.get("state") in ended for r in self.deployment_store.records.values())
             and all(self.vertex._ended(name) for name in self.vertex.runs)
@@ -665,10 +672,10 @@ class World:
         stores, Vertex, the messages waiting, the clock, and ``extra`` (what is left to do)."""
         state = {
             "at": self.at.isoformat(),
-            "jobs": self.store.jobs,
-            "attempts": {f"{k[0]}/{k[1]}": v for k, v in self.store.attempts.items()},
-            "ledger": self.store.ledger,
-            "series": self.store.series,
+            "jobs": self.database.jobs,
+            "attempts": {f"{k[0]}/{k[1]}": v for k, v in self.database.attempts.items()},
+            "ledger": self.database.ledger,
+            "series": self.database.series,
             "deployments": self.deployment_store.records,
             "vertex": {n: (j.state, j.labels) for n, j in self.vertex.jobs.jobs.items()},
             "endpoints": self.vertex.endpoints.endpoints,

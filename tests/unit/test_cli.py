@@ -354,6 +354,7 @@ def test_a_cancel_of_a_request_id_over_its_byte_bound_is_refused_as_intake_refus
 class _Stores:
     def __init__(self) -> None:
         from tests.fakes import (
+            InMemoryAttemptStore,
             InMemoryDeploymentStore,
             InMemoryJobStore,
             InMemoryJobViews,
@@ -362,8 +363,9 @@ class _Stores:
         )
 
         self.jobs = InMemoryJobStore()
+        self.attempts = InMemoryAttemptStore(self.jobs.database)
         self.deployments = InMemoryDeploymentStore()
-        self.views = InMemoryJobViews(self.jobs, self.deployments)
+        self.views = InMemoryJobViews(self.jobs.database, self.deployments)
         self.rejections = InMemoryRejectionLog()
         self.publisher = InMemoryPublisher()
 
@@ -419,7 +421,7 @@ def test_status_prints_a_table_json_or_yaml(
     created = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
     record = {"requestId": "r1", "state": "RUNNING", "attempt": 1, "createdAt": created}
     stores.jobs.create("r1", record)
-    stores.jobs.update_attempt("r1", 1, {"attempt": 1, "state": "RUNNING"})
+    stores.attempts.update_attempt("r1", 1, {"attempt": 1, "state": "RUNNING"})
     assert main(["--project", "p", "status", "r1", "--format", "json"]) == 0
     as_json = json.loads(capsys.readouterr().out)
     assert as_json["createdAt"] == "2026-12-02T09:00:00Z"

@@ -15,7 +15,12 @@ from flexjobs_local.simulator.common import StateChanged
 from flexjobs_local.simulator.engine import Engine
 from flexjobs_local.simulator.logs import JobLogs
 from shared.kernel.config import Settings
-from tests.fakes import InMemoryJobStore, InMemoryJobViews, InMemoryRejectionLog
+from tests.fakes import (
+    InMemoryAttemptStore,
+    InMemoryJobStore,
+    InMemoryJobViews,
+    InMemoryRejectionLog,
+)
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC).timestamp()
 
@@ -114,11 +119,11 @@ def client_with(record: dict[str, Any], attempts: list[dict[str, Any]]) -> Clien
     jobs = InMemoryJobStore()
     jobs.create(record["requestId"], record)
     for a in attempts:
-        jobs.update_attempt(record["requestId"], a["attempt"], a)
+        InMemoryAttemptStore(jobs.database).update_attempt(record["requestId"], a["attempt"], a)
     return Client(
         "p",
         settings=Settings(project=""),
-        views=InMemoryJobViews(jobs),
+        views=InMemoryJobViews(jobs.database),
         rejections=InMemoryRejectionLog(),
     )
 
@@ -158,7 +163,7 @@ def test_following_a_request_not_recorded_yet_waits_for_its_record(logs: JobLogs
     def record_appears(seconds: float) -> None:
         # The record is written while the command waits, as intake writes it after a publish.
         waits.append(seconds)
-        views.store.create(  # type: ignore[attr-defined]
+        InMemoryJobStore(views.database).create(  # type: ignore[attr-defined]
             "r1", {"requestId": "r1", "kind": "customJob", "state": "SUCCEEDED"}
         )
 

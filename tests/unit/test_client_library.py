@@ -14,6 +14,7 @@ import flexjobs
 from flexjobs.connection import resolve_project
 from shared.kernel.config import Settings
 from tests.fakes import (
+    InMemoryAttemptStore,
     InMemoryDeploymentStore,
     InMemoryJobStore,
     InMemoryJobViews,
@@ -45,8 +46,9 @@ class Fakes:
     def __init__(self) -> None:
         self.publisher = InMemoryPublisher()
         self.jobs = InMemoryJobStore()
+        self.attempts = InMemoryAttemptStore(self.jobs.database)
         self.deployments = InMemoryDeploymentStore()
-        self.views = InMemoryJobViews(self.jobs, self.deployments)
+        self.views = InMemoryJobViews(self.jobs.database, self.deployments)
         self.rejections = InMemoryRejectionLog()
         self.client = flexjobs.Client(
             "p",
@@ -227,8 +229,10 @@ def test_status_of_a_job_with_its_attempts(fakes: Fakes) -> None:
             "request": {"customJob": {}},
         },
     )
-    fakes.jobs.update_attempt("r1", 2, {"attempt": 2, "state": "RUNNING"})
-    fakes.jobs.update_attempt("r1", 1, {"attempt": 1, "state": "FAILED", "errorClass": "STOCKOUT"})
+    fakes.attempts.update_attempt("r1", 2, {"attempt": 2, "state": "RUNNING"})
+    fakes.attempts.update_attempt(
+        "r1", 1, {"attempt": 1, "state": "FAILED", "errorClass": "STOCKOUT"}
+    )
     found = flexjobs_status(fakes, "r1")
     assert isinstance(found, flexjobs.Status)
     assert (found.state, found.attempt, found.strategy, found.created_at) == (

@@ -38,10 +38,12 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-# Imported for what they declare: their queries (DECLARED).
+# Imported for what they declare: their queries (DECLARED; the job store's come first, as the
+# admission store imports it).
+import shared.adapters.firestore.admission_store
 import shared.adapters.firestore.deployment_store
 import shared.adapters.firestore.views  # noqa: F401
-from shared.adapters.firestore.job_store import DECLARED, Query
+from shared.adapters.firestore.queries import DECLARED, Query
 from shared.domain.model.states import JobState
 from shared.kernel.config import ENV_VARS, Settings
 from shared.kernel.logs import BUILD_ENV

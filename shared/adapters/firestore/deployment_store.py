@@ -6,21 +6,19 @@ mean lives in :class:`shared.app.repository.deployments.DeploymentRecords`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from shared.adapters.firestore.job_store import (
-    Query,
+from shared.adapters.firestore.database import (
+    Firestore,
     call_firestore,
     create_document,
     transact_document,
 )
+from shared.adapters.firestore.queries import Query
 from shared.app.ports import ON_ENDPOINT_LIMIT
 from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.ids import doc_id
 from shared.domain.model.states import DeploymentState
-
-if TYPE_CHECKING:
-    from shared.adapters.firestore.job_store import FirestoreJobStore
 
 DEPLOYMENTS = "deployments"
 #: The records the tick follows: in a state not ended (a single-field ``in``).
@@ -35,13 +33,13 @@ ALIVE_STATES = [
 
 
 class FirestoreDeploymentStore:
-    """Deployment records in Firestore, on the job store's (lazily built) client."""
+    """Deployment records in Firestore, on a shared :class:`Firestore`."""
 
-    def __init__(self, jobs: FirestoreJobStore) -> None:
-        self._jobs = jobs
+    def __init__(self, firestore: Firestore) -> None:
+        self._firestore = firestore
 
     def _ref(self, request_id: str) -> Any:
-        return self._jobs.db.collection(DEPLOYMENTS).document(doc_id(request_id))
+        return self._firestore.db.collection(DEPLOYMENTS).document(doc_id(request_id))
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         snap = call_firestore("get", lambda: self._ref(request_id).get())
@@ -65,20 +63,20 @@ class FirestoreDeploymentStore:
                 batch.update(ref, {**change.fields, **deletes}, option=unchanged)
             return bool(change.fields or deletes)
 
-        done = transact_document(self._jobs.db, ref, decide, write)
+        done = transact_document(self._firestore.db, ref, decide, write)
         return None if done is None else done.change
 
     def alive(self) -> list[dict[str, Any]]:
         """Every record not UNDEPLOYED nor FAILED (one single-field ``in`` query)."""
-        query = ALIVE.on(self._jobs.db, ALIVE_STATES)
+        query = ALIVE.on(self._firestore.db, ALIVE_STATES)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
         """The alive records of the deployments on ``endpoint``, bounded (see the port)."""
-        query = ON_ENDPOINT.on(self._jobs.db, endpoint, ALIVE_STATES).limit(ON_ENDPOINT_LIMIT)
+        query = ON_ENDPOINT.on(self._firestore.db, endpoint, ALIVE_STATES).limit(ON_ENDPOINT_LIMIT)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])
 
     def with_outbox(self) -> list[dict[str, Any]]:
         """Every record with notifications not yet published (a single-field equality)."""
-        query = WITH_OUTBOX.on(self._jobs.db, True)
+        query = WITH_OUTBOX.on(self._firestore.db, True)
         return call_firestore("query", lambda: [d.to_dict() for d in query.stream()])

@@ -21,18 +21,12 @@ from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 
+from shared.adapters.firestore.admission_store import ADMISSION, SUMMARY
+from shared.adapters.firestore.database import Firestore
 from shared.adapters.firestore.deployment_store import DEPLOYMENTS
-from shared.adapters.firestore.job_store import (
-    ADMISSION,
-    ATTEMPTS,
-    JOBS,
-    JOBS_NEWEST,
-    SUMMARY,
-    TALLY,
-    WATCH,
-    FirestoreJobStore,
-    Query,
-)
+from shared.adapters.firestore.job_store import ATTEMPTS, JOBS, JOBS_NEWEST
+from shared.adapters.firestore.queries import Query
+from shared.adapters.firestore.watch_store import TALLY, WATCH
 from shared.domain.model import tally as tallies
 from shared.domain.model.ids import doc_id
 from shared.domain.model.tally import Tally
@@ -71,10 +65,10 @@ def read_firestore(what: str, fn: Callable[[], T]) -> T:
 
 
 class FirestoreJobViews:
-    """The status page's reads, on the job store's (lazily built) client."""
+    """The status page's reads, on a shared :class:`Firestore`."""
 
-    def __init__(self, store: FirestoreJobStore, timeout: float = 30.0) -> None:
-        self._store = store
+    def __init__(self, firestore: Firestore, timeout: float = 30.0) -> None:
+        self._firestore = firestore
         self._timeout = timeout
 
     def _page(self, query: Any, listing: Listing, fields: tuple[str, ...]) -> Page:
@@ -94,7 +88,7 @@ class FirestoreJobViews:
         return Page(rows[: listing.size], next_cursor(rows, listing.size))
 
     def jobs(self, listing: Listing) -> Page:
-        db = self._store.db
+        db = self._firestore.db
         states, since = list(listing.states), listing.since
         if states and since is not None:
             query = JOBS_IN_STATES_SINCE.on(db, states, since)
@@ -107,7 +101,7 @@ class FirestoreJobViews:
         return self._page(query, listing, LIST_FIELDS)
 
     def _one(self, collection: str, request_id: str, fields: tuple[str, ...]) -> Any:
-        ref = self._store.db.collection(collection).document(doc_id(request_id))
+        ref = self._firestore.db.collection(collection).document(doc_id(request_id))
         snap = read_firestore(
             "get", lambda: ref.get(field_paths=list(fields), timeout=self._timeout)
         )
@@ -120,25 +114,25 @@ class FirestoreJobViews:
     def attempts(self, request_id: str, numbers: Sequence[int]) -> list[dict[str, Any]]:
         if not numbers:
             return []
-        ref = self._store.db.collection(JOBS).document(doc_id(request_id))
+        ref = self._firestore.db.collection(JOBS).document(doc_id(request_id))
         refs = [ref.collection(ATTEMPTS).document(str(n)) for n in numbers[:MAX_ATTEMPTS]]
         fields = list(ATTEMPT_FIELDS)
 
         def read() -> dict[str, dict[str, Any]]:
             # One batch get by key; its answers come in any order.
-            found = self._store.db.get_all(refs, field_paths=fields, timeout=self._timeout)
+            found = self._firestore.db.get_all(refs, field_paths=fields, timeout=self._timeout)
             return {s.id: s.to_dict() or {} for s in found if s.exists}
 
         by_id = read_firestore("attempts", read)
         return [by_id[str(n)] for n in numbers[:MAX_ATTEMPTS] if str(n) in by_id]
 
     def count(self, state: str) -> int:
-        query = IN_STATE.on(self._store.db, state).count(alias="n")
+        query = IN_STATE.on(self._firestore.db, state).count(alias="n")
         result = read_firestore("count", lambda: query.get(timeout=self._timeout))
         return int(result[0][0].value)
 
     def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
-        query = ENDED_NEWEST.on(self._store.db, since).select(list(TOTAL_FIELDS)).limit(limit)
+        query = ENDED_NEWEST.on(self._firestore.db, since).select(list(TOTAL_FIELDS)).limit(limit)
         return read_firestore(
             "totals", lambda: [d.to_dict() or {} for d in query.stream(timeout=self._timeout)]
         )
@@ -146,12 +140,12 @@ class FirestoreJobViews:
     def rows(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
         if not request_ids:
             return []
-        jobs = self._store.db.collection(JOBS)
+        jobs = self._firestore.db.collection(JOBS)
         refs = [jobs.document(doc_id(rid)) for rid in request_ids]
 
         def read() -> dict[str, dict[str, Any]]:
             # One batch get by key; its answers come in any order.
-            found = self._store.db.get_all(
+            found = self._firestore.db.get_all(
                 refs, field_paths=list(LIST_FIELDS), timeout=self._timeout
             )
             return {s.id: s.to_dict() or {} for s in found if s.exists}
@@ -160,18 +154,20 @@ class FirestoreJobViews:
         return [by_id[doc_id(rid)] for rid in request_ids if doc_id(rid) in by_id]
 
     def tally(self) -> Tally | None:
-        ref = self._store.db.collection(WATCH).document(TALLY)
+        ref = self._firestore.db.collection(WATCH).document(TALLY)
         snap = read_firestore("tally", lambda: ref.get(timeout=self._timeout))
         return tallies.decode(snap.to_dict() if snap.exists else None)
 
     def deployments(self, listing: Listing) -> Page:
-        return self._page(DEPLOYMENTS_NEWEST.on(self._store.db), listing, DEPLOYMENT_LIST_FIELDS)
+        return self._page(
+            DEPLOYMENTS_NEWEST.on(self._firestore.db), listing, DEPLOYMENT_LIST_FIELDS
+        )
 
     def deployment(self, request_id: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = self._one(DEPLOYMENTS, request_id, DEPLOYMENT_FIELDS)
         return found
 
     def admission_summary(self) -> dict[str, Any] | None:
-        ref = self._store.db.collection(ADMISSION).document(SUMMARY)
+        ref = self._firestore.db.collection(ADMISSION).document(SUMMARY)
         snap = read_firestore("admission summary", lambda: ref.get(timeout=self._timeout))
         return (snap.to_dict() or {}) if snap.exists else None

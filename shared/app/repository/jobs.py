@@ -1,10 +1,12 @@
 """The job repository: every write the services make to a job record, as a pure decision
 applied in one transaction of a small store.
 
-The stores (:class:`~shared.app.ports.JobStore`, :class:`~shared.app.ports.DeploymentStore`) know
-storage only: get, a conditional create, a transaction that applies one decision, and a few
-queries. What each write means (a claim seen, a submission recorded, a read lease taken) is
-decided here by the domain's pure functions, once for Firestore and the in-memory fake alike.
+The stores (:class:`~shared.app.ports.JobStore`, :class:`~shared.app.ports.AttemptStore`,
+:class:`~shared.app.ports.AdmissionStore`, :class:`~shared.app.ports.SeriesStore`,
+:class:`~shared.app.ports.DeploymentStore`...) know storage only: get, a conditional create, a
+transaction that applies one decision, and a few queries. What each write means (a claim
+seen, a submission recorded, a read lease taken) is decided here by the domain's pure
+functions, once for Firestore and the in-memory fakes alike.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared.app.ports import JobStore
+from shared.app.ports import AdmissionStore, AttemptStore, JobStore, SeriesStore, WatchStore
 from shared.app.repository.claims import claim_record, new_claim
 from shared.domain.admission.config import Queues, Resource
 from shared.domain.admission.ledger import (
@@ -62,37 +64,59 @@ def _same(current: JobRecord, fields: dict[str, Any], deletes: tuple[str, ...] =
 
 
 class JobRecords:
-    """The job records: every write the services make, over a
-    :class:`~shared.app.ports.JobStore`."""
+    """The job records: every write the services make, over the stores of the records
+    (:class:`~shared.app.ports.JobStore`), their attempts, the series they run in, and the
+    admissions (:attr:`admissions`, over the ledger's store).
 
-    def __init__(self, store: JobStore, default_location: str) -> None:
-        self.store = store
+    ``watch_store`` is held for the tick's watch step (:mod:`shared.app.steps.watch`), which
+    reads it with ``job_store``: the watch list decides no write of a record, so nothing here
+    wraps it.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_store: JobStore,
+        attempt_store: AttemptStore,
+        admission_store: AdmissionStore,
+        watch_store: WatchStore,
+        series_store: SeriesStore,
+        default_location: str,
+    ) -> None:
+        self.job_store = job_store
+        self.attempt_store = attempt_store
+        self.watch_store = watch_store
+        self.series_store = series_store
         self._default_location = default_location
-        self.admissions = AdmissionRecords(store, default_location)
+        self.admissions = AdmissionRecords(job_store, admission_store, default_location)
 
-    # -- reads and queries: the store's own ---------------------------------------------------
+    # -- reads and queries: the stores' own ---------------------------------------------------
 
     def get(self, request_id: str) -> JobRecord | None:
         """The record, with its version (so that the next write may skip its read)."""
-        stored = self.store.read(request_id)
+        stored = self.job_store.read(request_id)
         return None if stored is None else _decoded(stored)
 
+    def read(self, request_id: str) -> Stored | None:
+        """The record as stored, with its version, undecoded; None when there is none."""
+        return self.job_store.read(request_id)
+
     def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
-        return self.store.get_attempt(request_id, attempt)
+        return self.attempt_store.get_attempt(request_id, attempt)
 
     def by_job_id(self, job_id: str) -> JobRecord | None:
         """The record one of whose attempts is Vertex job ``job_id`` (one query)."""
-        stored = self.store.find_by_job_id(job_id)
+        stored = self.job_store.find_by_job_id(job_id)
         return None if stored is None else _decoded(stored)
 
     def due_submissions(self, now: datetime) -> list[str]:
-        return self.store.due_submissions(now)
+        return self.job_store.due_submissions(now)
 
     def with_outbox(self) -> list[str]:
-        return self.store.with_outbox()
+        return self.job_store.with_outbox()
 
     def with_pending_cancels(self) -> list[str]:
-        return self.store.with_pending_cancels()
+        return self.job_store.with_pending_cancels()
 
     def write(
         self, request_id: str, decide: Decide, known: Stored | None = None
@@ -115,7 +139,7 @@ class JobRecords:
     ) -> Written[Change, Stored] | None:
         if known is not None and known.partial:
             known = None
-        return self.store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
+        return self.job_store.transact(request_id, lambda raw: decide(JobRecord.decode(raw)), known)
 
     # -- writes: a pure decision each ----------------------------------------------------------
 
@@ -130,15 +154,15 @@ class JobRecords:
         def write(
             fields_of: Callable[[dict[str, Any]], dict[str, Any] | None], known: Stored | None
         ) -> tuple[bool, Stored | None]:
-            done = self.store.transact(
+            done = self.job_store.transact(
                 rid, lambda raw: _keeping_state(JobRecord.decode(raw), fields_of(raw)), known
             )
             return (False, None) if done is None else (done.change is not None, done.record)
 
         return claim_record(
             new_record(request, self._default_location, now),
-            read=lambda: self.store.read(rid),
-            create=lambda record: self.store.create(rid, record),
+            read=lambda: self.job_store.read(rid),
+            create=lambda record: self.job_store.create(rid, record),
             write=write,
             settled=lambda raw: job_settled(JobRecord.decode(raw)),
             now=now,
@@ -148,7 +172,7 @@ class JobRecords:
 
     def create_tombstone(self, request_id: str, record: Mapping[str, Any]) -> bool:
         """Create ``record`` only if no record exists; False when one does."""
-        return self.store.create(request_id, dict(record)) is not None
+        return self.job_store.create(request_id, dict(record)) is not None
 
     def record_submission(
         self, submission: Submission, now: datetime, known: Stored | None = None
@@ -224,7 +248,7 @@ class JobRecords:
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         """Merge ``fields`` into attempt document ``attempt`` (one write, no read)."""
-        self.store.update_attempt(request_id, attempt, dict(fields))
+        self.attempt_store.update_attempt(request_id, attempt, dict(fields))
 
     def begin_read(
         self,
@@ -285,17 +309,17 @@ class JobRecords:
             decided[:] = [made]
             return made.write
 
-        self.store.transact_series(slot.series, decide)
+        self.series_store.transact_series(slot.series, decide)
         return decided[0]
 
     def record_skipped(self, request: JobRequest, holder: str, now: datetime) -> bool:
         """Record a slot that does not run (SKIPPED); False when its record exists already."""
         record = skipped_record(request, holder, self._default_location, now)
-        return self.store.create(request.request_id, record) is not None
+        return self.job_store.create(request.request_id, record) is not None
 
     def watching(self, prefix: str) -> list[JobRecord]:
         """The active records whose checkpoints go under ``prefix``."""
-        return [JobRecord.decode(r) for r in self.store.with_checkpoint_prefix(prefix)]
+        return [JobRecord.decode(r) for r in self.job_store.with_checkpoint_prefix(prefix)]
 
     def record_checkpoint(
         self, request_id: str, checkpoint: Checkpoint, now: datetime
@@ -326,29 +350,33 @@ class JobRecords:
 
 class AdmissionRecords:
     """The admission ledger and the records it admits, written together (one batch each,
-    :meth:`~shared.app.ports.JobStore.transact_ledger`); the decisions are
+    :meth:`~shared.app.ports.AdmissionStore.transact_ledger`), and the records' own writes
+    while they wait (over the :class:`~shared.app.ports.JobStore`); the decisions are
     :mod:`shared.domain.admission.ledger`'s."""
 
-    def __init__(self, store: JobStore, default_location: str) -> None:
-        self.store = store
+    def __init__(
+        self, job_store: JobStore, admission_store: AdmissionStore, default_location: str
+    ) -> None:
+        self.job_store = job_store
+        self.admission_store = admission_store
         self._default_location = default_location
 
     def ledger(self) -> Ledger:
-        stored = self.store.read_ledger()
+        stored = self.admission_store.read_ledger()
         return Ledger.decode(stored.raw if stored is not None else None)
 
     def write_summary(self, document: dict[str, Any]) -> None:
         """Write what operators see (:func:`~shared.domain.admission.summary.summarise`)."""
-        self.store.write_admission_summary(document)
+        self.admission_store.write_admission_summary(document)
 
     def waiting(self, queue: str | None, most: int) -> list[JobRecord]:
         """The records waiting for admission in ``queue`` (None: in any), oldest first, at
         most ``most`` (partial: decide on none)."""
-        return [_decoded(s) for s in self.store.waiting_admission(queue, most)]
+        return [_decoded(s) for s in self.admission_store.waiting_admission(queue, most)]
 
     def count_waiting(self, queue: str) -> int:
         """How many records wait for admission in ``queue``."""
-        return self.store.count_waiting(queue)
+        return self.admission_store.count_waiting(queue)
 
     def enter(
         self, request: JobRequest, admission: Mapping[str, Any], now: datetime
@@ -361,7 +389,7 @@ class AdmissionRecords:
             "reason": ADMISSION_REASON,
             "admission": dict(admission),
         }
-        return self.store.create(request.request_id, record)
+        return self.job_store.create(request.request_id, record)
 
     def admit(self, workload: Workload, queues: Queues, now: datetime, *, reading: bool) -> bool:
         """Admit ``workload`` if it still waits and still fits what the ledger holds now
@@ -389,7 +417,7 @@ class AdmissionRecords:
             fields = {**made.record, "outbox": outbox, "outboxPending": True}
             return made.ledger.to_dict(), Change(state=current.state, record=fields)
 
-        return self.store.transact_ledger(workload.request_id, decide)
+        return self.admission_store.transact_ledger(workload.request_id, decide)
 
     def release(self, request_ids: list[str]) -> bool:
         """Give back the entries of ``request_ids`` (records that ended); True when any was
@@ -401,7 +429,7 @@ class AdmissionRecords:
             after = released(Ledger.decode(raw), request_ids)
             return None if after is None else (after.to_dict(), None)
 
-        return self.store.transact_ledger(None, decide)
+        return self.admission_store.transact_ledger(None, decide)
 
     def heal(self, drop: Mapping[str, datetime], restore: Mapping[str, Entry]) -> bool:
         """Drop the entries of ``drop`` (each as seen: its ``at``) and restore those of
@@ -415,7 +443,7 @@ class AdmissionRecords:
             after = healed(Ledger.decode(raw), drop, restore)
             return None if after is None else (after.to_dict(), None)
 
-        return self.store.transact_ledger(None, decide)
+        return self.admission_store.transact_ledger(None, decide)
 
     def observe_quota(
         self,
@@ -438,7 +466,7 @@ class AdmissionRecords:
                 after = ledger.with_limits(read, asked, now)
             return after.to_dict(), None
 
-        self.store.transact_ledger(None, decide)
+        self.admission_store.transact_ledger(None, decide)
 
     def leave_line(self, request_id: str, now: datetime) -> None:
         """Take a record that ended while its ``admission.stage`` still says WAITING out of
@@ -453,7 +481,7 @@ class AdmissionRecords:
             fields = {"admission": {**admission, "stage": Stage.ENDED.value}, "updatedAt": now}
             return Change(state=current.state, record=fields)
 
-        self.store.transact(request_id, decide)
+        self.job_store.transact(request_id, decide)
 
     def note_held(self, request_id: str, held_by: str, now: datetime) -> None:
         """Record what a held request waits for (``admission.heldBy``), when it changed."""
@@ -466,7 +494,7 @@ class AdmissionRecords:
             fields = {"admission": {**admission, "heldBy": held_by}, "updatedAt": now}
             return Change(state=current.state, record=fields)
 
-        self.store.transact(request_id, decide)
+        self.job_store.transact(request_id, decide)
 
 
 def _decoded(stored: Stored) -> JobRecord:

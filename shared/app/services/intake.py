@@ -162,7 +162,7 @@ def _wait_for_admission(
     entered = enter_queue(request, demand, intake, queues)
     if entered is not None:
         return entered
-    found = intake.store.store.read(request.request_id)
+    found = intake.store.read(request.request_id)
     if found is None:  # deleted between the create and this read: redeliver
         raise SubmissionInProgress(f"request {request.request_id!r} record vanished")
     return _already_claimed(request, Claimed(record=dict(found.raw), stored=found), intake)

@@ -63,7 +63,9 @@ def reconcile(tracker: Tracker) -> int:
     # Every active record, and those that ended lately: they are still watched for strays (a
     # create that lands after its request ended, a timed-out create or a cancel that came
     # first, has no other sweeper). From the watch list: a quiet record costs no read.
-    seen = sweep.read("watched records", watched, None, store.store, now, STRAY_WATCH)
+    seen = sweep.read(
+        "watched records", watched, None, store.watch_store, store.job_store, now, STRAY_WATCH
+    )
     active = seen.active if seen is not None else []
     ended = seen.ended if seen is not None else []
     changed = _reconcile_listings(tracker, sweep, active, ended)
@@ -92,7 +94,7 @@ def reconcile(tracker: Tracker) -> int:
     if seen is not None:
         # Saved once the records were used: a tick that dies before this saves nothing, and
         # the next one syncs from the same mark (the tally adds each end once).
-        sweep.each(None, "save watch", save_watch, store.store, seen)
+        sweep.each(None, "save watch", save_watch, store.watch_store, seen)
     watch = {"watch": seen.how, "recordsRead": seen.reads} if seen is not None else {}
     log.info(
         "tick done",

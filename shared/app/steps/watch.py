@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.app.ports import JobStore
+from shared.app.ports import JobStore, WatchStore
 from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.tally import KEEP, NEWEST, Tally, active_counts, added
 from shared.domain.model.tally import built as tally_built
@@ -76,19 +76,22 @@ MAX_GAP = timedelta(minutes=15)
 MAX_CHANGED = 20_000
 
 
-def watched(store: JobStore, now: datetime, stray_watch: timedelta) -> Watched:
-    """Every active record and every one ended at or after ``now - stray_watch``, partial.
+def watched(
+    watch_store: WatchStore, job_store: JobStore, now: datetime, stray_watch: timedelta
+) -> Watched:
+    """Every active record and every one ended at or after ``now - stray_watch``, partial:
+    the list from ``watch_store``, the records read from ``job_store`` as of its read.
 
     Raises:
         StoreUnavailable: Firestore could not be read.
     """
-    saved = store.read_watch()
+    saved = watch_store.read_watch()
     since = now - stray_watch
     if saved.watch is None or saved.tally is None:
         overflowed = saved.overflowed_at
         if overflowed is not None and now - overflowed < RETRY_BUILD:
-            return _whole(store, since)
-        return _build(store, saved, now, since)
+            return _whole(job_store, since)
+        return _build(job_store, saved, now, since)
     # The tally is saved by every tick (the list only when it changed): its time is the last
     # tick's.
     if now - saved.tally.as_of > MAX_GAP:
@@ -99,21 +102,21 @@ def watched(store: JobStore, now: datetime, stray_watch: timedelta) -> Watched:
             "watch list not synced for a while: built again",
             extra={"fields": {"lastTick": saved.tally.as_of.isoformat()}},
         )
-        return _build(store, saved, now, since)
-    changed = store.changed_since(saved.watch.mark, saved.at, MAX_CHANGED)
+        return _build(job_store, saved, now, since)
+    changed = job_store.changed_since(saved.watch.mark, saved.at, MAX_CHANGED)
     if len(changed) > MAX_CHANGED:
         log.warning(
             "more records changed since the watch list's mark than a sync holds: built again",
             extra={"fields": {"changed": len(changed)}},
         )
-        return _build(store, saved, now, since)
+        return _build(job_store, saved, now, since)
     result: Synced = synced(
         saved.watch, changed=_keyed(changed), mark=saved.at, now=now, watch_since=since
     )
     watch = result.watch
     reads = len(changed)
     dirty = bool(changed) or len(watch.ended) != len(saved.watch.ended)
-    counted = store.count_active(saved.at)
+    counted = job_store.count_active(saved.at)
     if counted != len(watch.active):
         dirty = True
         # Drifted (a record deleted or edited by hand, a write without its stamp): the active
@@ -122,7 +125,7 @@ def watched(store: JobStore, now: datetime, stray_watch: timedelta) -> Watched:
             "watch list drifted from the records: its active records are read again",
             extra={"fields": {"listed": len(watch.active), "counted": counted}},
         )
-        found = store.active(saved.at)
+        found = job_store.active(saved.at)
         watch = reread(watch, _keyed(found))
         reads += len(found)
     tally = added(
@@ -136,26 +139,26 @@ def watched(store: JobStore, now: datetime, stray_watch: timedelta) -> Watched:
     return Watched(active, ended, "synced", reads, watch, tally, saved.version, dirty)
 
 
-def _whole(store: JobStore, since: datetime) -> Watched:
+def _whole(job_store: JobStore, since: datetime) -> Watched:
     """Every active record and the ended ones, read whole (the list did not fit)."""
-    found = store.active()
-    ended = list(store.ended_since(since))
+    found = job_store.active()
+    ended = list(job_store.ended_since(since))
     active = [JobRecord.decode(s.raw, s) for s in found]
     records = [JobRecord.decode(s.raw) for s in ended]
     return Watched(active, records, "whole", len(found) + len(ended), None, None, None)
 
 
-def _build(store: JobStore, saved: Saved, now: datetime, since: datetime) -> Watched:
+def _build(job_store: JobStore, saved: Saved, now: datetime, since: datetime) -> Watched:
     """The list and the tally from whole reads as of the list's read (its next mark): the
     active records, the week's ended ones (streamed: the tally keeps only its buckets, the
     list those within the stray watch) and the newest jobs."""
     at = saved.at
-    found = store.active(at)
+    found = job_store.active(at)
     kept: list[Stored] = []
     read = [0]
 
     def ended() -> Iterator[dict[str, Any]]:
-        for stored in store.ended_since(now - KEEP, at):
+        for stored in job_store.ended_since(now - KEEP, at):
             read[0] += 1
             ended_at = stored.raw.get("endedAt")
             if isinstance(ended_at, datetime) and ended_at >= since:
@@ -163,7 +166,7 @@ def _build(store: JobStore, saved: Saved, now: datetime, since: datetime) -> Wat
             yield dict(stored.raw)
 
     counts = active_counts(str(s.raw.get("state")) for s in found)
-    newest = store.newest(NEWEST, at)
+    newest = job_store.newest(NEWEST, at)
     tally = tally_built(counts, ended(), newest, now)
     watch = built(_keyed(found), _keyed(kept), at, now, since)
     active, records = _records(watch)
@@ -175,7 +178,7 @@ def _build(store: JobStore, saved: Saved, now: datetime, since: datetime) -> Wat
     return Watched(active, records, "built", reads, watch, tally, saved.version)
 
 
-def save(store: JobStore, seen: Watched) -> bool:
+def save(watch_store: WatchStore, seen: Watched) -> bool:
     """Save the list and the tally ``seen`` brought, in one batch, only if no other tick saved
     since ``seen`` read them; a list past its bound is saved as overflowed (no list, no
     tally: the next ticks read every record, and try a build again after
@@ -189,12 +192,12 @@ def save(store: JobStore, seen: Watched) -> bool:
         # stays, so a build is tried again once RETRY_BUILD has gone by.
         return False
     try:
-        done = store.save_watch(
+        done = watch_store.save_watch(
             seen.watch if seen.dirty else None, seen.tally, seen.version, list_too=seen.dirty
         )
     except WatchTooLarge as exc:
         log.warning(f"{exc}: the tick reads every record until the list fits again")
-        return store.save_watch(None, None, seen.version)
+        return watch_store.save_watch(None, None, seen.version)
     if not done:
         log.info("another tick saved the watch list meanwhile: this one's is dropped")
     return done

@@ -1,4 +1,9 @@
-"""In-memory fakes of flexjobs' own ports, for unit and functional tests."""
+"""In-memory fakes of flexjobs' own ports, for unit and functional tests.
+
+The job stores, which share one in-memory database, are :mod:`tests.fakes.jobs`'; Firestore's
+rules for a document (copies, the 1 MiB bound) are :mod:`tests.fakes.documents`'. Both are
+exported from here too.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +13,22 @@ import itertools
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.app.ports import MAX_WATCHERS, ON_ENDPOINT_LIMIT
+from shared.app.ports import ON_ENDPOINT_LIMIT
 from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.model import tally as tallies
-from shared.domain.model import watch as watches
-from shared.domain.model.changes import Change, DeploymentChange, Written
+from shared.domain.model.changes import DeploymentChange
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_CLAIM, LABEL_REQUEST, doc_id
 from shared.domain.model.kinds import TRAINING, kind_named, training_kind_of
-from shared.domain.model.records import TICK_FIELDS, Stored
-from shared.domain.model.states import DeploymentState, JobState, from_vertex
+from shared.domain.model.states import DeploymentState, from_vertex
 from shared.domain.model.tally import Tally
 from shared.domain.model.vertex_jobs import VertexJob
-from shared.domain.model.watch import WATCH_FIELDS, Saved, Watch
 from shared.domain.policy.checkpoints import (
     COMMIT_SUCCESS,
     confirm,
@@ -55,434 +57,46 @@ from shared.status.listing import (
     Page,
     next_cursor,
 )
+from tests.fakes.documents import MAX_DOCUMENT_BYTES, as_stored, check_size, document_size, select
+from tests.fakes.jobs import (
+    InMemoryAdmissionStore,
+    InMemoryAttemptStore,
+    InMemoryJobDatabase,
+    InMemoryJobStore,
+    InMemorySeriesStore,
+    InMemoryWatchStore,
+    in_memory_job_stores,
+    in_memory_records,
+)
+
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "FakeClock",
+    "InMemoryAdmissionStore",
+    "InMemoryAttemptStore",
+    "InMemoryCheckpointStore",
+    "InMemoryDeploymentBackend",
+    "InMemoryDeploymentStore",
+    "InMemoryJobBackend",
+    "InMemoryJobDatabase",
+    "InMemoryJobStore",
+    "InMemoryJobViews",
+    "InMemoryNotifier",
+    "InMemoryPublisher",
+    "InMemoryQuotaLimits",
+    "InMemoryRejectionLog",
+    "InMemorySeriesStore",
+    "InMemoryStoredObjects",
+    "InMemoryWatchStore",
+    "crash_on_next_record",
+    "document_size",
+    "in_memory_job_stores",
+    "in_memory_records",
+    "key_labels",
+]
 
 # Request kind -> the Vertex collection its resources are named in.
 COLLECTIONS = {kind.name: kind.collection for kind in TRAINING}
-
-
-def _stored(value: Any) -> Any:
-    """A value as Firestore keeps it: a deep copy, with every sequence read back as a list."""
-    if isinstance(value, Mapping):
-        return {key: _stored(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_stored(item) for item in value]
-    return value
-
-
-#: Firestore's largest document (https://firebase.google.com/docs/firestore/quotas).
-MAX_DOCUMENT_BYTES = 1_048_576
-
-
-def _value_size(value: Any) -> int:
-    """A value's storage size, as Firestore counts it
-    (https://firebase.google.com/docs/firestore/storage-size)."""
-    if isinstance(value, str):
-        return len(value.encode("utf-8", errors="surrogatepass")) + 1
-    if isinstance(value, bool) or value is None:
-        return 1
-    if isinstance(value, int | float | datetime):
-        return 8
-    if isinstance(value, bytes):
-        return len(value)
-    if isinstance(value, Mapping):
-        return sum(_value_size(str(k)) + _value_size(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return sum(_value_size(item) for item in value)
-    return 16  # a reference or a geo point
-
-
-def document_size(path: str, document: Mapping[str, Any]) -> int:
-    """A document's storage size: its name (each path segment, plus 16), its fields, and 32."""
-    name = sum(len(part.encode("utf-8")) + 1 for part in path.split("/")) + 16
-    return name + _value_size(document) + 32
-
-
-def _check_size(path: str, document: Mapping[str, Any]) -> None:
-    """Refuse a document over 1 MiB as Firestore does (INVALID_ARGUMENT)."""
-    size = document_size(path, document)
-    if size > MAX_DOCUMENT_BYTES:
-        raise gexc.InvalidArgument(
-            f"Document {path} cannot be written because its size ({size:,} bytes) exceeds the "
-            f"maximum allowed size of {MAX_DOCUMENT_BYTES:,} bytes."
-        )
-
-
-def _merge(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
-    """Firestore's ``set(..., merge=True)``: nested maps merge key by key."""
-    for key, value in fields.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = _stored(value)
-
-
-class InMemoryJobStore:
-    """The JobStore port in memory: storage only, like Firestore (copies in and out, every
-    sequence read back as a list, attempt fields merged as ``set(merge=True)`` merges them,
-    a version per record that a known record's write must still match).
-    tests/integration/test_store_contract.py runs the same cases on both.
-
-    ``calls`` counts each method; ``ops`` counts what Firestore would bill and serve: reads
-    (a get, or a transact without a current known version), writes and queries."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.attempts: dict[tuple[str, int], dict[str, Any]] = {}
-        self.series: dict[str, dict[str, Any]] = {}
-        # The admission ledger (admission/ledger), None until first written.
-        self.ledger: dict[str, Any] | None = None
-        self.ledger_version = 0
-        # What operators see of admission (admission/summary), None until first written.
-        self.admission_summary: dict[str, Any] | None = None
-        self.versions: dict[str, int] = {}
-        # Every write of a record takes the next version: it is also the record's stamp
-        # (Firestore's touchedAt), and a watch mark is the version the next write will take.
-        self.last_version = 0
-        # The tick's watch list as saved (watch/head, watch/shard-N, watch/tally): the
-        # shards in their stored form, so the fake holds the list to its bound as Firestore's
-        # documents do.
-        self.watch_head: dict[str, Any] | None = None
-        self.watch_shards: list[bytes] = []
-        self.watch_tally: dict[str, Any] | None = None
-        self.watch_version = 0
-        self.history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        self.calls: Counter[str] = Counter()
-        self.ops: Counter[str] = Counter()
-        self._lock = threading.RLock()
-        # False while a write that leaves no stamp is made (see _written).
-        self.stamping = True
-
-    def _written(self, request_id: str) -> None:
-        """A write of the record: its next version, and its state then (for reads as of a
-        version: the history Firestore keeps for reads at a past time).
-
-        With ``stamping`` False the write is one that does not stamp the record (an older
-        revision of the functions during a rollout, a hand edit): its version moves (the
-        update time a precondition reads), but no query for records changed since a mark
-        finds it."""
-        self.last_version += 1
-        self.versions[request_id] = self.last_version
-        if self.stamping:
-            self.history.setdefault(request_id, []).append(
-                (self.last_version, copy.deepcopy(self.jobs[request_id]))
-            )
-
-    def _as_of(self, request_id: str, at: Any) -> dict[str, Any] | None:
-        """The record as it was at version ``at`` (now when None), or None when it did not
-        exist yet. A record changed by hand since its last write (no version: as a console
-        edit leaves no stamp) reads as it is now, unless a later write followed."""
-        current = self.jobs.get(request_id)
-        if at is None or current is None:
-            return current
-        kept = self.history.get(request_id, [])
-        if not kept or kept[-1][0] <= at:
-            return current if not kept or kept[0][0] <= at else None
-        before = [doc for version, doc in kept if version <= at]
-        return before[-1] if before else None
-
-    def _count(self, method: str, **ops: int) -> None:
-        self.calls[method] += 1
-        self.ops.update(ops)
-
-    def _snapshot(self, request_id: str) -> Stored:
-        return Stored(copy.deepcopy(self.jobs[request_id]), self.versions[request_id])
-
-    def get(self, request_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            self._count("get", read=1)
-            return copy.deepcopy(self.jobs.get(request_id))
-
-    def read(self, request_id: str) -> Stored | None:
-        with self._lock:
-            self._count("read", read=1)
-            return self._snapshot(request_id) if request_id in self.jobs else None
-
-    def get_attempt(self, request_id: str, attempt: int) -> dict[str, Any] | None:
-        with self._lock:
-            self._count("get_attempt", read=1)
-            return copy.deepcopy(self.attempts.get((request_id, attempt)))
-
-    def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
-        with self._lock:
-            self._count("create", write=1)
-            if request_id in self.jobs:
-                return None
-            _check_size(f"jobs/{doc_id(request_id)}", record)
-            self.jobs[request_id] = _stored(record)
-            self._written(request_id)
-            return self._snapshot(request_id)
-
-    def transact(
-        self,
-        request_id: str,
-        decide: Callable[[dict[str, Any]], Change | None],
-        known: Stored | None = None,
-    ) -> Written[Change, Stored] | None:
-        with self._lock:
-            self.calls["transact"] += 1
-            current = self.jobs.get(request_id)
-            if current is None:
-                return None
-            if known is not None and known.version == self.versions[request_id]:
-                seen = copy.deepcopy(dict(known.raw))
-            else:
-                # No known version, or a stale one (Firestore's precondition would fail and
-                # the adapter would read): decided on what is stored.
-                self.ops["read"] += 1
-                seen = copy.deepcopy(current)
-            change = decide(seen)
-            if change is None:
-                return Written(None, Stored(seen, self.versions[request_id]))
-            self.ops["write"] += 1
-            number = change.attempt_no or int(current.get("attempt", 1))
-            # The batch commits whole or not at all: check every document before any write.
-            _check_size(f"jobs/{doc_id(request_id)}", change.applied_to(current))
-            if change.attempt:
-                attempt = copy.deepcopy(self.attempts.get((request_id, number), {}))
-                _merge(attempt, change.attempt)
-                _check_size(f"jobs/{doc_id(request_id)}/attempts/{number}", attempt)
-            if change.record or change.deletes:
-                current.update(_stored(change.record))
-                for name in change.deletes:
-                    current.pop(name, None)
-                self._written(request_id)
-            if change.attempt:
-                _merge(self.attempts.setdefault((request_id, number), {}), change.attempt)
-            return Written(change, self._snapshot(request_id))
-
-    def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
-        with self._lock:
-            self._count("update_attempt", write=1)
-            merged = copy.deepcopy(self.attempts.get((request_id, attempt), {}))
-            _merge(merged, fields)
-            _check_size(f"jobs/{doc_id(request_id)}/attempts/{attempt}", merged)
-            self.attempts[(request_id, attempt)] = merged
-
-    def find_by_job_id(self, job_id: str) -> Stored | None:
-        with self._lock:
-            self._count("find_by_job_id", query=1)
-            for request_id, record in self.jobs.items():
-                if job_id in (record.get("vertexJobIds") or []):
-                    return self._snapshot(request_id)
-            return None
-
-    def active(self, at: Any = None) -> list[Stored]:
-        with self._lock:
-            self._count("active", query=1)
-            return self._partial(sorted(self._active_ids(at), key=doc_id), TICK_FIELDS, at)
-
-    def _partial(self, found: Iterable[str], fields: Sequence[str], at: Any = None) -> list[Stored]:
-        """Records as a query of ``fields`` returns them (as of version ``at``), each counted
-        as a document a query returned."""
-        rows = []
-        for rid in found:
-            doc = self._as_of(rid, at)
-            if doc is not None:
-                rows.append(Stored(_select(doc, fields), self.versions[rid], True, doc_id(rid)))
-        self.ops["returned"] += len(rows)
-        return rows
-
-    def _active_ids(self, at: Any) -> list[str]:
-        found = []
-        for rid in self.jobs:
-            doc = self._as_of(rid, at)
-            if doc is not None and not JobState(doc["state"]).terminal:
-                found.append(rid)
-        return found
-
-    def count_active(self, at: Any) -> int:
-        with self._lock:
-            self._count("count_active", query=1)
-            return len(self._active_ids(at))
-
-    def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
-        with self._lock:
-            self._count("changed_since", query=1)
-            # Written after the mark and by ``at``, read as it was at ``at``, by stamp.
-            found = sorted(
-                (max(v for v, _ in kept if mark < v <= at), rid)
-                for rid, kept in self.history.items()
-                if any(mark < v <= at for v, _ in kept)
-            )
-            return self._partial([rid for _, rid in found][: most + 1], WATCH_FIELDS, at)
-
-    def ended_since(self, since: datetime, at: Any = None) -> Iterator[Stored]:
-        with self._lock:
-            self._count("ended_since", query=1)
-            found = []
-            for rid in self.jobs:
-                doc = self._as_of(rid, at)
-                ended = doc.get("endedAt") if doc is not None else None
-                if isinstance(ended, datetime) and ended >= since:
-                    found.append((ended, doc_id(rid), rid))
-            rows = self._partial([rid for _, _, rid in sorted(found)], WATCH_FIELDS, at)
-        yield from rows
-
-    def newest(self, limit: int, at: Any = None) -> list[dict[str, Any]]:
-        with self._lock:
-            self._count("newest", query=1)
-            found = []
-            for rid in self.jobs:
-                doc = self._as_of(rid, at)
-                if doc is not None and isinstance(doc.get("createdAt"), datetime):
-                    found.append((doc["createdAt"], doc_id(rid), rid))
-            ranked = [rid for _, _, rid in sorted(found, reverse=True)[:limit]]
-            rows = self._partial(ranked, ("requestId", "createdAt"), at)
-            return [dict(row.raw) for row in rows]
-
-    def read_watch(self) -> Saved:
-        with self._lock:
-            # One batch get of the head, the tally and every shard a list may have.
-            self.ops["watch_read"] += 2 + watches.MAX_SHARDS
-            self.calls["read_watch"] += 1
-            # Reads as of this one are as of the last version written.
-            at = self.last_version
-            head = self.watch_head
-            if head is None:
-                return Saved(None, None, None, None, at)
-            version = self.watch_version
-            overflowed = head.get("overflowedAt")
-            if isinstance(overflowed, datetime):
-                return Saved(None, None, overflowed, version, at)
-            return Saved(
-                watches.decode(list(self.watch_shards)),
-                tallies.decode(copy.deepcopy(self.watch_tally)),
-                None,
-                version,
-                at,
-            )
-
-    def save_watch(
-        self, watch: Watch | None, tally: Tally | None, version: Any, *, list_too: bool = True
-    ) -> bool:
-        with self._lock:
-            shards = watches.encode(watch) if watch is not None else []
-            stored_tally = tallies.encode(tally) if tally is not None else None
-            for i, shard in enumerate(shards):
-                _check_size(f"watch/shard-{i}", {"data": shard})
-            if stored_tally is not None:
-                _check_size("watch/tally", stored_tally)
-            current = self.watch_version if self.watch_head is not None else None
-            if version != current:
-                return False  # another tick saved since this one read: the precondition fails
-            # The head and the tally, and every shard when the list is written too.
-            self.ops["watch_write"] += 2 + (watches.MAX_SHARDS if list_too else 0)
-            self.calls["save_watch"] += 1
-            if list_too:
-                overflowed = None if watch is not None else datetime.now(UTC)
-                self.watch_head = {"shards": len(shards), "overflowedAt": overflowed}
-                self.watch_shards = shards
-            self.watch_tally = _stored(stored_tally) if stored_tally is not None else None
-            self.watch_version += 1
-            return True
-
-    def due_submissions(self, now: datetime) -> list[str]:
-        due = self._where(
-            lambda r: r.get("nextAttemptAt") is not None and r["nextAttemptAt"] <= now
-        )
-        return [r["requestId"] for r in due]
-
-    def with_outbox(self) -> list[str]:
-        return [r["requestId"] for r in self._where(lambda r: r.get("outboxPending") is True)]
-
-    def with_pending_cancels(self) -> list[str]:
-        return [r["requestId"] for r in self._where(lambda r: r.get("cancelPending") is True)]
-
-    def with_checkpoint_prefix(self, prefix: str) -> list[dict[str, Any]]:
-        found = self._where(
-            lambda r: r.get("checkpointPrefix") == prefix and not JobState(r["state"]).terminal
-        )
-        return found[:MAX_WATCHERS]
-
-    def transact_series(
-        self,
-        series: str,
-        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
-    ) -> None:
-        with self._lock:
-            document = self.series.get(series)
-            holder = (document or {}).get("current")
-            current = self.jobs.get(holder) if isinstance(holder, str) else None
-            write = decide(copy.deepcopy(document), copy.deepcopy(current))
-            if write is not None:
-                _check_size(f"series/{doc_id(series)}", write)
-                self.series[series] = _stored(write)
-
-    def write_admission_summary(self, document: dict[str, Any]) -> None:
-        with self._lock:
-            _check_size("admission/summary", document)
-            self.ops["write"] += 1
-            self.admission_summary = _stored(document)
-
-    def read_ledger(self) -> Stored | None:
-        with self._lock:
-            self._count("read_ledger", read=1)
-            if self.ledger is None:
-                return None
-            return Stored(copy.deepcopy(self.ledger), self.ledger_version)
-
-    def transact_ledger(
-        self,
-        request_id: str | None,
-        decide: Callable[
-            [dict[str, Any] | None, dict[str, Any] | None],
-            tuple[dict[str, Any] | None, Change | None] | None,
-        ],
-    ) -> bool:
-        with self._lock:
-            self._count("transact_ledger", read=1 + (request_id is not None))
-            record = self.jobs.get(request_id) if request_id is not None else None
-            decided = decide(copy.deepcopy(self.ledger), copy.deepcopy(record))
-            if decided is None:
-                return False
-            write, change = decided
-            if change is not None and record is None:
-                change = None
-            if write is None and change is None:
-                return False
-            # The batch commits whole or not at all: check every document before any write.
-            if write is not None:
-                _check_size("admission/ledger", write)
-            if change is not None and record is not None:
-                _check_size(f"jobs/{doc_id(str(request_id))}", change.applied_to(record))
-            if write is not None:
-                self.ops["write"] += 1
-                self.ledger = _stored(write)
-                self.ledger_version += 1
-            if change is not None and record is not None and request_id is not None:
-                self.ops["write"] += 1
-                record.update(_stored(change.record))
-                for name in change.deletes:
-                    record.pop(name, None)
-                self._written(request_id)
-            return True
-
-    def _waiting(self, queue: str | None) -> list[tuple[str, dict[str, Any]]]:
-        found = [
-            (rid, r)
-            for rid, r in self.jobs.items()
-            if isinstance(r.get("admission"), dict)
-            and r["admission"].get("stage") == "WAITING"
-            and (queue is None or r["admission"].get("queue") == queue)
-        ]
-        found.sort(key=lambda item: (item[1]["admission"].get("waitingSince"), doc_id(item[0])))
-        return found
-
-    def waiting_admission(self, queue: str | None = None, most: int = 1) -> list[Stored]:
-        with self._lock:
-            self._count("waiting_admission", query=1)
-            rows = self._partial([rid for rid, _ in self._waiting(queue)[:most]], TICK_FIELDS)
-            return [Stored(dict(row.raw), row.version, partial=True) for row in rows]
-
-    def count_waiting(self, queue: str) -> int:
-        with self._lock:
-            self._count("count_waiting", query=1)
-            return len(self._waiting(queue))
-
-    def _where(self, test: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
-        with self._lock:
-            self.ops["query"] += 1
-            return [copy.deepcopy(r) for r in self.jobs.values() if test(r)]
 
 
 class InMemoryJobBackend:
@@ -594,8 +208,8 @@ class InMemoryRejectionLog:
         return copy.deepcopy(self.documents.get(rejection_id))
 
     def record(self, rejection_id: str, document: Mapping[str, Any]) -> None:
-        _check_size(f"rejections/{doc_id(rejection_id)}", document)
-        self.documents[rejection_id] = _stored(document)
+        check_size(f"rejections/{doc_id(rejection_id)}", document)
+        self.documents[rejection_id] = as_stored(document)
 
 
 class InMemoryNotifier:
@@ -719,8 +333,8 @@ class InMemoryDeploymentStore:
         with self._lock:
             if request_id in self.records:
                 return False
-            _check_size(f"deployments/{doc_id(request_id)}", record)
-            self.records[request_id] = _stored(record)
+            check_size(f"deployments/{doc_id(request_id)}", record)
+            self.records[request_id] = as_stored(record)
             return True
 
     def transact(
@@ -735,8 +349,8 @@ class InMemoryDeploymentStore:
                 after = {**current, **change.fields}
                 for name in change.deletes:
                     after.pop(name, None)
-                _check_size(f"deployments/{doc_id(request_id)}", after)
-                current.update(_stored(change.fields))
+                check_size(f"deployments/{doc_id(request_id)}", after)
+                current.update(as_stored(change.fields))
                 for name in change.deletes:
                     current.pop(name, None)
             return change
@@ -1028,11 +642,6 @@ class InMemoryStoredObjects:
             raise ObjectGone(f"gs://{bucket}/{name}#{generation} does not exist") from None
 
 
-def _select(document: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
-    """Firestore's ``select()``: only the fields asked for, those the document has."""
-    return {name: copy.deepcopy(document[name]) for name in fields if name in document}
-
-
 def _newest_first(
     documents: Iterable[dict[str, Any]], listing: Listing, fields: tuple[str, ...]
 ) -> Page:
@@ -1048,7 +657,7 @@ def _newest_first(
     if listing.after is not None:
         place = (listing.after.created_at, doc_id(listing.after.request_id))
         rows = [d for d in rows if key(d) < place]
-    rows = [_select(d, fields) for d in rows[: listing.size + 1]]
+    rows = [select(d, fields) for d in rows[: listing.size + 1]]
     return Page(rows[: listing.size], next_cursor(rows, listing.size))
 
 
@@ -1058,9 +667,9 @@ class InMemoryJobViews:
     tests/integration/test_views_contract.py runs the same cases on both."""
 
     def __init__(
-        self, jobs: InMemoryJobStore, deployments: InMemoryDeploymentStore | None = None
+        self, database: InMemoryJobDatabase, deployments: InMemoryDeploymentStore | None = None
     ) -> None:
-        self.store = jobs
+        self.database = database
         self.deployment_store = deployments or InMemoryDeploymentStore()
         # Set to an exception to make every read raise it (a Firestore outage).
         self.fail: Exception | None = None
@@ -1068,8 +677,8 @@ class InMemoryJobViews:
     def _documents(self) -> list[dict[str, Any]]:
         if self.fail is not None:
             raise self.fail
-        with self.store._lock:
-            return list(self.store.jobs.values())
+        with self.database.lock:
+            return list(self.database.jobs.values())
 
     def jobs(self, listing: Listing) -> Page:
         chosen = [
@@ -1082,30 +691,30 @@ class InMemoryJobViews:
 
     def job(self, request_id: str) -> dict[str, Any] | None:
         found = [d for d in self._documents() if d.get("requestId") == request_id]
-        return _select(found[0], JOB_FIELDS) if found else None
+        return select(found[0], JOB_FIELDS) if found else None
 
     def attempts(self, request_id: str, numbers: Sequence[int]) -> list[dict[str, Any]]:
         self._documents()
-        with self.store._lock:
-            found = [self.store.attempts.get((request_id, n)) for n in numbers[:MAX_ATTEMPTS]]
-        return [_select(d, ATTEMPT_FIELDS) for d in found if d is not None]
+        with self.database.lock:
+            found = [self.database.attempts.get((request_id, n)) for n in numbers[:MAX_ATTEMPTS]]
+        return [select(d, ATTEMPT_FIELDS) for d in found if d is not None]
 
     def count(self, state: str) -> int:
         return sum(1 for d in self._documents() if d.get("state") == state)
 
     def rows(self, request_ids: Sequence[str]) -> list[dict[str, Any]]:
         by_id = {d.get("requestId"): d for d in self._documents()}
-        return [_select(by_id[rid], LIST_FIELDS) for rid in request_ids if rid in by_id]
+        return [select(by_id[rid], LIST_FIELDS) for rid in request_ids if rid in by_id]
 
     def tally(self) -> Tally | None:
         self._documents()
-        with self.store._lock:
-            return tallies.decode(copy.deepcopy(self.store.watch_tally))
+        with self.database.lock:
+            return tallies.decode(copy.deepcopy(self.database.watch_tally))
 
     def ended_since(self, since: datetime, limit: int) -> list[dict[str, Any]]:
         ended = [d for d in self._documents() if _at_or_after(d.get("endedAt"), since)]
         ended.sort(key=lambda d: d["endedAt"], reverse=True)
-        return [_select(d, TOTAL_FIELDS) for d in ended[:limit]]
+        return [select(d, TOTAL_FIELDS) for d in ended[:limit]]
 
     def deployments(self, listing: Listing) -> Page:
         self._documents()
@@ -1116,12 +725,12 @@ class InMemoryJobViews:
     def deployment(self, request_id: str) -> dict[str, Any] | None:
         self._documents()
         found = self.deployment_store.records.get(request_id)
-        return _select(found, DEPLOYMENT_FIELDS) if found is not None else None
+        return select(found, DEPLOYMENT_FIELDS) if found is not None else None
 
     def admission_summary(self) -> dict[str, Any] | None:
         self._documents()
-        with self.store._lock:
-            found = self.store.admission_summary
+        with self.database.lock:
+            found = self.database.admission_summary
             return copy.deepcopy(found) if found is not None else None
 
 
