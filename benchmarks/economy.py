@@ -174,11 +174,11 @@ def counted_wiring(stack: LocalStack) -> tuple[Any, Any, JobRecords, CallCounter
     backend = VertexJobBackend(settings, client_factory=counted_client)
     # The benchmark's own checks read through a client that is not counted.
     checker = job_records(settings, Ports())
-    intake = dataclasses.replace(build_intake(settings), store=store, backend=backend)
+    intake = dataclasses.replace(build_intake(settings), jobs=store, backend=backend)
     tracker = build_tracker(settings)
     tracker = dataclasses.replace(
         tracker,
-        store=store,
+        jobs=store,
         backend=backend,
         checkpoints=CountedCheckpoints(tracker.checkpoints),
         sleep=time.sleep,

@@ -446,7 +446,7 @@ def job_life() -> list[Step]:
         measured("fresh request", INTAKE_ALLOCATION, [submit])
 
         def job() -> str:
-            record = intake.store.job_store.get(request_id)
+            record = intake.jobs.job_store.get(request_id)
             assert record is not None and record.get("vertexJob"), record
             return str(record["vertexJob"])
 
@@ -460,7 +460,7 @@ def job_life() -> list[Step]:
             return [one] * HINT_COPIES
 
         def state() -> tuple[str, int]:
-            record = intake.store.job_store.get(request_id) or {}
+            record = intake.jobs.job_store.get(request_id) or {}
             return str(record.get("state")), int(record.get("attempt") or 0)
 
         first = job()

@@ -175,7 +175,7 @@ def build_intake(
     queues = admission_queues(settings)
     return Intake(
         settings=settings,
-        store=job_records(settings, ports),
+        jobs=job_records(settings, ports),
         backend=_given(ports.job_backend, lambda: VertexJobBackend(settings)),
         rejections=_given(
             ports.rejections, lambda: FirestoreRejectionLog(_firestore(settings, ports))
@@ -207,7 +207,7 @@ def build_deployments(
     ports = ports or Ports()
     return Deployments(
         settings=settings,
-        store=_deployment_records(settings, ports),
+        records=_deployment_records(settings, ports),
         backend=_given(ports.deployment_backend, lambda: VertexDeploymentBackend(settings)),
         clock=clock,
         notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),
@@ -332,7 +332,7 @@ def build_tracker(
     queues = admission_queues(settings)
     return Tracker(
         settings=settings,
-        store=job_records(settings, ports),
+        jobs=job_records(settings, ports),
         backend=_given(ports.job_backend, lambda: VertexJobBackend(settings)),
         checkpoints=_given(ports.checkpoints, lambda: GcsCheckpointStore(project=settings.project)),
         notifier=_given(ports.notifier, lambda: PubsubNotifier(settings)),

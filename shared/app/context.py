@@ -37,7 +37,7 @@ class Deployments:
     """Ports and policy of the deployment handlers, wired once per instance by the bootstrap."""
 
     settings: Settings
-    store: DeploymentRecords
+    records: DeploymentRecords
     backend: DeploymentBackend
     clock: Callable[[], datetime]
     # Publishes a deployment's notifications (DEPLOYED, FAILED, HEDGED, RESTORED).
@@ -54,7 +54,7 @@ class Intake:
     """Ports and policy for :func:`submit_job`, wired once per instance by the bootstrap."""
 
     settings: Settings
-    store: JobRecords
+    jobs: JobRecords
     backend: JobBackend
     rejections: RejectionLog
     notifier: Notifier
@@ -82,7 +82,7 @@ class Tracker:
     """Ports for the lifecycle handlers, wired once per instance by the bootstrap."""
 
     settings: Settings
-    store: JobRecords
+    jobs: JobRecords
     backend: JobBackend
     checkpoints: CheckpointStore
     notifier: Notifier
@@ -125,7 +125,7 @@ class AttemptPorts(Protocol):
     """What creating an attempt needs: both :class:`Intake` and the lifecycle's Tracker."""
 
     @property
-    def store(self) -> JobRecords: ...
+    def jobs(self) -> JobRecords: ...
 
     @property
     def backend(self) -> JobBackend: ...

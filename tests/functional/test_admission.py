@@ -98,7 +98,7 @@ def publish(post_event, clock, data: dict[str, Any]) -> int:
 
 
 def record(tracker: Tracker, request_id: str) -> dict[str, Any]:
-    stored = tracker.store.job_store.get(request_id)
+    stored = tracker.jobs.job_store.get(request_id)
     assert stored is not None, request_id
     return stored
 
@@ -157,7 +157,7 @@ def test_requests_wait_in_their_queues_and_are_admitted_as_capacity_returns(
     assert created(tracker) == ["a1", "b1", "a2", "b2", "a3", "b3"]
     assert tracker.backend.calls["create"] == 6  # none refused, none repeated
     assert tick(post_event, clock) == 200
-    assert tracker.store.admissions.ledger().usage() == {
+    assert tracker.jobs.admissions.ledger().usage() == {
         "team-a": {next(iter(admission_demand(tracker, "a3"))): GPUS_EACH},
         "team-b": {next(iter(admission_demand(tracker, "b3"))): GPUS_EACH},
     }
@@ -195,9 +195,9 @@ def test_two_passes_on_one_snapshot_never_admit_past_the_quota(queued, clock, po
     # "held" ends and its entry is given back, without the pass a release runs: the two
     # passes below race for its GPUs.
     end(tracker, clock, record(tracker, "held")["vertexJob"], "JOB_STATE_SUCCEEDED")
-    assert tracker.store.admissions.release(["held"])
+    assert tracker.jobs.admissions.release(["held"])
 
-    store = tracker.store.admissions.admission_store
+    store = tracker.jobs.admissions.admission_store
     read_waiting = store.waiting_admission
     both_read = threading.Barrier(2, timeout=10)
     sees = {"pass-x": "x", "pass-y": "y"}
@@ -233,7 +233,7 @@ def test_two_passes_on_one_snapshot_never_admit_past_the_quota(queued, clock, po
     assert in_flight(tracker) == GPUS_EACH
     lost = ({"x", "y"} - set(won)).pop()
     assert record(tracker, lost)["admission"]["stage"] == "WAITING"
-    usage = tracker.store.admissions.ledger().usage()
+    usage = tracker.jobs.admissions.ledger().usage()
     assert sum(usage["team-a"].values()) == GPUS_EACH
 
 
@@ -294,7 +294,7 @@ def test_a_cancel_of_a_running_job_gives_its_gpus_back_only_once_vertex_has_ende
     assert tick(post_event, clock) == 200  # still CANCELLING: still held
     assert created(tracker) == ["a1"]
     assert in_flight(tracker) <= QUOTA
-    assert "a1" in tracker.store.admissions.ledger().held
+    assert "a1" in tracker.jobs.admissions.ledger().held
 
     end(tracker, clock, name, "JOB_STATE_CANCELLED")
     tracker.backend.fail_get_with = BackendUnavailable("Vertex AI did not answer")
@@ -303,7 +303,7 @@ def test_a_cancel_of_a_running_job_gives_its_gpus_back_only_once_vertex_has_ende
     tracker.backend.fail_get_with = None
     assert tick(post_event, clock) == 200  # read ended: its GPUs go back, a2 takes them
     assert created(tracker) == ["a1", "a2"]
-    assert "a1" not in tracker.store.admissions.ledger().held
+    assert "a1" not in tracker.jobs.admissions.ledger().held
     assert record(tracker, "a1")["admission"]["stage"] == "ENDED"
 
 
@@ -317,11 +317,11 @@ def test_a_request_that_ends_while_it_waits_leaves_its_queues_line(queued, clock
     assert publish(post_event, clock, {"cancel": "a2"}) == 200
     assert record(tracker, "a2")["admission"]["stage"] == "ENDED"
     # A record ended before finish() said so: its stage is WAITING still.
-    tracker.store.job_store.database.jobs["a3"]["state"] = "FAILED"
-    tracker.store.job_store.database.jobs["a3"]["admission"]["stage"] = "WAITING"
+    tracker.jobs.job_store.database.jobs["a3"]["state"] = "FAILED"
+    tracker.jobs.job_store.database.jobs["a3"]["admission"]["stage"] = "WAITING"
     assert publish(post_event, clock, body("a4")) == 200
     assert record(tracker, "a3")["admission"]["stage"] == "ENDED"
-    assert [r.request_id for r in tracker.store.admissions.waiting(None, 10)] == ["a4"]
+    assert [r.request_id for r in tracker.jobs.admissions.waiting(None, 10)] == ["a4"]
 
     finish(post_event, clock, tracker, "a1")
     assert created(tracker) == ["a1", "a4"]
@@ -352,7 +352,7 @@ def test_a_cancel_of_a_waiting_request_holds_nothing(queued, clock, post_event):
     finish(post_event, clock, tracker, "a1")
     assert tick(post_event, clock) == 200
     assert created(tracker) == ["a1"]
-    assert not tracker.store.admissions.ledger().held
+    assert not tracker.jobs.admissions.ledger().held
 
 
 @pytest.mark.parametrize(
@@ -368,7 +368,7 @@ def test_a_request_that_names_what_its_queue_lacks_is_refused(
 ):
     intake, tracker = queued
     assert publish(post_event, clock, {**body("bad"), **options}) == 200
-    assert tracker.store.job_store.get("bad") is None
+    assert tracker.jobs.job_store.get("bad") is None
     assert not created(tracker)
     rejection = next(iter(intake.rejections.documents.values()))
     assert error in str(rejection).lower()
@@ -380,7 +380,7 @@ def test_a_request_that_could_never_fit_its_queue_is_refused_at_intake(queued, c
     pools = big["customJob"]["jobSpec"]["workerPoolSpecs"]
     pools[0]["replicaCount"] = 2  # 8 GPUs, in a queue of 4 with no cohort to borrow from
     assert publish(post_event, clock, big) == 200
-    assert tracker.store.job_store.get("big") is None
+    assert tracker.jobs.job_store.get("big") is None
     assert not created(tracker)
     rejection = str(next(iter(intake.rejections.documents.values())))
     assert "never" in rejection and "team-a" in rejection
@@ -388,10 +388,10 @@ def test_a_request_that_could_never_fit_its_queue_is_refused_at_intake(queued, c
 
 def test_a_queue_is_refused_when_admission_is_off(intake, tracker, clock, post_event):
     assert publish(post_event, clock, body("q", "team-a")) == 200
-    assert tracker.store.job_store.get("q") is None
+    assert tracker.jobs.job_store.get("q") is None
     assert "queue" in str(next(iter(intake.rejections.documents.values()))).lower()
     assert publish(post_event, clock, body("d", "default")) == 200
-    assert tracker.store.job_store.get("d") is not None  # the default queue, with no quota
+    assert tracker.jobs.job_store.get("d") is not None  # the default queue, with no quota
 
 
 def test_the_tick_heals_a_ledger_that_lost_or_kept_an_entry(queued, clock, post_event):
@@ -399,7 +399,7 @@ def test_the_tick_heals_a_ledger_that_lost_or_kept_an_entry(queued, clock, post_
     assert publish(post_event, clock, body("a1")) == 200
     assert publish(post_event, clock, body("b1", "team-b")) == 200
     assert publish(post_event, clock, body("b2", "team-b")) == 200
-    store = tracker.store.job_store.database
+    store = tracker.jobs.job_store.database
     # A hand edit lost a1's entry, and b1's record was deleted with its entry kept.
     store.ledger = {
         **store.ledger,
@@ -522,7 +522,7 @@ def test_a_higher_priority_request_preempts_at_the_latest_checkpoint_and_the_job
     assert (victim["state"], victim["admission"]["stage"]) == ("RETRYING", "WAITING")
     assert victim["reason"] == "preempted by urgent (priority 100) in queue team-a"
     assert victim.get("retries", {}) == {} and victim.get("switches", 0) == 0
-    assert tracker.store.get_attempt("fresh", 1)["endedBy"] == "preempted"
+    assert tracker.jobs.get_attempt("fresh", 1)["endedBy"] == "preempted"
     assert created(tracker) == ["stale", "fresh", "urgent"]
     assert in_flight(tracker) <= QUOTA
     preempted = [m for m in tracker.notifier.messages if m["state"] == "PREEMPTED"]
@@ -534,7 +534,7 @@ def test_a_higher_priority_request_preempts_at_the_latest_checkpoint_and_the_job
     resumed = record(tracker, "fresh")
     assert (resumed["attempt"], resumed["admission"]["stage"]) == (2, "ADMITTED")
     assert env_of(tracker.backend.created[-1])["FLEXJOBS_RESUME_FROM"] == saved
-    assert tracker.store.get_attempt("fresh", 2)["resumedFrom"] == saved
+    assert tracker.jobs.get_attempt("fresh", 2)["resumedFrom"] == saved
     assert record(tracker, "stale")["state"] == "RUNNING"  # never touched
     admitted = [m for m in tracker.notifier.messages if m["requestId"] == "fresh"]
     assert [(m["state"], m["attempt"]) for m in admitted if m["state"] == "ADMITTED"] == [
@@ -595,7 +595,7 @@ def test_the_tick_shows_operators_each_queue_its_line_and_a_waiting_requests_pla
     for request_id in ["a1", "a2", "a3", "b1"]:
         queue = "team-a" if request_id.startswith("a") else "team-b"
         assert publish(post_event, clock, body(request_id, queue)) == 200
-    views = InMemoryJobViews(tracker.store.job_store.database)
+    views = InMemoryJobViews(tracker.jobs.job_store.database)
     assert views.admission_summary() is None  # no tick yet: nothing to show
     assert tick(post_event, clock) == 200
 
@@ -676,10 +676,10 @@ def test_the_tick_reads_the_quota_at_most_every_ten_minutes_and_caches_it(
     assert tick(post_event, clock) == 200
     # The resources the queues and the file name were asked for.
     assert quota.reads == [[A100_PREEMPTIBLE]]
-    ledger = tracker.store.admissions.ledger()
+    ledger = tracker.jobs.admissions.ledger()
     assert dict(ledger.observed) == {A100_PREEMPTIBLE: 12}
     assert ledger.observed_at == clock.now and ledger.unreadable is None
-    stored = tracker.store.admissions.admission_store.read_ledger()
+    stored = tracker.jobs.admissions.admission_store.read_ledger()
     assert stored is not None and stored.raw["observed"] == [
         {
             "region": "us-central1",
@@ -692,10 +692,10 @@ def test_the_tick_reads_the_quota_at_most_every_ten_minutes_and_caches_it(
     quota.values = {A100_PREEMPTIBLE: 6}
     assert tick(post_event, clock, seconds=60) == 200
     assert len(quota.reads) == 1  # not due yet: the cached limit stands
-    assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 12}
+    assert dict(tracker.jobs.admissions.ledger().observed) == {A100_PREEMPTIBLE: 12}
     assert tick(post_event, clock, seconds=admission.QUOTA_READ_EVERY.total_seconds()) == 200
     assert len(quota.reads) == 2
-    assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 6}
+    assert dict(tracker.jobs.admissions.ledger().observed) == {A100_PREEMPTIBLE: 6}
 
 
 def test_a_failed_read_keeps_the_last_limits_and_records_why(queued, clock, post_event, caplog):
@@ -706,7 +706,7 @@ def test_a_failed_read_keeps_the_last_limits_and_records_why(queued, clock, post
     quota.failing = QuotaUnreadable("Cloud Quotas ListQuotaInfos failed: 403 SERVICE_DISABLED")
     with caplog.at_level(logging.WARNING):
         assert tick(post_event, clock, seconds=admission.QUOTA_READ_EVERY.total_seconds()) == 200
-    ledger = tracker.store.admissions.ledger()
+    ledger = tracker.jobs.admissions.ledger()
     assert dict(ledger.observed) == {A100_PREEMPTIBLE: 4}  # never lifted to the file's 8
     assert ledger.unreadable is not None and "SERVICE_DISABLED" in ledger.unreadable
     assert any("quota limits unreadable" in r.getMessage() for r in caplog.records)
@@ -721,7 +721,7 @@ def test_a_failed_read_keeps_the_last_limits_and_records_why(queued, clock, post
     quota.failing = None
     quota.values = {A100_PREEMPTIBLE: 8}
     assert tick(post_event, clock, seconds=admission.QUOTA_READ_EVERY.total_seconds()) == 200
-    ledger = tracker.store.admissions.ledger()
+    ledger = tracker.jobs.admissions.ledger()
     assert ledger.unreadable is None and dict(ledger.observed) == {A100_PREEMPTIBLE: 8}
     assert created(tracker) == ["a1", "b1"]
 
@@ -732,7 +732,7 @@ def test_an_unexpected_fault_of_the_read_never_fails_the_tick(queued, clock, pos
     quota_of(tracker).failing = RuntimeError("a bug in the adapter")
     assert tick(post_event, clock) == 200
     # Nothing recorded (not a read that failed), and the file's quota still applies.
-    assert tracker.store.admissions.ledger().observed_at is None
+    assert tracker.jobs.admissions.ledger().observed_at is None
     assert created(tracker) == ["a1"]
 
 
@@ -756,7 +756,7 @@ def test_a_limit_of_zero_is_a_limit(queued, clock, post_event):
     _, tracker = queued
     quota_of(tracker).values = {A100_PREEMPTIBLE: 0}
     assert tick(post_event, clock) == 200
-    assert dict(tracker.store.admissions.ledger().observed) == {A100_PREEMPTIBLE: 0}
+    assert dict(tracker.jobs.admissions.ledger().observed) == {A100_PREEMPTIBLE: 0}
     # Nothing is admitted past a limit of 0; the request waits, saying why (a read, not the
     # queue file, keeps it out: the next read may lift it), and goes in once it does.
     assert publish(post_event, clock, body("a1", "team-a")) == 200
@@ -883,7 +883,7 @@ def test_a_job_sure_to_end_before_a_held_one_could_start_goes_first(backfilling,
     for request_id in ("big", "long", "forever", "ages"):
         assert record(tracker, request_id)["admission"]["stage"] == "WAITING"
     assert record(tracker, "forever")["admission"]["limitSeconds"] is None
-    ledger = tracker.store.admissions.ledger()
+    ledger = tracker.jobs.admissions.ledger()
     assert {rid: e.limit_seconds for rid, e in ledger.held.items()} == {
         "running": 5400.0,
         "short": 2400.0,
@@ -916,7 +916,7 @@ def test_a_job_with_no_known_end_takes_only_the_room_a_held_one_leaves(
     end(tracker, clock, name, "JOB_STATE_SUCCEEDED")
     assert hint(post_event, clock, name) == 200
     assert created(tracker) == ["soon", "later", "forever", "big"]
-    held = tracker.store.admissions.ledger().held
+    held = tracker.jobs.admissions.ledger().held
     assert {rid: sum(e.demand.values()) for rid, e in held.items()} == {
         "later": 2,
         "forever": 2,
@@ -946,7 +946,7 @@ def test_a_retry_of_a_job_with_a_limit_waits_in_line_again_after_its_backoff(
     assert until > clock.now and "nextAttemptAt" not in first
     assert first["admission"]["heldBy"].startswith("its retry's backoff, until")
     # Its entry is given back, and "next", behind it in the line, does not take its place.
-    assert tracker.store.admissions.ledger().held == {}
+    assert tracker.jobs.admissions.ledger().held == {}
     assert record(tracker, "next")["admission"]["stage"] == "WAITING"
     assert created(tracker) == ["first"]
 
@@ -957,5 +957,5 @@ def test_a_retry_of_a_job_with_a_limit_waits_in_line_again_after_its_backoff(
     assert (first["attempt"], first["admission"]["stage"]) == (2, "ADMITTED")
     assert first["admission"]["notBefore"] is None
     assert created(tracker) == ["first", "first"]
-    assert tracker.store.admissions.ledger().held["first"].at == first["admission"]["admittedAt"]
+    assert tracker.jobs.admissions.ledger().held["first"].at == first["admission"]["admittedAt"]
     assert record(tracker, "next")["admission"]["stage"] == "WAITING"

@@ -60,7 +60,7 @@ def test_a_wait_in_vain_moves_the_retry_to_the_other_region(intake, tracker, clo
     assert record["regionChoice"]["attempt"] == 2 and record["regionChoice"]["location"] == OTHER
     assert record["capacity"]["location"] == OTHER
     assert record["capacity"]["regionReason"].startswith(f"moves to {OTHER}")
-    assert tracker.store.get_attempt(SEED, 2)["location"] == OTHER
+    assert tracker.jobs.get_attempt(SEED, 2)["location"] == OTHER
     (request, _labels) = tracker.backend.created[1]
     assert request.location == OTHER
 

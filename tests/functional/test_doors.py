@@ -45,7 +45,7 @@ from tests.functional.test_trust import cancel, deliver, request_seed
 def test_a_job_created_before_a_crash_is_adopted_by_the_tick_after_its_deliveries_ran_out(
     tracker, clock, post_event
 ):
-    crash_on_next_record(tracker.store)  # the delivery dies between create and record
+    crash_on_next_record(tracker.jobs)  # the delivery dies between create and record
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs
@@ -86,7 +86,7 @@ def test_a_request_claimed_and_never_created_is_created_by_the_tick(tracker, clo
 
 
 def test_a_cancel_of_a_request_the_tick_would_take_over_wins(tracker, clock, post_event):
-    crash_on_next_record(tracker.store)
+    crash_on_next_record(tracker.jobs)
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs
@@ -125,7 +125,7 @@ def test_an_adopted_auto_job_is_recorded_with_the_strategy_it_runs_on(
     assert record["maxWaitSeconds"] == (None if wait is None else int(wait))
     assert record["capacity"]["strategy"] == runs_on
     assert record["capacity"]["reason"].startswith("adopted the job an earlier delivery created")
-    assert tracker.store.get_attempt(SEED, 1)["strategy"] == runs_on
+    assert tracker.jobs.get_attempt(SEED, 1)["strategy"] == runs_on
 
 
 # --- 10: AUTO's fallback to STANDARD is final -------------------------------------------
@@ -138,7 +138,7 @@ def test_an_auto_record_without_its_deadline_runs_on_demand_and_is_never_given_u
     run(tracker, clock, first)
     assert hint(post_event, clock, first) == 200
     # Its deadline fields can no longer be read (a hand-edited record), then it is preempted.
-    stored = tracker.store.job_store.database.jobs[SEED]
+    stored = tracker.jobs.job_store.database.jobs[SEED]
     stored["options"] = json.dumps({"checkpointUri": CHECKPOINTS})
     end(tracker, clock, first, "JOB_STATE_FAILED", PREEMPTED, code=14)
     assert hint(post_event, clock, first) == 200
@@ -161,7 +161,7 @@ def test_a_request_id_over_its_byte_bound_is_a_recorded_rejection(intake, tracke
     body["requestId"] = "r" * 160_000  # 160 KB: it once made the record pass 1 MiB
     assert deliver(post_event, body) == 200
 
-    assert not tracker.store.job_store.database.jobs and not tracker.backend.created
+    assert not tracker.jobs.job_store.database.jobs and not tracker.backend.created
     (rejection_id, rejection), *_ = intake.rejections.documents.items()
     assert rejection_id.startswith("trust-")  # the message id: the requestId is not kept
     assert rejection["errors"][0]["path"] == "requestId"
@@ -178,11 +178,11 @@ def test_a_request_id_of_1500_multibyte_bytes_stays_bounded_through_many_preempt
     body["customJob"]["jobSpec"]["baseOutputDirectory"] = {"outputUriPrefix": "gs://ck-b/r"}
     assert deliver(post_event, body) == 200
     for _ in range(12):  # the fake refuses a document over 1 MiB, as Firestore does
-        name = tracker.store.job_store.database.jobs[request_id]["vertexJob"]
+        name = tracker.jobs.job_store.database.jobs[request_id]["vertexJob"]
         run(tracker, clock, name)
         end(tracker, clock, name, "JOB_STATE_FAILED", PREEMPTED, code=14)
         assert hint(post_event, clock, name) == 200
-    record = tracker.store.job_store.database.jobs[request_id]
+    record = tracker.jobs.job_store.database.jobs[request_id]
     assert record["attempt"] == 13
     assert document_size("jobs/x", record) < MAX_DOCUMENT_BYTES // 8
 
@@ -246,7 +246,7 @@ def preempted_after_checkpoints(tracker, clock, post_event, monkeypatch, *, keep
     assert hint(post_event, clock, name) == 200
     older = tracker.checkpoints.commit(CHECKPOINTS, 100, clock.advance(60))
     newer = tracker.checkpoints.commit(CHECKPOINTS, 900, clock.advance(60))
-    tracker.store.record_checkpoint(SEED, newer, clock())  # what its upload recorded
+    tracker.jobs.record_checkpoint(SEED, newer, clock())  # what its upload recorded
     if not keep:
         tracker.checkpoints.objects["flexjobs-test"] = {
             key: info
@@ -277,7 +277,7 @@ def test_a_recorded_checkpoint_that_is_gone_is_not_resumed_from(
 def test_the_listings_own_newer_checkpoint_needs_no_confirmation(tracker, clock, post_event):
     submit(post_event)
     name = current(tracker)["vertexJob"]
-    tracker.store.record_checkpoint(
+    tracker.jobs.record_checkpoint(
         SEED, Checkpoint(f"{CHECKPOINTS}step-00000100/", 100, clock()), clock()
     )
     tracker.checkpoints.commit(CHECKPOINTS, 200, clock.advance(60))
@@ -363,15 +363,15 @@ def hint_at(post_event, clock, name: str, message_id: str) -> Any:
 def test_a_steady_tick_reads_no_record_and_a_changed_job_is_read_whole(tracker, clock, post_event):
     submit(post_event)
     name = current(tracker)["vertexJob"]
-    tracker.store.job_store.database.jobs[SEED]["request"] = json.dumps({"big": "x" * 200_000})
+    tracker.jobs.job_store.database.jobs[SEED]["request"] = json.dumps({"big": "x" * 200_000})
     assert tick(post_event, clock) == 200
-    reads = tracker.store.job_store.database.ops["read"]
+    reads = tracker.jobs.job_store.database.ops["read"]
     assert tick(post_event, clock) == 200
-    assert tracker.store.job_store.database.ops["read"] == reads  # nothing changed: no record read
+    assert tracker.jobs.job_store.database.ops["read"] == reads  # nothing changed: no record read
 
     run(tracker, clock, name)
     assert tick(post_event, clock, STEP_SECONDS) == 200
-    assert tracker.store.job_store.database.ops["read"] == reads + 1  # the changed one, read whole
+    assert tracker.jobs.job_store.database.ops["read"] == reads + 1  # the changed one, read whole
     assert current(tracker)["state"] == "RUNNING"
     assert dataclasses.is_dataclass(tracker.settings)
 
@@ -387,7 +387,7 @@ def test_a_slot_template_cannot_grow_the_checkpoint_uri_past_its_bound(intake, t
     (rejection,) = intake.rejections.documents.values()
     assert rejection["errors"][0]["path"] == "checkpointUri"
     assert "Cloud Storage allows 1024" in rejection["errors"][0]["message"]
-    assert not tracker.store.job_store.database.jobs
+    assert not tracker.jobs.job_store.database.jobs
 
 
 def test_a_request_id_with_a_lone_surrogate_is_a_recorded_rejection(intake, post_event):
@@ -423,7 +423,7 @@ def test_an_adopted_spot_job_under_a_final_decision_is_revisited(
 
 
 def test_a_cancel_marked_under_a_dead_claim_is_finished_by_the_tick(tracker, clock, post_event):
-    crash_on_next_record(tracker.store)
+    crash_on_next_record(tracker.jobs)
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs

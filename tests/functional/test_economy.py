@@ -26,15 +26,15 @@ from tests.functional.test_lifecycle_handlers import (
 
 
 def reset(tracker) -> None:
-    tracker.store.job_store.database.calls.clear()
-    tracker.store.job_store.database.ops.clear()
+    tracker.jobs.job_store.database.calls.clear()
+    tracker.jobs.job_store.database.ops.clear()
     tracker.backend.calls.clear()
 
 
 def counted(tracker) -> tuple[Counter[str], Counter[str]]:
     """Firestore operations and Vertex calls since :func:`reset` (taken before the test reads
     the record itself, which the fake would count too)."""
-    return +tracker.store.job_store.database.ops, +tracker.backend.calls
+    return +tracker.jobs.job_store.database.ops, +tracker.backend.calls
 
 
 def test_a_fresh_request_costs_one_vertex_call_and_two_writes(tracker, post_event):
@@ -139,7 +139,7 @@ def test_a_tick_over_active_jobs_reads_each_once_and_lists_once(tracker, clock, 
     # the queried record. The list and its tally: one batch get, one batch write.
     watch = 2 + MAX_SHARDS  # the head, the tally and every shard the list may have
     assert firestore == Counter(query=6, returned=2 * active, watch_read=watch, watch_write=watch)
-    assert tracker.store.job_store.database.calls["active"] == 1
+    assert tracker.jobs.job_store.database.calls["active"] == 1
 
     # A steady tick reads no record: the list, what changed since it (nothing), a count.
     reset(tracker)
@@ -149,4 +149,4 @@ def test_a_tick_over_active_jobs_reads_each_once_and_lists_once(tracker, clock, 
     # Five queries (due, changed since the mark, the active count, outboxes, pending
     # cancels), none returning a record; the list unchanged, only the tally is saved.
     assert firestore == Counter(query=5, watch_read=watch, watch_write=2)
-    assert tracker.store.job_store.database.calls["active"] == 0
+    assert tracker.jobs.job_store.database.calls["active"] == 0

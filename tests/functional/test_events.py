@@ -92,7 +92,7 @@ def _two_requests_for_one_queue(ports, clock, post_event) -> None:
     assert publish(post_event, clock, body("queued-1")) == 200
     assert publish(post_event, clock, body("queued-2")) == 200
     finish(post_event, clock, tracker, "queued-1")
-    assert tracker.store.job_store.get("queued-2")["admission"]["stage"] == "ADMITTED"
+    assert tracker.jobs.job_store.get("queued-2")["admission"]["stage"] == "ADMITTED"
 
 
 def test_every_declared_field_is_logged_on_its_events_lines(

@@ -379,9 +379,9 @@ def test_ten_thousand_bad_messages_are_each_rejected_and_create_nothing(intake, 
             intake.notifier.messages,
             intake.backend.created,
             intake.backend.jobs,
-            intake.store.job_store.database.jobs,
+            intake.jobs.job_store.database.jobs,
             deployments.backend.deployed,
-            deployments.store.store.records,
+            deployments.records.deployment_store.records,
         ):
             collection.clear()
         message_id = f"fuzz-{next(counter)}"
@@ -390,9 +390,9 @@ def test_ten_thousand_bad_messages_are_each_rejected_and_create_nothing(intake, 
         )
         assert response.status_code == 200, data[:200]
         assert intake.backend.created == [], data[:300]
-        assert intake.store.job_store.database.jobs == {}
+        assert intake.jobs.job_store.database.jobs == {}
         assert deployments.backend.deployed == [], data[:300]
-        assert deployments.store.store.records == {}
+        assert deployments.records.deployment_store.records == {}
         (rejection,) = intake.rejections.documents.values()
         assert rejection["errors"], data[:200]
         assert rejection["payloadBytes"] == len(data)

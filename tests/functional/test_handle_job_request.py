@@ -23,7 +23,7 @@ def test_seed_request_creates_one_flex_start_job(intake, post_event):
     scheduling = request.spec["jobSpec"]["scheduling"]
     assert scheduling["strategy"] == "FLEX_START"
     assert scheduling["maxWaitDuration"] == "1800s"
-    record = intake.store.job_store.get("seed-1")
+    record = intake.jobs.job_store.get("seed-1")
     assert record["state"] == "QUEUED"
     assert record["vertexJob"].startswith("projects/p/locations/us-central1/customJobs/")
 
@@ -58,8 +58,8 @@ def test_request_id_falls_back_to_attribute_then_message_id(intake, post_event):
     del body["requestId"]
     post_event("handle_job_request", pubsub_cloud_event(body, message_id="m-1", requestId="attr-1"))
     post_event("handle_job_request", pubsub_cloud_event(body, message_id="m-2"))
-    assert intake.store.job_store.get("attr-1") is not None
-    assert intake.store.job_store.get("m-2") is not None
+    assert intake.jobs.job_store.get("attr-1") is not None
+    assert intake.jobs.job_store.get("m-2") is not None
 
 
 def test_bad_input_is_acknowledged_and_creates_nothing(intake, post_event):
@@ -85,7 +85,7 @@ def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
     response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
     assert response.status_code == 500
     assert intake.backend.created == []
-    assert intake.store.job_store.get("seed-1")["state"] == "ACCEPTED"
+    assert intake.jobs.job_store.get("seed-1")["state"] == "ACCEPTED"
     intake.backend.fail_with = None
     # The failed delivery released its claim, so the redelivery submits at once.
     assert (
@@ -96,18 +96,18 @@ def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
 
 
 def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
-    crash_on_next_record(intake.store)
+    crash_on_next_record(intake.jobs)
     intake.settings = dataclasses.replace(intake.settings, claim_ttl_seconds=0)
     message = unwrap_message(pubsub_cloud_event(load("seed_request")))
     with pytest.raises(KeyboardInterrupt):
         handlers.submit_job(SubmitJob(message=message), intake)
     assert (
-        intake.store.job_store.get("seed-1")["state"] == "ACCEPTED"
+        intake.jobs.job_store.get("seed-1")["state"] == "ACCEPTED"
     )  # the claim was never released
     response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
     assert response.status_code == 200
     assert len(intake.backend.created) == 1
-    assert intake.store.job_store.get("seed-1")["vertexJob"] == next(iter(intake.backend.jobs))
+    assert intake.jobs.job_store.get("seed-1")["vertexJob"] == next(iter(intake.backend.jobs))
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_sdk_encodings_are_accepted_and_sent_canonically(intake, post_event):
     assert sent["replicaCount"] == 1
     assert sent["machineSpec"]["acceleratorType"] == "NVIDIA_TESLA_A100"
     assert "network" not in request.spec["jobSpec"] and "state" not in request.spec
-    stored = json.loads(intake.store.job_store.get("seed-1")["request"])["jobSpec"][
+    stored = json.loads(intake.jobs.job_store.get("seed-1")["request"])["jobSpec"][
         "workerPoolSpecs"
     ][0]
     assert (stored["replicaCount"], stored["machineSpec"]) == (1, sent["machineSpec"])

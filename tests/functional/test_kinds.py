@@ -43,7 +43,7 @@ def test_training_kinds_get_flex_start_where_their_scheduling_lives(
         "timeout": "604800s",
     }
     assert key_labels(labels) == {"flexjobs-request": body["requestId"], "flexjobs-attempt": "1"}
-    record = intake.store.job_store.get(body["requestId"])
+    record = intake.jobs.job_store.get(body["requestId"])
     assert record["kind"] == request.kind
     assert f"/{collection}/" in record["vertexJob"]
     assert record["state"] == "QUEUED"
@@ -66,7 +66,7 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
     (request, display_name), *_ = deployments.backend.deployed
     assert request.spec["deployedModel"]["dedicatedResources"]["spot"] is True
     assert display_name == "served [flexjobs deploy-1]"
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert record["state"] == "DEPLOYING"
     assert record["kind"] == "deployModel"
     assert record["spot"] is True
@@ -79,7 +79,7 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
     # One write: DEPLOYED, and followed from the same read.
     assert refresh_deployments(deployments) == 1
     assert refresh_deployments(deployments) == 0  # replaying the observation changes nothing
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert record["state"] == "DEPLOYED"
     assert record["serving"]["last"] == {"spot": 1, "onDemand": 0, "required": 1}
     assert record["deployedModelId"] == deployments.backend.endpoints[ENDPOINT][0]["id"]
@@ -88,10 +88,10 @@ def test_spot_deployment_is_deployed_once_and_followed_to_deployed(intake, post_
 def test_failed_operation_marks_the_deployment_failed(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
-    operation = deployments.store.store.get("deploy-1")["operation"]
+    operation = deployments.records.deployment_store.get("deploy-1")["operation"]
     deployments.backend.finish(operation, error="Spot capacity unavailable")
     assert refresh_deployments(deployments) == 1
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert record["state"] == "FAILED"
     assert record["reason"] == "DeployModel(spot) failed: Spot capacity unavailable"
 
@@ -109,7 +109,7 @@ def test_deployment_already_on_the_endpoint_is_adopted_not_redeployed(intake, po
     )
     post(post_event, load("deploy_request"))
     assert deployments.backend.deployed == []
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert record["state"] == "DEPLOYED"
     assert record["deployedModelId"] == "77"
 
@@ -118,7 +118,7 @@ def test_unknown_endpoint_fails_the_deployment_for_good(intake, post_event):
     body = load("deploy_request")
     body["deployModel"]["endpoint"] = "projects/p/locations/us-central1/endpoints/999"
     post(post_event, body)
-    record = intake.deployments.store.store.get("deploy-1")
+    record = intake.deployments.records.deployment_store.get("deploy-1")
     assert record["state"] == "FAILED"
     assert "not found" in record["reason"]
     assert intake.deployments.backend.deployed == []
@@ -131,11 +131,11 @@ def test_transient_deploy_fault_is_redelivered_and_releases_the_claim(intake, po
     deployments.backend.fail_with = BackendUnavailable("Vertex AI DeployModel failed: 503")
     response = post_event("handle_job_request", pubsub_cloud_event(load("deploy_request")))
     assert response.status_code == 500
-    assert "claim" not in deployments.store.store.get("deploy-1")
+    assert "claim" not in deployments.records.deployment_store.get("deploy-1")
     deployments.backend.fail_with = None
     post(post_event, load("deploy_request"))
     assert len(deployments.backend.deployed) == 1
-    assert deployments.store.store.get("deploy-1")["state"] == "DEPLOYING"
+    assert deployments.records.deployment_store.get("deploy-1")["state"] == "DEPLOYING"
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_bad_deployment_leaves_a_rejection_and_deploys_nothing(intake, post_even
     body["deployModel"]["deployedModel"]["dedicatedResources"].update(change)
     post(post_event, body)
     assert intake.deployments.backend.deployed == []
-    assert intake.deployments.store.store.get("deploy-1") is None
+    assert intake.deployments.records.deployment_store.get("deploy-1") is None
     document = intake.rejections.documents["deploy-1"]
     assert path in [e["path"] for e in document["errors"]]
     assert [m["state"] for m in intake.notifier.messages] == ["REJECTED"]
@@ -239,7 +239,7 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 
     post(post_event, load("deploy_request"))  # acknowledged: parked, not redelivered
 
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert (record["state"], record["reason"], record["quotaRetries"]) == ("ACCEPTED", "quota", 1)
     assert record["nextAttemptAt"] > record["updatedAt"] - timedelta(seconds=1)
     assert deployments.backend.deployed == []
@@ -248,7 +248,7 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 
     assert refresh_deployments(deployments) == 1
 
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert (record["state"], record["nextAttemptAt"], record["reason"]) == ("DEPLOYING", None, None)
     assert len(deployments.backend.deployed) == 1
 
@@ -256,15 +256,17 @@ def test_deployment_refused_for_quota_is_parked_and_deployed_by_the_tick(intake,
 def test_a_late_refusal_never_overwrites_a_deployed_model(intake, post_event):
     deployments = intake.deployments
     post(post_event, load("deploy_request"))
-    claimed = InFlight.decode(deployments.store.store.get("deploy-1")["serving"]["pending"])
-    deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
+    claimed = InFlight.decode(
+        deployments.records.deployment_store.get("deploy-1")["serving"]["pending"]
+    )
+    deployments.backend.finish(deployments.records.deployment_store.get("deploy-1")["operation"])
     assert refresh_deployments(deployments) == 1  # DEPLOYED, and followed
 
     # The DeployModel's refusal, written late (a delivery that stalled): its call is over.
     assert claimed is not None
-    deployments.store.refused(
+    deployments.records.refused(
         "deploy-1", claimed, "a late refusal", deployments.clock(), retry_at=None
     )
 
-    record = deployments.store.store.get("deploy-1")
+    record = deployments.records.deployment_store.get("deploy-1")
     assert (record["state"], record.get("reason")) == ("DEPLOYED", None)

@@ -102,7 +102,7 @@ def end(tracker, clock, name: str, state: str, message: str | None = None, code:
 
 
 def current(tracker) -> dict[str, Any]:
-    record = tracker.store.job_store.get(SEED)
+    record = tracker.jobs.job_store.get(SEED)
     assert record is not None
     return record
 
@@ -124,7 +124,7 @@ def test_hint_moves_a_queued_job_to_running(tracker, clock, post_event, shape):
     record = current(tracker)
     assert record["state"] == "RUNNING"
     assert record["vertexState"] == "JOB_STATE_RUNNING"
-    attempt = tracker.store.get_attempt(SEED, 1)
+    attempt = tracker.jobs.get_attempt(SEED, 1)
     assert (attempt["state"], attempt["startedAt"]) == ("RUNNING", started)
     assert tracker.backend.reads == [name]
     assert tracker.notifier.messages == []  # progress is not notified, only outcomes
@@ -163,13 +163,13 @@ def test_preempted_job_resumes_at_once_from_the_latest_checkpoint(tracker, clock
         "flexjobs-request": SEED,
         "flexjobs-attempt": "2",
     }
-    ended = tracker.store.get_attempt(SEED, 1)
+    ended = tracker.jobs.get_attempt(SEED, 1)
     assert ended["state"] == "FAILED"
     assert ended["errorClass"] == "preempted"
     assert ended["runningSeconds"] == (ended_at - started).total_seconds()
     assert ended["gpuSeconds"] == ended["runningSeconds"]  # one GPU
     assert ended["workLostSeconds"] == 300.0
-    assert tracker.store.get_attempt(SEED, 2)["resumedFrom"] == latest.uri
+    assert tracker.jobs.get_attempt(SEED, 2)["resumedFrom"] == latest.uri
     assert states(tracker.notifier) == [("RETRYING", 1)]
     assert tracker.notifier.messages[0]["requestId"] == SEED
     assert tracker.notifier.messages[0]["reason"] == f"preempted: retry 1 of 6: {PREEMPTED}"
@@ -206,7 +206,7 @@ def test_user_error_fails_without_retry(tracker, clock, post_event):
     record = current(tracker)
     assert record["state"] == "FAILED"
     assert record["reason"] == f"user-error: not retried (user budget is 0): {USER_ERROR}"
-    assert tracker.store.get_attempt(SEED, 1)["errorClass"] == "user-error"
+    assert tracker.jobs.get_attempt(SEED, 1)["errorClass"] == "user-error"
     assert [m["state"] for m in tracker.notifier.messages] == ["FAILED"]
     assert tracker.notifier.messages[0]["reason"] == record["reason"]
     # Nothing follows, however long we wait or whatever arrives.
@@ -323,7 +323,7 @@ def test_failed_vertex_read_is_redelivered_and_changes_no_state(tracker, clock, 
         k: v for k, v in before.items() if k not in lease
     }
     assert after["state"] == "QUEUED"
-    assert tracker.store.get_attempt(SEED, 1)["state"] == "QUEUED"
+    assert tracker.jobs.get_attempt(SEED, 1)["state"] == "QUEUED"
     assert tracker.notifier.messages == []
     assert len(tracker.backend.created) == 1
 
@@ -527,7 +527,7 @@ def test_cancel_while_retrying_stops_the_retry(tracker, clock, post_event):
 def test_a_cancel_requested_request_starts_no_retry(tracker, clock, post_event):
     preempted_and_retrying(tracker, clock, post_event)
     # A cancel delivery marked the request, then died before settling it CANCELLED.
-    tracker.store.apply(SEED, lambda record: cancel_requested(record, clock()))
+    tracker.jobs.apply(SEED, lambda record: cancel_requested(record, clock()))
 
     assert tick(post_event, clock, 3600) == 200
 
@@ -537,7 +537,7 @@ def test_a_cancel_requested_request_starts_no_retry(tracker, clock, post_event):
 def test_a_retry_racing_a_cancel_leaves_no_job_running(tracker, clock, post_event, monkeypatch):
     preempted_and_retrying(tracker, clock, post_event)
     clock.advance(3600)  # the retry is due
-    write, raced = tracker.store.write, []
+    write, raced = tracker.jobs.write, []
 
     def tick_right_after_cancel_requested(request_id, decide, known=None):
         written = write(request_id, decide, known)
@@ -546,7 +546,7 @@ def test_a_retry_racing_a_cancel_leaves_no_job_running(tracker, clock, post_even
             raced.append(handlers.reconcile(Reconcile(), tracker))  # the scheduler tick
         return written
 
-    monkeypatch.setattr(tracker.store, "write", tick_right_after_cancel_requested)
+    monkeypatch.setattr(tracker.jobs, "write", tick_right_after_cancel_requested)
 
     cancel(post_event)
 
@@ -566,7 +566,7 @@ def test_cancel_while_retrying_keeps_how_the_ended_attempt_ended(tracker, clock,
     cancel(post_event)
 
     assert current(tracker)["state"] == "CANCELLED"
-    attempt = tracker.store.get_attempt(SEED, 1)
+    attempt = tracker.jobs.get_attempt(SEED, 1)
     assert (attempt["state"], attempt["errorClass"]) == ("FAILED", "preempted")
 
 
@@ -672,13 +672,13 @@ def test_auto_spot_attempt_still_queued_at_its_wait_until_is_given_up_free_of_ch
     assert record["attempt"] == 2 and record["state"] == "QUEUED"
     assert "yielding" not in record
     assert record.get("retries", {}) == {}  # no budget charged, no failure counted
-    ended = tracker.store.job_store.database.attempts[(SEED, 1)]
+    ended = tracker.jobs.job_store.database.attempts[(SEED, 1)]
     assert ended["state"] == "CANCELLED" and ended["endedBy"] == "gave-up"
     assert "errorClass" not in ended
     # The capacity Spot did not have a moment ago is looked for elsewhere first.
     assert record["strategy"] == record["capacity"]["strategy"] == "FLEX_START"
     assert (
-        tracker.store.job_store.database.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
+        tracker.jobs.job_store.database.attempts[(SEED, 2)]["capacity"]["strategy"] == "FLEX_START"
     )
     retrying = [m for m in tracker.notifier.messages if m["state"] == "RETRYING"]
     assert len(retrying) == 1
@@ -748,7 +748,7 @@ def test_a_give_up_decided_on_a_queued_listing_spares_a_job_a_hint_saw_start(
 
     first = submit_auto(intake, tracker, post_event)
     clock.advance(wait_until(tracker) + 1)
-    listed = tracker.store.get(SEED)  # what the tick's query returned: QUEUED, past waitUntil
+    listed = tracker.jobs.get(SEED)  # what the tick's query returned: QUEUED, past waitUntil
     run(tracker, clock, first)
     assert hint(post_event, clock, first) == 200  # meanwhile a hint records it RUNNING
     # The tick's give-up, decided on its stale record: the write's fresh read refuses it.

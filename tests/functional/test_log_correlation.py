@@ -107,7 +107,9 @@ def test_a_status_page_request_logs_in_its_trace(intake, tracker, clock, lines):
     from tests.fakes import InMemoryJobViews
     from tests.functional.conftest import PRICES
 
-    views = InMemoryJobViews(tracker.store.job_store.database, intake.deployments.store.store)
+    views = InMemoryJobViews(
+        tracker.jobs.job_store.database, intake.deployments.records.deployment_store
+    )
     views.fail = StoreUnavailable("Firestore query failed: 503 unavailable")
     bootstrap.override_status_site(
         StatusSite(views, PriceTable.load(PRICES), clock, totals_seconds=0)

@@ -32,7 +32,7 @@ def fire(post_event, body: dict, at: str, message_id: str = "m"):
 
 
 def jobs(intake) -> dict[str, dict]:
-    return dict(intake.store.job_store.database.jobs)
+    return dict(intake.jobs.job_store.database.jobs)
 
 
 def test_three_publishes_in_one_slot_make_one_job(intake, post_event):
@@ -83,7 +83,7 @@ def test_forbid_skips_the_next_slot_while_the_first_is_active(intake, post_event
 
 def test_forbid_runs_the_next_slot_once_the_first_ended(intake, post_event):
     fire(post_event, nightly("forbid"), "2026-11-28T02:00:00Z")
-    intake.store.job_store.database.jobs["nightly-20261128T000000Z"]["state"] = "SUCCEEDED"
+    intake.jobs.job_store.database.jobs["nightly-20261128T000000Z"]["state"] = "SUCCEEDED"
     fire(post_event, nightly("forbid"), "2026-11-29T02:00:00Z")
     assert len(intake.backend.created) == 2
     assert jobs(intake)["nightly-20261129T000000Z"]["state"] == "QUEUED"
@@ -127,7 +127,7 @@ def test_a_slot_waits_while_the_series_holder_is_between_take_and_claim(intake):
     first = _message(nightly("forbid"), "2026-11-28T02:00:00Z")
     request = intake_service.read_command(first, intake).request
     assert request.slot is not None
-    intake.store.take_turn(request, request.slot, intake.clock(), 120)  # ...and then it died
+    intake.jobs.take_turn(request, request.slot, intake.clock(), 120)  # ...and then it died
 
     second = _message(nightly("forbid"), "2026-11-29T02:00:00Z")
     with pytest.raises(SubmissionInProgress):
@@ -151,7 +151,7 @@ def test_two_slots_racing_never_both_run(intake):
     two = _message(nightly("forbid"), "2026-11-29T02:00:00Z")
     taken = threading.Event()
     proceed = threading.Event()
-    original = intake.store.take_turn
+    original = intake.jobs.take_turn
 
     def take_then_pause(request, slot, now, ttl):
         made = original(request, slot, now, ttl)
@@ -160,7 +160,7 @@ def test_two_slots_racing_never_both_run(intake):
             proceed.wait(5)
         return made
 
-    intake.store.take_turn = take_then_pause  # type: ignore[method-assign]
+    intake.jobs.take_turn = take_then_pause  # type: ignore[method-assign]
     results: list[object] = []
     worker = threading.Thread(target=lambda: results.append(handlers.submit_job(one, intake)))
     worker.start()
@@ -210,7 +210,7 @@ def test_a_schedule_time_in_the_future_is_refused(intake, post_event):
 
 def test_a_backfill_runs_once_the_series_is_idle(intake, post_event):
     fire(post_event, nightly("forbid"), "2026-11-29T02:00:00Z")
-    intake.store.job_store.database.jobs["nightly-20261129T000000Z"]["state"] = "SUCCEEDED"
+    intake.jobs.job_store.database.jobs["nightly-20261129T000000Z"]["state"] = "SUCCEEDED"
     fire(post_event, nightly("forbid"), "2026-11-27T02:00:00Z")
     assert jobs(intake)["nightly-20261127T000000Z"]["state"] == "QUEUED"
     assert len(intake.backend.created) == 2

@@ -26,14 +26,14 @@ def deploy(post_event, deployments, request_id, endpoint=ENDPOINT, replicas=2):
     )
     response = post_event("handle_job_request", pubsub_cloud_event(body))
     assert response.status_code == 200
-    record = deployments.store.store.get(request_id)
+    record = deployments.records.deployment_store.get(request_id)
     deployments.backend.finish(record["operation"])
     refresh_deployments(deployments)
-    return deployments.store.store.get(request_id)["deployedModelId"]
+    return deployments.records.deployment_store.get(request_id)["deployedModelId"]
 
 
 def serving(deployments, request_id) -> ServingState:
-    state = ServingState.decode(deployments.store.store.get(request_id)["serving"])
+    state = ServingState.decode(deployments.records.deployment_store.get(request_id)["serving"])
     assert state is not None
     return state
 
@@ -73,7 +73,7 @@ def test_a_capacity_drop_is_recorded_with_its_time(post_event, deployments, cloc
     assert "2+0 -> 1+0 of 2" in change.cause
     assert state.phase.value == "DEFICIT"
     assert state.spot_node_seconds == 600 * 2  # two Spot replicas served the first ten minutes
-    record = deployments.store.store.get("s-1")
+    record = deployments.records.deployment_store.get("s-1")
     assert record["serving"]["phase"] == "DEFICIT"
 
     clock.advance(300)
@@ -137,7 +137,7 @@ def test_a_spot_deployment_short_past_the_grace_period_is_hedged_once_and_notifi
     # HEDGED once the DeployModel reached Vertex (its operation answered), never before.
     assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]
     # The fallback is deployed from the deployment's own requested deployedModel.
-    request = deployments.store.get("s-1").request
+    request = deployments.records.get("s-1").request
     assert deployments.backend.templates == [request["deployedModel"]]
     for _ in range(20):  # the DeployModel runs for many ticks: never sent again
         clock.advance(60)
@@ -182,7 +182,7 @@ def test_the_fallback_gets_the_traffic_once_it_serves_and_gives_it_back_after_th
     assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED", "RESTORED"]
     assert [m["id"] for m in deployments.backend.endpoints[ENDPOINT]] == [model]
     assert state.on_demand_node_seconds > 0 and state.hedges == 1
-    record = deployments.store.store.get("s-1")
+    record = deployments.records.deployment_store.get("s-1")
     assert record["outboxPending"] is False and len(record["notified"]) == 3
 
 
@@ -223,7 +223,7 @@ def test_a_hedge_that_timed_out_is_not_sent_again_and_its_fallback_is_adopted(
         refresh_deployments(deployments)
     assert [c[0] for c in deployments.backend.calls] == ["DeployModel"]
     # It had happened after all: the fallback lists under its name, and is ours.
-    template = deployments.store.get("s-1").request["deployedModel"]
+    template = deployments.records.get("s-1").request["deployedModel"]
     deployments.backend.deploy_on_demand(ENDPOINT, state.call.target, 2, template)
     deployments.backend.finish(next(iter(deployments.backend._pending)))
     clock.advance(60)
@@ -262,14 +262,14 @@ def test_a_failed_traffic_update_changes_nothing_and_is_retried_next_tick(
 
     model = deploy(post_event, deployments, "s-1")
     hedge(deployments, clock, model)
-    before = deployments.store.store.get("s-1")["serving"]
+    before = deployments.records.deployment_store.get("s-1")["serving"]
     split = dict(deployments.backend.splits[ENDPOINT])
     deployments.backend.finish(next(iter(deployments.backend._pending)))
     deployments.backend.call_fails_with = Unavailable("Vertex AI UpdateEndpoint failed: 503")
     clock.advance(60)
     refresh_deployments(deployments)
     assert deployments.backend.splits[ENDPOINT] == split  # nothing moved
-    after = deployments.store.store.get("s-1")["serving"]
+    after = deployments.records.deployment_store.get("s-1")["serving"]
     # Nothing was written: the move's state (the fallback deployed and serving) waits for a
     # move Vertex takes; the next read finds the fallback again.
     assert after == before
@@ -352,22 +352,22 @@ def test_a_notification_whose_publish_failed_is_sent_by_the_next_tick(
     hedge(deployments, clock, model)
     del notifier.notify
     assert notices(deployments, "s-1") == ["DEPLOYED"]
-    assert deployments.store.store.get("s-1")["outboxPending"] is True
+    assert deployments.records.deployment_store.get("s-1")["outboxPending"] is True
     clock.advance(60)
     refresh_deployments(deployments)
     assert notices(deployments, "s-1") == ["DEPLOYED", "HEDGED"]
-    assert deployments.store.store.get("s-1")["outboxPending"] is False
+    assert deployments.records.deployment_store.get("s-1")["outboxPending"] is False
 
 
 def test_a_failed_get_endpoint_changes_nothing(post_event, deployments, clock):
     model = deploy(post_event, deployments, "s-1")
-    before = deployments.store.store.get("s-1")
+    before = deployments.records.deployment_store.get("s-1")
     deployments.backend.set_available(ENDPOINT, model, 0)
     deployments.backend.read_fails_with = BackendUnavailable("Vertex AI GetEndpoint: 503")
     clock.advance(60)
 
     assert refresh_deployments(deployments) == 0
-    assert deployments.store.store.get("s-1") == before
+    assert deployments.records.deployment_store.get("s-1") == before
 
     deployments.backend.read_fails_with = None  # the next tick reads again and records it
     assert refresh_deployments(deployments) == 1
@@ -415,7 +415,7 @@ def test_the_record_stays_bounded_after_a_thousand_changes(post_event, deploymen
         deployments.backend.set_available(ENDPOINT, model, n % 3)
         refresh_deployments(deployments)
 
-    stored = deployments.store.store.get("s-1")["serving"]
+    stored = deployments.records.deployment_store.get("s-1")["serving"]
     assert len(stored["history"]) == HISTORY_LIMIT
     state = serving(deployments, "s-1")
     assert state.size_bytes() <= MAX_STATE_BYTES
@@ -447,7 +447,9 @@ def test_a_cancel_takes_a_hedged_deployment_down_fallback_first(post_event, depl
     deployments.backend.calls.clear()
 
     cancel(post_event, "s-1")
-    assert deployments.store.store.get("s-1")["state"] == "DEPLOYED"  # the tick does it
+    assert (
+        deployments.records.deployment_store.get("s-1")["state"] == "DEPLOYED"
+    )  # the tick does it
     tick_until_settled(deployments, clock)
 
     calls = deployments.backend.calls
@@ -459,7 +461,7 @@ def test_a_cancel_takes_a_hedged_deployment_down_fallback_first(post_event, depl
     assert undeploys == [model, fallback]
     assert not [c for c in calls if c[0] == "UpdateEndpoint" and c[2].get(model)]
     assert deployments.backend.endpoints[ENDPOINT] == []
-    record = deployments.store.store.get("s-1")
+    record = deployments.records.deployment_store.get("s-1")
     assert record["state"] == "UNDEPLOYED" and record["serving"]["phase"] == "UNDEPLOYED"
     assert notices(deployments, "s-1")[-1] == "UNDEPLOYED"
     assert "undeployRequested" not in record
@@ -487,7 +489,7 @@ def test_a_cancel_moves_the_traffic_to_the_endpoints_other_models_first(
     assert backend.calls[0] == ("UpdateEndpoint", ENDPOINT, {"777": 100})
     assert [m["id"] for m in backend.endpoints[ENDPOINT]] == ["777"]
     assert backend.splits[ENDPOINT] == {"777": 100}  # the other model kept serving
-    assert deployments.store.store.get("s-1")["state"] == "UNDEPLOYED"
+    assert deployments.records.deployment_store.get("s-1")["state"] == "UNDEPLOYED"
 
 
 def test_a_cancel_of_a_deployment_parked_for_quota_ends_it_at_once(post_event, deployments, clock):
@@ -498,11 +500,11 @@ def test_a_cancel_of_a_deployment_parked_for_quota_ends_it_at_once(post_event, d
     body["requestId"] = "s-9"
     post_event("handle_job_request", pubsub_cloud_event(body))
     deployments.backend.fail_with = None
-    assert deployments.store.store.get("s-9")["state"] == "ACCEPTED"
+    assert deployments.records.deployment_store.get("s-9")["state"] == "ACCEPTED"
 
     cancel(post_event, "s-9")
 
-    record = deployments.store.store.get("s-9")
+    record = deployments.records.deployment_store.get("s-9")
     assert record["state"] == "UNDEPLOYED" and record.get("nextAttemptAt") is None
     clock.advance(3600)
     refresh_deployments(deployments)  # the parked deployment is not deployed again
@@ -514,11 +516,11 @@ def test_a_cancel_while_deploying_takes_it_down_once_deployed(post_event, deploy
     body = load("deploy_request")
     body["requestId"] = "s-2"
     post_event("handle_job_request", pubsub_cloud_event(body))
-    operation = deployments.store.store.get("s-2")["operation"]
+    operation = deployments.records.deployment_store.get("s-2")["operation"]
     cancel(post_event, "s-2")
     deployments.backend.finish(operation)
     tick_until_settled(deployments, clock)
-    assert deployments.store.store.get("s-2")["state"] == "UNDEPLOYED"
+    assert deployments.records.deployment_store.get("s-2")["state"] == "UNDEPLOYED"
     assert deployments.backend.endpoints[ENDPOINT] == []
     # It never served its owner, who cancelled it first: nothing says DEPLOYED.
     assert notices(deployments, "s-2") == ["UNDEPLOYED"]
@@ -541,7 +543,7 @@ def test_a_resume_follows_a_paused_deployment_again_and_hedging_goes_on(
     refresh_deployments(deployments)
     state = serving(deployments, "s-1")
     assert state.phase.value == "SERVING" and state.pool == 100
-    assert "resumeRequested" not in deployments.store.store.get("s-1")
+    assert "resumeRequested" not in deployments.records.deployment_store.get("s-1")
     hedge(deployments, clock, model)
     assert [c[0] for c in backend.calls] == ["DeployModel"]
 
@@ -609,12 +611,12 @@ def test_a_notification_queued_while_an_alike_one_is_published_is_not_lost(
         "kind": "deployModel",
         "at": "2026-12-01T12:00:00+00:00",
     }
-    store = deployments.store
-    store.store.transact(
+    records = deployments.records
+    records.deployment_store.transact(
         "s-1", lambda raw: DeploymentChange({"outbox": [message], "outboxPending": True})
     )
-    published = list(store.get("s-1").outbox)  # tick A reads the outbox and publishes it
-    store.store.transact(  # tick B: the next incident's RESTORED is queued meanwhile
+    published = list(records.get("s-1").outbox)  # tick A reads the outbox and publishes it
+    records.deployment_store.transact(  # tick B: the next incident's RESTORED is queued meanwhile
         "s-1",
         lambda raw: DeploymentChange(
             {
@@ -623,8 +625,8 @@ def test_a_notification_queued_while_an_alike_one_is_published_is_not_lost(
             }
         ),
     )
-    store.drop_from_outbox("s-1", published)  # tick A forgets what it published
-    assert len(store.get("s-1").outbox) == 1, "the second RESTORED was never published"
+    records.drop_from_outbox("s-1", published)  # tick A forgets what it published
+    assert len(records.get("s-1").outbox) == 1, "the second RESTORED was never published"
 
 
 def test_a_tick_that_died_between_the_hedge_claim_and_its_call_hedges_again_after_the_limit(
@@ -684,12 +686,12 @@ def test_a_floor_is_deployed_beside_a_smaller_spot_model_and_serves_through_a_sp
 ):
     body = request_with("s-1", replicas=2, minOnDemandReplicas=1, hedge=False)
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
-    record = deployments.store.store.get("s-1")
+    record = deployments.records.deployment_store.get("s-1")
     assert record["serving"]["policy"]["minOnDemandReplicas"] == 1
     assert record["serving"]["policy"]["why"] == "named by the request"
     deployments.backend.finish(record["operation"])
     refresh_deployments(deployments)  # DEPLOYED: the Spot model (1 replica) is followed
-    spot = deployments.store.store.get("s-1")["deployedModelId"]
+    spot = deployments.records.deployment_store.get("s-1")["deployedModelId"]
     assert (
         next(m for m in deployments.backend.endpoints[ENDPOINT] if m["id"] == spot)[
             "dedicatedResources"
@@ -729,17 +731,17 @@ def test_every_replica_on_demand_deploys_the_floor_alone_and_a_cancel_takes_it_d
     assert deployments.backend.deployed == []  # no Spot model
     ((call, _endpoint, name),) = deployments.backend.calls
     assert (call, name) == ("DeployModel", "served [flexjobs s-1] (on-demand floor)")
-    record = deployments.store.store.get("s-1")
+    record = deployments.records.deployment_store.get("s-1")
     assert record["state"] == "DEPLOYING"
     deployments.backend.finish(record["operation"])
     refresh_deployments(deployments)
-    record = deployments.store.store.get("s-1")
+    record = deployments.records.deployment_store.get("s-1")
     assert record["state"] == "DEPLOYED" and record["deployedModelId"]
     assert notices(deployments, "s-1") == ["DEPLOYED"]
 
     cancel(post_event, "s-1")
     tick_until_settled(deployments, clock)
-    assert deployments.store.store.get("s-1")["state"] == "UNDEPLOYED"
+    assert deployments.records.deployment_store.get("s-1")["state"] == "UNDEPLOYED"
     assert deployments.backend.endpoints[ENDPOINT] == []
 
 
@@ -748,7 +750,7 @@ def test_an_objective_without_knobs_gets_the_cheapest_measured_policy_and_says_w
 ):
     body = request_with("s-4", replicas=4, availabilityObjective={"atLeastOneReplica": 0.99})
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
-    policy = deployments.store.store.get("s-4")["serving"]["policy"]
+    policy = deployments.records.deployment_store.get("s-4")["serving"]["policy"]
     # The committed table: a floor of one beside three Spot replicas, no hedge (docs/serving.md).
     assert (policy["minOnDemandReplicas"], policy["extraSpotReplicas"], policy["hedge"]) == (
         1,
@@ -762,7 +764,7 @@ def test_an_objective_without_knobs_gets_the_cheapest_measured_policy_and_says_w
 def test_an_objective_no_spot_policy_meets_keeps_every_replica_on_demand(post_event, deployments):
     body = request_with("s-1", replicas=1, availabilityObjective={"atLeastOneReplica": 0.999})
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
-    policy = deployments.store.store.get("s-1")["serving"]["policy"]
+    policy = deployments.records.deployment_store.get("s-1")["serving"]["policy"]
     assert (policy["minOnDemandReplicas"], policy["hedge"]) == (1, False)
     assert deployments.backend.deployed == []  # the floor, not a Spot model
 
@@ -795,7 +797,7 @@ def test_a_knob_that_cannot_be_met_is_a_recorded_rejection(
     errors = intake.rejections.documents["bad-1"]["errors"]
     assert any(e["path"] == path and words in e["message"] for e in errors), errors
     assert deployments.backend.deployed == [] and deployments.backend.calls == []
-    assert deployments.store.store.get("bad-1") is None
+    assert deployments.records.deployment_store.get("bad-1") is None
 
 
 def test_serving_fields_on_a_training_job_are_refused(post_event, intake):
@@ -825,9 +827,9 @@ def deploy_sharing(post_event, deployments, rid, split):
     body["deployModel"]["deployedModel"]["dedicatedResources"]["minReplicaCount"] = 2
     body["deployModel"]["trafficSplit"] = split
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
-    deployments.backend.finish(deployments.store.store.get(rid)["operation"])
+    deployments.backend.finish(deployments.records.deployment_store.get(rid)["operation"])
     refresh_deployments(deployments)
-    return deployments.store.store.get(rid)["deployedModelId"]
+    return deployments.records.deployment_store.get(rid)["deployedModelId"]
 
 
 def test_two_deployments_alone_on_an_endpoint_both_cancelled_go_without_the_hold(
@@ -853,7 +855,9 @@ def test_two_deployments_alone_on_an_endpoint_both_cancelled_go_without_the_hold
     assert backend.endpoints[ENDPOINT] == []
     assert (clock() - start).total_seconds() <= 10 * 60
     refresh_deployments(deployments)  # the reads that see them gone
-    assert [deployments.store.store.get(r)["state"] for r in ("a", "b")] == ["UNDEPLOYED"] * 2
+    assert [deployments.records.deployment_store.get(r)["state"] for r in ("a", "b")] == [
+        "UNDEPLOYED"
+    ] * 2
 
 
 def test_a_neighbours_traffic_never_lands_on_a_fallback_whose_undeploy_this_tick_sent(
@@ -910,7 +914,7 @@ def test_a_deployment_deployed_before_the_machine_is_not_notified_deployed_again
     )
     backend.splits[ENDPOINT] = {"7": 100}
     # As the revision before the machine wrote it: DEPLOYED, notified, no serving yet.
-    deployments.store.store.records["old-1"] = {
+    deployments.records.deployment_store.records["old-1"] = {
         "requestId": "old-1",
         "kind": "deployModel",
         "state": "DEPLOYED",
@@ -925,7 +929,7 @@ def test_a_deployment_deployed_before_the_machine_is_not_notified_deployed_again
     }
     clock.advance(60)
     refresh_deployments(deployments)
-    record = deployments.store.store.get("old-1")
+    record = deployments.records.deployment_store.get("old-1")
     assert record["serving"]["phase"] == "SERVING" and record["state"] == "DEPLOYED"
     assert notices(deployments, "old-1") == []
 
@@ -948,9 +952,9 @@ def test_an_endpoint_left_without_traffic_is_taken_by_a_deployment_that_serves_a
             backend.finish(name)
         clock.advance(60)
         refresh_deployments(deployments)
-        if deployments.store.store.get("a")["state"] == "UNDEPLOYED":
+        if deployments.records.deployment_store.get("a")["state"] == "UNDEPLOYED":
             break
-    assert deployments.store.store.get("a")["state"] == "UNDEPLOYED"
+    assert deployments.records.deployment_store.get("a")["state"] == "UNDEPLOYED"
     assert backend.splits[ENDPOINT] == {}  # a took it with it: nothing else served
     backend.set_available(ENDPOINT, b, 2)
     clock.advance(60)

@@ -37,7 +37,9 @@ _ids = itertools.count(1)
 
 @pytest.fixture
 def site(intake, tracker, clock) -> Iterator[StatusSite]:
-    views = InMemoryJobViews(tracker.store.job_store.database, intake.deployments.store.store)
+    views = InMemoryJobViews(
+        tracker.jobs.job_store.database, intake.deployments.records.deployment_store
+    )
     wired = StatusSite(views, PriceTable.load(PRICES), clock, totals_seconds=0)
     bootstrap.override_status_site(wired)
     yield wired
@@ -77,7 +79,7 @@ def vertex(tracker, clock, name: str, state: str, message: str | None = None, co
 
 
 def record(tracker, request_id: str = RID) -> dict[str, Any]:
-    found = tracker.store.job_store.get(request_id)
+    found = tracker.jobs.job_store.get(request_id)
     assert found is not None
     return found
 
@@ -465,9 +467,9 @@ def test_a_followed_deployment_shows_its_serving_capacity_and_history(
     body = load("deploy_request")
     body["deployModel"]["deployedModel"]["dedicatedResources"]["minReplicaCount"] = 2
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
-    deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
+    deployments.backend.finish(deployments.records.deployment_store.get("deploy-1")["operation"])
     refresh_deployments(deployments)
-    model = deployments.store.store.get("deploy-1")["deployedModelId"]
+    model = deployments.records.deployment_store.get("deploy-1")["deployedModelId"]
     clock.advance(120)
     deployments.backend.set_available(ENDPOINT, model, 1)
     refresh_deployments(deployments)
@@ -491,9 +493,9 @@ def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_
     body = load("deploy_request")
     body["deployModel"]["deployedModel"]["dedicatedResources"]["minReplicaCount"] = 2
     assert post_event("handle_job_request", pubsub_cloud_event(body)).status_code == 200
-    deployments.backend.finish(deployments.store.store.get("deploy-1")["operation"])
+    deployments.backend.finish(deployments.records.deployment_store.get("deploy-1")["operation"])
     refresh_deployments(deployments)
-    model = deployments.store.store.get("deploy-1")["deployedModelId"]
+    model = deployments.records.deployment_store.get("deploy-1")["deployedModelId"]
 
     def ticks(count: int = 1) -> None:
         for _ in range(count):
@@ -511,7 +513,7 @@ def test_a_hedged_and_restored_deployment_draws_its_serving_chart_and_lists_its_
     ticks(33)  # the hold, traffic back to Spot, the fallback's UndeployModel
     deployments.backend.finish(next(iter(deployments.backend._undeploys)))
     ticks(2)
-    stored = deployments.store.store.records["deploy-1"]
+    stored = deployments.records.deployment_store.records["deploy-1"]
     assert stored["serving"]["phase"] == "SERVING"
     stored["serving"]["history"][0]["cause"] = "<script>alert('cause')</script>"
 
@@ -565,7 +567,7 @@ def test_a_first_page_missing_a_record_is_read_from_a_query_with_its_next_page(
     three_jobs(tracker, clock, post_event)
     submit(post_event, "job-4", "job 4")
     tick(post_event, clock)
-    del tracker.store.job_store.database.jobs[
+    del tracker.jobs.job_store.database.jobs[
         "job-4"
     ]  # expired (a tombstone's TTL), or deleted by hand
     first = json.loads(page(client, "/api/jobs?limit=2"))

@@ -90,7 +90,7 @@ def test_a_second_job_for_a_recorded_attempt_is_refused_by_the_record(tracker, c
     loser = tracker.backend.create(_request_of(tracker), labels_for(SEED, 1), "us-central1")
 
     submission = Submission(SEED, 1, loser, "FLEX_START", "us-central1")
-    assert tracker.store.record_submission(submission, clock()) is False
+    assert tracker.jobs.record_submission(submission, clock()) is False
     assert current(tracker)["vertexJob"] == winner
 
 
@@ -302,7 +302,7 @@ def test_a_cancel_during_a_submission_waits_for_it_then_cancels_its_job(
 def test_a_cancel_finds_the_job_of_a_delivery_that_died_before_recording(
     tracker, clock, post_event
 ):
-    crash_on_next_record(tracker.store)  # the process dies between create and record
+    crash_on_next_record(tracker.jobs)  # the process dies between create and record
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs
@@ -348,7 +348,7 @@ def test_a_creator_whose_own_cancel_fails_leaves_it_to_the_tick(tracker, clock, 
 
     def create_then_cancel_requested(*args, **kwargs):
         job = create(*args, **kwargs)
-        tracker.store.apply(SEED, lambda rec: cancel_requested(rec, clock()))
+        tracker.jobs.apply(SEED, lambda rec: cancel_requested(rec, clock()))
         tracker.backend.fail_cancel_with = BackendUnavailable("CancelCustomJob: 503")
         return job
 
@@ -366,7 +366,7 @@ def test_a_creator_whose_own_cancel_fails_leaves_it_to_the_tick(tracker, clock, 
 def test_a_cancel_that_arrives_before_its_request_wins(tracker, clock, post_event, intake):
     assert cancel(post_event, "early") == 200
 
-    record = tracker.store.job_store.get("early")
+    record = tracker.jobs.job_store.get("early")
     assert (record["state"], record["reason"]) == ("CANCELLED", TOMBSTONE_REASON)
     assert record["expireAt"] >= clock.now + timedelta(days=1)
     assert intake.rejections.documents == {}
@@ -378,7 +378,7 @@ def test_a_cancel_that_arrives_before_its_request_wins(tracker, clock, post_even
     body["requestId"] = "early"
     assert deliver(post_event, body) == 200
 
-    record = tracker.store.job_store.get("early")
+    record = tracker.jobs.job_store.get("early")
     assert record["state"] == "CANCELLED"
     assert record["kind"] == "customJob" and record["request"]
     assert record["expireAt"] is None  # a claimed tombstone is an ordinary record now
@@ -393,7 +393,7 @@ def test_one_failing_retry_does_not_stop_the_tick(tracker, clock, post_event):
     other = load("seed_request")
     other["requestId"] = "other"
     assert deliver(post_event, other) == 200
-    other_job = tracker.store.job_store.get("other")["vertexJob"]
+    other_job = tracker.jobs.job_store.get("other")["vertexJob"]
     end(tracker, clock, other_job, "JOB_STATE_SUCCEEDED")
 
     def broken(*args, **kwargs):
@@ -404,7 +404,7 @@ def test_one_failing_retry_does_not_stop_the_tick(tracker, clock, post_event):
     assert tick(post_event, clock, 3600) == 200
 
     assert current(tracker)["state"] == "RETRYING"  # left for the next tick
-    assert tracker.store.job_store.get("other")["state"] == "SUCCEEDED"
+    assert tracker.jobs.job_store.get("other")["state"] == "SUCCEEDED"
     assert ("SUCCEEDED", 1) in states(tracker.notifier)
 
 
@@ -415,7 +415,7 @@ def test_a_job_adopted_hours_after_vertex_made_it_stays_in_the_tick_window(
     tracker, clock, post_event
 ):
     # A delivery created the job, then died; the redelivery adopts it three hours later.
-    crash_on_next_record(tracker.store)
+    crash_on_next_record(tracker.jobs)
     with pytest.raises(KeyboardInterrupt):
         request_seed(post_event)
     (name,) = tracker.backend.jobs
@@ -473,8 +473,8 @@ def test_a_cancel_naming_a_deployment_takes_it_down_and_leaves_no_tombstone(
     assert cancel(post_event, "deploy-1") == 200
 
     assert intake.rejections.documents == {}
-    assert tracker.store.job_store.get("deploy-1") is None  # no job tombstone under its id
-    record = intake.deployments.store.store.get("deploy-1")
+    assert tracker.jobs.job_store.get("deploy-1") is None  # no job tombstone under its id
+    record = intake.deployments.records.deployment_store.get("deploy-1")
     # Its DeployModel is still running: the intent waits for it, then takes everything down.
     assert record["state"] == "DEPLOYING"
     assert record["serving"]["intent"]["kind"] == "UNDEPLOY"
@@ -537,7 +537,7 @@ def test_a_cancel_finds_a_crashed_retry_in_its_fallback_location(tracker, clock,
     assert deliver(post_event, body) == 200
     first = current(tracker)["vertexJob"]
     end(tracker, clock, first, "JOB_STATE_EXPIRED")  # a capacity failure: the rung applies
-    crash_on_next_record(tracker.store)  # the retry's create lands, then the process dies
+    crash_on_next_record(tracker.jobs)  # the retry's create lands, then the process dies
     with pytest.raises(KeyboardInterrupt):
         tick(post_event, clock)
     (retry,) = [n for n in tracker.backend.jobs if "/europe-west4/" in n]
@@ -561,11 +561,11 @@ def test_a_hand_edited_record_does_not_stop_the_tick_for_the_others(tracker, clo
     other["requestId"] = "other"
     assert deliver(post_event, other) == 200
     # Someone edits a record by hand into values no code writes.
-    tracker.store.job_store.database.jobs[SEED].update(
+    tracker.jobs.job_store.database.jobs[SEED].update(
         retries={"capacity": None}, gpus="eight", outbox=["x"]
     )
-    end(tracker, clock, tracker.store.job_store.get("other")["vertexJob"], "JOB_STATE_SUCCEEDED")
+    end(tracker, clock, tracker.jobs.job_store.get("other")["vertexJob"], "JOB_STATE_SUCCEEDED")
 
     assert tick(post_event, clock) == 200
 
-    assert tracker.store.job_store.get("other")["state"] == "SUCCEEDED"
+    assert tracker.jobs.job_store.get("other")["state"] == "SUCCEEDED"

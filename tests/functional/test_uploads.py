@@ -80,7 +80,7 @@ def bad_line() -> str:
 
 
 def records(intake) -> dict[str, dict]:
-    return dict(intake.store.job_store.database.jobs)
+    return dict(intake.jobs.job_store.database.jobs)
 
 
 # -- request files ------------------------------------------------------------------------
@@ -252,17 +252,17 @@ def test_a_storage_outage_is_redelivered_and_records_nothing(intake, uploads, cl
 
 def test_a_transient_fault_on_one_line_still_submits_the_others(intake, uploads, client):
     resource = put(uploads, "requests/a.jsonl", f"{seed_line()}\n{seed_line('r-2')}\n")
-    original = intake.store.claim
+    original = intake.jobs.claim
 
     def claim(request, now, ttl):
         if request.request_id == "r-2":
             raise StoreUnavailable("Firestore blinked")
         return original(request, now, ttl)
 
-    intake.store.claim = claim  # type: ignore[method-assign]
+    intake.jobs.claim = claim  # type: ignore[method-assign]
     assert eventarc(client, resource).status_code == 500
     assert set(records(intake)) == {default_id("requests/a.jsonl", seed_line(), 1)}
-    intake.store.claim = original  # type: ignore[method-assign]
+    intake.jobs.claim = original  # type: ignore[method-assign]
     assert eventarc(client, resource).status_code == 200
     assert len(records(intake)) == 2
     assert len(intake.backend.created) == 2
@@ -315,7 +315,7 @@ def running_job(intake, tracker, request_id="ck-1", **extra):
     body = {**load("seed_request"), "requestId": request_id, "checkpointUri": CKPT, **extra}
     message = Delivery(json.dumps(body).encode(), message_id=request_id)
     handlers.submit_job(SubmitJob(message=message), intake)
-    name = intake.store.get(request_id).vertex_job
+    name = intake.jobs.get(request_id).vertex_job
     intake.backend.update(name, state="JOB_STATE_RUNNING", start_time=tracker.clock())
     return name
 
@@ -341,7 +341,7 @@ def test_a_checkpoint_marker_records_progress_without_vertex(intake, tracker, up
 
     assert eventarc(client, marker(uploads, 250)).status_code == 200
 
-    record = intake.store.job_store.get("ck-1")
+    record = intake.jobs.job_store.get("ck-1")
     assert record["latestCheckpoint"]["uri"] == f"{CKPT}step-00000250/"
     assert record["latestCheckpoint"]["step"] == 250
     assert record["progress"] == 0.25
@@ -355,7 +355,7 @@ def test_progress_only_moves_forward(intake, tracker, uploads, client):
     running_job(intake, tracker, totalSteps=1000)
     eventarc(client, marker(uploads, 500))
     eventarc(client, marker(uploads, 250))  # a late event of an older step
-    record = intake.store.job_store.get("ck-1")
+    record = intake.jobs.job_store.get("ck-1")
     assert record["latestCheckpoint"]["step"] == 500
     assert record["progress"] == 0.5
 
@@ -363,13 +363,13 @@ def test_progress_only_moves_forward(intake, tracker, uploads, client):
 def test_a_half_written_step_is_never_recorded(intake, tracker, uploads, client):
     running_job(intake, tracker)
     assert eventarc(client, marker(uploads, 300, leaf="state.bin")).status_code == 200
-    assert "latestCheckpoint" not in intake.store.job_store.get("ck-1")
+    assert "latestCheckpoint" not in intake.jobs.job_store.get("ck-1")
 
 
 def test_without_total_steps_progress_is_not_guessed(intake, tracker, uploads, client):
     running_job(intake, tracker)
     eventarc(client, marker(uploads, 300, leaf=".metadata"))
-    record = intake.store.job_store.get("ck-1")
+    record = intake.jobs.job_store.get("ck-1")
     assert record["latestCheckpoint"]["step"] == 300
     assert "progress" not in record
 
@@ -380,7 +380,7 @@ def test_a_single_file_checkpoint_counts(intake, tracker, uploads, client):
         uploads, "runs/r1/checkpoints/model_step700.pt", "2026-11-30T12:30:00Z"
     )
     eventarc(client, resource)
-    assert intake.store.job_store.get("ck-1")["latestCheckpoint"]["step"] == 700
+    assert intake.jobs.job_store.get("ck-1")["latestCheckpoint"]["step"] == 700
 
 
 def test_a_checkpoint_under_no_active_job_is_ignored(intake, tracker, uploads, client):
@@ -389,14 +389,14 @@ def test_a_checkpoint_under_no_active_job_is_ignored(intake, tracker, uploads, c
     checkpoint_object(uploads, "runs/other/checkpoints/step-00000100/data", at)
     resource = checkpoint_object(uploads, "runs/other/checkpoints/step-00000100/_SUCCESS", at)
     assert eventarc(client, resource).status_code == 200
-    assert "latestCheckpoint" not in intake.store.job_store.get("ck-1")
+    assert "latestCheckpoint" not in intake.jobs.job_store.get("ck-1")
 
 
 def test_an_ended_job_takes_no_checkpoint(intake, tracker, uploads, client):
     running_job(intake, tracker)
-    intake.store.job_store.database.jobs["ck-1"]["state"] = "SUCCEEDED"
+    intake.jobs.job_store.database.jobs["ck-1"]["state"] = "SUCCEEDED"
     eventarc(client, marker(uploads, 100))
-    assert "latestCheckpoint" not in intake.store.job_store.get("ck-1")
+    assert "latestCheckpoint" not in intake.jobs.job_store.get("ck-1")
 
 
 def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, uploads, client):
@@ -410,12 +410,12 @@ def test_a_checkpoint_older_than_the_job_is_another_runs(intake, tracker, upload
     body = {"requestId": "out-1", **body_extra}
     message = Delivery(json.dumps(body).encode(), message_id="out-1")
     handlers.submit_job(SubmitJob(message=message), intake)
-    assert intake.store.job_store.get("out-1")["checkpointPrefix"] == CKPT
+    assert intake.jobs.job_store.get("out-1")["checkpointPrefix"] == CKPT
     eventarc(client, marker(uploads, 100, at="2020-01-01T00:00:00Z"))
-    assert "latestCheckpoint" not in intake.store.job_store.get("out-1")
+    assert "latestCheckpoint" not in intake.jobs.job_store.get("out-1")
     now = datetime.now(UTC).isoformat()
     eventarc(client, marker(uploads, 200, at=now))
-    assert intake.store.job_store.get("out-1")["latestCheckpoint"]["step"] == 200
+    assert intake.jobs.job_store.get("out-1")["latestCheckpoint"]["step"] == 200
 
 
 # -- requests and checkpoints never share trust (issue 20) ----------------------------------
@@ -426,7 +426,7 @@ def test_a_marker_alone_moves_no_job(intake, tracker, uploads, client):
     running_job(intake, tracker, totalSteps=1000)
     resource = marker(uploads, 1000, leaf=".metadata", data=False)
     assert eventarc(client, resource).status_code == 200
-    record = intake.store.job_store.get("ck-1")
+    record = intake.jobs.job_store.get("ck-1")
     assert "latestCheckpoint" not in record and "progress" not in record
     assert uploads.checkpoints.confirmed == [f"{CKPT}step-00001000/"]
 
@@ -440,7 +440,7 @@ def test_an_event_for_a_checkpoint_its_listing_does_not_show_moves_no_job(
         "runs/r1/checkpoints/step-00000900/commit_success.txt", GEN, 2, bucket=CKPT_BUCKET
     )
     assert notification(client, resource).status_code == 200
-    assert "latestCheckpoint" not in intake.store.job_store.get("ck-1")
+    assert "latestCheckpoint" not in intake.jobs.job_store.get("ck-1")
 
 
 def test_the_time_recorded_is_the_listings_not_the_events(intake, tracker, uploads, client):
@@ -448,16 +448,16 @@ def test_the_time_recorded_is_the_listings_not_the_events(intake, tracker, uploa
     resource = marker(uploads, 250, at="2026-11-30T12:30:00Z")
     resource["customTime"] = "2026-12-31T00:00:00Z"  # what the event claims
     assert eventarc(client, resource).status_code == 200
-    at = intake.store.job_store.get("ck-1")["latestCheckpoint"]["at"]
+    at = intake.jobs.job_store.get("ck-1")["latestCheckpoint"]["at"]
     assert at == "2026-11-30T12:30:00+00:00"
 
 
 def test_an_object_in_the_request_bucket_is_never_a_checkpoint(intake, tracker, uploads, client):
     running_job(intake, tracker, totalSteps=1000)
-    intake.store.job_store.database.jobs["ck-1"]["checkpointPrefix"] = f"gs://{BUCKET}/victim/ck/"
+    intake.jobs.job_store.database.jobs["ck-1"]["checkpointPrefix"] = f"gs://{BUCKET}/victim/ck/"
     for name in ("victim/ck/step-00001000/state.bin", "victim/ck/step-00001000/.metadata"):
         assert eventarc(client, put(uploads, name, b"x")).status_code == 200
-    assert "latestCheckpoint" not in intake.store.job_store.get("ck-1")
+    assert "latestCheckpoint" not in intake.jobs.job_store.get("ck-1")
     assert uploads.checkpoints.confirmed == []
 
 
@@ -547,7 +547,7 @@ def on_demand_auto_job(intake, tracker, final: bool = False, total_steps: int | 
         restartOverheadSeconds=300,
     )
     # What the policy and a hint would have written: on-demand, chosen to catch up, running.
-    stored = intake.store.job_store.database.jobs["ck-1"]
+    stored = intake.jobs.job_store.database.jobs["ck-1"]
     stored.update(
         strategy="STANDARD",
         state="RUNNING",
@@ -568,7 +568,7 @@ def test_an_on_demand_attempt_ahead_at_a_checkpoint_is_left_for_cheaper_capacity
     assert eventarc(client, marker(uploads, 900)).status_code == 200  # 90% done, days early
 
     assert intake.backend.cancels == [name]
-    record = intake.store.job_store.get("ck-1")
+    record = intake.jobs.job_store.get("ck-1")
     assert record["yielding"]["why"] == "switch"
     assert record["yielding"]["reason"].startswith("left on-demand at a checkpoint: ")
     assert record["progress"] == 0.9
@@ -576,13 +576,13 @@ def test_an_on_demand_attempt_ahead_at_a_checkpoint_is_left_for_cheaper_capacity
     # The cancelled job's end is a switch: attempt 2 at once, on cheaper capacity, from the
     # checkpoint, with no budget charged.
     handlers.reconcile(Reconcile(), tracker)
-    record = intake.store.job_store.get("ck-1")
+    record = intake.jobs.job_store.get("ck-1")
     assert record["attempt"] == 2 and record["state"] == "QUEUED"
     assert record["strategy"] in ("SPOT", "FLEX_START")
     assert record.get("retries", {}) == {}
-    assert intake.store.job_store.database.attempts[("ck-1", 1)]["endedBy"] == "switch"
+    assert intake.jobs.job_store.database.attempts[("ck-1", 1)]["endedBy"] == "switch"
     assert (
-        intake.store.job_store.database.attempts[("ck-1", 2)]["resumedFrom"]
+        intake.jobs.job_store.database.attempts[("ck-1", 2)]["resumedFrom"]
         == f"{CKPT}step-00000900/"
     )
 
@@ -592,7 +592,7 @@ def test_an_on_demand_attempt_behind_at_a_checkpoint_is_kept(intake, tracker, up
     tracker.clock.advance(86400)  # a day on, 10% done: behind uniform progress
     assert eventarc(client, marker(uploads, 100)).status_code == 200
     assert intake.backend.cancels == []
-    assert "yielding" not in intake.store.job_store.get("ck-1")
+    assert "yielding" not in intake.jobs.job_store.get("ck-1")
 
 
 def test_an_on_demand_attempt_the_policy_made_final_is_never_left(intake, tracker, uploads, client):
@@ -607,10 +607,10 @@ def test_without_total_steps_the_running_attempts_time_counts_as_saved_at_a_chec
     name = on_demand_auto_job(intake, tracker, total_steps=None)
     # 3.5 h of the 4 h ran on on-demand: far ahead, though no progress figure says so.
     started = tracker.clock() - timedelta(hours=3.5)
-    intake.store.job_store.database.jobs["ck-1"]["attemptStartedAt"] = started
+    intake.jobs.job_store.database.jobs["ck-1"]["attemptStartedAt"] = started
     assert eventarc(client, marker(uploads, 900)).status_code == 200
     assert intake.backend.cancels == [name]
-    assert "progress" not in intake.store.job_store.get("ck-1")
+    assert "progress" not in intake.jobs.job_store.get("ck-1")
 
 
 def test_a_leave_that_failed_is_asked_again_by_the_redelivered_event(
@@ -618,7 +618,7 @@ def test_a_leave_that_failed_is_asked_again_by_the_redelivered_event(
 ):
     name = on_demand_auto_job(intake, tracker)
     event = marker(uploads, 900)
-    real = intake.store.get_attempt
+    real = intake.jobs.get_attempt
     failing = iter([StoreUnavailable("Firestore is down")])
 
     def get_attempt(request_id, attempt):
@@ -627,10 +627,10 @@ def test_a_leave_that_failed_is_asked_again_by_the_redelivered_event(
             raise fault
         return real(request_id, attempt)
 
-    monkeypatch.setattr(intake.store, "get_attempt", get_attempt)
-    intake.store.job_store.database.jobs["ck-1"]["attempt"] = 2  # one earlier attempt to read
+    monkeypatch.setattr(intake.jobs, "get_attempt", get_attempt)
+    intake.jobs.job_store.database.jobs["ck-1"]["attempt"] = 2  # one earlier attempt to read
     assert eventarc(client, event).status_code == 500  # recorded, the leave failed: redelivered
-    assert intake.store.job_store.get("ck-1")["latestCheckpoint"]["step"] == 900
+    assert intake.jobs.job_store.get("ck-1")["latestCheckpoint"]["step"] == 900
     assert intake.backend.cancels == []
     assert eventarc(client, event).status_code == 200  # not news, but asked again
     assert intake.backend.cancels == [name]
@@ -639,7 +639,7 @@ def test_a_leave_that_failed_is_asked_again_by_the_redelivered_event(
 def test_only_the_time_up_to_the_checkpoint_counts_as_saved(intake, tracker, uploads, client):
     on_demand_auto_job(intake, tracker, total_steps=None)
     started = tracker.clock() - timedelta(hours=3.5)
-    intake.store.job_store.database.jobs["ck-1"]["attemptStartedAt"] = started
+    intake.jobs.job_store.database.jobs["ck-1"]["attemptStartedAt"] = started
     # Written 5 minutes into the attempt (a late event): what ran since is not saved.
     late = (started + timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
     assert eventarc(client, marker(uploads, 900, at=late)).status_code == 200
@@ -652,7 +652,7 @@ def test_a_checkpoint_the_attempt_resumed_from_never_makes_it_leave(
     on_demand_auto_job(intake, tracker)
     # Written before this attempt started (it resumed from it): leaving would lose its run.
     assert eventarc(client, marker(uploads, 900, at="2026-11-30T11:59:00Z")).status_code == 200
-    assert intake.store.job_store.get("ck-1")["progress"] == 0.9
+    assert intake.jobs.job_store.get("ck-1")["progress"] == 0.9
     assert intake.backend.cancels == []
 
 

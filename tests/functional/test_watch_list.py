@@ -20,7 +20,7 @@ from tests.functional.test_lifecycle_handlers import SEED, current, end, run, su
 
 
 def saved_list(tracker) -> watches.Watch:
-    store = tracker.store.job_store.database
+    store = tracker.jobs.job_store.database
     found = watches.decode(store.watch_shards)
     assert found is not None
     return found
@@ -38,17 +38,17 @@ def test_a_record_changed_by_hand_out_of_the_active_ones_is_read_again(tracker, 
     assert tick(post_event, clock) == 200
     assert set(saved_list(tracker).active) == {SEED, "other"}
     # By hand, no stamp: the count of active records now differs from the list's.
-    tracker.store.job_store.database.jobs["other"]["state"] = "CANCELLED"
+    tracker.jobs.job_store.database.jobs["other"]["state"] = "CANCELLED"
     assert tick(post_event, clock) == 200
     assert set(saved_list(tracker).active) == {SEED}
-    assert tracker.store.job_store.database.watch_tally["active"] == {"QUEUED": 1}
+    assert tracker.jobs.job_store.database.watch_tally["active"] == {"QUEUED": 1}
 
 
 def test_a_live_job_whose_record_the_list_missed_is_settled(tracker, clock, post_event):
     submit(post_event)
     submit_as(post_event, "gone-by-hand")
     assert tick(post_event, clock) == 200
-    store = tracker.store.job_store.database
+    store = tracker.jobs.job_store.database
     # Unstamped, and the count unchanged: one active record deleted, one made, by hand.
     missed = copy.deepcopy(store.jobs["gone-by-hand"])
     del store.jobs["gone-by-hand"]
@@ -85,7 +85,7 @@ def test_a_job_deleted_in_vertex_fails_its_record_once(tracker, clock, post_even
 def test_a_tick_after_a_long_gap_builds_the_list_again(tracker, clock, post_event):
     submit(post_event)
     assert tick(post_event, clock) == 200
-    watch_store, job_store = tracker.store.watch_store, tracker.store.job_store
+    watch_store, job_store = tracker.jobs.watch_store, tracker.jobs.job_store
     assert watched(watch_store, job_store, clock.now, STRAY_WATCH).how == "synced"
     later = clock.now + MAX_GAP + timedelta(seconds=1)
     assert watched(watch_store, job_store, later, STRAY_WATCH).how == "built"
@@ -104,6 +104,6 @@ def test_an_end_the_list_held_active_is_tallied_whatever_its_time(tracker, clock
     assert tick(post_event, clock) == 200
     assert current(tracker)["state"] == "SUCCEEDED"
     assert tick(post_event, clock) == 200
-    stored = decode(tracker.store.job_store.database.watch_tally)
+    stored = decode(tracker.jobs.job_store.database.watch_tally)
     assert stored is not None
     assert stored.window(clock.now - timedelta(days=7)).jobs == 1

@@ -95,7 +95,7 @@ def test_crash_between_create_and_record_still_yields_one_job(stack, db, unique)
     rid = unique("crash")
     real = bootstrap.build_intake(Settings.from_env())
     real.settings = dataclasses.replace(real.settings, claim_ttl_seconds=5)
-    crashing = dataclasses.replace(real, store=DiesAfterCreate(real.store))
+    crashing = dataclasses.replace(real, jobs=DiesAfterCreate(real.jobs))
     message = Delivery(data=json.dumps(request(rid)).encode(), message_id="m-crash")
     with pytest.raises(KeyboardInterrupt):
         handlers.submit_job(SubmitJob(message=message), crashing)

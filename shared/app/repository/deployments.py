@@ -45,28 +45,28 @@ class Stepped:
 class DeploymentRecords:
     """The deployment records: every write, over a :class:`~shared.app.ports.DeploymentStore`."""
 
-    def __init__(self, store: DeploymentStore) -> None:
-        self.store = store
+    def __init__(self, deployment_store: DeploymentStore) -> None:
+        self.deployment_store = deployment_store
 
     def get(self, request_id: str) -> DeploymentRecord | None:
-        raw = self.store.get(request_id)
+        raw = self.deployment_store.get(request_id)
         return None if raw is None else DeploymentRecord.decode(raw)
 
     def alive(self) -> list[DeploymentRecord]:
         """Every deployment the tick follows: not UNDEPLOYED nor FAILED."""
-        return [DeploymentRecord.decode(raw) for raw in self.store.alive()]
+        return [DeploymentRecord.decode(raw) for raw in self.deployment_store.alive()]
 
     def on_endpoint(self, endpoint: str) -> list[DeploymentRecord]:
         """Every deployment on ``endpoint``."""
-        return [DeploymentRecord.decode(raw) for raw in self.store.on_endpoint(endpoint)]
+        return [DeploymentRecord.decode(raw) for raw in self.deployment_store.on_endpoint(endpoint)]
 
     def with_outbox(self) -> list[DeploymentRecord]:
         """Every record whose outbox holds notifications not yet published."""
-        return [DeploymentRecord.decode(raw) for raw in self.store.with_outbox()]
+        return [DeploymentRecord.decode(raw) for raw in self.deployment_store.with_outbox()]
 
     def create(self, request: JobRequest, state: ServingState, now: datetime) -> bool:
         """Create ``deployments/{id}`` with its machine's first state; False when it exists."""
-        return self.store.create(request.request_id, new_deployment(request, state, now))
+        return self.deployment_store.create(request.request_id, new_deployment(request, state, now))
 
     def _write(
         self, request_id: str, now: datetime, machine: Machine
@@ -86,7 +86,7 @@ class DeploymentRecords:
             written.append(after)
             return projected(record, after[0], now, tuple((n, None) for n in after[1]))
 
-        self.store.transact(request_id, decide)
+        self.deployment_store.transact(request_id, decide)
         return written[-1] if written else None
 
     def tell(self, request_id: str, intent: Intent, now: datetime) -> ServingState | None:
@@ -139,7 +139,7 @@ class DeploymentRecords:
             notices = tuple((n, action.reason) for n in action.notices)
             return projected(record, action.state, now, notices)
 
-        self.store.transact(request_id, decide)
+        self.deployment_store.transact(request_id, decide)
         return decided[-1] if decided else None
 
     def moved(self, request_id: str, stepped: Stepped, now: datetime) -> bool:
@@ -206,7 +206,7 @@ class DeploymentRecords:
             fields = {"outbox": left, "outboxPending": bool(left), "notified": notified}
             return DeploymentChange(fields)
 
-        self.store.transact(request_id, decide)
+        self.deployment_store.transact(request_id, decide)
 
 
 def serving_state(record: DeploymentRecord, now: datetime) -> ServingState | None:

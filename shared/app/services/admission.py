@@ -111,14 +111,14 @@ def enter_queue(
         InvalidRequest: an unknown queue, a priority the queue does not allow, or a demand
             that could never be admitted (it is refused and recorded, never left waiting).
     """
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     # Refused only when the queue file itself can never fit it: a quota read lower than its
     # demand holds it, saying so, as it holds those already waiting (_fail_inadmissible).
     ceiling = Ceiling.of(queues, {})
     options = request.options
     chosen = admission_of(queues, options.get("queue"), options.get("priority"), demand, ceiling)
     waiting = admissions.count_waiting(chosen.queue)
-    if waiting >= MAX_WAITING_PER_QUEUE and ports.store.get(request.request_id) is None:
+    if waiting >= MAX_WAITING_PER_QUEUE and ports.jobs.get(request.request_id) is None:
         raise InvalidRequest(
             [
                 FieldError(
@@ -166,7 +166,7 @@ def submit_admitted(ports: CapacityPorts, request_id: str) -> Outcome | None:
     A preempted request admitted again resumes from its checkpoint, which only the
     lifecycle's retry finds (:func:`shared.app.services.settle.run_retry`): it is left due for the
     tick, never created here from scratch."""
-    record = ports.store.get(request_id)
+    record = ports.jobs.get(request_id)
     if record is None or pending_attempt(record) != 1:
         return None
     return submit_due(ports, record, 1)
@@ -186,7 +186,7 @@ def _pass(
     """:func:`admit_waiting`, and the workloads still waiting after it (for the tick's
     summary, so the waiting records are read once per tick). ``elsewhere`` (the tick): also
     the oldest records waiting in a queue the file no longer names, which end, saying so."""
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     now = ports.clock()
     ledger = admissions.ledger()
     sweep = Sweep("admission")
@@ -246,7 +246,7 @@ def _pass(
                 "notify",
                 flush_outbox,
                 workload.request_id,
-                ports.store,
+                ports.jobs,
                 ports.notifier,
             )
             if sweep.each(workload.request_id, "create", submit, workload.request_id) is None:
@@ -264,7 +264,7 @@ def _lines(ports: CapacityPorts, queues: Queues, sweep: Sweep, now: datetime) ->
     backlog hiding another queue's requests). A line past :data:`MAX_WAITING_PER_QUEUE` (two
     intakes that raced past the count) ends its newest requests, saying why: refused late,
     never left waiting unseen."""
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     waiting: list[JobRecord] = []
     for name in sorted(queues.queues):
         line = admissions.waiting(name, MAX_WAITING_PER_QUEUE + MAX_WAITING_ELSEWHERE)
@@ -316,7 +316,7 @@ def _read_unasked(
     if failed_lately:
         return None
     read_limits(ports, ports.quota_limits, unasked[:MAX_OBSERVED], now)
-    return ports.store.admissions.ledger()
+    return ports.jobs.admissions.ledger()
 
 
 def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
@@ -348,7 +348,7 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
         if queue is None or not (queue.preemption.within_queue or queue.preemption.within_cohort):
             continue
         if ledger is None:
-            ledger = ports.store.admissions.ledger()
+            ledger = ports.jobs.admissions.ledger()
             standing = dataclasses.replace(standing, usage=ledger.usage())
         running, freeing, records = _running(ports, queues, ledger, queue.name, queue.cohort)
         usage: dict[str, dict[Resource, int]] = {q: dict(h) for q, h in standing.usage.items()}
@@ -392,7 +392,7 @@ def _running(
         other = queues.queues.get(entry.queue)
         if other is None or (entry.queue != queue and (cohort is None or other.cohort != cohort)):
             continue
-        record = ports.store.get(request_id)
+        record = ports.jobs.get(request_id)
         if record is None:
             continue
         if record.state.terminal or record.yielding.get("why") == PREEMPTED:
@@ -455,7 +455,7 @@ def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: 
     read (a default dimension, a limit lowered for a day) must not end accepted work for
     good, and the next read may lift it. Returns the requestIds failed."""
     configured = Ceiling.of(queues, {})
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     failed_ids: list[str] = []
     for workload in plan.inadmissible:
         if not never_fits(queues, configured, workload):
@@ -487,7 +487,7 @@ def release(
     ports: CapacityPorts, queues: Queues, request_ids: Sequence[str], submit: Submit
 ) -> None:
     """Give back the GPUs of records that ended, then run a pass when any were held."""
-    if ports.store.admissions.release(list(request_ids)):
+    if ports.jobs.admissions.release(list(request_ids)):
         log.info("admission released", extra={"fields": {"requestIds": list(request_ids)[:10]}})
         admit_waiting(ports, queues, submit)
 
@@ -516,7 +516,7 @@ def observe_quota(
     (``quotaUnreadable``) and logs a warning: a failed read never lifts the ceiling.
 
     Returns why the read failed (None: read, or not due)."""
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     now = ports.clock()
     ledger = admissions.ledger()
     if ledger.observed_at is not None and now - ledger.observed_at < QUOTA_READ_EVERY:
@@ -532,7 +532,7 @@ def read_limits(
     A read that fails keeps the limits read before, records why (``quotaUnreadable``) and
     logs a warning: a failed read never lifts the ceiling. Returns why it failed (None:
     read)."""
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     try:
         read = dict(limits.limits(resources))
     except QuotaUnreadable as exc:
@@ -572,7 +572,7 @@ def tick(
     requestIds admitted. The read is isolated: one that fails never stops the pass."""
     if quota is not None:
         Sweep("admission").each(None, "quota", observe_quota, ports, queues, quota, active)
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     admitted: dict[str, Entry] = {}
     for record in active:
         entry = entry_of({"admission": record.admission})
@@ -590,7 +590,7 @@ def tick(
     confirmed_restore: dict[str, Entry] = {}
     ended: list[str] = []  # given back as they should be (a confirmed cancel): not a heal
     for request_id in drop:
-        fresh = ports.store.get(request_id)
+        fresh = ports.jobs.get(request_id)
         if fresh is None or (
             not holds_quota(fresh, _live_jobs(ports, fresh))
             if fresh.state.terminal
@@ -600,7 +600,7 @@ def tick(
             if fresh is not None and fresh.state.terminal:
                 ended.append(request_id)
     for request_id in restore:
-        fresh = ports.store.get(request_id)
+        fresh = ports.jobs.get(request_id)
         entry = entry_of({"admission": fresh.admission}) if fresh is not None else None
         if fresh is not None and not fresh.state.terminal and entry is not None:
             confirmed_restore[request_id] = entry
@@ -654,7 +654,7 @@ def summarise_for_operators(
     records the tick read (their expected ends: ``attemptStartedAt``
     plus the request's ``estimatedRunSeconds``, kept as ``admission.runSeconds``, where it
     names one: AUTO requests)."""
-    admissions = ports.store.admissions
+    admissions = ports.jobs.admissions
     now = ports.clock()
     ledger = admissions.ledger()
     by_id = {r.request_id: r for r in active}

@@ -55,13 +55,13 @@ def cancel_request(request_id: str, intake: Intake) -> Outcome:
     """
     if not request_id:
         raise InvalidRequest([FieldError("cancel", "must be a non-empty requestId")])
-    store, clock = intake.store, intake.clock
+    store, clock = intake.jobs, intake.clock
     with request_context(request_id):
         # The mark and the read are one transaction: what is decided below is the record
         # as it stands with the cancel marked, so no submission recorded after can start.
         marked = store.write(request_id, lambda rec: cancel_requested(rec, clock()))
         if marked is None:
-            if intake.deployments is not None and intake.deployments.store.get(request_id):
+            if intake.deployments is not None and intake.deployments.records.get(request_id):
                 # A deployment's cancel takes it down (its fallback first).
                 return cancel_deployment(request_id, intake.deployments)
             if store.create_tombstone(request_id, tombstone(request_id, clock())):
@@ -69,7 +69,7 @@ def cancel_request(request_id: str, intake: Intake) -> Outcome:
                 # A deployModel request may have recorded its deployment since the read
                 # above (it looks for this tombstone after, as this looks for it after the
                 # tombstone): it goes. Before anything else can fail.
-                if intake.deployments is not None and intake.deployments.store.get(request_id):
+                if intake.deployments is not None and intake.deployments.records.get(request_id):
                     cancel_deployment(request_id, intake.deployments)
                 flush_outbox(request_id, store, intake.notifier)
                 return Outcome.CANCELLED
@@ -80,7 +80,7 @@ def cancel_request(request_id: str, intake: Intake) -> Outcome:
         if (
             record.reason == TOMBSTONE_REASON
             and deployments is not None
-            and deployments.store.get(request_id)
+            and deployments.records.get(request_id)
         ):
             # This cancel's tombstone, left by an earlier delivery that failed after it: the
             # deployment recorded meanwhile goes, as that delivery would have done.

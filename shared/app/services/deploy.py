@@ -96,7 +96,7 @@ def accept_deployment(request: JobRequest, ports: Deployments) -> bool:
         f"serving plan: {plan.policy.label(plan.required)} ({plan.why})",
         extra={"fields": {"requestId": request.request_id}},
     )
-    return ports.store.create(request, state, now)
+    return ports.records.create(request, state, now)
 
 
 def _table(ports: Deployments, options: dict[str, object]) -> PolicyTable | None:
@@ -139,7 +139,7 @@ def cancel_deployment(request_id: str, ports: Deployments) -> Outcome:
     Spot model last; UNDEPLOYED with its notification once none is on the endpoint. A call in
     flight (its DeployModel) is waited for first, so nothing it makes is left behind."""
     with request_context(request_id):
-        if ports.store.tell(request_id, Intent.UNDEPLOY, ports.clock()) is None:
+        if ports.records.tell(request_id, Intent.UNDEPLOY, ports.clock()) is None:
             log.info("cancel ignored: the deployment has ended, or was asked already")
             return Outcome.DUPLICATE
         log.info("undeploy requested")
@@ -152,7 +152,7 @@ def resume_deployment(request_id: str, ports: Deployments) -> Outcome:
     """``{"resume": id}``: follow a deployment paused by a hand edit again, from its endpoint
     as it is at the next step. A deployment that has ended is left as it is."""
     with request_context(request_id):
-        if ports.store.tell(request_id, Intent.RESUME, ports.clock()) is None:
+        if ports.records.tell(request_id, Intent.RESUME, ports.clock()) is None:
             log.info("resume ignored: the deployment is not followed")
             return Outcome.DUPLICATE
         log.info("resume requested")
@@ -177,7 +177,7 @@ def advance(
         TransientError: a read or a write failed (the state is as it was: a control-plane
             error never moves a deployment).
     """
-    record = ports.store.get(request_id)
+    record = ports.records.get(request_id)
     now = ports.clock()
     state = serving_state(record, now) if record is not None else None
     if record is None or state is None or state.phase.ended:
@@ -190,9 +190,9 @@ def advance(
         seen = Seen(_with_running(observed, running), at, {request_id: operation})
     if leaving is None:
         # Read after the endpoint: an undeploy a neighbour claimed before that read is known.
-        neighbours = [r for r in ports.store.on_endpoint(endpoint) if r.request_id != request_id]
+        neighbours = [r for r in ports.records.on_endpoint(endpoint) if r.request_id != request_id]
         leaving = _leaving(neighbours, ports.clock())
-    stepped = ports.store.step(
+    stepped = ports.records.step(
         request_id,
         seen.observed,
         ports.clock(),
@@ -269,7 +269,7 @@ def _act(ports: Deployments, stepped: Stepped, observed: ObservedEndpoint) -> No
         assert action.split is not None
         ports.backend.set_traffic(observed.name, action.split, observed.etag)
         # Vertex took it: a record that moved on meanwhile keeps its newer state.
-        ports.store.moved(rid, stepped, ports.clock())
+        ports.records.moved(rid, stepped, ports.clock())
         log.info(f"traffic moved: {action.reason}", extra={"fields": fields})
         return
     if action.kind is not ActionKind.CALL:
@@ -285,19 +285,19 @@ def _act(ports: Deployments, stepped: Stepped, observed: ObservedEndpoint) -> No
         retry_at = None
         if isinstance(exc, QuotaExhausted):
             retry_at = ports.clock() + timedelta(seconds=ports.retry.backoff.seconds(1))
-        ports.store.refused(rid, call, str(exc), ports.clock(), retry_at=retry_at)
+        ports.records.refused(rid, call, str(exc), ports.clock(), retry_at=retry_at)
         log.warning(f"{call.kind.value} refused: {exc}", extra={"fields": fields})
         return
     except OutcomeUnknown:
         # It may have happened: the claim stays, and every read looks for its effect.
-        ports.store.lost(rid, call, ports.clock())
+        ports.records.lost(rid, call, ports.clock())
         log.warning(f"{call.kind.value} outcome unknown; its claim is kept")
         return
     except Exception:
         # It never reached Vertex: the claim goes, and the next step decides again.
-        ports.store.released(rid, call, ports.clock())
+        ports.records.released(rid, call, ports.clock())
         raise
-    ports.store.answered(rid, call, operation, ports.clock())
+    ports.records.answered(rid, call, operation, ports.clock())
     log.info(
         f"{call.kind.value} sent: {action.reason}",
         extra={"fields": {**fields, "operation": operation}},
@@ -333,7 +333,7 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
     sweep = sweep or Sweep("deployments")
     written = 0
     by_endpoint: dict[str, list[DeploymentRecord]] = defaultdict(list)
-    for record in ports.store.alive():
+    for record in ports.records.alive():
         endpoint = record.request.get("endpoint")
         if isinstance(endpoint, str) and endpoint:
             by_endpoint[endpoint].append(record)
@@ -373,7 +373,7 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
             acted = stepped is not None and stepped.action.kind in _CHANGES_THE_ENDPOINT
             moved = moved or acted
             written += stepped is not None and stepped.action.kind is not ActionKind.NOTHING
-    for record in ports.store.with_outbox():
+    for record in ports.records.with_outbox():
         sweep.each(record.request_id, "deployment outbox", _flush, ports, record)
     return written
 
@@ -413,7 +413,7 @@ def flush_deployment_outbox(ports: Deployments, request_id: str) -> int:
     """Publish a deployment's pending notifications, then forget them (moved to
     ``notified``); returns how many were published. A failed publish raises and keeps the
     rest in the outbox: the tick publishes every pending outbox again."""
-    return _flush(ports, ports.store.get(request_id))
+    return _flush(ports, ports.records.get(request_id))
 
 
 def _flush(ports: Deployments, record: DeploymentRecord | None) -> int:
@@ -421,5 +421,5 @@ def _flush(ports: Deployments, record: DeploymentRecord | None) -> int:
     for message in pending:
         ports.notifier.notify(message)
     if record is not None and pending:
-        ports.store.drop_from_outbox(record.request_id, pending)
+        ports.records.drop_from_outbox(record.request_id, pending)
     return len(pending)

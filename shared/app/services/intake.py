@@ -134,7 +134,7 @@ def create(request: JobRequest, intake: Intake) -> Outcome:
         existing: list[Claimed] = []
 
         def claim() -> Claimed | None:
-            taken = intake.store.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
+            taken = intake.jobs.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
             if taken.token is None:
                 existing.append(taken)
                 return None
@@ -162,7 +162,7 @@ def _wait_for_admission(
     entered = enter_queue(request, demand, intake, queues)
     if entered is not None:
         return entered
-    found = intake.store.read(request.request_id)
+    found = intake.jobs.read(request.request_id)
     if found is None:  # deleted between the create and this read: redeliver
         raise SubmissionInProgress(f"request {request.request_id!r} record vanished")
     return _already_claimed(request, Claimed(record=dict(found.raw), stored=found), intake)
@@ -211,7 +211,7 @@ def deploy(request: JobRequest, intake: Intake) -> Outcome:
 
 def _tombstoned(request_id: str, intake: Intake) -> bool:
     """A cancel came for this requestId before its request (its tombstone is there)."""
-    earlier = intake.store.get(request_id)
+    earlier = intake.jobs.get(request_id)
     return earlier is not None and earlier.reason == TOMBSTONE_REASON
 
 
@@ -226,7 +226,7 @@ def _already_claimed(request: JobRequest, claim: Claimed, intake: Intake) -> Out
     location, now = intake.settings.location, intake.clock()
     if tombstone_claimed(record, request, location, now) is not None:
         # The cancel arrived first (Pub/Sub keeps no order): record what was cancelled.
-        intake.store.apply(
+        intake.jobs.apply(
             request.request_id, lambda rec: tombstone_claimed(rec, request, location, now)
         )
         log.info("request arrived after its cancel: nothing created")

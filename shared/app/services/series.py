@@ -39,11 +39,11 @@ def take_slot(request: JobRequest, intake: Intake) -> Outcome | None:
     slot = request.slot
     if slot is None or slot.concurrency is Concurrency.ALLOW:
         return None
-    if intake.store.get(request.request_id) is not None:
+    if intake.jobs.get(request.request_id) is not None:
         return None  # delivered before: the submission path sees a duplicate
     ttl = intake.settings.claim_ttl_seconds
     for _ in range(2):
-        turn = intake.store.take_turn(request, slot, intake.clock(), ttl)
+        turn = intake.jobs.take_turn(request, slot, intake.clock(), ttl)
         fields = {"fields": {"series": slot.series, "move": turn.move.value, "other": turn.other}}
         if turn.move is Move.RUN:
             return None
@@ -51,8 +51,8 @@ def take_slot(request: JobRequest, intake: Intake) -> Outcome | None:
             raise SubmissionInProgress(f"{turn.other} took the series and is being submitted")
         if turn.move is Move.SKIP:
             assert turn.other is not None
-            intake.store.record_skipped(request, turn.other, intake.clock())
-            flush_outbox(request.request_id, intake.store, intake.notifier)
+            intake.jobs.record_skipped(request, turn.other, intake.clock())
+            flush_outbox(request.request_id, intake.jobs, intake.notifier)
             log.info("slot skipped: the series is busy", extra=fields)
             return Outcome.SKIPPED
         assert turn.other is not None

@@ -46,7 +46,7 @@ def settle_current(
     """Read a record's current job from Vertex and settle the record on it; returns the
     record's new state when it changed. ``record``: as this delivery last read it (no read
     then); an ended record, or one with no job yet, reads nothing."""
-    record = record if record is not None else tracker.store.get(request_id)
+    record = record if record is not None else tracker.jobs.get(request_id)
     if record is None or not record.vertex_job or record.state.terminal:
         return None
     job = tracker.backend.get(record.vertex_job)
@@ -62,7 +62,7 @@ def _settled(
 ) -> tuple[Change | None, JobRecord | None]:
     """The record settled against one authoritative read of its job, and what the change
     queued published: the change (None when nothing changed) and the record after it."""
-    written = tracker.store.write(
+    written = tracker.jobs.write(
         request_id,
         lambda record: settle(record, job, now, tracker.retry, tracker.prices),
         known.stored if known is not None else None,
@@ -72,7 +72,7 @@ def _settled(
         # tick, which flushes every pending outbox, so unchanged reads cost no extra read.
         return None, None if written is None else written.record
     change = written.change
-    after = flush_outbox(request_id, tracker.store, tracker.notifier, written.record)
+    after = flush_outbox(request_id, tracker.jobs, tracker.notifier, written.record)
     fields = {
         "vertexJob": job.name,
         "vertexState": job.state,
@@ -147,7 +147,7 @@ def run_retry(tracker: Tracker, request_id: str, known: JobRecord | None = None)
     the record as the settlement that made the retry due left it (no read then).
     """
     with request_context(request_id):
-        record = known if known is not None else tracker.store.get(request_id)
+        record = known if known is not None else tracker.jobs.get(request_id)
         if record is not None and _cancel_left_behind(record, tracker.clock()):
             # Its cancel was marked while a dead delivery's claim held the record, and the
             # cancel message never came again: finish it here, or the job runs unfollowed.
@@ -172,9 +172,9 @@ def _prepare(tracker: Tracker, request_id: str, record: JobRecord, attempt: int)
     if attempt <= 1:
         return Prepared()  # a parked first attempt starts as intake would have started it
     latest = _latest_checkpoint(tracker, record)
-    previous = tracker.store.get_attempt(request_id, attempt - 1) or {}
+    previous = tracker.jobs.get_attempt(request_id, attempt - 1) or {}
     lost = work_lost_seconds(previous, latest, previous.get("resumedFrom"))
-    tracker.store.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
+    tracker.jobs.update_attempt(request_id, attempt - 1, {"workLostSeconds": lost})
     extra: dict[str, Any] = {"workLostSeconds": record.work_lost_seconds + lost}
     if latest is not None and advances(record.latest_checkpoint, latest):
         # An upload may have recorded a later one already (a listing stops at its bounds).

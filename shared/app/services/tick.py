@@ -56,7 +56,7 @@ def reconcile(tracker: Tracker) -> int:
         StoreUnavailable: every query of the tick failed.
     """
     now = tracker.clock()
-    store = tracker.store
+    store = tracker.jobs
     sweep = Sweep("tick")
     for request_id in sweep.query("due submissions", store.due_submissions, now):
         sweep.each(request_id, "submit", run_retry, tracker, request_id)
@@ -159,7 +159,7 @@ def _reconcile_listings(
 def _settle_unmatched(tracker: Tracker, job: VertexJob, siblings: list[VertexJob]) -> str | None:
     """A live labelled job no entry of the watch list matches: settled on the record that
     names it, if any (a record the list missed); one without a record is not flexjobs'."""
-    record = tracker.store.by_job_id(job.job_id)
+    record = tracker.jobs.by_job_id(job.job_id)
     if record is None:
         return None
     log.warning("a live job's record was not in the watch list", extra=_fields(job))
@@ -254,7 +254,7 @@ def _settle_listed(
     # that the entry does not name: the entry may be stale (its record written without its
     # stamp, by an older revision or by hand, which no sync of the list sees), so the record
     # is read whole before anything is decided on it.
-    fresh = tracker.store.get(request_id)
+    fresh = tracker.jobs.get(request_id)
     if fresh is None:
         return None
     if fresh.vertex_job == job.name:
@@ -272,7 +272,7 @@ def _settle_listed(
 
 
 def _retry_cancels(tracker: Tracker, request_id: str) -> list[str]:
-    record = tracker.store.get(request_id)
+    record = tracker.jobs.get(request_id)
     return drive_cancels(tracker, request_id, list(record.pending_cancels if record else ()))
 
 
@@ -283,4 +283,4 @@ def _fields(job: VertexJob) -> dict[str, Any]:
 def _flag_overdue(tracker: Tracker, record: JobRecord, now: datetime) -> None:
     fields = {"vertexJob": record.vertex_job, "maxWaitSeconds": record.max_wait_seconds}
     log.warning("job queued past its max wait", extra={"fields": fields})
-    tracker.store.apply(record.request_id, lambda current: overdue_change(current, now))
+    tracker.jobs.apply(record.request_id, lambda current: overdue_change(current, now))

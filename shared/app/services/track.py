@@ -37,7 +37,7 @@ def follow_hint(message: Delivery, tracker: Tracker) -> str | None:
     published = _published(message.publish_time, now)
     # One query finds the record and reads it: the lease, the settle and the outbox below
     # decide on what it returned and on what each of them wrote, with no read in between.
-    record = tracker.store.by_job_id(hint.job_id)
+    record = tracker.jobs.by_job_id(hint.job_id)
     if record is None:
         # Vertex can log a new job before its attempt is recorded: a recent hint is kept for
         # redelivery; an old one is about a job that is not flexjobs'.
@@ -57,14 +57,14 @@ def follow_hint(message: Delivery, tracker: Tracker) -> str | None:
             )
             return None
         interval = tracker.settings.hint_coalesce_seconds
-        action, lease_start, leased = tracker.store.begin_read(
+        action, lease_start, leased = tracker.jobs.begin_read(
             request_id, now, interval, published, record.stored, message_id=message.message_id
         )
         if action is HintAction.TRAIL and lease_start is not None:
             # The first hint inside the window reads for all of them once the window closes.
             wait = (lease_start - now).total_seconds() + interval
             tracker.sleep(max(0.0, wait))
-            tracker.store.renew_read(request_id, tracker.clock())
+            tracker.jobs.renew_read(request_id, tracker.clock())
             # A trailing read must see the record as it is now.
             leased = None
         elif action is not HintAction.READ:
@@ -80,7 +80,7 @@ def follow_hint(message: Delivery, tracker: Tracker) -> str | None:
         except Exception:
             # The read failed (a control-plane fault): drop the lease, so the redelivery of
             # this hint reads Vertex instead of finding itself covered or pending.
-            tracker.store.release_reader(request_id)
+            tracker.jobs.release_reader(request_id)
             raise
 
 

@@ -156,7 +156,7 @@ def record_progress(prefix: str, checkpoint: Checkpoint, uploads: Uploads) -> tu
     checkpoint asks (whether to leave on-demand), so a failure there is retried too.
     """
     intake = uploads.intake
-    watchers = intake.store.watching(prefix)
+    watchers = intake.jobs.watching(prefix)
     fields: dict[str, object] = {"uri": checkpoint.uri, "step": checkpoint.step}
     if not watchers:
         log.debug("checkpoint of no active job: acknowledged", extra={"fields": fields})
@@ -172,7 +172,7 @@ def record_progress(prefix: str, checkpoint: Checkpoint, uploads: Uploads) -> tu
 
     def take(record: JobRecord) -> None:
         """Record it on one job, and ask whether to leave on-demand there."""
-        after = intake.store.record_checkpoint(record.request_id, confirmed, now)
+        after = intake.jobs.record_checkpoint(record.request_id, confirmed, now)
         if after is not None:
             progressed.append(record.request_id)
         elif not _recorded(record, confirmed):

@@ -163,7 +163,7 @@ def regional_plan(
         return decided_plan(attempt, recorded, situation, prepare, chosen), record
     chosen = decide_across_regions(situation, regions)
     now = ports.clock()
-    written = ports.store.write(
+    written = ports.jobs.write(
         record.request_id,
         lambda rec: region_chosen(rec, attempt, chosen.region, chosen.reason, now),
         record.stored,
@@ -191,7 +191,7 @@ def auto_situation(
     running now, asked at one of its checkpoints; its running time up to the record's latest
     checkpoint counts as saved work then (what a request without ``totalSteps`` has to go
     by)."""
-    ended = [ports.store.get_attempt(record.request_id, n) or {} for n in range(1, before)]
+    ended = [ports.jobs.get_attempt(record.request_id, n) or {} for n in range(1, before)]
     now = ports.clock()
     started, saved = record.attempt_started_at, record.latest_checkpoint
     if running is not None and started is not None and saved is not None:
@@ -290,12 +290,12 @@ class _Attempt:
             resumed_from=self.prepared().resume_from,
             record_extra=extra,
         )
-        if not ports.store.record_submission(submission, clock(), claimed.stored):
+        if not ports.jobs.record_submission(submission, clock(), claimed.stored):
             # Cancelled meanwhile, or another job holds this attempt: no record will ever
             # follow this job, so it must not keep running.
             cancel_until_confirmed(ports, request_id, [job.name])
             assert claimed.token is not None  # create_once runs no step without a token
-            ports.store.release(request_id, claimed.token, clock())
+            ports.jobs.release(request_id, claimed.token, clock())
             log.info("job cancelled: the record will not take it", extra=_job_fields(job))
             return Outcome.CANCELLED
         outcome = Outcome.ADOPTED if adopted else Outcome.SUBMITTED
@@ -312,7 +312,7 @@ class _Attempt:
         return outcome
 
     def release(self, token: str) -> None:
-        self.ports.store.release(self.request_id, token, self.ports.clock())
+        self.ports.jobs.release(self.request_id, token, self.ports.clock())
 
     def refused(self, token: str, exc: BackendRejected) -> Outcome:
         ports, plan, request_id = self.ports, self.plan, self.request_id
@@ -334,7 +334,7 @@ class _Attempt:
             delay = ports.backoff(rec.quota_retries + 1)
             return parked(rec, ports.clock(), plan.attempt, delay, str(exc))
 
-        ports.store.apply(self.request_id, decide)
+        ports.jobs.apply(self.request_id, decide)
         self.release(token)
         return Outcome.PARKED
 
@@ -382,7 +382,7 @@ def submit_due(
     def claim() -> Claimed | None:
         # None: not due, or another delivery is submitting it.
         now = ports.clock()
-        return ports.store.claim_retry(
+        return ports.jobs.claim_retry(
             request_id, attempt, now, settings.claim_ttl_seconds, claimed_on, location=plan.location
         )
 
@@ -441,7 +441,7 @@ def _given_up_away(ports: AttemptPorts, request_id: str, plan: AttemptPlan, exc:
     create nor this lookup (:func:`~shared.domain.decisions.submissions.unanswered_away`);
     False when it is not away from home, and the fault is raised as it always was."""
     now = ports.clock()
-    change = ports.store.apply(
+    change = ports.jobs.apply(
         request_id, lambda rec: unanswered_away(rec, plan.attempt, plan.location, str(exc), now)
     )
     if change is None:
@@ -455,7 +455,7 @@ def _sent_home(ports: AttemptPorts, request_id: str, plan: AttemptPlan, exc: Exc
     request's location (:func:`~shared.domain.decisions.submissions.refused_away`); False
     when the attempt was not moved, and the refusal counts as it always has."""
     now = ports.clock()
-    change = ports.store.apply(
+    change = ports.jobs.apply(
         request_id, lambda rec: refused_away(rec, plan.attempt, plan.location, str(exc), now)
     )
     if change is None:

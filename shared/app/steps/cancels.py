@@ -21,7 +21,7 @@ def cancel_until_confirmed(ports: AttemptPorts, request_id: str, names: list[str
     """Keep ``names`` on the record as pending cancels, then cancel them; returns those left."""
     if not names:
         return []
-    ports.store.apply(request_id, lambda rec: cancels_pending(rec, names, ports.clock()))
+    ports.jobs.apply(request_id, lambda rec: cancels_pending(rec, names, ports.clock()))
     return drive_cancels(ports, request_id, names)
 
 
@@ -42,5 +42,5 @@ def drive_cancels(ports: AttemptPorts, request_id: str, names: list[str]) -> lis
             continue
         confirmed.append(name)
     if confirmed:
-        ports.store.apply(request_id, lambda rec: cancels_confirmed(rec, confirmed, ports.clock()))
+        ports.jobs.apply(request_id, lambda rec: cancels_confirmed(rec, confirmed, ports.clock()))
     return [n for n in names if n not in confirmed]

@@ -20,9 +20,9 @@ def apply_and_notify(
     ports: AttemptPorts, request_id: str, decide: Callable[[JobRecord], Change | None]
 ) -> Change | None:
     """Apply one change to a record, then publish the notifications it queued."""
-    written = ports.store.write(request_id, decide)
+    written = ports.jobs.write(request_id, decide)
     if written is not None and written.change is not None:
-        flush_outbox(request_id, ports.store, ports.notifier, written.record)
+        flush_outbox(request_id, ports.jobs, ports.notifier, written.record)
         change, record = written.change, written.record
         if "state" in change.record:
             # A state decided without a Vertex observation (a cancel, a create refused for

@@ -39,7 +39,7 @@ def yield_attempt(
     cancelled, and its retry resumes from its latest checkpoint.
     """
     now = ports.clock()
-    written = ports.store.write(
+    written = ports.jobs.write(
         request_id,
         lambda rec: yield_requested(rec, job_name, why, reason, now),
         known.stored if known is not None else None,
