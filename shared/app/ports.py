@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from shared.domain.admission.config import Resource
 from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.decisions.submissions import Claimed, Submission
-from shared.domain.model.changes import Change, DeploymentChange, Written
+from shared.domain.model.changes import Change, Decided, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import Stored
 from shared.domain.model.tally import Tally
@@ -42,6 +42,13 @@ __all__ = [
     "Submission",
     "WatchStore",
     "Written",
+]
+
+#: What a decision hands back beside its write.
+R = TypeVar("R")
+#: A decision on a deployment record: its write (None: nothing), or that and a result.
+DecideDeployment = Callable[
+    [dict[str, Any]], DeploymentChange | Decided[DeploymentChange, Any] | None
 ]
 
 
@@ -75,11 +82,13 @@ class JobStore(Protocol):
     def transact(
         self,
         request_id: str,
-        decide: Callable[[dict[str, Any]], Change | None],
+        decide: Callable[[dict[str, Any]], Change | Decided[Change, Any] | None],
         known: Stored | None = None,
     ) -> Written[Change, Stored] | None:
         """Atomically: read the record, let ``decide`` compute a change, write it (only if
         the record is still as read; ``decide`` runs again on a fresh read when it is not).
+        A decision that gives a result too (``Decided``) has the last run's handed back in
+        the returned ``Written.result``.
 
         With ``known`` (the record as this caller last read or wrote it) the first decision
         is made on it without a read: its write carries ``known``'s version as precondition,
@@ -244,12 +253,13 @@ class SeriesStore(Protocol):
     def transact_series(
         self,
         series: str,
-        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
-    ) -> None:
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], Decided[Any, R]],
+    ) -> R:
         """Read the document of ``series`` (``series/{id}``) and the record its ``current``
         field names, each None when missing; let ``decide`` return the series document to
-        write (None: write nothing), and write it whole, only if the series document is still
-        as read (decided again on a fresh read when it is not)."""
+        write (its ``change``; None: write nothing) and its result, and write it whole, only
+        if the series document is still as read (decided again on a fresh read when it is
+        not). Returns the result of the decision that stood."""
         ...
 
 
@@ -381,11 +391,16 @@ class DeploymentStore(Protocol):
         ...
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], DeploymentChange | None]
-    ) -> DeploymentChange | None:
+        self,
+        request_id: str,
+        decide: Callable[
+            [dict[str, Any]], DeploymentChange | Decided[DeploymentChange, Any] | None
+        ],
+    ) -> Written[DeploymentChange, Stored] | None:
         """Atomically, like :meth:`JobStore.transact`: read the record, let ``decide`` compute
-        a write (fields to set and to delete; None: nothing), apply it; returns it. A missing
-        record is never decided on."""
+        a write (fields to set and to delete; None: nothing), apply it; returns what was
+        written, the record after it and the decision's result (``Decided``). A missing record
+        is never decided on (None)."""
         ...
 
     def alive(self) -> list[dict[str, Any]]:

@@ -19,13 +19,14 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from shared.app.ports import ON_ENDPOINT_LIMIT
+from shared.app.ports import ON_ENDPOINT_LIMIT, DecideDeployment
 from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.model import tally as tallies
-from shared.domain.model.changes import DeploymentChange
+from shared.domain.model.changes import Decided, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_CLAIM, LABEL_REQUEST, doc_id
 from shared.domain.model.kinds import TRAINING, kind_named, training_kind_of
+from shared.domain.model.records import Stored
 from shared.domain.model.states import DeploymentState, from_vertex
 from shared.domain.model.tally import Tally
 from shared.domain.model.vertex_jobs import VertexJob
@@ -338,13 +339,17 @@ class InMemoryDeploymentStore:
             return True
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], DeploymentChange | None]
-    ) -> DeploymentChange | None:
+        self,
+        request_id: str,
+        decide: DecideDeployment,
+    ) -> Written[DeploymentChange, Stored] | None:
         with self._lock:
             current = self.records.get(request_id)
             if current is None:
                 return None
-            change = decide(copy.deepcopy(current))
+            made = decide(copy.deepcopy(current))
+            change = made.change if isinstance(made, Decided) else made
+            result = made.result if isinstance(made, Decided) else None
             if change is not None:
                 after = {**current, **change.fields}
                 for name in change.deletes:
@@ -353,7 +358,8 @@ class InMemoryDeploymentStore:
                 current.update(as_stored(change.fields))
                 for name in change.deletes:
                     current.pop(name, None)
-            return change
+            # No version: deployments are written without one (the fake holds no clock).
+            return Written(change, Stored(copy.deepcopy(current), None), result)
 
     def alive(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -17,19 +17,21 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from shared.app.ports import MAX_WATCHERS
 from shared.app.repository.jobs import JobRecords
 from shared.domain.model import tally as tallies
 from shared.domain.model import watch as watches
-from shared.domain.model.changes import Change, Written
+from shared.domain.model.changes import Change, Decided, Written
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import JobState
 from shared.domain.model.tally import Tally
 from shared.domain.model.watch import WATCH_FIELDS, Saved, Watch
 from tests.fakes.documents import as_stored, check_size, merge, select
+
+R = TypeVar("R")
 
 
 class InMemoryJobDatabase:
@@ -170,7 +172,7 @@ class InMemoryJobStore(_OnDatabase):
     def transact(
         self,
         request_id: str,
-        decide: Callable[[dict[str, Any]], Change | None],
+        decide: Callable[[dict[str, Any]], Change | Decided[Change, Any] | None],
         known: Stored | None = None,
     ) -> Written[Change, Stored] | None:
         db = self.database
@@ -186,9 +188,11 @@ class InMemoryJobStore(_OnDatabase):
                 # the adapter would read): decided on what is stored.
                 db.ops["read"] += 1
                 seen = copy.deepcopy(current)
-            change = decide(seen)
+            made = decide(seen)
+            change = made.change if isinstance(made, Decided) else made
+            result = made.result if isinstance(made, Decided) else None
             if change is None:
-                return Written(None, Stored(seen, db.versions[request_id]))
+                return Written(None, Stored(seen, db.versions[request_id]), result)
             db.ops["write"] += 1
             number = change.attempt_no or int(current.get("attempt", 1))
             # The batch commits whole or not at all: check every document before any write.
@@ -201,7 +205,7 @@ class InMemoryJobStore(_OnDatabase):
                 db.update_record(request_id, change)
             if change.attempt:
                 merge(db.attempts.setdefault((request_id, number), {}), change.attempt)
-            return Written(change, db.snapshot(request_id))
+            return Written(change, db.snapshot(request_id), result)
 
     def find_by_job_id(self, job_id: str) -> Stored | None:
         db = self.database
@@ -439,17 +443,18 @@ class InMemorySeriesStore(_OnDatabase):
     def transact_series(
         self,
         series: str,
-        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
-    ) -> None:
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], Decided[Any, R]],
+    ) -> R:
         db = self.database
         with db.lock:
             document = db.series.get(series)
             holder = (document or {}).get("current")
             current = db.jobs.get(holder) if isinstance(holder, str) else None
-            write = decide(copy.deepcopy(document), copy.deepcopy(current))
-            if write is not None:
-                check_size(f"series/{doc_id(series)}", write)
-                db.series[series] = as_stored(write)
+            decided = decide(copy.deepcopy(document), copy.deepcopy(current))
+            if decided.change is not None:
+                check_size(f"series/{doc_id(series)}", decided.change)
+                db.series[series] = as_stored(decided.change)
+            return decided.result
 
 
 def in_memory_job_stores(database: InMemoryJobDatabase | None = None) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from shared.domain.decisions.submissions import (
     submission_claimable,
     tombstone,
 )
-from shared.domain.model.changes import Change
+from shared.domain.model.changes import Change, Decided, DeploymentChange
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, JobRecord
 from shared.domain.model.states import JobState
@@ -1522,3 +1522,31 @@ def test_update_attempt_merges_one_attempt_document(jobs, unique):
         "workLostSeconds": 5.0,
         "times": {"a": 1, "b": 2},
     }
+
+
+def test_a_decision_hands_back_its_result_with_the_write(jobs, unique):
+    rid = unique("decided")
+    assert jobs.job_store.create(rid, {"requestId": rid, "state": "ACCEPTED", "n": 0})
+    bump = Change(JobState.ACCEPTED, {"n": 1})
+
+    written = jobs.job_store.transact(rid, lambda raw: Decided(bump, ("was", raw["n"])))
+    kept = jobs.job_store.transact(rid, lambda raw: Decided(None, ("is", raw["n"])))
+
+    assert written is not None and written.change == bump and written.result == ("was", 0)
+    assert kept is not None and kept.change is None and kept.result == ("is", 1)
+    assert jobs.job_store.transact(rid, lambda raw: bump).result is None  # no result given
+
+
+def test_a_deployment_decision_hands_back_its_result_with_the_write(deployments, unique):
+    rid = unique("deploy-decided")
+    accepted(deployments, rid)
+    store = deployments.deployment_store
+    change = DeploymentChange({"note": "a"})
+
+    written = store.transact(rid, lambda raw: Decided(change, raw["state"]))
+    kept = store.transact(rid, lambda raw: Decided(None, raw["note"]))
+
+    assert written is not None and written.change == change and written.result == "ACCEPTED"
+    assert kept is not None and kept.change is None and kept.result == "a"
+    assert written.record.raw["note"] == "a"
+    assert store.transact(unique("missing"), lambda raw: Decided(change, 1)) is None

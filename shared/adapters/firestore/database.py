@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 
-from shared.domain.model.changes import AnyChange, Written
+from shared.domain.model.changes import AnyChange, Decided, Written
 from shared.domain.model.records import Stored
 from shared.kernel.config import Settings
 from shared.kernel.errors import StoreUnavailable
@@ -116,7 +116,7 @@ CONTENTION_SECONDS = 20.0
 def transact_document(
     db: Any,
     ref: Any,
-    decide: Callable[[dict[str, Any]], AnyChange | None],
+    decide: Callable[[dict[str, Any]], AnyChange | Decided[AnyChange, Any] | None],
     write: Callable[[Any, dict[str, Any], AnyChange, Any], bool],
     known: tuple[Mapping[str, Any], Any] | None = None,
 ) -> Written[AnyChange, Stored] | None:
@@ -130,7 +130,8 @@ def transact_document(
     (api_core's retry, with backoff). Unlike a read-write transaction this holds no lock
     between the read and the commit, so two writers of one record never wait on each other:
     the Firestore emulator resolves such waits only by a lock timeout. A missing document is
-    never decided on; ``decide`` must be pure, as it may run again.
+    never decided on; ``decide`` must be pure, as it may run again. A decision that gives a
+    result (:class:`~shared.domain.model.changes.Decided`) has it handed back with the record.
 
     ``known`` (the document and its version, as the caller last read or wrote it) stands in
     for the first read: the precondition is the same, so only the read is saved.
@@ -146,15 +147,17 @@ def transact_document(
             if not snap.exists:
                 return None
             current, version = fields_of(snap), snap.update_time
-        change = decide(current)
+        made = decide(current)
+        change = made.change if isinstance(made, Decided) else made
+        result = made.result if isinstance(made, Decided) else None
         if change is None:
-            return Written(None, Stored(current, version))
+            return Written(None, Stored(current, version), result)
         batch = db.batch()
         updated = write(batch, current, change, db.write_option(last_update_time=version))
         results = batch.commit()
         # The document's own update is the batch's first write; without one it is unchanged.
         after = Stored(change.applied_to(current), results[0].update_time if updated else version)
-        return Written(change, after)
+        return Written(change, after, result)
 
     result: Written[AnyChange, Stored] | None = call_firestore(
         "conditional write", until_unchanged(attempt)

@@ -5,7 +5,7 @@ mean lives in :class:`shared.app.repository.deployments.DeploymentRecords`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from shared.adapters.firestore.database import (
@@ -15,9 +15,10 @@ from shared.adapters.firestore.database import (
     transact_document,
 )
 from shared.adapters.firestore.queries import Query
-from shared.app.ports import ON_ENDPOINT_LIMIT
-from shared.domain.model.changes import DeploymentChange
+from shared.app.ports import ON_ENDPOINT_LIMIT, DecideDeployment
+from shared.domain.model.changes import DeploymentChange, Written
 from shared.domain.model.ids import doc_id
+from shared.domain.model.records import Stored
 from shared.domain.model.states import DeploymentState
 
 DEPLOYMENTS = "deployments"
@@ -49,8 +50,10 @@ class FirestoreDeploymentStore:
         return create_document(self._ref(request_id), record) is not None
 
     def transact(
-        self, request_id: str, decide: Callable[[dict[str, Any]], DeploymentChange | None]
-    ) -> DeploymentChange | None:
+        self,
+        request_id: str,
+        decide: DecideDeployment,
+    ) -> Written[DeploymentChange, Stored] | None:
         from google.cloud import firestore
 
         ref = self._ref(request_id)
@@ -63,8 +66,7 @@ class FirestoreDeploymentStore:
                 batch.update(ref, {**change.fields, **deletes}, option=unchanged)
             return bool(change.fields or deletes)
 
-        done = transact_document(self._firestore.db, ref, decide, write)
-        return None if done is None else done.change
+        return transact_document(self._firestore.db, ref, decide, write)
 
     def alive(self) -> list[dict[str, Any]]:
         """Every record not UNDEPLOYED nor FAILED (one single-field ``in`` query)."""

@@ -25,7 +25,7 @@ from shared.adapters.firestore.database import (
 )
 from shared.adapters.firestore.queries import Query, pages, partial, read_all, stream
 from shared.app.ports import MAX_WATCHERS
-from shared.domain.model.changes import Change, Written
+from shared.domain.model.changes import Change, Decided, Written
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
 from shared.domain.model.states import JobState
@@ -96,7 +96,7 @@ class FirestoreJobStore:
     def transact(
         self,
         request_id: str,
-        decide: Callable[[dict[str, Any]], Change | None],
+        decide: Callable[[dict[str, Any]], Change | Decided[Change, Any] | None],
         known: Stored | None = None,
     ) -> Written[Change, Stored] | None:
         ref = record_ref(self._firestore, request_id)

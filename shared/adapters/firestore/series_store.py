@@ -5,7 +5,7 @@ only: which request holds each series, written only if still as read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from shared.adapters.firestore.database import (
     Firestore,
@@ -14,7 +14,10 @@ from shared.adapters.firestore.database import (
     until_unchanged,
 )
 from shared.adapters.firestore.job_store import record_ref
+from shared.domain.model.changes import Decided
 from shared.domain.model.ids import doc_id
+
+R = TypeVar("R")
 
 SERIES = "series"
 
@@ -29,12 +32,12 @@ class FirestoreSeriesStore:
     def transact_series(
         self,
         series: str,
-        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None],
-    ) -> None:
+        decide: Callable[[dict[str, Any] | None, dict[str, Any] | None], Decided[Any, R]],
+    ) -> R:
         db = self._firestore.db
         ref = db.collection(SERIES).document(doc_id(series))
 
-        def attempt() -> None:
+        def attempt() -> R:
             # Optimistic, like transact_document: the series document is written only if it
             # is still as read (created only if still absent), so two slots never both take
             # the series; the holder's record is read as of the decision.
@@ -45,12 +48,15 @@ class FirestoreSeriesStore:
             if isinstance(holder, str) and holder:
                 held = record_ref(self._firestore, holder).get()
                 current = fields_of(held) if held.exists else None
-            write = decide(document, current)
-            if write is None:
-                return
-            if snap.exists:
-                ref.update(write, option=db.write_option(last_update_time=snap.update_time))
-            else:
-                ref.create(write)
+            decided = decide(document, current)
+            write = decided.change
+            if write is not None:
+                if snap.exists:
+                    ref.update(write, option=db.write_option(last_update_time=snap.update_time))
+                else:
+                    ref.create(write)
+            # The last run's result: the decision whose write, if any, took.
+            return decided.result
 
-        call_firestore("series write", until_unchanged(attempt))
+        result: R = call_firestore("series write", until_unchanged(attempt))
+        return result

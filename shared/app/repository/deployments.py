@@ -12,7 +12,7 @@ from typing import Any
 from shared.app.ports import DeploymentStore
 from shared.domain.decisions.deploy_model import new_deployment, projected, state_of
 from shared.domain.decisions.submissions import MAX_NOTIFIED
-from shared.domain.model.changes import DeploymentChange
+from shared.domain.model.changes import Decided, DeploymentChange
 from shared.domain.model.records import DeploymentRecord
 from shared.domain.request.message import JobRequest
 from shared.domain.serving import rule
@@ -72,10 +72,10 @@ class DeploymentRecords:
         self, request_id: str, now: datetime, machine: Machine
     ) -> tuple[ServingState, tuple[str, ...]] | None:
         """Apply ``machine`` to the record's state in one transaction; what it wrote."""
-        written: list[tuple[ServingState, tuple[str, ...]]] = []
 
-        def decide(raw: dict[str, Any]) -> DeploymentChange | None:
-            written.clear()
+        def decide(
+            raw: dict[str, Any],
+        ) -> Decided[DeploymentChange, tuple[ServingState, tuple[str, ...]]] | None:
             record = DeploymentRecord.decode(raw)
             state = serving_state(record, now)
             if state is None:
@@ -83,11 +83,12 @@ class DeploymentRecords:
             after = machine(state)
             if after is None or (after[0] == state and not after[1]):
                 return None
-            written.append(after)
-            return projected(record, after[0], now, tuple((n, None) for n in after[1]))
+            return Decided(
+                projected(record, after[0], now, tuple((n, None) for n in after[1])), after
+            )
 
-        self.deployment_store.transact(request_id, decide)
-        return written[-1] if written else None
+        done = self.deployment_store.transact(request_id, decide)
+        return None if done is None else done.result
 
     def tell(self, request_id: str, intent: Intent, now: datetime) -> ServingState | None:
         """Write the owner's intent (a cancel, a resume); the state after it, or None when it
@@ -116,10 +117,8 @@ class DeploymentRecords:
         other's writes: a call is claimed in the state written here, before it is sent, and
         the second decides on that claim. A traffic move is not written here (it is, after
         its call: :meth:`moved`). None when there is no record or no state."""
-        decided: list[Stepped] = []
 
-        def decide(raw: dict[str, Any]) -> DeploymentChange | None:
-            decided.clear()
+        def decide(raw: dict[str, Any]) -> Decided[DeploymentChange, Stepped] | None:
             record = DeploymentRecord.decode(raw)
             state = serving_state(record, now)
             if state is None:
@@ -133,14 +132,14 @@ class DeploymentRecords:
                 leaving=leaving,
                 read_at=read_at,
             )
-            decided.append(Stepped(action, state, record))
+            stepped = Stepped(action, state, record)
             if action.kind in (ActionKind.NOTHING, ActionKind.TRAFFIC):
-                return None
+                return Decided(None, stepped)
             notices = tuple((n, action.reason) for n in action.notices)
-            return projected(record, action.state, now, notices)
+            return Decided(projected(record, action.state, now, notices), stepped)
 
-        self.deployment_store.transact(request_id, decide)
-        return decided[-1] if decided else None
+        done = self.deployment_store.transact(request_id, decide)
+        return None if done is None else done.result
 
     def moved(self, request_id: str, stepped: Stepped, now: datetime) -> bool:
         """After a traffic move Vertex took: write the state decided with it, if the record

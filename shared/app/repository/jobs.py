@@ -43,14 +43,14 @@ from shared.domain.decisions.submissions import (
     submission_change,
     submission_claimable,
 )
-from shared.domain.model.changes import Change, Written
+from shared.domain.model.changes import Change, Decided, Written
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.states import JobState
 from shared.domain.request.message import JobRequest
 from shared.domain.request.schedule import Slot, Turn, turn
 
-Decide = Callable[[JobRecord], Change | None]
+Decide = Callable[[JobRecord], Change | Decided[Change, Any] | None]
 
 
 def _holder(current: JobRecord) -> tuple[str, ...]:
@@ -126,7 +126,7 @@ class JobRecords:
         decided on without a read (see :meth:`~shared.app.ports.JobStore.transact`); a partial one
         (a tick's page) is read whole first: no decision is made on some of a record."""
         done = self._transact(request_id, decide, known)
-        return None if done is None else Written(done.change, _decoded(done.record))
+        return None if done is None else Written(done.change, _decoded(done.record), done.result)
 
     def apply(self, request_id: str, decide: Decide, known: Stored | None = None) -> Change | None:
         """:meth:`write`, for the change alone (None: nothing to write, or no record): the
@@ -180,26 +180,25 @@ class JobRecords:
         """Record the Vertex job of an attempt; False when the record will not take it (see
         :func:`~shared.domain.decisions.submissions.submission_change`): the caller must cancel it.
         ``known``: the record as claimed (its one write then needs no read)."""
-        recorded: list[bool] = []
 
-        def decide(current: JobRecord) -> Change | None:
+        def decide(current: JobRecord) -> Decided[Change, bool]:
             plan = submission_change(current, submission, now)
-            recorded[:] = [plan.recorded]
             if not plan.record:
-                return None
+                return Decided(None, plan.recorded)
             state = JobState(plan.record["state"])
-            return Change(
+            change = Change(
                 state,
                 plan.record,
                 plan.attempt,
                 deletes=plan.deletes,
                 attempt_no=submission.attempt,
             )
+            return Decided(change, plan.recorded)
 
-        self.apply(submission.request_id, decide, known)
+        written = self._transact(submission.request_id, decide, known)
         # No record at all (deleted by hand after the claim): no record will ever follow the
         # job either, so the caller cancels it, as for any job a record will not take.
-        return bool(recorded and recorded[0])
+        return written is not None and bool(written.result)
 
     def release(self, request_id: str, token: str, now: datetime) -> None:
         """Give up a claim this delivery holds, so a redelivery need not wait for its TTL.
@@ -233,18 +232,17 @@ class JobRecords:
         The claim is ``fresh`` when no delivery claimed this attempt before
         (:func:`~shared.domain.decisions.submissions.first_claim_of`)."""
         token, claim = new_claim(now, ttl_seconds, attempt)
-        first: list[bool] = []
 
-        def decide(current: JobRecord) -> Change | None:
+        def decide(current: JobRecord) -> Decided[Change, bool] | None:
             if not submission_claimable(current, attempt, now, location):
                 return None
-            first[:] = [first_claim_of(current, attempt)]
-            return _same(current, {"claim": claim, "updatedAt": now})
+            taken = _same(current, {"claim": claim, "updatedAt": now})
+            return Decided(taken, first_claim_of(current, attempt))
 
         written = self.write(request_id, decide, known)
         if written is None or written.change is None:
             return None
-        return Claimed(token=token, fresh=first[0], stored=written.record.stored)
+        return Claimed(token=token, fresh=bool(written.result), stored=written.record.stored)
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         """Merge ``fields`` into attempt document ``attempt`` (one write, no read)."""
@@ -262,19 +260,19 @@ class JobRecords:
     ) -> tuple[HintAction, datetime | None, JobRecord | None]:
         """Apply :func:`~shared.domain.decisions.hints.take_hint`; returns the action, the read
         lease's start before this hint (for a trailing read) and the record after it."""
-        taken: list[tuple[HintAction, datetime | None]] = []
 
-        def decide(current: JobRecord) -> Change | None:
+        def decide(current: JobRecord) -> Decided[Change, tuple[HintAction, datetime | None]]:
             action, fields = take_hint(current, published, now, interval_seconds, message_id)
-            taken[:] = [(action, current.last_read_at)]
             # A read begun ends any promise of one: its holder is forgotten with it.
             gone = ("hintHolder",) if action is HintAction.READ and current.hint_holder else ()
-            return _same(current, fields, gone) if fields else None
+            taken = (action, current.last_read_at)
+            return Decided(_same(current, fields, gone) if fields else None, taken)
 
         written = self.write(request_id, decide, known)
-        if written is None or not taken:  # no record: no lease, so the hint reads at once
+        if written is None:  # no record: no lease, so the hint reads at once
             return HintAction.READ, None, None
-        return taken[0][0], taken[0][1], written.record
+        action, lease_start = written.result
+        return action, lease_start, written.record
 
     def renew_read(self, request_id: str, now: datetime) -> None:
         """Start a trailing read: the lease now dates from ``now``, nothing is pending."""
@@ -299,18 +297,17 @@ class JobRecords:
     ) -> Turn:
         """Decide, in one transaction over the series document and its current request's
         record, what a scheduled slot does (see :func:`~shared.domain.request.schedule.turn`)."""
-        decided: list[Turn] = []
 
-        def decide(series: dict[str, Any] | None, current: dict[str, Any] | None) -> Any:
+        def decide(
+            series: dict[str, Any] | None, current: dict[str, Any] | None
+        ) -> Decided[dict[str, Any], Turn]:
             state = JobRecord.decode(current).state if current is not None else None
             made = turn(
                 series, state, slot, request.request_id, now=now, claim_seconds=claim_seconds
             )
-            decided[:] = [made]
-            return made.write
+            return Decided(made.write, made)
 
-        self.series_store.transact_series(slot.series, decide)
-        return decided[0]
+        return self.series_store.transact_series(slot.series, decide)
 
     def record_skipped(self, request: JobRequest, holder: str, now: datetime) -> bool:
         """Record a slot that does not run (SKIPPED); False when its record exists already."""

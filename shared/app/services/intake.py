@@ -131,15 +131,6 @@ def create(request: JobRequest, intake: Intake) -> Outcome:
         skipped = take_slot(request, intake)
         if skipped is not None:
             return skipped
-        existing: list[Claimed] = []
-
-        def claim() -> Claimed | None:
-            taken = intake.jobs.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
-            if taken.token is None:
-                existing.append(taken)
-                return None
-            return taken
-
         location = request.location or intake.settings.location
         plan = AttemptPlan(attempt=1, strategy=request.strategy, location=location)
         if request.strategy == AUTO:
@@ -148,10 +139,10 @@ def create(request: JobRequest, intake: Intake) -> Outcome:
             demand = demand_for(request, plan.strategy, location)
             if demand:  # a job with no GPUs holds no quota: never queued
                 return _wait_for_admission(request, demand, intake, intake.queues)
-        outcome = submit_attempt(request, plan, claim, intake)
-        if existing:
-            return _already_claimed(request, existing[0], intake)
-        return outcome
+        taken = intake.jobs.claim(request, intake.clock(), intake.settings.claim_ttl_seconds)
+        if taken.token is None:  # another delivery's record: a duplicate, or its cancel
+            return _already_claimed(request, taken, intake)
+        return submit_attempt(request, plan, lambda: taken, intake)
 
 
 def _wait_for_admission(

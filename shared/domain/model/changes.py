@@ -63,7 +63,25 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class Written(Generic[AnyChange, R]):
     """What one conditional write did: the change written (None: nothing was written) and the
-    record as it now stands, for the next write to decide on without a read."""
+    record as it now stands, for the next write to decide on without a read; and the result
+    of the decision that made it, when it gave one (:class:`Decided`)."""
 
     change: AnyChange | None
     record: R
+    result: Any = None
+
+
+C = TypeVar("C")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Decided(Generic[C, T]):
+    """A decision that also says what it decided: the change to write (None: nothing) and a
+    result the store hands back with the record it leaves (:attr:`Written.result`), so no
+    caller passes a result out of a decision through a closure. A decision may run more than
+    once (a conditional write that lost a race decides again on a fresh read): the result
+    handed back is the last run's, the one whose change was written."""
+
+    change: C | None
+    result: T
