@@ -519,7 +519,10 @@ class QueueDriver:
             if ((by_id.get(rid) or {}).get("admission") or {}).get("stage") == "WAITING":
                 self.waited.add(rid)
         stages = [((by_id.get(r) or {}).get("admission") or {}).get("stage") for r in TEAM_A]
-        if not self.submitted_b and all(stages) and "WAITING" in stages:
+        # Team-a holds the quota: two of its requests admitted (its own share and team-b's
+        # idle one, borrowed), its third waiting.
+        holds = stages.count("ADMITTED") == 2 and "WAITING" in stages
+        if not self.submitted_b and holds:
             for rid in TEAM_B:
                 self.stack.publish_request(queue_request(rid))
             self.submitted_b = True
