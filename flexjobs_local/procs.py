@@ -7,6 +7,7 @@ would leave them running; killing the whole group does not.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -161,7 +162,13 @@ def wait_until(child: Child, ready: Callable[[], bool], timeout: float) -> None:
 
 
 def http_ok(url: str) -> Callable[[], bool]:
-    """A readiness probe: ``url`` answers any HTTP status below 500."""
+    """A readiness probe: ``url`` answers any HTTP status below 500.
+
+    What does not answer in HTTP/1.1 is not ready either: a port chosen free and taken before
+    its service bound it may hold someone else's gRPC server (HTTP/2 only). The probe then
+    keeps failing until the service exits, which :func:`wait_until` reports as
+    :class:`PortTaken`, and the stack starts again on new ports.
+    """
 
     def probe() -> bool:
         try:
@@ -169,7 +176,7 @@ def http_ok(url: str) -> Callable[[], bool]:
                 return int(resp.status) < 500
         except urllib.error.HTTPError as exc:
             return exc.code < 500
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
             return False
 
     return probe

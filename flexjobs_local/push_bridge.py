@@ -16,6 +16,10 @@ as push does:
   subscription's retry policy: 1 s doubling to 10 s), so delivery stays at least once;
 - up to ``--concurrency`` messages of each subscription are in flight at once: the functions'
   thread count (THREADS), as a gen2 function's concurrency bounds production's;
+- with ``--sim-clock URL`` (the Vertex AI simulator's control surface), the publish time is
+  put on the simulator's clock (:class:`~flexjobs_local.simclock.SimulatedClock`), the clock
+  the functions then run on too: a hint's publish time and the read it asks for compare on one
+  clock;
 - with ``--max-delivery-attempts N``, a message whose Nth delivery fails is given up, as a
   subscription's dead-letter policy gives it up (``infra/``: ``max_delivery_attempts``): it is
   written to ``--dead-letters`` (a JSON line each, the stand-in for the dead-letter topic) and
@@ -35,6 +39,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -152,8 +157,12 @@ class Deliverer:
         backoff: Backoff,
         max_attempts: int = 0,
         dead_letters: DeadLetters | None = None,
+        *,
+        clock: Callable[[datetime], datetime] | None = None,
     ) -> None:
         self.route = route
+        # Maps a publish time onto the functions' clock (None: as published).
+        self.clock = clock
         self.ack_deadline = ack_deadline
         self.backoff = backoff
         self.max_attempts = max_attempts
@@ -174,7 +183,9 @@ class Deliverer:
                 data=message.data,
                 attributes=dict(message.attributes),
                 message_id=message.message_id,
-                published=message.publish_time,
+                published=(
+                    self.clock(message.publish_time) if self.clock else message.publish_time
+                ),
             )
             # Push waits for an answer up to the ack deadline, then counts the delivery failed.
             answer = self._session().post(
@@ -219,7 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack-deadline", type=float, default=60.0)
     parser.add_argument("--max-delivery-attempts", type=int, default=0, help="0: never give up")
     parser.add_argument("--dead-letters", default=None, help="JSON lines of messages given up")
+    parser.add_argument(
+        "--sim-clock", default=None, help="simulator control URL: publish times on its clock"
+    )
     args = parser.parse_args(argv)
+    clock = None
+    if args.sim_clock:
+        from flexjobs_local.simclock import SimulatedClock
+
+        clock = SimulatedClock(args.sim_clock).at
 
     from google.cloud.pubsub_v1 import SubscriberClient
     from google.cloud.pubsub_v1.subscriber.scheduler import ThreadScheduler
@@ -244,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
             subscriber.subscribe(
                 route.subscription,
                 Deliverer(
-                    route, args.ack_deadline, backoff, args.max_delivery_attempts, dead_letters
+                    route,
+                    args.ack_deadline,
+                    backoff,
+                    args.max_delivery_attempts,
+                    dead_letters,
+                    clock=clock,
                 ),
                 flow_control=flow,
                 scheduler=ThreadScheduler(executor=pool),

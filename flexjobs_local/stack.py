@@ -23,10 +23,22 @@ from types import TracebackType
 from typing import Any
 
 from flexjobs_local import procs
+from flexjobs_local.simclock import CLOCK_URL_ENV, SimulatedClock
 from flexjobs_local.simulator.client import SimulatorControl
+from shared.kernel.config import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 FUNCTIONS_SOURCE = REPO / "functions" / "main.py"
+# The same entry points on the simulator's clock (StackConfig.sim_clock).
+SIM_CLOCK_FUNCTIONS_SOURCE = REPO / "flexjobs_local" / "functions_sim" / "main.py"
+# What the functions' settings bound in wall time, not in the time they measure: how long a
+# claim may be held (across a Vertex call), and how long a hint about a job no record knows
+# yet is redelivered (the intake that will record it is still running). On the simulator's
+# clock they are scaled by the time factor, unless function_env sets them.
+WALL_BOUND_SETTINGS = {
+    "FLEXJOBS_CLAIM_TTL_SECONDS": Settings(project="").claim_ttl_seconds,
+    "FLEXJOBS_HINT_RECENT_SECONDS": Settings(project="").hint_recent_seconds,
+}
 
 # Entry point → the topic whose push subscription delivers to it. None: no subscription,
 # because Eventarc posts the storage events to the function directly (the storage bridge here),
@@ -88,6 +100,13 @@ class StackConfig:
     bucket: str = "flexjobs-local"
     checkpoint_bucket: str = "flexjobs-local-checkpoints"
     upload_prefix: str = "requests/"
+    # One clock for the whole stack: the functions' clock (records' times, the status page's
+    # "now", AUTO's deadlines, the serving grace and hold periods), the publish times the
+    # push bridge delivers and the object times the storage bridge sends are the
+    # simulator's, time_factor times faster than the wall clock (flexjobs_local/simclock.py;
+    # the demo's). Off: the functions run on the wall clock while Vertex's times are
+    # simulated, as the tests that scale the product's constants expect.
+    sim_clock: bool = False
 
 
 class LocalStack:
@@ -212,6 +231,7 @@ class LocalStack:
                 f"--bucket={cfg.checkpoint_bucket}",
                 f"--events-log={self.storage_events_path}",
                 *deliver_to,
+                *([f"--sim-clock={self.simulator.base_url}"] if cfg.sim_clock else []),
             ],
             base_env,
         )
@@ -251,6 +271,7 @@ class LocalStack:
                     "flexjobs_local.push_bridge",
                     f"--concurrency={FUNCTION_THREADS}",
                     f"--ack-deadline={cfg.ack_deadline_seconds}",
+                    *([f"--sim-clock={self.simulator.base_url}"] if cfg.sim_clock else []),
                     *(
                         [
                             f"--max-delivery-attempts={cfg.max_delivery_attempts}",
@@ -288,14 +309,22 @@ class LocalStack:
         # THREADS is functions-framework's gunicorn thread count: like a gen2 function's
         # concurrency setting, it lets a job's hint reader wait out its window without
         # holding up other deliveries.
+        cfg = self.config
+        scaled: dict[str, str] = {}
+        if cfg.sim_clock:
+            factor = max(cfg.time_factor, 1.0)
+            scaled = {k: f"{v * factor:g}" for k, v in WALL_BOUND_SETTINGS.items()}
+            scaled[CLOCK_URL_ENV] = self.simulator.base_url
         env = {
             "THREADS": str(FUNCTION_THREADS),
             **base_env,
-            **self.config.function_env,
+            **scaled,
+            **cfg.function_env,
             "PYTHONUNBUFFERED": "1",
         }
+        source = SIM_CLOCK_FUNCTIONS_SOURCE if cfg.sim_clock else FUNCTIONS_SOURCE
         started = []
-        for target in self.config.functions:
+        for target in cfg.functions:
             port = self.ports[target]
             ff = Path(sys.executable).with_name("functions-framework")
             started.append(
@@ -303,7 +332,7 @@ class LocalStack:
                     target,
                     [
                         str(ff),
-                        f"--source={FUNCTIONS_SOURCE}",
+                        f"--source={source}",
                         f"--target={target}",
                         "--signature-type="
                         + ("http" if target in HTTP_FUNCTIONS else "cloudevent"),
@@ -427,6 +456,10 @@ class LocalStack:
     @property
     def simulator(self) -> SimulatorControl:
         return SimulatorControl(f"http://127.0.0.1:{self.ports['vertex_control']}")
+
+    def clock(self) -> SimulatedClock:
+        """The simulator's clock: with ``sim_clock``, the functions' too."""
+        return SimulatedClock(self.simulator.base_url)
 
     def publish(self, topic: str, body: dict[str, Any] | bytes, **attributes: str) -> str:
         """Publish one message through the Pub/Sub emulator; returns its message id."""

@@ -7,6 +7,11 @@ server itself, over a ``Storage`` that turns each successful write into an event
 the events in HTTP binary content mode, retrying until they are acknowledged (at least once,
 as Eventarc does).
 
+With ``--sim-clock URL`` (the Vertex AI simulator's control surface), an event's object times
+(``timeCreated``, ``updated``, and ``ce-time``) are put on the simulator's clock
+(:class:`~flexjobs_local.simclock.SimulatedClock`), the one the functions then run on: a
+request file's publish time is its object's time.
+
 Run by the stack as its own process::
 
     python -m flexjobs_local.storage_bridge --port 9023 --bucket flexjobs-local \\
@@ -25,7 +30,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -72,12 +79,17 @@ def _header_value(text: str) -> str:
     return "".join(c if " " <= c <= "~" else quote(c, safe="") for c in text)
 
 
-def finalize_event(file_obj: dict[str, Any], base_url: str) -> Finalize:
+def finalize_event(
+    file_obj: dict[str, Any],
+    base_url: str,
+    clock: Callable[[datetime], datetime] | None = None,
+) -> Finalize:
     """The CloudEvent Eventarc sends for the object resource the emulator just stored.
 
     ``base_url`` is the emulator's own address: ``selfLink`` and ``mediaLink`` point there, in
     the JSON API's shape (absolute, the object name percent-encoded), where the emulator has a
-    relative, unencoded ``selfLink``.
+    relative, unencoded ``selfLink``. ``clock`` maps the object's times onto the functions'
+    clock (None: as stored).
     """
     # The emulator stores None for unset fields and keeps ACLs on the resource; the JSON API
     # omits unset fields and Eventarc's StorageObjectData carries no ACL.
@@ -92,6 +104,9 @@ def finalize_event(file_obj: dict[str, Any], base_url: str) -> Finalize:
     body["mediaLink"] = (
         f"{base_url}/download/storage/v1{path}?generation={body['generation']}&alt=media"
     )
+    if clock is not None:
+        for key in ("timeCreated", "updated"):
+            body[key] = _on_clock(body.get(key), clock)
     headers = {
         "ce-specversion": "1.0",
         "ce-type": FINALIZED,
@@ -105,6 +120,18 @@ def finalize_event(file_obj: dict[str, Any], base_url: str) -> Finalize:
     return Finalize(headers=headers, body=body)
 
 
+def _on_clock(value: Any, clock: Callable[[datetime], datetime]) -> Any:
+    """An RFC 3339 time of the resource on ``clock``; anything else as it is."""
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return value
+    if at.tzinfo is None:
+        return value
+    mapped = clock(at).astimezone(UTC)
+    return mapped.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class FinalizingStorage(Storage):  # type: ignore[misc]  # the emulator ships no types
     """The emulator's storage, announcing every object it finalizes.
 
@@ -112,10 +139,16 @@ class FinalizingStorage(Storage):  # type: ignore[misc]  # the emulator ships no
     ends in ``create_file``, so hooking it alone covers them all.
     """
 
-    def __init__(self, announce: queue.Queue[Finalize], base_url: str) -> None:
+    def __init__(
+        self,
+        announce: queue.Queue[Finalize],
+        base_url: str,
+        clock: Callable[[datetime], datetime] | None = None,
+    ) -> None:
         super().__init__(use_memory_fs=True)
         self._announce = announce
         self._base_url = base_url
+        self._clock = clock
 
     def create_file(
         self,
@@ -132,7 +165,7 @@ class FinalizingStorage(Storage):  # type: ignore[misc]  # the emulator ships no
         super().create_file(bucket_name, file_name, content, file_obj, file_id)
         # Only a write that succeeded is announced (an unknown bucket raises above). A copy,
         # because a later metadata patch edits the stored resource in place.
-        event = finalize_event(copy.deepcopy(file_obj), self._base_url)
+        event = finalize_event(copy.deepcopy(file_obj), self._base_url, self._clock)
         print(f"finalized gs://{bucket_name}/{file_name} as event {event.id}", flush=True)
         self._announce.put(event)
 
@@ -203,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deliver-to", help="URL to POST finalize events to (default: none)")
     parser.add_argument("--events-log", type=Path, help="append delivered events here (jsonl)")
+    parser.add_argument(
+        "--sim-clock", default=None, help="simulator control URL: object times on its clock"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -210,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     events: queue.Queue[Finalize] = queue.Queue()
-    storage = FinalizingStorage(events, f"http://{args.host}:{args.port}")
+    clock = None
+    if args.sim_clock:
+        from flexjobs_local.simclock import SimulatedClock
+
+        clock = SimulatedClock(args.sim_clock).at
+    storage = FinalizingStorage(events, f"http://{args.host}:{args.port}", clock)
     for bucket in args.bucket:
         create_bucket(bucket, storage)
     log = EventLog(args.events_log)

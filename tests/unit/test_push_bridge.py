@@ -94,3 +94,24 @@ def test_a_message_is_given_up_at_its_last_delivery_attempt_as_a_dead_letter(tmp
     assert line["messageId"] == "m1" and line["attempts"] == 3
     assert line["subscription"] == SUBSCRIPTION and line["attributes"] == {"k": "v"}
     assert "ConnectionError" in line["problem"]
+
+
+def test_with_the_simulators_clock_the_publish_time_is_delivered_on_it():
+    sent: list[dict] = []
+
+    class Session:
+        def post(self, url, data, headers, timeout):
+            sent.append(json.loads(data))
+
+            class Answer:
+                status_code = 204
+
+            return Answer()
+
+    route = Route(SUBSCRIPTION, "http://127.0.0.1:9/projects/p/topics/t")
+    deliver = Deliverer(route, 5, Backoff(), clock=lambda at: at + timedelta(hours=1))
+    deliver._session = Session  # type: ignore[method-assign]
+    message = FakeMessage()
+    deliver(message)
+    assert message.acks == 1
+    assert sent[0]["message"]["publishTime"] == "2026-12-01T01:00:00.000Z"
