@@ -76,6 +76,10 @@ def subscribe(clients: tuple[Any, Any], topic: str) -> Callable[..., str]:
     return make
 
 
+#: The clone's root, where flexjobs_local is found.
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
 @pytest.fixture
 def start_bridge(emulator: str, tmp_path: Path) -> Iterator[Callable[..., None]]:
     """Start a bridge for one route; teardown checks SIGTERM ends it cleanly, group and all."""
@@ -90,7 +94,9 @@ def start_bridge(emulator: str, tmp_path: Path) -> Iterator[Callable[..., None]]
             "--ack-deadline=30",
             f"--route={subscription}={url}",
         ]
+        # flexjobs_local is run from the clone, never installed: its root on the path.
         env = {**os.environ, "PUBSUB_EMULATOR_HOST": emulator, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
         child = procs.start(f"push-{len(children)}", argv, env, tmp_path)
         children.append(child)
         procs.wait_until(child, procs.log_contains(child, "PUSH READY"), 30)

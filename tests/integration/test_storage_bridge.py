@@ -52,6 +52,9 @@ OBJECT_FIELDS = {
     "mediaLink",
 }
 
+#: The clone's root, where flexjobs_local is found.
+ROOT = str(Path(__file__).resolve().parents[2])
+
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
@@ -83,7 +86,9 @@ def start_bridge(tmp_path: Path) -> Iterator[Callable[..., tuple[str, Path]]]:
             f"--events-log={events_log}",
             *([f"--deliver-to={deliver_to}"] if deliver_to else []),
         ]
+        # flexjobs_local is run from the clone, never installed: its root on the path.
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
         child = procs.start(f"bridge-{port}", argv, env, tmp_path)
         children.append(child)
         procs.wait_until(child, procs.log_contains(child, "STORAGE READY"), 30)

@@ -83,8 +83,8 @@ def test_collapsed_stacks_are_read_with_their_counts() -> None:
 
 
 def test_a_frame_names_its_function_and_file_without_the_line() -> None:
-    assert function_of(f"submit_job ({REPO}/shared/app/intake.py:63)") == (
-        "submit_job (shared/app/intake.py)"
+    assert function_of(f"submit_job ({REPO}/shared/app/services/intake.py:63)") == (
+        "submit_job (shared/app/services/intake.py)"
     )
     site = "/x/.venv/lib/python3.11/site-packages/grpc/_channel.py:1119"
     assert function_of(f"_blocking ({site})") == "_blocking (grpc/_channel.py)"

@@ -1,8 +1,9 @@
-"""The one routine that creates anything in Vertex AI exactly once.
+"""The one routine that creates a Vertex AI job exactly once.
 
-Intake's attempt 1, every retry and every Spot deployment go through :func:`create_once`. Each
-caller describes its own steps (:class:`Creation`); the order, and what happens when a step
-fails, is decided here and nowhere else:
+Intake's attempt 1 and every retry go through :func:`create_once` (a Spot deployment claims
+each call in its serving state instead: :mod:`shared.domain.serving.rule`). Each caller
+describes its own steps (:class:`Creation`); the order, and what happens when a step fails,
+is decided here and nowhere else:
 
 1. **claim** the record (a conditional put, or a transaction for a retry). No claim: nothing
    to do (a duplicate delivery, a retry not due).

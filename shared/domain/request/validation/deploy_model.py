@@ -19,7 +19,6 @@ from shared.domain.request.wire import (
     DEPLOYED_MODEL_ID,
     DEPLOYED_REPLICAS,
     MODEL_VERSION,
-    PEAK_REPLICAS,
     RESOURCE_SEGMENT,
     TRAFFIC_SHARE,
 )
@@ -160,7 +159,9 @@ def _check_dedicated_resources(ctx: Context, resources: dict[str, Any], base: st
         "maxReplicaCount",
         base,
         required=False,
-        bounds=PEAK_REPLICAS,
+        # The model allows 0 (proto3's default, read as absent), which the canonical form
+        # drops before any check: what is left to check is a replica count, 1 or more.
+        bounds=DEPLOYED_REPLICAS,
         what="replicas under peak load",
     )
     if low is not None and high is not None and high < low:
