@@ -168,7 +168,11 @@ def test_cancel_wait_and_watch_react_without_polling(
             [FLEXJOBS, "watch", request_id], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         try:
-            time.sleep(2)
+            # Ctrl-C on a watch that is watching: once it has printed the state it found (a
+            # fixed sleep sent it, on a loaded machine, while the command was still importing).
+            assert interrupted.stdout is not None
+            first = interrupted.stdout.readline()
+            assert b"-> QUEUED" in first, first
             interrupted.send_signal(signal.SIGINT)
             _, err = interrupted.communicate(timeout=10)
         finally:

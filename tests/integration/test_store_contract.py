@@ -1172,13 +1172,13 @@ def test_a_deployment_is_created_once_with_its_machine_s_first_state(deployments
     assert deployments.create(request, state, NOW)
     assert not deployments.create(request, state, at(1))  # a redelivery: nothing written
 
-    stored = deployments.records.get(rid)
+    stored = deployments.deployment_store.get(rid)
     assert stored == new_deployment(request, state, NOW)
     assert stored["state"] == "ACCEPTED" and stored["serving"]["phase"] == "DEPLOYING"
     assert stored["serving"]["intent"]["kind"] == "SERVE"
-    assert rid in ids(deployments.records.alive())
-    assert rid in ids(deployments.records.on_endpoint(ENDPOINT))
-    assert rid not in ids(deployments.records.with_outbox())
+    assert rid in ids(deployments.deployment_store.alive())
+    assert rid in ids(deployments.deployment_store.on_endpoint(ENDPOINT))
+    assert rid not in ids(deployments.deployment_store.with_outbox())
 
 
 def test_a_step_claims_the_spot_deploy_once_before_it_is_sent(deployments, unique):
@@ -1192,9 +1192,9 @@ def test_a_step_claims_the_spot_deploy_once_before_it_is_sent(deployments, uniqu
     assert first.action.call is not None and first.action.call.kind is CallKind.DEPLOY_SPOT
     # The second decides on the claim the first wrote: nothing more is sent.
     assert second is not None and second.action.kind is not ActionKind.CALL
-    pending = deployments.records.get(rid)["serving"]["pending"]
+    pending = deployments.deployment_store.get(rid)["serving"]["pending"]
     assert pending["call"] == "DeployModel(spot)" and pending["operation"] is None
-    assert deployments.records.get(rid)["state"] == "ACCEPTED"
+    assert deployments.deployment_store.get(rid)["state"] == "ACCEPTED"
 
 
 def test_an_answered_spot_deploy_makes_the_record_deploying(deployments, unique):
@@ -1202,48 +1202,48 @@ def test_an_answered_spot_deploy_makes_the_record_deploying(deployments, unique)
     claim = spot_claimed(deployments, rid)
 
     deployments.answered(rid, claim, OPERATION, at(2))
-    before = deployments.records.get(rid)
+    before = deployments.deployment_store.get(rid)
     other = replace(claim, at=at(99))
     deployments.answered(rid, other, "someone-else's", at(3))  # not this claim's: no write
 
     assert before["state"] == "DEPLOYING" and before["operation"] == OPERATION
     assert before["serving"]["pending"]["operation"] == OPERATION
     assert before["updatedAt"] == at(2)
-    assert deployments.records.get(rid) == before
+    assert deployments.deployment_store.get(rid) == before
 
 
 def test_a_read_that_shows_the_spot_model_makes_it_deployed_and_owes_deployed(deployments, unique):
     rid = unique("deploy-seen")
     deployed_record(deployments, rid)
 
-    record = deployments.records.get(rid)
+    record = deployments.deployment_store.get(rid)
     assert record["state"] == "DEPLOYED" and record["deployedModelId"] == "9001"
     assert record["deployedAt"] == at(10) and record["updatedAt"] == at(10)
     assert record["serving"]["phase"] == "SERVING" and record["serving"]["pending"] is None
     assert [m["state"] for m in record["outbox"]] == ["DEPLOYED"]
     assert record["outbox"][0]["kind"] == "deployModel" and record["outboxPending"] is True
-    assert rid in ids(deployments.records.with_outbox())
-    assert rid in ids(deployments.records.alive())
+    assert rid in ids(deployments.deployment_store.with_outbox())
+    assert rid in ids(deployments.deployment_store.alive())
 
     deployments.drop_from_outbox(rid, record["outbox"])
-    after = deployments.records.get(rid)
+    after = deployments.deployment_store.get(rid)
     assert (after["outbox"], after["outboxPending"]) == ([], False)
     assert [m["state"] for m in after["notified"]] == ["DEPLOYED"]
-    assert rid not in ids(deployments.records.with_outbox())
+    assert rid not in ids(deployments.deployment_store.with_outbox())
 
 
 def test_a_step_on_the_same_read_writes_nothing(deployments, unique):
     rid = unique("deploy-same")
     deployed_record(deployments, rid)
-    before = deployments.records.get(rid)
+    before = deployments.deployment_store.get(rid)
 
     again = deployments.step(rid, spot_endpoint(rid), at(70), SETTINGS)
 
     assert again is not None and again.action.kind is ActionKind.NOTHING
-    assert deployments.records.get(rid) == before
+    assert deployments.deployment_store.get(rid) == before
     # A capacity change is written, accounted since the last one.
     deployments.step(rid, spot_endpoint(rid, available=0), at(130), SETTINGS)
-    stored = ServingState.decode(deployments.records.get(rid)["serving"])
+    stored = ServingState.decode(deployments.deployment_store.get(rid)["serving"])
     assert stored is not None and stored.phase is Phase.DEFICIT
     assert [(c.at, c.capacity.spot) for c in stored.history][-2:] == [(at(10), 1), (at(130), 0)]
     assert stored.spot_node_seconds == 120
@@ -1254,16 +1254,16 @@ def test_a_spot_deploy_refused_for_good_fails_once(deployments, unique):
     claim = spot_claimed(deployments, rid)
 
     deployments.refused(rid, claim, "model not found", at(3), retry_at=None)
-    failed = deployments.records.get(rid)
+    failed = deployments.deployment_store.get(rid)
     deployments.refused(rid, claim, "a later refusal", at(4), retry_at=None)
 
     assert failed["state"] == "FAILED" and "model not found" in failed["reason"]
     assert failed["endedAt"] == at(3) and failed["serving"]["phase"] == "FAILED"
     assert [m["state"] for m in failed["outbox"]] == ["FAILED"]
-    assert deployments.records.get(rid) == failed
-    assert rid not in ids(deployments.records.alive())
+    assert deployments.deployment_store.get(rid) == failed
+    assert rid not in ids(deployments.deployment_store.alive())
     assert deployments.step(rid, empty_endpoint(), at(5), SETTINGS) is not None
-    assert deployments.records.get(rid) == failed  # ended: no read moves it
+    assert deployments.deployment_store.get(rid) == failed  # ended: no read moves it
 
 
 def test_a_spot_deploy_refused_for_quota_is_parked(deployments, unique):
@@ -1272,7 +1272,7 @@ def test_a_spot_deploy_refused_for_quota_is_parked(deployments, unique):
 
     deployments.refused(rid, claim, "quota exceeded", at(3), retry_at=at(63))
 
-    record = deployments.records.get(rid)
+    record = deployments.deployment_store.get(rid)
     assert record["state"] == "ACCEPTED" and record["reason"] == "quota"
     assert record["serving"]["pending"] is None
     assert record["serving"]["retryAt"] == at(63).isoformat()
@@ -1290,9 +1290,9 @@ def test_a_lost_call_keeps_its_claim_and_a_released_one_drops_it(deployments, un
     deployments.lost(lost_rid, lost_claim, at(3))
     deployments.released(released_rid, released_claim, at(3))
 
-    pending = deployments.records.get(lost_rid)["serving"]["pending"]
+    pending = deployments.deployment_store.get(lost_rid)["serving"]["pending"]
     assert pending["call"] == "DeployModel(spot)" and pending["unknown"] is True
-    assert deployments.records.get(released_rid)["serving"]["pending"] is None
+    assert deployments.deployment_store.get(released_rid)["serving"]["pending"] is None
     again = deployments.step(released_rid, empty_endpoint(), at(4), SETTINGS)
     assert again is not None and again.action.kind is ActionKind.CALL
 
@@ -1306,7 +1306,7 @@ def test_an_undeploy_intent_is_written_once_and_lasts(deployments, unique):
     assert deployments.tell(rid, Intent.UNDEPLOY, at(21)) is None
     assert deployments.tell(rid, Intent.RESUME, at(22)) is None  # an undeploy is the last word
 
-    serving = deployments.records.get(rid)["serving"]
+    serving = deployments.deployment_store.get(rid)["serving"]
     assert serving["intent"] == {"kind": "UNDEPLOY", "at": at(20).isoformat()}
     assert serving["phase"] == "UNDEPLOYING"
 
@@ -1322,7 +1322,7 @@ def test_a_traffic_move_is_written_only_on_the_state_it_was_decided_from(deploym
     stepped = deployments.step(rid, observed, at(30), SETTINGS)
     assert stepped is not None and stepped.action.kind is ActionKind.TRAFFIC
     assert stepped.action.split == {"42": 100}
-    before = deployments.records.get(rid)
+    before = deployments.deployment_store.get(rid)
     assert before["updatedAt"] == at(20)  # a traffic move is written after its call
 
     # Another write lands first: the move's state is not written over it.
@@ -1330,9 +1330,9 @@ def test_a_traffic_move_is_written_only_on_the_state_it_was_decided_from(deploym
     deployments.tell(rid, Intent.UNDEPLOY, at(31))
     assert deployments.moved(rid, stepped, at(32)) is True  # the serving state is unchanged
     stale = replace(stepped, before=replace(stepped.before, hedges=7))
-    kept = deployments.records.get(rid)
+    kept = deployments.deployment_store.get(rid)
     assert deployments.moved(rid, stale, at(33)) is False
-    assert deployments.records.get(rid) == kept
+    assert deployments.deployment_store.get(rid) == kept
 
 
 #: A Spot DeployModel's claim, for calls on a record that does not exist.
@@ -1355,7 +1355,7 @@ def test_deployment_calls_on_a_missing_record_change_nothing(deployments, unique
 
     assert MISSING_DEPLOYMENT_CALLS[call](deployments, rid) is None
 
-    assert deployments.records.get(rid) is None
+    assert deployments.deployment_store.get(rid) is None
 
 
 # --- RejectionLog -----------------------------------------------------------------------
