@@ -28,23 +28,15 @@ from shared.domain.model.states import JobState
 from shared.domain.request.message import JobRequest, parse_request
 from tests.events import load
 from tests.fakes import InMemoryJobDatabase, in_memory_records
+from tests.integration.test_admission import QUEUES as QUEUE_FILE
 
 pytestmark = pytest.mark.integration
 
 NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 LOCATION = "us-central1"
 A100 = Resource(LOCATION, "NVIDIA_TESLA_A100", Pool.PREEMPTIBLE)
-QUEUES = parse_queue_file("""
-projectQuota:
-  - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, limit: 8}
-queues:
-  - name: team-a
-    quotas:
-      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 4}
-  - name: team-b
-    quotas:
-      - {region: us-central1, acceleratorType: NVIDIA_TESLA_A100, pool: PREEMPTIBLE, nominal: 4}
-""")
+# The two queues of the admission tests, sharing an 8-GPU project quota.
+QUEUES = parse_queue_file(QUEUE_FILE)
 
 
 def at(seconds: float) -> datetime:
