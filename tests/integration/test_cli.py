@@ -174,7 +174,20 @@ def test_cancel_wait_and_watch_react_without_polling(
             first = interrupted.stdout.readline()
             assert b"-> QUEUED" in first, first
             interrupted.send_signal(signal.SIGINT)
-            _, err = interrupted.communicate(timeout=10)
+            try:
+                _, err = interrupted.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                # Where it hangs, for whoever reads the failure (py-spy: the bench extra).
+                spy = Path(sys.executable).with_name("py-spy")
+                dump = subprocess.run(
+                    [str(spy), "dump", "--pid", str(interrupted.pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                stacks = dump.stdout + dump.stderr
+                raise AssertionError(f"Ctrl-C did not end the watch:\n{stacks}") from None
         finally:
             if interrupted.poll() is None:
                 interrupted.kill()
