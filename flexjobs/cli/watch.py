@@ -9,7 +9,6 @@ the display is redrawn locally twice a second only to advance the clocks.
 from __future__ import annotations
 
 import queue
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,10 +34,6 @@ TERMINAL = {
 #: Exit code when ``--timeout`` passes before every request ended (as timeout(1)).
 TIMED_OUT = 124
 INTERRUPTED = 130
-#: How long the command waits, in all, for its listeners to close when it ends. Closing one
-#: joins the Firestore client's stream threads (a second each, and longer while a stream is
-#: being reopened on a loaded machine): an interrupted watch must end now, not then.
-CLOSE_SECONDS = 2.0
 
 
 @dataclass
@@ -170,35 +165,9 @@ def watch(
         console.print("stopped watching (the requests go on; 'flexjobs cancel ID' stops one)")
         return INTERRUPTED
     finally:
-        close_all(subscriptions)
+        for subscription in subscriptions:
+            subscription.unsubscribe()
     return 0 if all(row.state in SUCCESS for row in rows.values()) else 1
-
-
-def close_all(subscriptions: list[Any], wait: float = CLOSE_SECONDS) -> None:
-    """Close every listener, side by side, waiting at most ``wait`` seconds in all.
-
-    A listener still closing after that is left to the process's exit: the client's stream
-    threads are daemons, so it ends the process no later. A close that raises is reported by
-    its thread (threading's excepthook), never swallowed.
-
-    Examples:
-        >>> class Slow:
-        ...     def unsubscribe(self):
-        ...         time.sleep(5)
-        >>> started = time.monotonic()
-        >>> close_all([Slow(), Slow()], wait=0.2)
-        >>> time.monotonic() - started < 1
-        True
-    """
-    closing = [
-        threading.Thread(target=s.unsubscribe, name="flexjobs-watch-close", daemon=True)
-        for s in subscriptions
-    ]
-    for thread in closing:
-        thread.start()
-    deadline = time.monotonic() + wait
-    for thread in closing:
-        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _now() -> datetime:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +132,19 @@ def test_submit_wait_follows_to_the_end(
     assert done.stdout.splitlines()[0] == request_id
 
 
+@pytest.fixture
+def sigint_delivered() -> Iterator[None]:
+    """SIGINT as a terminal's Ctrl-C finds a command: a runner that started this suite in the
+    background (a shell without job control) passes SIGINT down ignored, and a command that
+    inherits an ignored SIGINT rightly keeps ignoring it. With a handler here (not ignored),
+    the commands started meanwhile begin with SIGINT's default (exec resets handlers)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def test_cancel_wait_and_watch_react_without_polling(
-    stack: LocalStack, db: Any, tmp_path: Path, unique: Callable
+    stack: LocalStack, db: Any, tmp_path: Path, unique: Callable, sigint_delivered: None
 ) -> None:
     stack.simulator.set_capacity("us-central1", "NVIDIA_TESLA_A100", 0)
     request_id = unique("held")
