@@ -245,11 +245,19 @@ class Engine:
     # --- call log and faults -------------------------------------------------------------------
 
     def record_call(
-        self, method: str, request: dict[str, Any], code: str, message: str = ""
+        self,
+        method: str,
+        request: dict[str, Any],
+        code: str,
+        message: str = "",
+        *,
+        took_effect: bool | None = None,
     ) -> None:
-        """Append one RPC to the call log (the newest 10000 are kept)."""
+        """Append one RPC to the call log (the newest 10000 are kept). A call took effect
+        when it answered ``OK``, unless ``took_effect`` says otherwise (a lost reply)."""
         with self._lock:
-            self._calls.record(method, request, code, message)
+            effect = code == "OK" if took_effect is None else took_effect
+            self._calls.record(method, request, code, message, effect)
 
     def calls(self, method: str | None = None) -> list[dict[str, Any]]:
         """The call log, oldest first, optionally only one method (short name)."""

@@ -132,7 +132,9 @@ class CallLog:
         self._sim_now = sim_now
         self._calls: deque[dict[str, Any]] = deque(maxlen=MAX_CALL_LOG)
 
-    def record(self, method: str, request: dict[str, Any], code: str, message: str) -> None:
+    def record(
+        self, method: str, request: dict[str, Any], code: str, message: str, took_effect: bool
+    ) -> None:
         self._calls.append(
             {
                 "method": method,
@@ -141,6 +143,9 @@ class CallLog:
                 "request": request,
                 "code": code,
                 "message": message,
+                # A lost reply (a fault ``after`` the call) took effect though its code says
+                # it failed: a check of what reached Vertex reads this, not the code.
+                "tookEffect": took_effect,
             }
         )
 

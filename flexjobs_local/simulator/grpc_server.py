@@ -86,7 +86,7 @@ class _Method:
                 return response
             time.sleep(delay)
             # The call took effect, but the caller never learns so.
-            self._fail(context, request_json, fault.code, fault.message)
+            self._fail(context, request_json, fault.code, fault.message, took_effect=True)
         self._record_ok(context, request_json)
         return response
 
@@ -104,9 +104,15 @@ class _Method:
             self._engine.record_call(self._name, _request_json(request), err.code, err.message)
 
     def _fail(
-        self, context: grpc.ServicerContext, request_json: dict[str, Any], code: str, message: str
+        self,
+        context: grpc.ServicerContext,
+        request_json: dict[str, Any],
+        code: str,
+        message: str,
+        *,
+        took_effect: bool = False,
     ) -> None:
-        self._engine.record_call(self._name, request_json, code, message)
+        self._engine.record_call(self._name, request_json, code, message, took_effect=took_effect)
         context.abort(grpc.StatusCode[code], message)  # raises: the handler ends here
 
 

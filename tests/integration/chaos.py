@@ -1120,7 +1120,7 @@ def never_two_live(obs: Observed) -> Verdict:
 
 def one_job_per_attempt(obs: Observed) -> Verdict:
     strays = allowed_strays(obs)
-    cancelled = {c["request"].get("name") for c in obs.cancels if c["code"] == "OK"}
+    cancelled = {c["request"].get("name") for c in obs.cancels if serving.took_effect(c)}
     pairs = 0
     refused: list[dict[str, Any]] = []
     verdict = Verdict(3, "exactly one Vertex job per (request, attempt)", True, "")

@@ -262,6 +262,12 @@ def split_valid(facts: ServingFacts) -> Check:
     return check
 
 
+def took_effect(call: dict[str, Any]) -> bool:
+    """Whether a logged call reached Vertex: an ``OK``, or a lost reply (its effect taken, its
+    answer a fault), which the call log marks."""
+    return bool(call.get("tookEffect", call["code"] == "OK"))
+
+
 def traffic_to_serving(facts: ServingFacts) -> Check:
     """Each UpdateEndpoint Vertex took, against the models as the looks show them: a model
     given more traffic than before with no available replica then (its status unchanged since
@@ -273,7 +279,7 @@ def traffic_to_serving(facts: ServingFacts) -> Check:
     ordered = sorted(facts.calls, key=lambda c: str(c.get("simTime") or c["time"]))
     for call in ordered:
         at = _sim_time(call.get("simTime") or call["time"])
-        if call["code"] != "OK" or at is None:
+        if not took_effect(call) or at is None:
             continue
         request = call["request"]
         if call["method"] == "UndeployModel":
@@ -334,7 +340,7 @@ def one_fallback(facts: ServingFacts) -> Check:
                 check.problem(f"{rid} has {n} fallbacks on its endpoint at {sample.at:%H:%M:%S}")
     sent: dict[str, list[datetime]] = defaultdict(list)
     for call in facts.calls:
-        if call["method"] != "DeployModel" or call["code"] != "OK":
+        if call["method"] != "DeployModel" or not took_effect(call):
             continue
         name = str((call["request"].get("deployedModel") or {}).get("displayName") or "")
         at = _sim_time(call.get("simTime") or call["time"])
@@ -463,7 +469,7 @@ def notice_happened(facts: ServingFacts) -> Check:
     for call in facts.calls:
         # The notices carry the functions' (wall) clock: the call log's wall time.
         at = _sim_time(call["time"])
-        if call["code"] != "OK" or at is None:
+        if not took_effect(call) or at is None:
             continue
         if call["method"] == "DeployModel":
             name = str((call["request"].get("deployedModel") or {}).get("displayName") or "")
