@@ -781,6 +781,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, help="records for the status page")
     parser.add_argument("--no-cpu", action="store_true", help="skip intake CPU vs its floor")
     parser.add_argument("--no-cost", action="store_true", help="skip one job's life and cost")
+    parser.add_argument("--no-admission", action="store_true", help="skip the admission line")
+    parser.add_argument("--waiting", type=int, help="requests waiting for admission (10,000)")
     parser.add_argument("--cpu-requests", type=int, help="requests a side a round (2,000)")
     parser.add_argument("--cpu-rounds", type=int, help="rounds of each side (5; --ci 3)")
     parser.add_argument("--profile", type=Path, help="write py-spy profiles of the CPU sides")
@@ -835,6 +837,14 @@ def main() -> int:
             requests, requests, args.cpu_rounds or (3 if args.ci else 5), args.profile, split
         )
         checks.extend(floor.print_cpu(result))
+    if not args.no_admission:
+        from benchmarks import scale_admission
+
+        waiting = args.waiting or (1000 if args.ci else 10_000)
+        print(f"\n-- 5. the admission line at {waiting} waiting requests --", flush=True)
+        checks.extend(
+            scale_admission.measure(waiting, 50 if args.ci else 200, 300 if args.ci else 2000)
+        )
     print(f"\nall targets: {sum(checks)} of {len(checks)} PASS")
     return 0
 

@@ -21,7 +21,8 @@ POST     /faults               ``{"code", "count", "methods"?, "when"?, "message
                                "lateSeconds"?, "delaySeconds"?}`` → faults (code "OK" with
                                a delay: slow calls)
 DELETE   /faults               → ``{"faults": []}``
-GET      /calls[?method=M]     list of ``{method, time, simTime, request, code, message}``
+GET      /calls[?method=M]     list of ``{method, time, simTime, request, code, message,
+                               tookEffect}``
 DELETE   /calls                ``{"cleared": n}``
 GET      /jobs[?name=&resource=]  list of REST JSON jobs, each with a ``_sim`` block
 GET      /endpoints            list of REST JSON endpoints

@@ -218,6 +218,34 @@ class AdmissionStore(Protocol):
         read)."""
         ...
 
+    def read_line(self) -> Saved:
+        """The admission line as last saved (``line/head``, ``line/shard-N``,
+        :mod:`shared.domain.admission.line`), read at one time (``at``: the records stamped
+        since its mark are read as of it), with the version :meth:`save_line` must still
+        find. Its ``watch`` is None when none was saved or it does not read.
+
+        Raises:
+            StoreUnavailable: Firestore could not be read.
+        """
+        ...
+
+    def save_line(self, line: Watch, version: Any) -> bool:
+        """Save the line, only if what is saved is still at ``version`` (None: nothing was);
+        False when another pass saved meanwhile (nothing written).
+
+        Raises:
+            WatchTooLarge: the line is past its stored bound (nothing written).
+            StoreUnavailable: Firestore could not be written.
+        """
+        ...
+
+    def line_changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
+        """The records whose writes stamped them for the line
+        (:func:`~shared.domain.admission.line.touches_line`) after ``mark``, as they were
+        at ``at``, as :data:`~shared.domain.admission.line.LINE_FIELDS`; at most
+        ``most + 1`` (one more tells the caller there were more)."""
+        ...
+
 
 class WatchStore(Protocol):
     """The tick's watch list and tally (Firestore ``watch/head``, ``watch/shard-N``,

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from shared.app.ports import MAX_WATCHERS
 from shared.app.repository.jobs import JobRecords
+from shared.domain.admission.line import LINE_FIELDS, touches_line
 from shared.domain.model import tally as tallies
 from shared.domain.model import watch as watches
 from shared.domain.model.changes import Change, Decided, Written
@@ -61,6 +62,13 @@ class InMemoryJobDatabase:
         self.watch_shards: list[bytes] = []
         self.watch_tally: dict[str, Any] | None = None
         self.watch_version = 0
+        # The admission line as saved (line/head, line/shard-N), kept as the watch list is.
+        self.line_head: dict[str, Any] | None = None
+        self.line_shards: list[bytes] = []
+        self.line_tally: dict[str, Any] | None = None
+        self.line_version = 0
+        # The versions of each record's writes that stamped it for the line (touches_line).
+        self.line_stamps: dict[str, list[int]] = {}
         self.history: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         self.calls: Counter[str] = Counter()
         self.ops: Counter[str] = Counter()
@@ -68,7 +76,7 @@ class InMemoryJobDatabase:
         # False while a write that leaves no stamp is made (see written).
         self.stamping = True
 
-    def written(self, request_id: str) -> None:
+    def written(self, request_id: str, line: bool = False) -> None:
         """A write of the record: its next version, and its state then (for reads as of a
         version: the history Firestore keeps for reads at a past time).
 
@@ -82,6 +90,8 @@ class InMemoryJobDatabase:
             self.history.setdefault(request_id, []).append(
                 (self.last_version, copy.deepcopy(self.jobs[request_id]))
             )
+            if line:  # the write may move it in the admission line: stamped for it too
+                self.line_stamps.setdefault(request_id, []).append(self.last_version)
 
     def as_of(self, request_id: str, at: Any) -> dict[str, Any] | None:
         """The record as it was at version ``at`` (now when None), or None when it did not
@@ -130,10 +140,11 @@ class InMemoryJobDatabase:
     def update_record(self, request_id: str, change: Change) -> None:
         """Apply a change's record fields and deletes to a stored record (checked already)."""
         current = self.jobs[request_id]
+        line = touches_line(current, [*change.record, *change.deletes])
         current.update(as_stored(change.record))
         for name in change.deletes:
             current.pop(name, None)
-        self.written(request_id)
+        self.written(request_id, line)
 
 
 class _OnDatabase:
@@ -166,7 +177,7 @@ class InMemoryJobStore(_OnDatabase):
                 return None
             check_size(f"jobs/{doc_id(request_id)}", record)
             db.jobs[request_id] = as_stored(record)
-            db.written(request_id)
+            db.written(request_id, touches_line(None, record))
             return db.snapshot(request_id)
 
     def transact(
@@ -382,29 +393,59 @@ class InMemoryAdmissionStore(_OnDatabase):
             db.count("count_waiting", query=1)
             return len(self._waiting(queue))
 
+    def read_line(self) -> Saved:
+        return InMemoryWatchStore(self.database, "line").read_watch()
+
+    def save_line(self, line: Watch, version: Any) -> bool:
+        return InMemoryWatchStore(self.database, "line").save_watch(line, None, version)
+
+    def line_changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
+        db = self.database
+        with db.lock:
+            db.count("line_changed_since", query=1)
+            # Stamped for the line after the mark and by ``at``, read as it was at ``at``.
+            found = sorted(
+                (max(v for v in kept if mark < v <= at), rid)
+                for rid, kept in db.line_stamps.items()
+                if any(mark < v <= at for v in kept)
+            )
+            return db.partial([rid for _, rid in found][: most + 1], LINE_FIELDS, at)
+
 
 class InMemoryWatchStore(_OnDatabase):
     """The WatchStore port in memory: the watch list as saved, read as of the records' last
-    version (the database's time)."""
+    version (the database's time). Named ``line``: the admission line, kept the same way in
+    documents of its own (no tally)."""
+
+    def __init__(self, database: InMemoryJobDatabase | None = None, name: str = "watch") -> None:
+        super().__init__(database)
+        self.name = name
+
+    def _get(self, part: str) -> Any:
+        return getattr(self.database, f"{self.name}_{part}")
+
+    def _set(self, part: str, value: Any) -> None:
+        setattr(self.database, f"{self.name}_{part}", value)
 
     def read_watch(self) -> Saved:
         db = self.database
         with db.lock:
+            tally = self.name == "watch"
             # One batch get of the head, the tally and every shard a list may have.
-            db.ops["watch_read"] += 2 + watches.MAX_SHARDS
-            db.calls["read_watch"] += 1
+            db.ops[f"{self.name}_read"] += 1 + tally + watches.MAX_SHARDS
+            db.calls[f"read_{self.name}"] += 1
             # Reads as of this one are as of the last version written.
             at = db.last_version
-            head = db.watch_head
+            head = self._get("head")
             if head is None:
                 return Saved(None, None, None, None, at)
-            version = db.watch_version
+            version = self._get("version")
             overflowed = head.get("overflowedAt")
             if isinstance(overflowed, datetime):
                 return Saved(None, None, overflowed, version, at)
             return Saved(
-                watches.decode(list(db.watch_shards)),
-                tallies.decode(copy.deepcopy(db.watch_tally)),
+                watches.decode(list(self._get("shards"))),
+                tallies.decode(copy.deepcopy(self._get("tally"))),
                 None,
                 version,
                 at,
@@ -418,21 +459,22 @@ class InMemoryWatchStore(_OnDatabase):
             shards = watches.encode(watch) if watch is not None else []
             stored_tally = tallies.encode(tally) if tally is not None else None
             for i, shard in enumerate(shards):
-                check_size(f"watch/shard-{i}", {"data": shard})
+                check_size(f"{self.name}/shard-{i}", {"data": shard})
             if stored_tally is not None:
-                check_size("watch/tally", stored_tally)
-            current = db.watch_version if db.watch_head is not None else None
+                check_size(f"{self.name}/tally", stored_tally)
+            current = self._get("version") if self._get("head") is not None else None
             if version != current:
-                return False  # another tick saved since this one read: the precondition fails
+                return False  # another writer saved since this one read: the precondition fails
             # The head and the tally, and every shard when the list is written too.
-            db.ops["watch_write"] += 2 + (watches.MAX_SHARDS if list_too else 0)
-            db.calls["save_watch"] += 1
+            tallied = self.name == "watch"
+            db.ops[f"{self.name}_write"] += 1 + tallied + (watches.MAX_SHARDS if list_too else 0)
+            db.calls[f"save_{self.name}"] += 1
             if list_too:
                 overflowed = None if watch is not None else datetime.now(UTC)
-                db.watch_head = {"shards": len(shards), "overflowedAt": overflowed}
-                db.watch_shards = shards
-            db.watch_tally = as_stored(stored_tally) if stored_tally is not None else None
-            db.watch_version += 1
+                self._set("head", {"shards": len(shards), "overflowedAt": overflowed})
+                self._set("shards", shards)
+            self._set("tally", as_stored(stored_tally) if stored_tally is not None else None)
+            self._set("version", self._get("version") + 1)
             return True
 
 

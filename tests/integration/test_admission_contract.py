@@ -25,6 +25,7 @@ from shared.domain.admission.ledger import Stage, admission_fields, workload_of
 from shared.domain.model.changes import Change
 from shared.domain.model.records import TICK_FIELDS
 from shared.domain.model.states import JobState
+from shared.domain.model.watch import Watch
 from shared.domain.request.message import JobRequest, parse_request
 from tests.events import load
 from tests.fakes import InMemoryJobDatabase, in_memory_records
@@ -336,3 +337,40 @@ def test_two_ledger_writes_on_one_read_never_both_land(side: Side) -> None:
     assert stored is not None
     ours = [e for e in stored.raw["held"] if str(e["requestId"]).startswith(run)]
     assert len(ours) == 1
+
+
+# --- the line, kept between passes (shared.domain.admission.line) ----------------------------
+
+
+def test_the_saved_line_is_synced_from_the_writes_that_stamp_it(side):
+    assert side.admissions.line(NOW) is None  # none saved: the pass reads the records whole
+    empty = side.store.read_line()
+    assert side.admissions.save_line(Watch({}, {}, empty.at, NOW), empty.version)
+
+    waits(side, "w1", "team-a", NOW)
+    waits(side, "w2", "team-b", at(1))
+    # A record outside admission, written twice: no stamp for the line, so no sync reads it.
+    plain = {"requestId": "plain", "state": JobState.RUNNING.value, "attempt": 1}
+    assert side.jobs.create("plain", plain) is not None
+    side.jobs.transact("plain", lambda _: Change(state=JobState.RUNNING, record={"x": 1}))
+
+    found = side.admissions.line(at(2))
+    assert found is not None
+    assert sorted(r.request_id for r in found.waiters()) == ["w1", "w2"]
+    assert found.reads == 2
+    assert side.admissions.save_line(found.line, found.version)
+    # Saved since that read: a second save on the same version writes nothing.
+    assert not side.admissions.save_line(found.line, found.version)
+
+    # Admitted (its admission written with the ledger): out of the line at the next sync.
+    (first,) = side.admissions.waiting("team-a", 1)
+    workload = workload_of("w1", first.admission)
+    assert workload is not None and side.admissions.admit(workload, QUEUES, at(3), reading=False)
+    # A write of a waiting record stamps it whatever it writes (a cancel's mark here).
+    side.jobs.transact(
+        "w2", lambda _: Change(state=JobState.QUEUED, record={"cancelRequested": True})
+    )
+    synced = side.admissions.line(at(4))
+    assert synced is not None
+    assert [(r.request_id, r.cancel_requested) for r in synced.waiters()] == [("w2", True)]
+    assert synced.reads == 2  # w1 and w2, each stamped since the saved line's mark

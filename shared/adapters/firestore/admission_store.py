@@ -10,18 +10,24 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.adapters.firestore.database import (
+    LINE_TOUCHED_AT,
     Firestore,
     call_firestore,
     fields_of,
     stored_of,
     until_unchanged,
 )
-from shared.adapters.firestore.job_store import JOBS, record_fields, record_ref
-from shared.adapters.firestore.queries import Query, pages
+from shared.adapters.firestore.job_store import JOBS, MARK_MARGIN, record_fields, record_ref
+from shared.adapters.firestore.queries import Query, pages, partial
+from shared.adapters.firestore.watch_store import FirestoreWatchStore
+from shared.domain.admission.line import LINE_FIELDS
 from shared.domain.model.changes import Change
 from shared.domain.model.records import TICK_FIELDS, Stored
+from shared.domain.model.watch import Saved, Watch
 
 ADMISSION = "admission"
+#: The admission line's documents (``line/head``, ``line/shard-N``), kept as the watch list is.
+LINE = "line"
 LEDGER = "ledger"
 SUMMARY = "summary"
 
@@ -31,6 +37,7 @@ WAITING_IN = Query(
     (("admission.stage", "=="), ("admission.queue", "==")),
     (("admission.waitingSince", "ASCENDING"),),
 )
+LINE_CHANGED = Query(JOBS, ((LINE_TOUCHED_AT, ">="),), ((LINE_TOUCHED_AT, "ASCENDING"),))
 
 
 class FirestoreAdmissionStore:
@@ -39,6 +46,7 @@ class FirestoreAdmissionStore:
 
     def __init__(self, firestore: Firestore) -> None:
         self._firestore = firestore
+        self._line = FirestoreWatchStore(firestore, LINE, tally=False)
 
     def _ledger_ref(self) -> Any:
         return self._firestore.db.collection(ADMISSION).document(LEDGER)
@@ -82,7 +90,7 @@ class FirestoreAdmissionStore:
                     batch.create(ledger_ref, write)
             if change is not None and record is not None and held is not None:
                 option = db.write_option(last_update_time=held.update_time)
-                batch.update(record_doc, record_fields(change), option=option)
+                batch.update(record_doc, record_fields(change, record), option=option)
             batch.commit()
             return True
 
@@ -104,3 +112,15 @@ class FirestoreAdmissionStore:
         query = WAITING_IN.on(self._firestore.db, "WAITING", queue, ordered=False)
         result = call_firestore("count", query.count(alias="n").get)
         return int(result[0][0].value)
+
+    def read_line(self) -> Saved:
+        return self._line.read_watch()
+
+    def save_line(self, line: Watch, version: Any) -> bool:
+        return self._line.save_watch(line, None, version)
+
+    def line_changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
+        # As the watch list's sync: the range's field orders first, a page resumes after the
+        # last one's stamp, and the margin re-reads the second before the mark.
+        query = LINE_CHANGED.on(self._firestore.db, mark - MARK_MARGIN).order_by("__name__")
+        return partial(pages(query, (*LINE_FIELDS, LINE_TOUCHED_AT), most + 1, at))

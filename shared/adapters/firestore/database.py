@@ -26,6 +26,10 @@ T = TypeVar("T")
 #: Every write of a job record stamps it with its commit time (a server timestamp), so the tick
 #: reads only the records written since its watch list's mark.
 TOUCHED_AT = "touchedAt"
+#: A write that may move a record into, within or out of the admission line
+#: (:func:`~shared.domain.admission.line.touches_line`) stamps this too, so a pass reads only
+#: the records its line's mark has not seen, and a busy control plane's other writes none.
+LINE_TOUCHED_AT = "lineTouchedAt"
 
 _TRANSIENT = (
     gexc.ServiceUnavailable,
@@ -76,6 +80,7 @@ def fields_of(snap: Any) -> dict[str, Any]:
     reads it, to page by it)."""
     fields: dict[str, Any] = snap.to_dict() or {}
     fields.pop(TOUCHED_AT, None)
+    fields.pop(LINE_TOUCHED_AT, None)
     return fields
 
 

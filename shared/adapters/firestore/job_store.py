@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shared.adapters.firestore.database import (
+    LINE_TOUCHED_AT,
     TOUCHED_AT,
     Firestore,
     call_firestore,
@@ -25,6 +26,7 @@ from shared.adapters.firestore.database import (
 )
 from shared.adapters.firestore.queries import Query, pages, partial, read_all, stream
 from shared.app.ports import MAX_WATCHERS
+from shared.domain.admission.line import touches_line
 from shared.domain.model.changes import Change, Decided, Written
 from shared.domain.model.ids import doc_id
 from shared.domain.model.records import TICK_FIELDS, Stored
@@ -65,13 +67,23 @@ def attempt_ref(firestore: Firestore, request_id: str, attempt: int) -> Any:
     return record_ref(firestore, request_id).collection(ATTEMPTS).document(str(attempt))
 
 
-def record_fields(change: Change) -> dict[str, Any]:
-    """The fields a record's update writes for ``change``: its fields set, its deletes
-    removed, and the write's stamp."""
+def record_fields(change: Change, current: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a record's update writes for ``change`` to the record ``current`` (as its
+    write's precondition read it): its fields set, its deletes removed, and the write's
+    stamps."""
     from google.cloud import firestore
 
     deletes = {name: firestore.DELETE_FIELD for name in change.deletes}
-    return {**change.record, **deletes, TOUCHED_AT: stamp()}
+    return stamped({**change.record, **deletes}, current)
+
+
+def stamped(fields: dict[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``fields`` with the stamps of their write to ``current`` (None: a create): always the
+    write's, and the line's when the write may move the record in its admission line."""
+    fields[TOUCHED_AT] = stamp()
+    if touches_line(current, fields):
+        fields[LINE_TOUCHED_AT] = stamp()
+    return fields
 
 
 class FirestoreJobStore:
@@ -90,7 +102,7 @@ class FirestoreJobStore:
 
     def create(self, request_id: str, record: Mapping[str, Any]) -> Stored | None:
         ref = record_ref(self._firestore, request_id)
-        version = create_document(ref, {**record, TOUCHED_AT: stamp()})
+        version = create_document(ref, stamped(dict(record), None))
         return None if version is None else Stored(dict(record), version)
 
     def transact(
@@ -104,7 +116,7 @@ class FirestoreJobStore:
         def write(batch: Any, current: dict[str, Any], change: Change, unchanged: Any) -> bool:
             updated = bool(change.record or change.deletes)
             if updated:  # Firestore refuses an update with no fields
-                batch.update(ref, record_fields(change), option=unchanged)
+                batch.update(ref, record_fields(change, current), option=unchanged)
             # Attempt fields alone (update_attempt) are a merge that no read decided.
             if change.attempt:
                 number = change.attempt_no or current.get("attempt", 1)

@@ -29,16 +29,24 @@ def _to_microseconds(at: datetime) -> datetime:
 
 
 class FirestoreWatchStore:
-    """The watch list and its tally in Firestore, on a shared :class:`Firestore`."""
+    """The watch list and its tally in Firestore, on a shared :class:`Firestore`.
 
-    def __init__(self, firestore: Firestore) -> None:
+    With ``collection`` and ``tally=False``, another list of partial records kept the same
+    way, with no tally: the admission line (``line/head``, ``line/shard-N``,
+    :mod:`shared.domain.admission.line`)."""
+
+    def __init__(
+        self, firestore: Firestore, collection: str = WATCH, *, tally: bool = True
+    ) -> None:
         self._firestore = firestore
+        self._collection = collection
+        self._tally = tally
 
     def _ref(self, name: str) -> Any:
-        return self._firestore.db.collection(WATCH).document(name)
+        return self._firestore.db.collection(self._collection).document(name)
 
     def read_watch(self) -> Saved:
-        refs = [self._ref(HEAD), self._ref(TALLY)]
+        refs = [self._ref(HEAD), *([self._ref(TALLY)] if self._tally else [])]
         refs += [self._ref(f"shard-{i}") for i in range(watches.MAX_SHARDS)]
 
         def read() -> dict[str, Any]:
@@ -100,7 +108,7 @@ class FirestoreWatchStore:
                 batch.delete(ref)
         if tally is not None:
             batch.set(self._ref(TALLY), tallies.encode(tally))
-        else:
+        elif self._tally:
             batch.delete(self._ref(TALLY))
         try:
             call_firestore("save watch", batch.commit)

@@ -12,6 +12,7 @@ functions, once for Firestore and the in-memory fakes alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ from shared.domain.admission.ledger import (
     healed,
     released,
 )
+from shared.domain.admission.line import MAX_LINE_CHANGED, Waiter, synced
 from shared.domain.admission.rule import Workload
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
@@ -47,8 +49,13 @@ from shared.domain.model.changes import Change, Decided, Written
 from shared.domain.model.checkpoint import Checkpoint
 from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.states import JobState
+from shared.domain.model.watch import Watch, key_of
 from shared.domain.request.message import JobRequest
 from shared.domain.request.schedule import Slot, Turn, turn
+from shared.kernel.errors import WatchTooLarge
+from shared.kernel.logs import get_logger
+
+log = get_logger("admission")
 
 Decide = Callable[[JobRecord], Change | Decided[Change, Any] | None]
 
@@ -345,6 +352,20 @@ class JobRecords:
         return self.write(request_id, decide, known)
 
 
+@dataclass(frozen=True)
+class Line:
+    """The admission line as a pass reads it: its entries as of ``line.mark``, the version a
+    save must still find, and how many records the sync read."""
+
+    line: Watch
+    version: Any
+    reads: int
+
+    def waiters(self) -> list[Waiter]:
+        """The records in the line, as a pass weighs them."""
+        return [Waiter.of(s.raw) for s in self.line.active.values()]
+
+
 class AdmissionRecords:
     """The admission ledger and the records it admits, written together (one batch each,
     :meth:`~shared.app.ports.AdmissionStore.transact_ledger`), and the records' own writes
@@ -366,14 +387,42 @@ class AdmissionRecords:
         """Write what operators see (:func:`~shared.domain.admission.summary.summarise`)."""
         self.admission_store.write_admission_summary(document)
 
-    def waiting(self, queue: str | None, most: int) -> list[JobRecord]:
+    def waiting(self, queue: str | None, most: int) -> list[Waiter]:
         """The records waiting for admission in ``queue`` (None: in any), oldest first, at
-        most ``most`` (partial: decide on none)."""
-        return [_decoded(s) for s in self.admission_store.waiting_admission(queue, most)]
+        most ``most``."""
+        return [Waiter.of(s.raw) for s in self.admission_store.waiting_admission(queue, most)]
 
     def count_waiting(self, queue: str) -> int:
         """How many records wait for admission in ``queue``."""
         return self.admission_store.count_waiting(queue)
+
+    def line(self, now: datetime) -> Line | None:
+        """The admission line as saved, brought up to date with the records stamped since its
+        mark (:mod:`shared.domain.admission.line`); None when there is none that reads, or
+        more changed since its mark than a sync holds (the caller reads the line whole)."""
+        saved = self.admission_store.read_line()
+        if saved.watch is None:
+            return None
+        changed = self.admission_store.line_changed_since(
+            saved.watch.mark, saved.at, MAX_LINE_CHANGED
+        )
+        if len(changed) > MAX_LINE_CHANGED:
+            return None
+        keyed = [(key, s) for s in changed if (key := key_of(s)) is not None]
+        return Line(synced(saved.watch, keyed, saved.at, now), saved.version, len(changed))
+
+    def line_version(self) -> Any:
+        """The saved line's version (what :meth:`save_line` must still find)."""
+        return self.admission_store.read_line().version
+
+    def save_line(self, line: Watch, version: Any) -> bool:
+        """Save the line if no other pass saved since ``version``; a line past its stored
+        bound is not saved (passes read the line whole until it fits again), saying so."""
+        try:
+            return self.admission_store.save_line(line, version)
+        except WatchTooLarge as exc:
+            log.warning(f"admission line not saved: {exc}")
+            return False
 
     def enter(
         self, request: JobRequest, admission: Mapping[str, Any], now: datetime
@@ -465,10 +514,11 @@ class AdmissionRecords:
 
         self.admission_store.transact_ledger(None, decide)
 
-    def leave_line(self, request_id: str, now: datetime) -> None:
+    def leave_line(self, request_id: str, now: datetime) -> bool:
         """Take a record that ended while its ``admission.stage`` still says WAITING out of
         its queue's line (stage ENDED): what :func:`~shared.domain.decisions.recovery.finish`
-        writes now, for records that ended before it did."""
+        writes now, for records that ended before it did. True: it is out of the line (by
+        this write, or another before it)."""
 
         def decide(raw: dict[str, Any]) -> Change | None:
             current = JobRecord.decode(raw)
@@ -479,6 +529,7 @@ class AdmissionRecords:
             return Change(state=current.state, record=fields)
 
         self.job_store.transact(request_id, decide)
+        return True
 
     def note_held(self, request_id: str, held_by: str, now: datetime) -> None:
         """Record what a held request waits for (``admission.heldBy``), when it changed."""

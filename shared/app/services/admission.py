@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from shared.app.commands import Outcome
 from shared.app.context import CapacityPorts
@@ -60,17 +62,25 @@ from shared.domain.admission.ledger import (
     hold_limit,
     holds_quota,
     jobs_of,
-    workload_of,
 )
+from shared.domain.admission.line import Waiter, built, without
 from shared.domain.admission.preemption import choose_victims
 from shared.domain.admission.quota import Ceiling, Demand, add
-from shared.domain.admission.rule import Plan, Standing, Workload, admit, never_fits
+from shared.domain.admission.rule import (
+    Plan,
+    Standing,
+    Workload,
+    admit,
+    never_fits,
+    queue_order,
+)
 from shared.domain.admission.summary import summarise
 from shared.domain.decisions.recovery import PREEMPTED, failed
 from shared.domain.decisions.submissions import pending_attempt
 from shared.domain.model.records import JobRecord
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import clip
+from shared.domain.model.watch import Watch, key_of
 from shared.domain.request.message import JobRequest
 from shared.kernel.errors import (
     FieldError,
@@ -180,33 +190,57 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
     return _pass(ports, queues, submit)[0]
 
 
+#: What a pass between ticks (an intake, a release) weighs of each queue's line: its first
+#: this many in the queue's order (:func:`~shared.domain.admission.rule.queue_order`). Every
+#: queue's head is weighed, so no backlog hides another queue; only a backfill from deeper
+#: in a line waits for the tick's pass, which weighs every line whole.
+PASS_WINDOW: Final = 25
+
+
+@dataclass
+class _Waiting:
+    """The records a pass decides on, and the line it saves after (None: read whole, no
+    line to save; ``version``: what the save must still find)."""
+
+    records: list[Waiter]
+    line: Watch | None = None
+    version: Any = None
+    dirty: bool = False
+
+
 def _pass(
-    ports: CapacityPorts, queues: Queues, submit: Submit, *, elsewhere: bool = False
+    ports: CapacityPorts,
+    queues: Queues,
+    submit: Submit,
+    *,
+    tick: tuple[Sequence[JobRecord], Any] | None = None,
+    whole: bool = False,
 ) -> tuple[list[str], list[Workload]]:
     """:func:`admit_waiting`, and the workloads still waiting after it (for the tick's
-    summary, so the waiting records are read once per tick). ``elsewhere`` (the tick): also
-    the oldest records waiting in a queue the file no longer names, which end, saying so."""
+    summary, so the line is read once per tick). ``tick``: the tick's active records and the
+    mark they were read as of (the watch list's): the line is built from them and saved,
+    which heals it; otherwise the pass reads the saved line. ``whole`` (the tick's): every
+    line is weighed whole; otherwise each queue's first :data:`PASS_WINDOW`."""
     admissions = ports.jobs.admissions
     now = ports.clock()
     ledger = admissions.ledger()
     sweep = Sweep("admission")
-    waiting = _lines(ports, queues, sweep, now)
-    if elsewhere:
-        waiting += [
-            r
-            for r in admissions.waiting(None, MAX_WAITING_ELSEWHERE)
-            if r.admission.get("queue") not in queues.queues
-        ]
+    found = _read_line(ports, queues, now, tick)
+    waiting = _lines(ports, queues, sweep, now, found.records)
     reading = ports.quota_limits is not None
     if reading:
         ledger = _read_unasked(ports, queues, ledger, waiting, now) or ledger
-    for ended in (r for r in waiting if r.state.terminal):
+    left: set[str] = set()  # out of the line in this pass: ended, admitted, failed
+    for ended in (r for r in waiting if r.ended):
         # Ended while it waited, before records said so (admission.stage ENDED): out of
         # the line, so it neither holds its queue nor fills the read's bound.
-        sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now)
+        if sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now):
+            left.add(ended.request_id)  # out of its line now (a failed write stays in it)
     workloads = waiting_workloads(waiting)
-    if not workloads:
-        return [], []
+    weighed = workloads if whole else _windowed(workloads)
+    admitted: list[str] = []
+    gone: set[str] = set()  # left the line in this pass: admitted, or failed as inadmissible
+    plan = None
     standing = Standing(
         usage=ledger.usage(),
         ceiling=ledger.ceiling(queues, reading=reading),
@@ -215,10 +249,9 @@ def _pass(
         now=now,
         releases=ledger.releases(),
     )
-    plan = admit(queues, standing, workloads)
-    admitted: list[str] = []
-    gone: set[str] = set()  # left the line in this pass: admitted, or failed as inadmissible
-    for workload in plan.admitted:
+    if weighed:
+        plan = admit(queues, standing, weighed)
+    for workload in plan.admitted if plan is not None else ():
         with request_context(workload.request_id):
             if not sweep.each(
                 workload.request_id,
@@ -252,22 +285,84 @@ def _pass(
             if sweep.each(workload.request_id, "create", submit, workload.request_id) is None:
                 # Not created here (its create failed, or is left to the tick): due.
                 admitted.remove(workload.request_id)
-    _note_held(ports, plan, admissions, sweep, now)
-    gone.update(_fail_inadmissible(ports, queues, plan, sweep))
-    if plan.held:
-        sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
+    if plan is not None:
+        _note_held(plan, waiting, admissions, sweep, now)
+        gone.update(_fail_inadmissible(ports, queues, plan, waiting, sweep))
+        if plan.held:
+            sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
+    if found.line is not None and (found.dirty or gone or left):
+        line = without(found.line, gone | left, now)
+        sweep.each(None, "save line", admissions.save_line, line, found.version)
     return admitted, [w for w in workloads if w.request_id not in gone]
 
 
-def _lines(ports: CapacityPorts, queues: Queues, sweep: Sweep, now: datetime) -> list[JobRecord]:
+def _read_line(
+    ports: CapacityPorts,
+    queues: Queues,
+    now: datetime,
+    tick: tuple[Sequence[JobRecord], Any] | None,
+) -> _Waiting:
+    """The waiting records: from the tick's active records (and the line built from them,
+    to save), else from the saved line synced, else read whole (no line yet, or one that
+    does not read: the tick writes it)."""
+    admissions = ports.jobs.admissions
+    if tick is not None:
+        active, mark = tick
+        waiting = [r for r in active if r.awaiting_admission]
+        records = [Waiter.of_record(r) for r in waiting]
+        if mark is None:  # the tick read every record whole (no watch list): no mark
+            return _Waiting(records)
+        stored = [r.stored for r in waiting]
+        entries = [(key, s) for s in stored if s is not None and (key := key_of(s)) is not None]
+        if len(entries) < len(records):  # a record with no stored form: no line to build
+            return _Waiting(records)
+        line = built(entries, mark, now)
+        return _Waiting(records, line, admissions.line_version(), dirty=True)
+    found = admissions.line(now)
+    if found is not None:
+        return _Waiting(found.waiters(), found.line, found.version, dirty=found.reads > 0)
+    # Each queue's line, as many as it may hold and then some (to end those past it), and
+    # the oldest waiting anywhere (those of a queue the file no longer names).
+    records = [
+        r
+        for name in sorted(queues.queues)
+        for r in admissions.waiting(name, MAX_WAITING_PER_QUEUE + MAX_WAITING_ELSEWHERE)
+    ]
+    elsewhere = admissions.waiting(None, MAX_WAITING_ELSEWHERE)
+    records += [r for r in elsewhere if r.admission.get("queue") not in queues.queues]
+    return _Waiting(records)
+
+
+def _windowed(workloads: Sequence[Workload]) -> list[Workload]:
+    """Each queue's first :data:`PASS_WINDOW` in its order."""
+    by_queue: dict[str, list[Workload]] = defaultdict(list)
+    for workload in workloads:
+        by_queue[workload.queue].append(workload)
+    return [w for line in by_queue.values() for w in queue_order(line)[:PASS_WINDOW]]
+
+
+def _lines(
+    ports: CapacityPorts,
+    queues: Queues,
+    sweep: Sweep,
+    now: datetime,
+    waiting: Sequence[Waiter],
+) -> list[Waiter]:
     """Every queue's whole line, oldest first: a pass never decides on part of one (a queue's
     backlog hiding another queue's requests). A line past :data:`MAX_WAITING_PER_QUEUE` (two
     intakes that raced past the count) ends its newest requests, saying why: refused late,
-    never left waiting unseen."""
-    admissions = ports.jobs.admissions
-    waiting: list[JobRecord] = []
-    for name in sorted(queues.queues):
-        line = admissions.waiting(name, MAX_WAITING_PER_QUEUE + MAX_WAITING_ELSEWHERE)
+    never left waiting unseen. Records waiting in a queue the file no longer names are kept,
+    at most :data:`MAX_WAITING_ELSEWHERE` (oldest first) per pass: each fails, saying why."""
+    by_queue: dict[str, list[Waiter]] = defaultdict(list)
+    for record in waiting:
+        by_queue[str(record.admission.get("queue"))].append(record)
+    kept: list[Waiter] = []
+    elsewhere: list[Waiter] = []
+    for name, line in sorted(by_queue.items()):
+        line.sort(key=_arrival)
+        if name not in queues.queues:
+            elsewhere += line
+            continue
         for late in line[MAX_WAITING_PER_QUEUE:]:
             reason = (
                 f"queue {name!r} holds more than {MAX_WAITING_PER_QUEUE} waiting requests; "
@@ -281,15 +376,21 @@ def _lines(ports: CapacityPorts, queues: Queues, sweep: Sweep, now: datetime) ->
                 late.request_id,
                 lambda rec, why=reason: failed(rec, now, why) if rec.awaiting_admission else None,
             )
-        waiting += line[:MAX_WAITING_PER_QUEUE]
-    return waiting
+        kept += line[:MAX_WAITING_PER_QUEUE]
+    elsewhere.sort(key=_arrival)
+    return kept + elsewhere[:MAX_WAITING_ELSEWHERE]
+
+
+def _arrival(record: Waiter) -> tuple[str, str]:
+    since = record.admission.get("waitingSince")
+    return (since.isoformat() if isinstance(since, datetime) else "", record.request_id)
 
 
 def _read_unasked(
     ports: CapacityPorts,
     queues: Queues,
     ledger: Ledger,
-    waiting: Sequence[JobRecord],
+    waiting: Sequence[Waiter],
     now: datetime,
 ) -> Ledger | None:
     """Read the quota limits of the resources the waiting records ask for that were never
@@ -299,12 +400,7 @@ def _read_unasked(
     requests wait, saying so, as for any quota not read)."""
     ceiling = ledger.ceiling(queues, reading=True)
     unasked = sorted(
-        {
-            resource
-            for record in waiting
-            for resource in demand_from_list(record.admission.get("demand"))
-            if ceiling.unread(resource)
-        }
+        {resource for record in waiting for resource in record.demand if ceiling.unread(resource)}
     )
     if not unasked or ports.quota_limits is None:
         return None
@@ -319,7 +415,7 @@ def _read_unasked(
     return ports.jobs.admissions.ledger()
 
 
-def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
+def waiting_workloads(waiting: Sequence[Waiter]) -> list[Workload]:
     """The workloads of the records waiting in their queues (none that ended or is being
     cancelled: a record that ended waits for nothing). A retry waiting out its backoff is
     one (``Workload.not_before``): the rule holds it until then, so that what it waits for
@@ -327,9 +423,7 @@ def waiting_workloads(waiting: Sequence[JobRecord]) -> list[Workload]:
     return [
         w
         for r in waiting
-        if r.awaiting_admission
-        and not r.cancel_requested
-        and (w := workload_of(r.request_id, r.admission)) is not None
+        if r.awaiting_admission and not r.cancel_requested and (w := r.workload()) is not None
     ]
 
 
@@ -434,21 +528,33 @@ def _preempt(ports: CapacityPorts, record: JobRecord, reason: str) -> bool:
 
 
 def _note_held(
-    ports: CapacityPorts, plan: Plan, admissions: AdmissionRecords, sweep: Sweep, now: datetime
+    plan: Plan,
+    waiting: Sequence[Waiter],
+    admissions: AdmissionRecords,
+    sweep: Sweep,
+    now: datetime,
 ) -> None:
     """Record on each held head what it waits for (one write per queue at most, and only
-    when it changed)."""
-    del ports
+    when it changed: a head whose record, as the line holds it, says so already costs no
+    read)."""
+    held_by = {r.request_id: r.admission.get("heldBy") for r in waiting}
     for held in plan.held:
         reason = held_reason(str(s) for s in held.shortfalls)
         later = held.workload.not_before
         if later is not None and later > now:
             reason = held_reason([f"its retry's backoff, until {later.isoformat()}", reason])
         request_id = held.workload.request_id
-        sweep.each(request_id, "held", admissions.note_held, request_id, reason, now)
+        if held_by.get(request_id) != reason:
+            sweep.each(request_id, "held", admissions.note_held, request_id, reason, now)
 
 
-def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: Sweep) -> list[str]:
+def _fail_inadmissible(
+    ports: CapacityPorts,
+    queues: Queues,
+    plan: Plan,
+    waiting: Sequence[Waiter],
+    sweep: Sweep,
+) -> list[str]:
     """A waiting request that can never be admitted under the queue file (it changed since
     the request arrived) fails with the reason, rather than wait for ever. One that only the
     project's quota as last read from the Cloud Quotas API keeps out waits, saying so: one
@@ -456,12 +562,14 @@ def _fail_inadmissible(ports: CapacityPorts, queues: Queues, plan: Plan, sweep: 
     good, and the next read may lift it. Returns the requestIds failed."""
     configured = Ceiling.of(queues, {})
     admissions = ports.jobs.admissions
+    held_by = {r.request_id: r.admission.get("heldBy") for r in waiting}
     failed_ids: list[str] = []
     for workload in plan.inadmissible:
         if not never_fits(queues, configured, workload):
             why = "the project's quota as read from the Cloud Quotas API is below its demand"
             rid = workload.request_id
-            sweep.each(rid, "held", admissions.note_held, rid, why, ports.clock())
+            if held_by.get(rid) != why:
+                sweep.each(rid, "held", admissions.note_held, rid, why, ports.clock())
             continue
         reason = (
             f"can never be admitted in queue {workload.queue!r} as the queue file now stands "
@@ -566,10 +674,16 @@ def tick(
     submit: Submit,
     *,
     quota: QuotaLimits | None = None,
+    read: bool = True,
+    mark: Any = None,
 ) -> list[str]:
     """The tick's share: read the quota limits when due (``quota``; None: never read),
-    heal the ledger against the active records the tick read, then run a pass. Returns the
-    requestIds admitted. The read is isolated: one that fails never stops the pass."""
+    heal the ledger against the active records the tick read, then run a pass over every
+    line whole. ``read``: ``active`` is every active record as of ``mark`` (the watch
+    list's; None: read whole, with no mark), so the pass takes the waiting records from them
+    and saves the line built from them (False: the tick's read failed, and the pass reads
+    the saved line). Returns the requestIds admitted. The read is isolated: one that fails
+    never stops the pass."""
     if quota is not None:
         Sweep("admission").each(None, "quota", observe_quota, ports, queues, quota, active)
     admissions = ports.jobs.admissions
@@ -612,7 +726,9 @@ def tick(
             log.warning("admission ledger healed", extra={"fields": fields})
         else:
             log.info("admission released at the tick", extra={"fields": fields})
-    admitted_now, still_waiting = _pass(ports, queues, submit, elsewhere=True)
+    admitted_now, still_waiting = _pass(
+        ports, queues, submit, tick=(active, mark) if read else None, whole=True
+    )
     Sweep("admission").each(
         None, "summary", summarise_for_operators, ports, queues, active, still_waiting
     )

@@ -71,10 +71,15 @@ def reconcile(tracker: Tracker) -> int:
     changed = _reconcile_listings(tracker, sweep, active, ended)
     if tracker.queues is not None:
         queues = tracker.queues
+        # The waiting records are among the active ones: the pass takes them from there, as
+        # of the watch list's mark, and saves the admission line built from them.
+        mark = seen.watch.mark if seen is not None and seen.watch is not None else None
         sweep.each(
             None,
             "admission",
-            functools.partial(admission.tick, quota=tracker.quota_limits),
+            functools.partial(
+                admission.tick, quota=tracker.quota_limits, read=seen is not None, mark=mark
+            ),
             tracker,
             queues,
             active,

@@ -310,15 +310,19 @@ def admission_fields(
     }
 
 
-def workload_of(request_id: str, admission: Mapping[str, Any]) -> Workload | None:
-    """A waiting record's workload, or None when its ``admission`` does not read."""
+def workload_of(
+    request_id: str, admission: Mapping[str, Any], *, demand: Demand | None = None
+) -> Workload | None:
+    """A waiting record's workload, or None when its ``admission`` does not read;
+    ``demand``: its ``admission.demand`` read already."""
     queue, priority = admission.get("queue"), admission.get("priority")
     since = admission.get("waitingSince")
     if not isinstance(queue, str) or not isinstance(since, datetime):
         return None
     if not isinstance(priority, int) or isinstance(priority, bool):
         return None
-    demand = demand_from_list(admission.get("demand"))
+    if demand is None:
+        demand = demand_from_list(admission.get("demand"))
     limit = _limit(admission.get("limitSeconds"))
     after = admission.get("notBefore")
     later = after if isinstance(after, datetime) else None
