@@ -36,7 +36,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from shared.app.commands import Outcome
@@ -195,6 +195,9 @@ def admit_waiting(ports: CapacityPorts, queues: Queues, submit: Submit) -> list[
 #: queue's head is weighed, so no backlog hides another queue; only a backfill from deeper
 #: in a line waits for the tick's pass, which weighs every line whole.
 PASS_WINDOW: Final = 25
+#: A pass between ticks saves the line once its sync read at least this many records: the
+#: next sync then starts from this one's mark. Fewer, and the stamps keep them for the next.
+SAVE_AFTER: Final = 8
 
 
 @dataclass
@@ -290,7 +293,7 @@ def _pass(
         gone.update(_fail_inadmissible(ports, queues, plan, waiting, sweep))
         if plan.held:
             sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
-    if found.line is not None and (found.dirty or gone or left):
+    if found.line is not None and found.dirty:
         line = without(found.line, gone | left, now)
         sweep.each(None, "save line", admissions.save_line, line, found.version)
     return admitted, [w for w in workloads if w.request_id not in gone]
@@ -320,7 +323,11 @@ def _read_line(
         return _Waiting(records, line, admissions.line_version(), dirty=True)
     found = admissions.line(now)
     if found is not None:
-        return _Waiting(found.waiters(), found.line, found.version, dirty=found.reads > 0)
+        # Saved once a sync reads enough to be worth a write (the stamps keep whatever it
+        # did not save for the next sync): writing the whole line after every intake would
+        # cost each intake the line's encoding.
+        worth = found.reads >= SAVE_AFTER
+        return _Waiting(found.waiters(), found.line, found.version, dirty=worth)
     # Each queue's line, as many as it may hold and then some (to end those past it), and
     # the oldest waiting anywhere (those of a queue the file no longer names).
     records = [
@@ -381,9 +388,13 @@ def _lines(
     return kept + elsewhere[:MAX_WAITING_ELSEWHERE]
 
 
-def _arrival(record: Waiter) -> tuple[str, str]:
+def _arrival(record: Waiter) -> tuple[datetime, str]:
     since = record.admission.get("waitingSince")
-    return (since.isoformat() if isinstance(since, datetime) else "", record.request_id)
+    return (since if isinstance(since, datetime) else _NEVER, record.request_id)
+
+
+#: Where a record with no arrival time goes in its line's order: first.
+_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 def _read_unasked(
