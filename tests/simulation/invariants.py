@@ -27,6 +27,7 @@ from shared.domain.decisions.deploy_model import deployment_tag
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import parse_rfc3339
+from shared.domain.model.watch import decode as decode_line
 from shared.domain.serving.model import FALLBACK_SUFFIX, FLOOR_SUFFIX, Phase
 from shared.domain.serving.rule import allowed
 from tests.simulation.vertex import PLACEMENT, region_of
@@ -779,3 +780,51 @@ def series_one_active(world: World) -> Iterator[str]:
     for series, slots in sorted(running.items()):
         if len(slots) > 1:
             yield f"series {series} runs {sorted(slots)} at once"
+
+
+@invariant("line-complete", "always")
+def line_complete(world: World) -> Iterator[str]:
+    """The admission line as a pass reads it (the saved line, then every record stamped for
+    it since its mark) holds every request waiting in its queue, as its record says (its
+    queue, priority, demand and arrival, so a pass orders it as the record would), and no
+    other that has not ended. A record whose last write left no stamp (an older revision's,
+    a hand edit's) is the tick's to heal, and is left out until then."""
+    db = world.database
+    if db.line_head is None:
+        return  # none saved: a pass reads the waiting records whole
+    saved = decode_line(db.line_shards)
+    if saved is None:
+        return  # unreadable: a pass reads the waiting records whole
+    line = {str(s.raw.get("requestId")): s.raw.get("admission") for s in saved.active.values()}
+    for request_id, stamps in db.line_stamps.items():
+        if not any(v > saved.mark for v in stamps):
+            continue
+        record = db.jobs.get(request_id)
+        admission = (record or {}).get("admission") or {}
+        if admission.get("stage") == "WAITING":
+            line[request_id] = admission
+        else:
+            line.pop(request_id, None)
+    unstamped = {
+        rid
+        for rid in db.jobs
+        if db.versions.get(rid) not in {v for v, _ in db.history.get(rid, [])}
+    }
+    live = {
+        rid: r
+        for rid, r in _records(world).items()
+        if rid not in unstamped and not JobState(r["state"]).terminal
+    }
+    waiting = {
+        rid: r["admission"]
+        for rid, r in live.items()
+        if (r.get("admission") or {}).get("stage") == "WAITING"
+    }
+    held = {rid: a for rid, a in line.items() if rid in live}
+    for request_id in sorted(set(waiting) - set(held)):
+        yield f"{request_id} waits in its queue, but the line does not hold it"
+    for request_id in sorted(set(held) - set(waiting)):
+        yield f"the line holds {request_id}, which does not wait"
+    for request_id in sorted(set(held) & set(waiting)):
+        if held[request_id] != waiting[request_id]:
+            yield f"the line holds {request_id} as {held[request_id]}, its record says otherwise"

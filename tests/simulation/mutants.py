@@ -252,6 +252,22 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
     ),
+    Mutant(
+        "line-write-of-admission-unstamped",
+        0,
+        "admission",
+        "line-complete",
+        "shared.domain.admission.line",
+        "touches_line",
+        # Issue 41's line: a write of a record's admission (its intake, its admission, its
+        # requeue) stamps it for the line, so the next pass's sync reads it. Without it, a
+        # request entering its queue is missing from the line until the tick.
+        fixed=(
+            '    if any(name == "admission" or name.startswith("admission.")'
+            " for name in written):\n"
+        ),
+        broken="    if False:\n",
+    ),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
 
