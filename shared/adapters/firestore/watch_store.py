@@ -53,7 +53,7 @@ class FirestoreWatchStore:
             # One batch get: every document as of one read time, the mark's.
             return {s.id: s for s in self._firestore.db.get_all(refs)}
 
-        found = call_firestore("get watch", read)
+        found = call_firestore(f"get {self._collection}", read)
         head = found.get(HEAD)
         # Every later read of the sync is as of this one (to the microsecond, as read times
         # must be): what they find is one consistent state of the records.
@@ -111,7 +111,7 @@ class FirestoreWatchStore:
         elif self._tally:
             batch.delete(self._ref(TALLY))
         try:
-            call_firestore("save watch", batch.commit)
+            call_firestore(f"save {self._collection}", batch.commit)
         except (gexc.FailedPrecondition, gexc.Conflict, gexc.NotFound):
             return False  # another tick saved (or created) it since this one read it
         return True

@@ -28,7 +28,7 @@ from shared.domain.admission.ledger import (
     healed,
     released,
 )
-from shared.domain.admission.line import MAX_LINE_CHANGED, Waiter, synced
+from shared.domain.admission.line import MAX_LINE_CHANGED, Waiter, built_line, synced_line
 from shared.domain.admission.rule import Workload
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
@@ -409,17 +409,38 @@ class AdmissionRecords:
         if len(changed) > MAX_LINE_CHANGED:
             return None
         keyed = [(key, s) for s in changed if (key := key_of(s)) is not None]
-        return Line(synced(saved.watch, keyed, saved.at, now), saved.version, len(changed))
+        return Line(synced_line(saved.watch, keyed, saved.at, now), saved.version, len(changed))
+
+    def rebuilt(self, records: list[tuple[str, Stored]], mark: Any, now: datetime) -> Line | None:
+        """The line built from ``records`` (every active record, read as of ``mark``: the
+        tick's watch list), brought up to date with the records stamped since, as of a fresh
+        read of the saved line (whose version a save must still find): what changed while
+        the tick listed and settled jobs (an admission, a cancel) is weighed as it is now.
+        None when more changed since ``mark`` than a sync holds."""
+        saved = self.admission_store.read_line()
+        changed = self.admission_store.line_changed_since(mark, saved.at, MAX_LINE_CHANGED)
+        if len(changed) > MAX_LINE_CHANGED:
+            return None
+        keyed = [(key, s) for s in changed if (key := key_of(s)) is not None]
+        line = synced_line(built_line(records, mark, now), keyed, saved.at, now)
+        return Line(line, saved.version, len(changed))
 
     def line_version(self) -> Any:
         """The saved line's version (what :meth:`save_line` must still find)."""
         return self.admission_store.read_line().version
 
-    def save_line(self, line: Watch, version: Any) -> bool:
+    def save_line(self, line: Watch, version: Any, *, over: bool = False) -> bool:
         """Save the line if no other pass saved since ``version``; a line past its stored
-        bound is not saved (passes read the line whole until it fits again), saying so."""
+        bound is not saved (passes keep syncing from the saved one's mark, and read the
+        records whole once more changed than a sync holds), saying so. ``over`` (the tick's
+        heal): a line another pass saved meanwhile is written over, once (a line as of an
+        older mark only makes the next sync read more)."""
         try:
-            return self.admission_store.save_line(line, version)
+            if self.admission_store.save_line(line, version):
+                return True
+            if not over:
+                return False
+            return self.admission_store.save_line(line, self.line_version())
         except WatchTooLarge as exc:
             log.warning(f"admission line not saved: {exc}")
             return False

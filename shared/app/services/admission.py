@@ -63,7 +63,7 @@ from shared.domain.admission.ledger import (
     holds_quota,
     jobs_of,
 )
-from shared.domain.admission.line import Waiter, built, without
+from shared.domain.admission.line import Waiter, without
 from shared.domain.admission.preemption import choose_victims
 from shared.domain.admission.quota import Ceiling, Demand, add
 from shared.domain.admission.rule import (
@@ -229,7 +229,7 @@ def _pass(
     ledger = admissions.ledger()
     sweep = Sweep("admission")
     found = _read_line(ports, queues, now, tick)
-    waiting = _lines(ports, queues, sweep, now, found.records)
+    waiting = _lines(ports, queues, sweep, now, found.records, confirm=whole)
     reading = ports.quota_limits is not None
     if reading:
         ledger = _read_unasked(ports, queues, ledger, waiting, now) or ledger
@@ -295,7 +295,9 @@ def _pass(
             sweep.each(None, "preempt", preempt_for, ports, queues, plan, standing)
     if found.line is not None and found.dirty:
         line = without(found.line, gone | left, now)
-        sweep.each(None, "save line", admissions.save_line, line, found.version)
+        # The tick's line heals: it is written over one a pass saved meanwhile.
+        save = functools.partial(admissions.save_line, over=tick is not None)
+        sweep.each(None, "save line", save, line, found.version)
     return admitted, [w for w in workloads if w.request_id not in gone]
 
 
@@ -312,15 +314,15 @@ def _read_line(
     if tick is not None:
         active, mark = tick
         waiting = [r for r in active if r.awaiting_admission]
-        records = [Waiter.of_record(r) for r in waiting]
         if mark is None:  # the tick read every record whole (no watch list): no mark
-            return _Waiting(records)
+            return _Waiting([Waiter.of_record(r) for r in waiting])
         stored = [r.stored for r in waiting]
         entries = [(key, s) for s in stored if s is not None and (key := key_of(s)) is not None]
-        if len(entries) < len(records):  # a record with no stored form: no line to build
-            return _Waiting(records)
-        line = built(entries, mark, now)
-        return _Waiting(records, line, admissions.line_version(), dirty=True)
+        if len(entries) == len(waiting):  # else a record has no stored form: read whole
+            rebuilt = admissions.rebuilt(entries, mark, now)
+            if rebuilt is not None:
+                return _Waiting(rebuilt.waiters(), rebuilt.line, rebuilt.version, dirty=True)
+        return _Waiting(_read_whole(ports, queues))
     found = admissions.line(now)
     if found is not None:
         # Saved once a sync reads enough to be worth a write (the stamps keep whatever it
@@ -328,16 +330,21 @@ def _read_line(
         # cost each intake the line's encoding.
         worth = found.reads >= SAVE_AFTER
         return _Waiting(found.waiters(), found.line, found.version, dirty=worth)
-    # Each queue's line, as many as it may hold and then some (to end those past it), and
-    # the oldest waiting anywhere (those of a queue the file no longer names).
+    return _Waiting(_read_whole(ports, queues))
+
+
+def _read_whole(ports: CapacityPorts, queues: Queues) -> list[Waiter]:
+    """Each queue's line read from the records, as many as it may hold and then some (to end
+    those past it), and the oldest waiting anywhere (those of a queue the file no longer
+    names): what a pass reads when there is no line to read."""
+    admissions = ports.jobs.admissions
     records = [
         r
         for name in sorted(queues.queues)
         for r in admissions.waiting(name, MAX_WAITING_PER_QUEUE + MAX_WAITING_ELSEWHERE)
     ]
     elsewhere = admissions.waiting(None, MAX_WAITING_ELSEWHERE)
-    records += [r for r in elsewhere if r.admission.get("queue") not in queues.queues]
-    return _Waiting(records)
+    return records + [r for r in elsewhere if r.admission.get("queue") not in queues.queues]
 
 
 def _windowed(workloads: Sequence[Workload]) -> list[Workload]:
@@ -354,12 +361,17 @@ def _lines(
     sweep: Sweep,
     now: datetime,
     waiting: Sequence[Waiter],
+    *,
+    confirm: bool,
 ) -> list[Waiter]:
     """Every queue's whole line, oldest first: a pass never decides on part of one (a queue's
     backlog hiding another queue's requests). A line past :data:`MAX_WAITING_PER_QUEUE` (two
     intakes that raced past the count) ends its newest requests, saying why: refused late,
-    never left waiting unseen. Records waiting in a queue the file no longer names are kept,
-    at most :data:`MAX_WAITING_ELSEWHERE` (oldest first) per pass: each fails, saying why."""
+    never left waiting unseen; only with ``confirm`` (the tick's pass), and only as many as
+    a count of the records confirms, so a line that drifted (a record deleted by hand) never
+    ends a request intake accepted. Records waiting in a queue the file no longer names are
+    kept, at most :data:`MAX_WAITING_ELSEWHERE` (oldest first) per pass: each fails, saying
+    why."""
     by_queue: dict[str, list[Waiter]] = defaultdict(list)
     for record in waiting:
         by_queue[str(record.admission.get("queue"))].append(record)
@@ -370,7 +382,12 @@ def _lines(
         if name not in queues.queues:
             elsewhere += line
             continue
-        for late in line[MAX_WAITING_PER_QUEUE:]:
+        excess = len(line) - MAX_WAITING_PER_QUEUE
+        if excess > 0 and confirm:
+            # A failed count ends nobody (0): the next tick counts again.
+            counted = sweep.read(f"count {name}", ports.jobs.admissions.count_waiting, 0, name)
+            excess = min(excess, counted - MAX_WAITING_PER_QUEUE)
+        for late in line[len(line) - excess :] if excess > 0 and confirm else []:
             reason = (
                 f"queue {name!r} holds more than {MAX_WAITING_PER_QUEUE} waiting requests; "
                 "this one came past the limit"
@@ -464,6 +481,8 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
         )
         if victims is None:
             continue  # nobody it may end makes it fit: a lower head may still
+        if not _still_waits(ports, ledger, workload.request_id):
+            continue  # admitted, cancelled or ended since the pass read it: nobody is ended
         sweep = Sweep("preemption")
         ended: list[str] = []
         for victim in victims:
@@ -482,6 +501,16 @@ def preempt_for(ports: CapacityPorts, queues: Queues, plan: Plan, standing: Stan
             )
         return ended  # one head per pass ((): it fits once the freeing ones have ended)
     return []
+
+
+def _still_waits(ports: CapacityPorts, ledger: Ledger, request_id: str) -> bool:
+    """Whether a head the pass found held still waits, on a fresh read of its record and
+    the ledger read for its victims: running jobs are never ended for a request that was
+    admitted, cancelled or ended since the pass read the line."""
+    if request_id in ledger.held:
+        return False
+    record = ports.jobs.get(request_id)
+    return record is not None and record.awaiting_admission and not record.cancel_requested
 
 
 def _running(

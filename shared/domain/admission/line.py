@@ -14,10 +14,10 @@ shares), each as :data:`LINE_FIELDS` only, as of a *mark*:
   writes (a running job's progress) leave no stamp, so a busy control plane does not make the
   line's sync read more.
 - **Synced.** A pass reads the line (one batch get), then the records stamped since its mark,
-  as of the line's read (:func:`synced`): a pass reads what changed, never the whole line.
+  as of the line's read (:func:`synced_line`): a pass reads what changed, never the whole line.
 - **Built from the watch list.** The tick has every active record already (the watch list,
   itself checked against a count of the records): each tick writes the line again from
-  them (:func:`built`), so a line that drifted (a hand edit, an older revision that did not
+  them (:func:`built_line`), so a line that drifted (a hand edit, an older revision that did not
   stamp) is right again within a tick.
 
 A line that is missing or does not read is read from the records whole, as before there was
@@ -133,14 +133,16 @@ def in_line(raw: Mapping[str, Any]) -> bool:
     return isinstance(admission, Mapping) and admission.get("stage") == "WAITING"
 
 
-def built(records: Iterable[tuple[str, Stored]], mark: Any, now: datetime) -> Watch:
+def built_line(records: Iterable[tuple[str, Stored]], mark: Any, now: datetime) -> Watch:
     """The line of the records ``records`` (each by its document id) as of ``mark``: those in
     the line, as :data:`LINE_FIELDS`."""
     entries = {key: project(s, LINE_FIELDS) for key, s in records if in_line(s.raw)}
     return Watch(entries, {}, mark, now)
 
 
-def synced(line: Watch, changed: Sequence[tuple[str, Stored]], mark: Any, now: datetime) -> Watch:
+def synced_line(
+    line: Watch, changed: Sequence[tuple[str, Stored]], mark: Any, now: datetime
+) -> Watch:
     """The line brought up to date with ``changed`` (every record stamped since its mark, as
     of ``mark``, the next mark): each replaces its entry, or takes it out.
 
@@ -148,11 +150,11 @@ def synced(line: Watch, changed: Sequence[tuple[str, Stored]], mark: Any, now: d
         >>> from datetime import UTC
         >>> t = datetime(2026, 12, 7, tzinfo=UTC)
         >>> waiting = Stored({"requestId": "a", "admission": {"stage": "WAITING"}}, 1)
-        >>> line = synced(built([], 0, t), [("a", waiting)], 1, t)
+        >>> line = synced_line(built_line([], 0, t), [("a", waiting)], 1, t)
         >>> sorted(line.active)
         ['a']
         >>> admitted = Stored({"requestId": "a", "admission": {"stage": "ADMITTED"}}, 2)
-        >>> sorted(synced(line, [("a", admitted)], 2, t).active)
+        >>> sorted(synced_line(line, [("a", admitted)], 2, t).active)
         []
     """
     entries = dict(line.active)
