@@ -233,7 +233,7 @@ def _pass(
     reading = ports.quota_limits is not None
     if reading:
         ledger = _read_unasked(ports, queues, ledger, waiting, now) or ledger
-    left: set[str] = set()  # out of the line in this pass: ended, admitted, failed
+    left: set[str] = set()  # ended while they waited, taken out of the line by this pass
     for ended in (r for r in waiting if r.ended):
         # Ended while it waited, before records said so (admission.stage ENDED): out of
         # the line, so it neither holds its queue nor fills the read's bound.
