@@ -50,7 +50,8 @@ REGION = "us-central1"
 PASS_READS_BASE = 50
 INTAKE_READS = 20
 INTAKE_P95_MS = 300.0
-BURST_READS = 40_000
+#: The burst's reads at most, per intake: 40,000 for the issue's 2,000 (a smaller burst, its share).
+BURST_READS_EACH = 20
 
 
 def queue_file() -> str:
@@ -351,10 +352,11 @@ def measure(waiting: int, intakes: int, burst: int) -> list[bool]:
         ledger = tracker.context.jobs.admissions.ledger()
         held_gpus = sum(sum(e.demand.values()) for e in ledger.held.values())
         live = live_gpus(stack)
-        ok = reads <= BURST_READS
+        bound_burst = BURST_READS_EACH * burst
+        ok = reads <= bound_burst
         checks.append(ok)
         print(f"  burst of {burst} intakes (8 threads) while 8 jobs end: {reads} reads in all,"
-              f" {wall:.0f} s   target <= {BURST_READS}   {verdict(ok)}")  # fmt: skip
+              f" {wall:.0f} s   target <= {bound_burst}   {verdict(ok)}")  # fmt: skip
         ok = held_gpus <= QUOTA and live <= QUOTA
         checks.append(ok)
         print(f"  after it: the ledger holds {held_gpus} GPUs, Vertex runs {live}"
