@@ -239,15 +239,20 @@ class TickResult:
     changed_jobs: int
 
 
-def tick_at(n: int) -> list[TickResult]:
-    config = StackConfig(
+def quiet_stack() -> StackConfig:
+    """The emulators and the simulator only (no function servers, hints or checkpoints),
+    with capacity for every job: what the scale scenarios run the product's code on."""
+    return StackConfig(
         functions=(),
         hints=False,
         checkpoints=False,
         default_capacity=10_000_000,
         time_factor=60.0,
     )
-    with LocalStack(config) as stack:
+
+
+def tick_at(n: int) -> list[TickResult]:
+    with LocalStack(quiet_stack()) as stack:
         stack.apply_env()
         t0 = time.perf_counter()
         names = seed_tick(stack, n, f"tick{n}")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flexjobs_local.stack import LocalStack, StackConfig
+from flexjobs_local.stack import LocalStack
 
 QUEUES = 20
 QUOTA = 512
@@ -264,21 +264,14 @@ def verdict(ok: bool) -> str:
 
 
 def measure(waiting: int, intakes: int, burst: int) -> list[bool]:
-    from benchmarks.scale import run_tick, summary
+    from benchmarks.scale import quiet_stack, run_tick, summary
     from shared.app.services import admission
     from shared.app.services.settle import submitter
 
     rng = random.Random(41)
     os.environ["FLEXJOBS_QUEUES"] = queue_file()
-    config = StackConfig(
-        functions=(),
-        hints=False,
-        checkpoints=False,
-        default_capacity=10_000_000,
-        time_factor=60.0,
-    )
     checks: list[bool] = []
-    with LocalStack(config) as stack:
+    with LocalStack(quiet_stack()) as stack:
         stack.apply_env()
         stack.simulator.set_quota(REGION, A100, "preemptible", QUOTA)
         t0 = time.perf_counter()

@@ -437,6 +437,13 @@ queues:
 def preempting(ports: Ports, clock: FakeClock, checkpoints) -> Iterator[tuple[Tracker, Any]]:
     """A tracker, intake and upload function wired with a queue that preempts within itself
     (low-priority jobs need a checkpoint to be preempted: the default)."""
+    with preempting_wired(ports, clock, checkpoints) as both:
+        yield both
+
+
+@contextlib.contextmanager
+def preempting_wired(ports: Ports, clock: FakeClock, checkpoints) -> Iterator[tuple[Tracker, Any]]:
+    """:func:`preempting`'s wiring, for a module of its own to make a fixture of."""
     from functions_framework import create_app
 
     from shared.app.context import Uploads

@@ -7,6 +7,7 @@ request intake accepted; the tick's heal is not lost to a pass that saved meanwh
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,9 +15,22 @@ from shared.app.context import Intake, Tracker
 from shared.app.services import admission
 from shared.bootstrap import Ports
 from tests.fakes import FakeClock
-from tests.functional.test_admission import QUEUES, body, publish, record, wired
+from tests.functional.test_admission import (
+    QUEUES,
+    body,
+    preempting_wired,
+    publish,
+    record,
+    wired,
+)
 from tests.functional.test_admission_line import database, saved_line
 from tests.functional.test_lifecycle_handlers import tick
+
+
+@pytest.fixture
+def preempting(ports: Ports, clock: FakeClock, checkpoints: Any) -> Iterator[tuple[Tracker, Any]]:
+    with preempting_wired(ports, clock, checkpoints) as both:
+        yield both
 
 
 @pytest.fixture
@@ -100,94 +114,64 @@ def test_the_tick_s_heal_is_kept_when_a_pass_saved_meanwhile(
 
 
 def test_the_tick_never_preempts_for_a_head_cancelled_since_its_watch_read(
-    ports, clock, checkpoints, post_event, monkeypatch
+    preempting, clock, post_event, monkeypatch
 ):
     from shared.app.services import tick as tick_module
     from tests.functional.test_admission import (
-        PREEMPTING,
         checkpointing,
         save_checkpoint,
         start,
-        wired,
     )
 
-    with wired(ports, clock, PREEMPTING) as (intake, tracker):
-        from functions_framework import create_app
+    tracker, upload = preempting
+    tracker.backend.cancel_lands = False
+    for rid in ["low1", "low2"]:
+        assert publish(post_event, clock, checkpointing(rid)) == 200
+        start(post_event, clock, tracker, rid)
+    # No checkpoint yet: nobody may be preempted, the urgent request waits.
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert tracker.backend.cancels == []
+    save_checkpoint(upload, clock, "low1", 100)
+    save_checkpoint(upload, clock, "low2", 100)
 
-        from shared import bootstrap
-        from shared.app.context import Uploads
-        from tests.fakes import InMemoryStoredObjects
-        from tests.functional.conftest import SOURCE
+    listings = tick_module._reconcile_listings
 
-        uploads = Uploads(intake=intake, objects=InMemoryStoredObjects(), checkpoints=checkpoints)
-        bootstrap.override_uploads(uploads)
-        client = create_app("handle_upload", SOURCE, "cloudevent").test_client()
-        upload = (uploads, client)
-        tracker.backend.cancel_lands = False
-        for rid in ["low1", "low2"]:
-            assert publish(post_event, clock, checkpointing(rid)) == 200
-            start(post_event, clock, tracker, rid)
-        # No checkpoint yet: nobody may be preempted, the urgent request waits.
-        assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
-        assert tracker.backend.cancels == []
-        save_checkpoint(upload, clock, "low1", 100)
-        save_checkpoint(upload, clock, "low2", 100)
+    def listings_then_the_user_cancels(*args):
+        changed = listings(*args)
+        # While the tick lists its locations, the user cancels the waiting request.
+        assert publish(post_event, clock, {"cancel": "urgent"}) == 200
+        return changed
 
-        listings = tick_module._reconcile_listings
-
-        def listings_then_the_user_cancels(*args):
-            changed = listings(*args)
-            # While the tick lists its locations, the user cancels the waiting request.
-            assert publish(post_event, clock, {"cancel": "urgent"}) == 200
-            return changed
-
-        monkeypatch.setattr(tick_module, "_reconcile_listings", listings_then_the_user_cancels)
-        assert tick(post_event, clock) == 200
-        assert record(tracker, "urgent")["state"] == "CANCELLED"
-        # Nobody is ended for a request that no longer waits (issue 41's review: the tick
-        # weighed the waiting records as its watch list read them).
-        assert tracker.backend.cancels == [], tracker.backend.cancels
-        bootstrap.override_uploads(None)
+    monkeypatch.setattr(tick_module, "_reconcile_listings", listings_then_the_user_cancels)
+    assert tick(post_event, clock) == 200
+    assert record(tracker, "urgent")["state"] == "CANCELLED"
+    # Nobody is ended for a request that no longer waits (issue 41's review: the tick
+    # weighed the waiting records as its watch list read them).
+    assert tracker.backend.cancels == [], tracker.backend.cancels
 
 
-def test_the_tick_never_preempts_for_a_head_its_own_listing_admitted(
-    ports, clock, checkpoints, post_event
-):
+def test_the_tick_never_preempts_for_a_head_its_own_listing_admitted(preempting, clock, post_event):
     from tests.functional.test_admission import (
-        PREEMPTING,
         checkpointing,
         save_checkpoint,
         start,
-        wired,
     )
     from tests.functional.test_lifecycle_handlers import end
 
-    with wired(ports, clock, PREEMPTING) as (intake, tracker):
-        from functions_framework import create_app
-
-        from shared import bootstrap
-        from shared.app.context import Uploads
-        from tests.fakes import InMemoryStoredObjects
-        from tests.functional.conftest import SOURCE
-
-        uploads = Uploads(intake=intake, objects=InMemoryStoredObjects(), checkpoints=checkpoints)
-        bootstrap.override_uploads(uploads)
-        client = create_app("handle_upload", SOURCE, "cloudevent").test_client()
-        upload = (uploads, client)
-        tracker.backend.cancel_lands = False
-        names = {}
-        for rid in ["low1", "low2"]:
-            assert publish(post_event, clock, checkpointing(rid)) == 200
-            names[rid] = start(post_event, clock, tracker, rid)
-        assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
-        assert tracker.backend.cancels == []  # no checkpoint yet: nobody may be preempted
-        save_checkpoint(upload, clock, "low2", 100)
-        # low1 succeeds in Vertex; no hint: the tick's listing finds it, settles it, gives
-        # its GPUs back, and the release's pass admits urgent into them.
-        end(tracker, clock, names["low1"], "JOB_STATE_SUCCEEDED")
-        assert tick(post_event, clock) == 200
-        assert record(tracker, "urgent")["admission"]["stage"] == "ADMITTED"
-        # The tick's own pass weighs urgent as it is now (admitted), not as its watch list
-        # read it: low2 is not preempted for GPUs nobody waits for.
-        assert tracker.backend.cancels == [], tracker.backend.cancels
-        bootstrap.override_uploads(None)
+    tracker, upload = preempting
+    tracker.backend.cancel_lands = False
+    names = {}
+    for rid in ["low1", "low2"]:
+        assert publish(post_event, clock, checkpointing(rid)) == 200
+        names[rid] = start(post_event, clock, tracker, rid)
+    assert publish(post_event, clock, checkpointing("urgent", priority="high")) == 200
+    assert tracker.backend.cancels == []  # no checkpoint yet: nobody may be preempted
+    save_checkpoint(upload, clock, "low2", 100)
+    # low1 succeeds in Vertex; no hint: the tick's listing finds it, settles it, gives
+    # its GPUs back, and the release's pass admits urgent into them.
+    end(tracker, clock, names["low1"], "JOB_STATE_SUCCEEDED")
+    assert tick(post_event, clock) == 200
+    assert record(tracker, "urgent")["admission"]["stage"] == "ADMITTED"
+    # The tick's own pass weighs urgent as it is now (admitted), not as its watch list
+    # read it: low2 is not preempted for GPUs nobody waits for.
+    assert tracker.backend.cancels == [], tracker.backend.cancels
