@@ -431,8 +431,35 @@ class DeploymentStore(Protocol):
         is never decided on (None)."""
         ...
 
-    def alive(self) -> list[dict[str, Any]]:
-        """Every record not UNDEPLOYED nor FAILED (the ones the tick follows)."""
+    def alive(self, at: Any = None) -> list[Stored]:
+        """Every record not UNDEPLOYED nor FAILED (the ones the tick follows), as of ``at`` (a
+        time of the store's: a :class:`Saved`'s; None: now), as the followed list keeps them:
+        partial (:data:`~shared.domain.serving.followed.FOLLOWED_FIELDS`), keyed by document
+        id."""
+        ...
+
+    def count_alive(self, at: Any) -> int:
+        """How many records are not UNDEPLOYED nor FAILED, as of ``at`` (an aggregation)."""
+        ...
+
+    def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
+        """The records written at or after ``mark`` (stamped by every write of this store), as
+        of ``at``, partial as :meth:`alive`'s; at most ``most + 1`` of them (one more than
+        ``most`` says there were more)."""
+        ...
+
+    def read_followed(self) -> Saved:
+        """The followed list as last saved (:mod:`shared.domain.serving.followed`), in one
+        batch get, with the time as of which everything else a sync reads is read."""
+        ...
+
+    def save_followed(self, listed: Watch | None, version: Any) -> bool:
+        """Save the list only if no other tick saved it since ``version`` was read (None: a
+        list too large to store: saved as overflowed). False when another did.
+
+        Raises:
+            WatchTooLarge: the list does not fit its stored form.
+        """
         ...
 
     def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:

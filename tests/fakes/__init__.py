@@ -14,7 +14,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -22,14 +22,16 @@ from google.api_core import exceptions as gexc
 from shared.app.ports import ON_ENDPOINT_LIMIT, DecideDeployment
 from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.model import tally as tallies
+from shared.domain.model import watch as watches
 from shared.domain.model.changes import Decided, DeploymentChange, Written
 from shared.domain.model.checkpoint import Checkpoint, ObjectInfo
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_CLAIM, LABEL_REQUEST, doc_id
 from shared.domain.model.kinds import TRAINING, kind_named, training_kind_of
 from shared.domain.model.records import Stored
-from shared.domain.model.states import DeploymentState, from_vertex
+from shared.domain.model.states import from_vertex
 from shared.domain.model.tally import Tally
 from shared.domain.model.vertex_jobs import VertexJob
+from shared.domain.model.watch import Saved, Watch
 from shared.domain.policy.checkpoints import (
     COMMIT_SUCCESS,
     confirm,
@@ -38,6 +40,7 @@ from shared.domain.policy.checkpoints import (
     split_gcs_uri,
 )
 from shared.domain.request.message import JobRequest, parse_duration
+from shared.domain.serving.followed import FOLLOWED_FIELDS, followed
 from shared.domain.serving.model import ObservedEndpoint
 from shared.kernel.errors import (
     BackendRejected,
@@ -320,14 +323,35 @@ class FakeClock:
 
 
 class InMemoryDeploymentStore:
-    """The DeploymentStore port in memory: storage only, like Firestore."""
+    """The DeploymentStore port in memory: storage only, like Firestore. Every write stamps the
+    record with the store's next version (its ``touchedAt``; a write made as an older revision
+    or by hand, ``unstamped``, leaves none), and the followed list is kept in its stored form
+    (``followed/head``, ``followed/shard-N``), read and saved on the same precondition as the
+    Firestore adapter's."""
 
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        # The store's time: the version of its latest write, and each record's last stamp.
+        self.version = 0
+        self.touched: dict[str, int] = {}
+        # The followed list as saved: its head (None: none yet), shards, and version.
+        self.followed_head: dict[str, Any] | None = None
+        self.followed_shards: list[bytes] = []
+        self.followed_version = 0
+        # Documents returned by each read (Firestore's billed reads), by method.
+        self.reads: Counter[str] = Counter()
+        #: When set, writes leave no stamp (an older revision, or a hand edit).
+        self.unstamped = False
+
+    def _stamp(self, request_id: str) -> None:
+        self.version += 1
+        if not self.unstamped:
+            self.touched[request_id] = self.version
 
     def get(self, request_id: str) -> dict[str, Any] | None:
         with self._lock:
+            self.reads["get"] += 1
             return copy.deepcopy(self.records.get(request_id))
 
     def create(self, request_id: str, record: Mapping[str, Any]) -> bool:
@@ -336,6 +360,7 @@ class InMemoryDeploymentStore:
                 return False
             check_size(f"deployments/{doc_id(request_id)}", record)
             self.records[request_id] = as_stored(record)
+            self._stamp(request_id)
             return True
 
     def transact(
@@ -347,6 +372,7 @@ class InMemoryDeploymentStore:
             current = self.records.get(request_id)
             if current is None:
                 return None
+            self.reads["transact"] += 1
             made = decide(copy.deepcopy(current))
             change = made.change if isinstance(made, Decided) else made
             result = made.result if isinstance(made, Decided) else None
@@ -358,17 +384,72 @@ class InMemoryDeploymentStore:
                 current.update(as_stored(change.fields))
                 for name in change.deletes:
                     current.pop(name, None)
+                self._stamp(request_id)
             # No version: deployments are written without one (the fake holds no clock).
             return Written(change, Stored(copy.deepcopy(current), None), result)
 
-    def alive(self) -> list[dict[str, Any]]:
+    def _partial(self, request_id: str) -> Stored:
+        raw = self.records[request_id]
+        kept = {name: copy.deepcopy(raw[name]) for name in FOLLOWED_FIELDS if name in raw}
+        return Stored(kept, None, partial=True, key=doc_id(request_id))
+
+    def _alive_ids(self) -> list[str]:
+        return sorted(r for r, raw in self.records.items() if followed(raw))
+
+    def alive(self, at: Any = None) -> list[Stored]:
         with self._lock:
-            alive = (
-                DeploymentState.ACCEPTED.value,
-                DeploymentState.DEPLOYING.value,
-                DeploymentState.DEPLOYED.value,
+            found = [self._partial(r) for r in self._alive_ids()]
+            self.reads["alive"] += max(len(found), 1)
+            return found
+
+    def count_alive(self, at: Any) -> int:
+        with self._lock:
+            counted = len(self._alive_ids())
+            self.reads["count_alive"] += 1 + counted // 1000
+            return counted
+
+    def changed_since(self, mark: Any, at: Any, most: int) -> list[Stored]:
+        with self._lock:
+            # As of ``at``: a record last written after it is left for the next sync (its stamp
+            # is past the next mark), as Firestore's read at that time would not show it.
+            until = at if isinstance(at, int) else self.version + 1
+            ids = sorted(
+                (v, r) for r, v in self.touched.items() if mark <= v < until and r in self.records
             )
-            return [copy.deepcopy(r) for r in self.records.values() if r.get("state") in alive]
+            found = [self._partial(r) for _, r in ids[: most + 1]]
+            self.reads["changed_since"] += max(len(found), 1)
+            return found
+
+    def read_followed(self) -> Saved:
+        with self._lock:
+            # One batch get of the head and every shard a list may have.
+            self.reads["read_followed"] += 1 + watches.MAX_SHARDS
+            # Reads as of this one are as of the latest write (the next mark: a write after it
+            # has a later version, and the next sync reads it).
+            at = self.version + 1
+            head = self.followed_head
+            if head is None:
+                return Saved(None, None, None, None, at)
+            overflowed = head.get("overflowedAt")
+            if isinstance(overflowed, datetime):
+                return Saved(None, None, overflowed, self.followed_version, at)
+            return Saved(
+                watches.decode(list(self.followed_shards)), None, None, self.followed_version, at
+            )
+
+    def save_followed(self, listed: Watch | None, version: Any) -> bool:
+        with self._lock:
+            shards = watches.encode(listed) if listed is not None else []
+            for i, shard in enumerate(shards):
+                check_size(f"followed/shard-{i}", {"data": shard})
+            current = self.followed_version if self.followed_head is not None else None
+            if version != current:
+                return False  # another tick saved since this one read: the precondition fails
+            overflowed = None if listed is not None else datetime.now(UTC)
+            self.followed_head = {"shards": len(shards), "overflowedAt": overflowed}
+            self.followed_shards = shards
+            self.followed_version += 1
+            return True
 
     def on_endpoint(self, endpoint: str) -> list[dict[str, Any]]:
         alive = ("ACCEPTED", "DEPLOYING", "DEPLOYED")
@@ -378,11 +459,14 @@ class InMemoryDeploymentStore:
                 for r in self.records.values()
                 if r.get("endpoint") == endpoint and r.get("state") in alive
             ]
+            self.reads["on_endpoint"] += max(len(found[:ON_ENDPOINT_LIMIT]), 1)
         return found[:ON_ENDPOINT_LIMIT]
 
     def with_outbox(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [copy.deepcopy(r) for r in self.records.values() if r.get("outboxPending")]
+            found = [copy.deepcopy(r) for r in self.records.values() if r.get("outboxPending")]
+            self.reads["with_outbox"] += max(len(found), 1)
+            return found
 
 
 class InMemoryDeploymentBackend:

@@ -46,10 +46,11 @@ from shared.domain.decisions.submissions import (
 )
 from shared.domain.model.changes import Change, Decided, DeploymentChange
 from shared.domain.model.ids import doc_id
-from shared.domain.model.records import TICK_FIELDS, JobRecord
+from shared.domain.model.records import TICK_FIELDS, JobRecord, Stored
 from shared.domain.model.states import JobState
 from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.message import JobRequest, parse_request
+from shared.domain.serving.followed import FOLLOWED_FIELDS, built_followed
 from shared.domain.serving.model import (
     ActionKind,
     CallKind,
@@ -1160,8 +1161,43 @@ def deployed_record(deployments: DeploymentRecords, request_id: str) -> None:
     assert stepped is not None and stepped.action.state.phase is Phase.SERVING
 
 
-def ids(records: list[dict[str, Any]]) -> set[str]:
-    return {str(r["requestId"]) for r in records}
+def ids(records: list[dict[str, Any]] | list[Stored]) -> set[str]:
+    return {str((r.raw if isinstance(r, Stored) else r)["requestId"]) for r in records}
+
+
+def test_the_followed_list_reads_every_write_since_its_mark_and_saves_on_its_version(
+    deployments, unique
+):
+    """Issue 41: every write of a deployment stamps it, so a sync from the list's mark reads
+    it (as of a later read of the list), a count says how many have not ended, and the list
+    is saved only on the version it was read at."""
+    store = deployments.deployment_store
+    first = store.read_followed()
+    counted = store.count_alive(first.at)
+    rid = unique("followed")
+    request = deploy_request(rid)
+    state = new_state(f"served [flexjobs {rid}]", *policy_of(request.spec, {}), NOW)
+    assert deployments.create(request, state, NOW)
+
+    later = store.read_followed()
+    changed = store.changed_since(first.at, later.at, 100)
+    assert rid in ids(changed)
+    entry = next(s for s in changed if s.raw["requestId"] == rid)
+    assert (
+        set(entry.raw) <= set(FOLLOWED_FIELDS)
+        and entry.raw["serving"] == (store.get(rid) or {})["serving"]
+    )
+    assert entry.key == doc_id(rid) and entry.partial
+    assert store.count_alive(later.at) == counted + 1
+    assert rid in ids(store.alive(later.at))
+    # As of the first read, the record did not exist yet.
+    assert rid not in ids(store.changed_since(first.at, first.at, 100))
+
+    listed = built_followed([(entry.key, entry)], later.at, NOW)
+    assert store.save_followed(listed, later.version) is True
+    assert store.save_followed(listed, later.version) is False  # moved on by the first save
+    saved = store.read_followed()
+    assert saved.watch is not None and rid in ids(list(saved.watch.active.values()))
 
 
 def test_a_deployment_is_created_once_with_its_machine_s_first_state(deployments, unique):

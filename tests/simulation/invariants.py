@@ -28,6 +28,7 @@ from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
 from shared.domain.model.states import JobState, from_vertex
 from shared.domain.model.values import parse_rfc3339
 from shared.domain.model.watch import decode as decode_line
+from shared.domain.serving.followed import FOLLOWED_FIELDS, followed
 from shared.domain.serving.model import FALLBACK_SUFFIX, FLOOR_SUFFIX, Phase
 from shared.domain.serving.rule import allowed
 from tests.simulation.vertex import PLACEMENT, region_of
@@ -828,3 +829,39 @@ def line_complete(world: World) -> Iterator[str]:
     for request_id in sorted(set(held) & set(waiting)):
         if held[request_id] != waiting[request_id]:
             yield f"the line holds {request_id} as {held[request_id]}, its record says otherwise"
+
+
+@invariant("followed-complete", "always")
+def followed_complete(world: World) -> Iterator[str]:
+    """The followed list as the tick reads it (the saved list, then every deployment stamped
+    since its mark) holds every deployment that has not ended, each as its record says (its
+    machine's state and what that state is read with, so the tick decides on it as a step
+    would), and none that has ended."""
+    store = world.deployment_store
+    if store.followed_head is None or store.followed_head.get("overflowedAt") is not None:
+        return  # none saved, or too large to save: the tick reads every record whole
+    saved = decode_line(store.followed_shards)
+    if saved is None:
+        return  # unreadable: the tick builds it again from the records
+    listed = {str(s.raw.get("requestId")): dict(s.raw) for s in saved.active.values()}
+    for request_id, version in store.touched.items():
+        if version < saved.mark or request_id not in store.records:
+            continue
+        record = store.records[request_id]
+        if followed(record):
+            listed[request_id] = {k: record[k] for k in FOLLOWED_FIELDS if k in record}
+        else:
+            listed.pop(request_id, None)
+    alive = {
+        rid: {k: r[k] for k in FOLLOWED_FIELDS if k in r}
+        for rid, r in store.records.items()
+        if followed(r)
+    }
+    for request_id in sorted(set(alive) - set(listed)):
+        yield f"deployment {request_id} has not ended, but the followed list does not hold it"
+    for request_id in sorted(set(listed) - set(alive)):
+        if request_id in store.records:
+            yield f"the followed list holds {request_id}, which has ended"
+    for request_id in sorted(set(alive) & set(listed)):
+        if alive[request_id] != listed[request_id]:
+            yield f"the followed list holds {request_id} as it was, its record says otherwise"

@@ -80,7 +80,18 @@ FAULTS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     },
     "deployments": {
         method: _READS
-        for method in ("get", "create", "transact", "deploying", "parked_due", "deployed")
+        for method in (
+            "get",
+            "create",
+            "transact",
+            "alive",
+            "on_endpoint",
+            "with_outbox",
+            "count_alive",
+            "changed_since",
+            "read_followed",
+            "save_followed",
+        )
     },
     "vertex": {
         "create": _CREATES,

@@ -52,10 +52,6 @@ class DeploymentRecords:
         raw = self.deployment_store.get(request_id)
         return None if raw is None else DeploymentRecord.decode(raw)
 
-    def alive(self) -> list[DeploymentRecord]:
-        """Every deployment the tick follows: not UNDEPLOYED nor FAILED."""
-        return [DeploymentRecord.decode(raw) for raw in self.deployment_store.alive()]
-
     def on_endpoint(self, endpoint: str) -> list[DeploymentRecord]:
         """Every deployment on ``endpoint``."""
         return [DeploymentRecord.decode(raw) for raw in self.deployment_store.on_endpoint(endpoint)]

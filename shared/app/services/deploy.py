@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from shared.app.commands import Outcome
 from shared.app.context import Deployments
 from shared.app.repository.deployments import Stepped, serving_state
+from shared.app.steps.followed import followed_deployments, save_followed
 from shared.app.steps.sweep import Sweep
 from shared.domain.decisions.deploy_model import (
     OperationStatus,
@@ -327,17 +328,28 @@ def _send(
 def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
     """The tick's share: one step of every deployment it follows (not UNDEPLOYED nor FAILED),
     one ``GetEndpoint`` per endpoint however many deployments share it, then every pending
-    outbox. Returns how many records were written. Each endpoint's read and each
-    deployment's step is isolated: a failure is logged and changes nothing (the next tick
-    reads again), and one bad record does not stop the others."""
+    outbox. Returns how many records were written.
+
+    The deployments come from the followed list (:mod:`shared.app.steps.followed`): each is
+    decided first on its listed state and the endpoint's read, a pure decision, and one that
+    would do nothing costs no read of its record. Any other is stepped as a delivery steps it
+    (its record read, its decision taken again in one transaction), so a listed state a
+    write made stale meanwhile delays a step by a tick, never makes one.
+
+    Each endpoint's read and each deployment's step is isolated: a failure is logged and
+    changes nothing (the next tick reads again), and one bad record does not stop the others.
+    """
     sweep = sweep or Sweep("deployments")
     written = 0
+    now = ports.clock()
+    seen_list = followed_deployments(ports.records.deployment_store, now)
     by_endpoint: dict[str, list[DeploymentRecord]] = defaultdict(list)
-    for record in ports.records.alive():
+    for record in seen_list.records:
         endpoint = record.request.get("endpoint")
         if isinstance(endpoint, str) and endpoint:
             by_endpoint[endpoint].append(record)
-    now = ports.clock()
+    settings = serving_settings(ports.settings)
+    stepped_count = 0
     for endpoint, group in sorted(by_endpoint.items()):
         operations: dict[str, OperationOutcome | None] = {}
         asks = False
@@ -366,16 +378,58 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
                 # its neighbours' records, never on the read that change was decided from.
                 stepped = sweep.each(rid, "follow deployment", advance, ports, rid)
             else:
-                own = _models_of(record, now)
+                others = leaving - _models_of(record, now)
+                if _quiet(record, seen, others, ports.clock(), settings):
+                    continue
                 stepped = sweep.each(
-                    rid, "follow deployment", _advance_in, ports, rid, seen, leaving - own
+                    rid, "follow deployment", _advance_in, ports, rid, seen, others
                 )
+            stepped_count += 1
             acted = stepped is not None and stepped.action.kind in _CHANGES_THE_ENDPOINT
             moved = moved or acted
             written += stepped is not None and stepped.action.kind is not ActionKind.NOTHING
-    for record in ports.records.with_outbox():
-        sweep.each(record.request_id, "deployment outbox", _flush, ports, record)
+    for outboxed in ports.records.with_outbox():
+        sweep.each(outboxed.request_id, "deployment outbox", _flush, ports, outboxed)
+    # Saved once the records were used: a tick that dies before this saves nothing, and the
+    # next one syncs from the same mark.
+    sweep.each(None, "save followed list", save_followed, ports.records.deployment_store, seen_list)
+    log.info(
+        "deployments followed",
+        extra={
+            "fields": {
+                "followed": seen_list.how,
+                "deployments": len(seen_list.records),
+                "recordsRead": seen_list.reads,
+                "stepped": stepped_count,
+            }
+        },
+    )
     return written
+
+
+def _quiet(
+    record: DeploymentRecord,
+    seen: Seen,
+    leaving: frozenset[str],
+    now: datetime,
+    settings: ServingSettings,
+) -> bool:
+    """Whether the deployment's listed state, decided on this read of its endpoint, does
+    nothing (then its record is not read: the decision on the record as stored would be the
+    same, unless a write since the list's read changed it, which the next tick reads)."""
+    state = serving_state(record, now)
+    if state is None:
+        return True  # a record that reads as no state: nothing decides on it (as a step)
+    action = rule.decide(
+        state,
+        seen.observed,
+        now,
+        settings,
+        operation=seen.operations.get(record.request_id),
+        leaving=leaving,
+        read_at=seen.at,
+    )
+    return action.kind is ActionKind.NOTHING
 
 
 #: The actions after which a read of the endpoint no longer says how it is.

@@ -91,6 +91,9 @@ class Watch:
     ended: Mapping[str, Stored]
     mark: Any
     synced_at: datetime
+    #: When the list was last built from whole reads (None: not said; the watch list does not
+    #: say, the followed list is built again hourly from it).
+    built_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ def encode(watch: Watch) -> list[bytes]:
         "ended": {k: [dict(s.raw), s.version] for k, s in watch.ended.items()},
         "mark": watch.mark,
         "syncedAt": watch.synced_at,
+        **({"builtAt": watch.built_at} if watch.built_at is not None else {}),
     }
     text = json.dumps(document, default=_default, separators=(",", ":"), ensure_ascii=False)
     data = text.encode("utf-8")
@@ -300,13 +304,15 @@ def decode(shards: Sequence[bytes]) -> Watch | None:
         if document.get("format") != FORMAT:
             return None
         synced_at = document["syncedAt"]
-        if not isinstance(synced_at, datetime):
+        built_at = document.get("builtAt")
+        if not isinstance(synced_at, datetime) or not isinstance(built_at, datetime | None):
             return None
         return Watch(
             _entries(document["active"]),
             _entries(document["ended"]),
             document.get("mark"),
             synced_at,
+            built_at,
         )
     except Exception:  # noqa: BLE001 - as above: a list that does not read is rebuilt
         return None
