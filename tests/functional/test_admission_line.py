@@ -14,9 +14,10 @@ import pytest
 from shared.app.context import Intake, Tracker
 from shared.app.services import admission
 from shared.bootstrap import Ports
+from shared.domain.admission.line import HEAD_KEPT
 from shared.domain.model import watch as watches
 from tests.fakes import FakeClock, InMemoryJobDatabase
-from tests.functional.test_admission import QUEUES, body, publish, wired
+from tests.functional.test_admission import QUEUES, body, finish, publish, wired
 from tests.functional.test_lifecycle_handlers import tick
 
 
@@ -126,3 +127,51 @@ def test_the_tick_heals_a_line_that_drifted(queued, post_event, clock):
 
     assert tick(post_event, clock) == 200  # from the watch list, which counts the records
     assert saved_line(tracker) == ["r1", "r2", "r4"]
+
+
+def test_the_saved_line_keeps_each_queue_s_head_and_a_pass_weighs_only_a_true_prefix(
+    queued, post_event, clock
+):
+    """Issue 41: the line is saved as each queue's first HEAD_KEPT and its bound, so a pass
+    between ticks decodes a few entries a queue, whatever the line's length; what joined
+    since is synced, and weighed only where it stands within the bound (a request past it
+    may stand behind requests the saved line does not hold)."""
+    _, tracker = queued
+    count = HEAD_KEPT + 10
+    for n in range(count):
+        assert publish(post_event, clock, body(f"r{n:03d}")) == 200
+    assert tick(post_event, clock) == 200
+    saved = watches.decode(database(tracker).line_shards)
+    assert saved is not None
+    assert len(saved.active) == HEAD_KEPT  # r000 was admitted: r001 to r050 are kept
+    assert saved.bounds["team-a"]["requestId"] == f"r{HEAD_KEPT:03d}"
+
+    assert publish(post_event, clock, body("vip", priority="high")) == 200
+    assert publish(post_event, clock, body("late")) == 200
+    found = tracker.jobs.admissions.line(clock.now)
+    assert found is not None
+    held = {w.request_id for w in found.waiters()}
+    assert {"vip", "late"} <= held and len(held) == HEAD_KEPT + 2
+    weighed = admission._windowed(admission.waiting_workloads(found.waiters()), found.line)
+    ids = [w.request_id for w in weighed]
+    # The high-priority arrival stands first; the late one stands past the bound, behind
+    # r051..r059, which the saved line does not hold: not weighed until the tick.
+    assert ids[0] == "vip" and "late" not in ids and len(ids) == admission.PASS_WINDOW
+
+    # The running request's end frees its GPUs: the pass between ticks admits the head.
+    finish(post_event, clock, tracker, "r000")
+    assert tracker.jobs.job_store.get("vip")["admission"]["stage"] == "ADMITTED"
+    assert tracker.jobs.job_store.get("r001")["admission"]["stage"] == "WAITING"
+
+
+def test_the_tick_weighs_every_line_whole_past_the_saved_bound(queued, post_event, clock):
+    _, tracker = queued
+    for n in range(HEAD_KEPT + 5):
+        assert publish(post_event, clock, body(f"r{n:03d}")) == 200
+    assert tick(post_event, clock) == 200
+    # Every waiting request but the bounded queue's first HEAD_KEPT is past the bound; the
+    # tick, which has every waiting record, still counts them all for the operators.
+    summary = database(tracker).admission_summary
+    assert summary is not None
+    queue = next(q for q in summary["queues"] if q["name"] == "team-a")
+    assert queue["waiting"] == HEAD_KEPT + 4

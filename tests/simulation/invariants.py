@@ -23,6 +23,7 @@ from typing import Any
 
 from shared.domain.admission.config import Resource
 from shared.domain.admission.ledger import Ledger
+from shared.domain.admission.line import order_of, queue_of, within_bound
 from shared.domain.decisions.deploy_model import deployment_tag
 from shared.domain.model.ids import LABEL_ATTEMPT, LABEL_REQUEST, label_value
 from shared.domain.model.states import JobState, from_vertex
@@ -786,10 +787,11 @@ def series_one_active(world: World) -> Iterator[str]:
 @invariant("line-complete", "always")
 def line_complete(world: World) -> Iterator[str]:
     """The admission line as a pass reads it (the saved line, then every record stamped for
-    it since its mark) holds every request waiting in its queue, as its record says (its
-    queue, priority, demand and arrival, so a pass orders it as the record would), and no
-    other that has not ended. A record whose last write left no stamp (an older revision's,
-    a hand edit's) is the tick's to heal, and is left out until then."""
+    it since its mark) holds every request waiting in its queue up to the queue's bound (all
+    of them when the line holds the queue whole), as its record says (its queue, priority,
+    demand and arrival, so a pass orders it as the record would), and no other that has not
+    ended. A record whose last write left no stamp (an older revision's, a hand edit's) is
+    the tick's to heal, and is left out until then."""
     db = world.database
     if db.line_head is None:
         return  # none saved: a pass reads the waiting records whole
@@ -820,8 +822,16 @@ def line_complete(world: World) -> Iterator[str]:
         rid: r["admission"]
         for rid, r in live.items()
         if (r.get("admission") or {}).get("stage") == "WAITING"
+        # Past its queue's bound, a request is one the saved line keeps no entry of.
+        and within_bound(saved, queue_of(r), order_of(r))
     }
-    held = {rid: a for rid, a in line.items() if rid in live}
+    held = {
+        rid: a
+        for rid, a in line.items()
+        if rid in live
+        # An entry past its queue's bound (synced since) is one no pass weighs.
+        and within_bound(saved, queue_of(live[rid]), order_of(live[rid]))
+    }
     for request_id in sorted(set(waiting) - set(held)):
         yield f"{request_id} waits in its queue, but the line does not hold it"
     for request_id in sorted(set(held) - set(waiting)):

@@ -28,7 +28,13 @@ from shared.domain.admission.ledger import (
     healed,
     released,
 )
-from shared.domain.admission.line import MAX_LINE_CHANGED, Waiter, built_line, synced_line
+from shared.domain.admission.line import (
+    MAX_LINE_CHANGED,
+    Waiter,
+    built_line,
+    headed,
+    synced_line,
+)
 from shared.domain.admission.rule import Workload
 from shared.domain.decisions.hints import HintAction, take_hint
 from shared.domain.decisions.submissions import (
@@ -435,12 +441,14 @@ class AdmissionRecords:
         records whole once more changed than a sync holds), saying so. ``over`` (the tick's
         heal): a line another pass saved meanwhile is written over, once (a line as of an
         older mark only makes the next sync read more)."""
+        # Saved as each queue's head and bound: what a pass between ticks weighs.
+        saved = headed(line)
         try:
-            if self.admission_store.save_line(line, version):
+            if self.admission_store.save_line(saved, version):
                 return True
             if not over:
                 return False
-            return self.admission_store.save_line(line, self.line_version())
+            return self.admission_store.save_line(saved, self.line_version())
         except WatchTooLarge as exc:
             log.warning(f"admission line not saved: {exc}")
             return False

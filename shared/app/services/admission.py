@@ -63,7 +63,7 @@ from shared.domain.admission.ledger import (
     holds_quota,
     jobs_of,
 )
-from shared.domain.admission.line import Waiter, without
+from shared.domain.admission.line import Waiter, within_bound, without
 from shared.domain.admission.preemption import choose_victims
 from shared.domain.admission.quota import Ceiling, Demand, add
 from shared.domain.admission.rule import (
@@ -72,6 +72,7 @@ from shared.domain.admission.rule import (
     Workload,
     admit,
     never_fits,
+    order_key,
     queue_order,
 )
 from shared.domain.admission.summary import summarise
@@ -240,7 +241,7 @@ def _pass(
         if sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now):
             left.add(ended.request_id)  # out of its line now (a failed write stays in it)
     workloads = waiting_workloads(waiting)
-    weighed = workloads if whole else _windowed(workloads)
+    weighed = workloads if whole else _windowed(workloads, found.line)
     admitted: list[str] = []
     gone: set[str] = set()  # left the line in this pass: admitted, or failed as inadmissible
     plan = None
@@ -347,11 +348,15 @@ def _read_whole(ports: CapacityPorts, queues: Queues) -> list[Waiter]:
     return records + [r for r in elsewhere if r.admission.get("queue") not in queues.queues]
 
 
-def _windowed(workloads: Sequence[Workload]) -> list[Workload]:
-    """Each queue's first :data:`PASS_WINDOW` in its order."""
+def _windowed(workloads: Sequence[Workload], line: Watch | None) -> list[Workload]:
+    """Each queue's first :data:`PASS_WINDOW` in its order, of what ``line`` holds of it
+    whole: none past the queue's bound (:func:`~shared.domain.admission.line.within_bound`),
+    where requests it never held may stand ahead of those that joined since."""
     by_queue: dict[str, list[Workload]] = defaultdict(list)
     for workload in workloads:
-        by_queue[workload.queue].append(workload)
+        order = order_key(workload.priority, workload.arrival, workload.request_id)
+        if line is None or within_bound(line, workload.queue, order):
+            by_queue[workload.queue].append(workload)
     return [w for line in by_queue.values() for w in queue_order(line)[:PASS_WINDOW]]
 
 

@@ -20,6 +20,16 @@ shares), each as :data:`LINE_FIELDS` only, as of a *mark*:
   them (:func:`built_line`), so a line that drifted (a hand edit, an older revision that did not
   stamp) is right again within a tick.
 
+- **Saved as each queue's head.** A pass between ticks weighs only each queue's first few
+  (``PASS_WINDOW``); decoding 10,000 entries to weigh 500 would cost every intake most of its
+  time. So the line is stored as each queue's first :data:`HEAD_KEPT` in queue order, and,
+  for a queue with more, its *bound*: the last entry kept (:func:`headed`). Every request
+  past a bound orders after every entry kept, so a pass that weighs, of each queue, only what
+  orders at or before its bound (:func:`within_bound`) weighs a true prefix of the queue,
+  whatever left it or joined it since (the stamps bring those): never a request ahead of one
+  it did not see. Only the tick, which has every waiting record, weighs the lines whole and
+  sets the bounds afresh.
+
 A line that is missing or does not read is read from the records whole, as before there was
 one, until the tick writes it.
 """
@@ -29,12 +39,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from shared.domain.admission.ledger import demand_from_list, workload_of
 from shared.domain.admission.quota import Demand
-from shared.domain.admission.rule import Workload
+from shared.domain.admission.rule import Workload, order_key
 from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.states import JobState
 from shared.domain.model.watch import Watch, project
@@ -46,6 +56,10 @@ LINE_FIELDS: tuple[str, ...] = ("requestId", "state", "cancelRequested", "admiss
 #: The most records one sync reads as stamped since the line's mark; past it (a backlog the
 #: line cannot have held) a pass reads the line from the records, as when there is none.
 MAX_LINE_CHANGED = 2_000
+#: What the saved line keeps of each queue: its first this many in queue order (twice what a
+#: pass between ticks weighs, so half of them may leave between two ticks before a pass
+#: weighs fewer than its window).
+HEAD_KEPT = 50
 
 
 #: The states a record may be in (a stored name outside them reads as terminal).
@@ -163,7 +177,7 @@ def synced_line(
             entries[key] = project(stored, LINE_FIELDS)
         else:
             entries.pop(key, None)
-    return Watch(entries, {}, mark, now)
+    return Watch(entries, {}, mark, now, bounds=line.bounds)
 
 
 def without(line: Watch, request_ids: Iterable[str], now: datetime) -> Watch:
@@ -171,4 +185,76 @@ def without(line: Watch, request_ids: Iterable[str], now: datetime) -> Watch:
     their records' stamps would tell the next sync, told now."""
     gone = set(request_ids)
     kept = {k: s for k, s in line.active.items() if s.raw.get("requestId") not in gone}
-    return Watch(kept, {}, line.mark, now)
+    return Watch(kept, {}, line.mark, now, bounds=line.bounds)
+
+
+def queue_of(raw: Mapping[str, Any]) -> str:
+    """The queue a line entry waits in."""
+    admission = raw.get("admission")
+    return str(admission.get("queue")) if isinstance(admission, Mapping) else "None"
+
+
+def order_of(raw: Mapping[str, Any]) -> tuple[int, datetime, str]:
+    """Where a line entry stands in its queue's order (:func:`order_key`; an entry whose
+    priority or arrival does not read stands first, as :func:`workload_of` reads none)."""
+    admission = raw.get("admission")
+    admission = admission if isinstance(admission, Mapping) else {}
+    priority = admission.get("priority")
+    since = admission.get("waitingSince")
+    return order_key(
+        priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        since if isinstance(since, datetime) else _FIRST,
+        str(raw.get("requestId") or ""),
+    )
+
+
+#: Where an entry with no arrival time stands: first.
+_FIRST = datetime.min.replace(tzinfo=UTC)
+
+
+def within_bound(line: Watch, queue: str, order: tuple[int, datetime, str]) -> bool:
+    """Whether a request of ``queue`` standing at ``order`` is within what the line holds of
+    its queue: at or before the queue's bound (any, when the line holds the queue whole)."""
+    bound = line.bounds.get(queue)
+    return bound is None or order <= order_of(bound)
+
+
+def headed(line: Watch) -> Watch:
+    """The line as it is saved: each queue's first :data:`HEAD_KEPT` in queue order, and the
+    bound of each queue that has more (its last entry kept). A queue bounded already keeps
+    its bound, or a nearer one: what lies past it was never in this line.
+
+    Examples:
+        >>> from datetime import UTC, timedelta
+        >>> t = datetime(2026, 12, 7, tzinfo=UTC)
+        >>> def entry(i, priority=0):
+        ...     admission = {"stage": "WAITING", "queue": "a", "priority": priority,
+        ...                  "waitingSince": t + timedelta(seconds=i)}
+        ...     return (f"r{i:03d}", Stored({"requestId": f"r{i:03d}", "admission": admission}, 1))
+        >>> line = built_line([entry(i) for i in range(HEAD_KEPT + 10)], 0, t)
+        >>> saved = headed(line)
+        >>> len(saved.active), saved.bounds["a"]["requestId"]
+        (50, 'r049')
+        >>> late = entry(99)[1].raw
+        >>> within_bound(saved, "a", order_of(late))
+        False
+        >>> within_bound(saved, "a", order_of(entry(100, priority=9)[1].raw))
+        True
+    """
+    by_queue: dict[str, list[tuple[tuple[int, datetime, str], str, Stored]]] = {}
+    for key, stored in line.active.items():
+        item = (order_of(stored.raw), key, stored)
+        by_queue.setdefault(queue_of(stored.raw), []).append(item)
+    bounds = dict(line.bounds)
+    entries: dict[str, Stored] = {}
+    for queue, found in by_queue.items():
+        kept = sorted(found, key=lambda item: item[0])
+        if queue in bounds:
+            # Past the bound, a request is one of many this line never held: left out.
+            last = order_of(bounds[queue])
+            kept = [item for item in kept if item[0] <= last]
+        if len(kept) > HEAD_KEPT:
+            kept = kept[:HEAD_KEPT]
+            bounds[queue] = dict(kept[-1][2].raw)
+        entries.update((key, stored) for _, key, stored in kept)
+    return Watch(entries, {}, line.mark, line.synced_at, line.built_at, bounds)

@@ -226,9 +226,15 @@ def fair_share(queue: Queue, usage: Usage, decayed: Mapping[str, float]) -> floa
     return (decayed.get(queue.name, 0.0) + holding) / queue.weight
 
 
+def order_key(priority: int, arrival: datetime, request_id: str) -> tuple[int, datetime, str]:
+    """Where a request stands in its queue's order: priority (higher first), then arrival,
+    then id (so the order is total)."""
+    return (-priority, arrival, request_id)
+
+
 def queue_order(workloads: Sequence[Workload]) -> list[Workload]:
-    """Workloads in their queue's order: priority (higher first), then arrival, then id."""
-    return sorted(workloads, key=lambda w: (-w.priority, w.arrival, w.request_id))
+    """Workloads in their queue's order (:func:`order_key`)."""
+    return sorted(workloads, key=lambda w: order_key(w.priority, w.arrival, w.request_id))
 
 
 def never_fits(queues: Queues, ceiling: Ceiling, workload: Workload) -> bool:

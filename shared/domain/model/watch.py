@@ -94,6 +94,9 @@ class Watch:
     #: When the list was last built from whole reads (None: not said; the watch list does not
     #: say, the followed list is built again hourly from it).
     built_at: datetime | None = None
+    #: Where a list that keeps only a part of each group ends, by group: the last entry kept
+    #: (the admission line keeps each queue's head: :func:`~shared.domain.admission.line.headed`).
+    bounds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,7 @@ def encode(watch: Watch) -> list[bytes]:
         "mark": watch.mark,
         "syncedAt": watch.synced_at,
         **({"builtAt": watch.built_at} if watch.built_at is not None else {}),
+        **({"bounds": {k: dict(v) for k, v in watch.bounds.items()}} if watch.bounds else {}),
     }
     text = json.dumps(document, default=_default, separators=(",", ":"), ensure_ascii=False)
     data = text.encode("utf-8")
@@ -307,12 +311,18 @@ def decode(shards: Sequence[bytes]) -> Watch | None:
         built_at = document.get("builtAt")
         if not isinstance(synced_at, datetime) or not isinstance(built_at, datetime | None):
             return None
+        bounds = document.get("bounds") or {}
+        if not isinstance(bounds, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) for k, v in bounds.items()
+        ):
+            return None
         return Watch(
             _entries(document["active"]),
             _entries(document["ended"]),
             document.get("mark"),
             synced_at,
             built_at,
+            bounds,
         )
     except Exception:  # noqa: BLE001 - as above: a list that does not read is rebuilt
         return None
