@@ -273,13 +273,13 @@ MUTANTS: tuple[Mutant, ...] = (
         0,
         "serving",
         "followed-complete",
-        "shared.domain.serving.followed",
-        "synced_followed",
-        # Issue 41's followed list: a deployment written since the list's mark replaces its
-        # entry. Kept as first listed instead, the tick decides on a state long gone: a cancel
-        # is never seen, a hedge's call never followed.
-        fixed="            entries[key] = project(stored, FOLLOWED_FIELDS)\n",
-        broken="            entries.setdefault(key, project(stored, FOLLOWED_FIELDS))\n",
+        "shared.domain.model.watch",
+        "resynced",
+        # Issue 41's followed list (and the admission line, synced the same way): a record
+        # written since the list's mark replaces its entry. Kept as first listed instead, the
+        # tick decides on a state long gone: a cancel is never seen, a hedge never followed.
+        fixed="            entries[key] = project(stored, fields)\n",
+        broken="            entries.setdefault(key, project(stored, fields))\n",
     ),
 )
 BY_NAME = {m.name: m for m in MUTANTS}

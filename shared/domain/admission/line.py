@@ -47,7 +47,7 @@ from shared.domain.admission.quota import Demand
 from shared.domain.admission.rule import Workload, order_key
 from shared.domain.model.records import JobRecord, Stored
 from shared.domain.model.states import JobState
-from shared.domain.model.watch import Watch, project
+from shared.domain.model.watch import Watch, project, resynced
 
 #: What the line keeps of a waiting record: enough to order it (its ``admission``: queue,
 #: priority, demand, arrival, backoff) and to leave it out (ended, being cancelled).
@@ -171,13 +171,7 @@ def synced_line(
         >>> sorted(synced_line(line, [("a", admitted)], 2, t).active)
         []
     """
-    entries = dict(line.active)
-    for key, stored in changed:
-        if in_line(stored.raw):
-            entries[key] = project(stored, LINE_FIELDS)
-        else:
-            entries.pop(key, None)
-    return Watch(entries, {}, mark, now, bounds=line.bounds)
+    return resynced(line, changed, mark, now, kept=in_line, fields=LINE_FIELDS)
 
 
 def without(line: Watch, request_ids: Iterable[str], now: datetime) -> Watch:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -228,6 +228,27 @@ def synced(
         if at >= watch_since:
             ended[key] = project(stored, ENDED_FIELDS)
     return Synced(Watch(active, ended, mark, now), newly, seen)
+
+
+def resynced(
+    listed: Watch,
+    changed: Sequence[tuple[str, Stored]],
+    mark: Any,
+    now: datetime,
+    *,
+    kept: Callable[[Mapping[str, Any]], bool],
+    fields: Sequence[str],
+) -> Watch:
+    """A list of one kind of entry (the admission line, the followed list) brought up to date
+    with ``changed`` (every record written since its mark, as of ``mark``, the next mark):
+    each record ``kept`` replaces its entry (as ``fields``), any other takes it out."""
+    entries = dict(listed.active)
+    for key, stored in changed:
+        if kept(stored.raw):
+            entries[key] = project(stored, fields)
+        else:
+            entries.pop(key, None)
+    return Watch(entries, {}, mark, now, built_at=listed.built_at, bounds=listed.bounds)
 
 
 def reread(watch: Watch, active: Iterable[tuple[str, Stored]]) -> Watch:

@@ -32,7 +32,7 @@ from typing import Any
 
 from shared.domain.model.records import DeploymentRecord, Stored
 from shared.domain.model.states import DeploymentState
-from shared.domain.model.watch import Watch, project
+from shared.domain.model.watch import Watch, project, resynced
 
 #: What the list keeps of a deployment: its machine's state and everything that state is read
 #: with (a record written before the machine reads as a state from its request and flags).
@@ -101,13 +101,7 @@ def synced_followed(
         >>> sorted(synced_followed(listed, [("a", down)], 2, t).active)
         []
     """
-    entries = dict(listed.active)
-    for key, stored in changed:
-        if followed(stored.raw):
-            entries[key] = project(stored, FOLLOWED_FIELDS)
-        else:
-            entries.pop(key, None)
-    return Watch(entries, {}, mark, now, built_at=listed.built_at)
+    return resynced(listed, changed, mark, now, kept=followed, fields=FOLLOWED_FIELDS)
 
 
 def rebuild_due(listed: Watch, now: datetime) -> bool:
