@@ -136,3 +136,15 @@ resource "google_firestore_field" "watch_unindexed" {
 
   index_config {}
 }
+
+# The admission line and the followed list (collections `line` and `followed`,
+# docs/contract.md), kept as the watch list is: a shard's `data` is up to 1,000,000 bytes of
+# compressed bytes, read only by key, so its single-field indexes are off too.
+resource "google_firestore_field" "list_shards_unindexed" {
+  for_each   = toset(["line", "followed"])
+  database   = google_firestore_database.default.name
+  collection = each.key
+  field      = "data"
+
+  index_config {}
+}
