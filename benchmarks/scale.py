@@ -788,6 +788,10 @@ def main() -> int:
     parser.add_argument("--no-cost", action="store_true", help="skip one job's life and cost")
     parser.add_argument("--no-admission", action="store_true", help="skip the admission line")
     parser.add_argument("--waiting", type=int, help="requests waiting for admission (10,000)")
+    parser.add_argument("--no-deployments", action="store_true", help="skip the deployments")
+    parser.add_argument(
+        "--deployments", type=int, help="Spot deployments, 5 an endpoint (1,000; --ci 100)"
+    )
     parser.add_argument("--cpu-requests", type=int, help="requests a side a round (2,000)")
     parser.add_argument("--cpu-rounds", type=int, help="rounds of each side (5; --ci 3)")
     parser.add_argument("--profile", type=Path, help="write py-spy profiles of the CPU sides")
@@ -850,6 +854,13 @@ def main() -> int:
         checks.extend(
             scale_admission.measure(waiting, 50 if args.ci else 200, 300 if args.ci else 2000)
         )
+    if not args.no_deployments:
+        from benchmarks import scale_deployments
+
+        deployments = args.deployments or (100 if args.ci else 1000)
+        endpoints = max(1, deployments // scale_deployments.PER_ENDPOINT)
+        print(f"\n-- 6. {deployments} Spot deployments on {endpoints} endpoints --", flush=True)
+        checks.extend(scale_deployments.measure(endpoints))
     print(f"\nall targets: {sum(checks)} of {len(checks)} PASS")
     return 0
 
