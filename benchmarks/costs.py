@@ -102,3 +102,54 @@ def gpu_dollars(accelerator: str, gpus: int, hours: float) -> tuple[float, str]:
     per_hour = {s: table.estimate(accelerator, s, 3600.0).cost_usd for s in strategies}
     cheapest = min(per_hour, key=lambda s: per_hour[s])
     return per_hour[cheapest] * gpus * hours, cheapest
+
+
+GIB = 2**30
+DAYS_PER_MONTH = 365 / 12
+
+
+def scheduler_dollars(jobs: int, days: float, prices: dict[str, Any]) -> float:
+    """Cloud Scheduler: ``jobs`` jobs for ``days`` days, at the price of a job-month (the
+    free jobs not applied).
+
+    >>> round(scheduler_dollars(1, 365 / 12, {"scheduler": {"per_job_month": 0.10}}), 6)
+    0.1
+    """
+    return float(jobs * prices["scheduler"]["per_job_month"] * days / DAYS_PER_MONTH)
+
+
+def logged_bytes(lines: int, written: int, invocations: int, prices: dict[str, Any]) -> int:
+    """The bytes Cloud Logging ingests for ``lines`` log lines of ``written`` bytes in all
+    from ``invocations`` function calls: each line with its LogEntry's metadata, and each
+    call's request log (both assumed in the price table, not measured).
+
+    >>> table = {"logging": {"entry_overhead_bytes": 1000, "request_log_bytes": 2000}}
+    >>> logged_bytes(3, 600, 2, table)
+    7600
+    """
+    log = prices["logging"]
+    overhead = (
+        int(log["entry_overhead_bytes"]) * lines + int(log["request_log_bytes"]) * invocations
+    )
+    return written + overhead
+
+
+def logging_dollars(ingested_bytes: float, prices: dict[str, Any]) -> float:
+    """Cloud Logging ingestion of ``ingested_bytes`` (the free 50 GiB not applied).
+
+    >>> logging_dollars(2**30, {"logging": {"per_gib": 0.5}})
+    0.5
+    """
+    return float(ingested_bytes / GIB * prices["logging"]["per_gib"])
+
+
+def spot_gpu_dollars(accelerator: str, gpus: float, hours: float) -> float:
+    """``gpus`` of ``accelerator`` for ``hours`` at the Spot price of ``prices.yaml``.
+
+    >>> spot_gpu_dollars("NVIDIA_L4", 2, 10.0)
+    6.6
+    """
+    from shared.adapters.packaged_prices import load_packaged_prices
+
+    per_hour = load_packaged_prices().estimate(accelerator, "SPOT", 3600.0).cost_usd
+    return round(per_hour * gpus * hours, 6)

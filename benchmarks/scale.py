@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import io
 import json
 import math
 import os
@@ -165,6 +166,24 @@ def rss_high_water_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class LogSink(io.TextIOBase):
+    """Where the function's log lines go in the benchmark: counted (bytes, lines), then
+    dropped. Cloud Logging bills what the function writes (the control plane's cost)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+        self.lines = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.bytes += len(text.encode())
+        self.lines += text.count("\n")
+        return len(text)
+
+
 def tick_child(traced: bool) -> dict[str, Any]:
     """Run one real tick in this (fresh) process; its figures as JSON-able values."""
     import logging
@@ -177,23 +196,23 @@ def tick_child(traced: bool) -> dict[str, Any]:
     from shared.kernel.config import Settings
     from shared.kernel.logs import configure
 
-    configure()  # the function's logging, written where nobody reads it
-    with open(os.devnull, "w") as sink:
-        for handler in logging.getLogger("flexjobs").handlers:
-            if isinstance(handler, logging.StreamHandler):
-                handler.setStream(sink)
-        settings = Settings.from_env()
-        counter = DocumentCounter()
-        database = Firestore(settings, client=counted_firestore(settings.project, counter))
-        tracker = build_tracker(settings, ports=Ports(firestore=database))
-        rss_before = rss_high_water_mib()
-        if traced:
-            tracemalloc.start()
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        changed = handlers.reconcile(Reconcile(), tracker)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        peak = tracemalloc.get_traced_memory()[1] / MIB if traced else None
-        tracemalloc.stop()
+    configure()  # the function's logging, counted and dropped
+    sink = LogSink()
+    for handler in logging.getLogger("flexjobs").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sink)
+    settings = Settings.from_env()
+    counter = DocumentCounter()
+    database = Firestore(settings, client=counted_firestore(settings.project, counter))
+    tracker = build_tracker(settings, ports=Ports(firestore=database))
+    rss_before = rss_high_water_mib()
+    if traced:
+        tracemalloc.start()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    changed = handlers.reconcile(Reconcile(), tracker)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    peak = tracemalloc.get_traced_memory()[1] / MIB if traced else None
+    tracemalloc.stop()
     counts = counter.take()
     return {
         "changed": changed,
@@ -206,6 +225,8 @@ def tick_child(traced: bool) -> dict[str, Any]:
         "documents": counts.documents,
         "writes": counts.writes,
         "rpcs": dict(counts.rpcs),
+        "log_bytes": sink.bytes,
+        "log_lines": sink.lines,
     }
 
 
@@ -371,6 +392,8 @@ class Step:
     ops: Any  # costs.Operations
     cpu: float
     vertex: dict[str, int]
+    log_bytes: int = 0  # what its handler calls logged
+    log_lines: int = 0
 
 
 def job_life() -> list[Step]:
@@ -391,9 +414,9 @@ def job_life() -> list[Step]:
     from shared.kernel.logs import configure
 
     config = StackConfig(functions=(), hints=False, checkpoints=False, time_factor=60.0)
-    # Open for the rest of the run: the handlers keep it after this scenario, and a later one
+    # Kept for the rest of the run: the handlers keep it after this scenario, and a later one
     # replacing their stream flushes it first.
-    sink = open(os.devnull, "w")  # noqa: SIM115
+    sink = LogSink()
     with LocalStack(config) as stack:
         stack.apply_env()
         configure()
@@ -417,6 +440,7 @@ def job_life() -> list[Step]:
             counter.take()
             sim.clear_calls()
             notifier.sizes.clear()
+            logged = (sink.bytes, sink.lines)
             ops, cpu = Operations(), 0.0
             for call in calls:
                 cpu0, t0 = time.process_time(), time.perf_counter()
@@ -433,7 +457,8 @@ def job_life() -> list[Step]:
             ops.pubsub_request_bytes += [b for b in notifier.sizes for _ in range(2)]
             vertex = Counter(str(c.get("method", "?")).rsplit("/", 1)[-1] for c in sim.calls())
             ops.vertex_calls = sum(vertex.values())
-            steps.append(Step(name, ops, cpu, dict(vertex)))
+            log = (sink.bytes - logged[0], sink.lines - logged[1])
+            steps.append(Step(name, ops, cpu, dict(vertex), *log))
 
         request_id = f"life-{os.getpid()}"
         body = spot_request(request_id)
@@ -487,6 +512,19 @@ def job_life() -> list[Step]:
         assert state() == ("SUCCEEDED", 2), state()
     # The benchmark's own reads (store.get between steps) are dropped by each step's first take.
     return steps
+
+
+def job_life_total(steps: list[Step]) -> tuple[Any | None, tuple[int, int]]:
+    """One job's life in all (its handler calls, without its share of ticks), and the bytes
+    and lines its handlers logged; None when section 3 did not run."""
+    from benchmarks.costs import Operations
+
+    if not steps:
+        return None, (0, 0)
+    total = Operations()
+    for step in steps:
+        total = total + step.ops
+    return total, (sum(s.log_bytes for s in steps), sum(s.log_lines for s in steps))
 
 
 def tick_share(tick: TickResult, hours: float) -> tuple[Any, float]:
@@ -790,6 +828,9 @@ def main() -> int:
     parser.add_argument("--waiting", type=int, help="requests waiting for admission (10,000)")
     parser.add_argument("--no-deployments", action="store_true", help="skip the deployments")
     parser.add_argument(
+        "--no-everything", action="store_true", help="skip everything at once (section 7)"
+    )
+    parser.add_argument(
         "--deployments", type=int, help="Spot deployments, 5 an endpoint (1,000; --ci 100)"
     )
     parser.add_argument("--cpu-requests", type=int, help="requests a side a round (2,000)")
@@ -829,11 +870,13 @@ def main() -> int:
         records = args.records or (2000 if args.ci else 100_000)
         print(f"\n-- 2. the status page and flexjobs list at {records} records --", flush=True)
         checks.extend(print_status(status_at(records, 10 if args.ci else 20)))
+    life_steps: list[Step] = []
     if not args.no_cost:
         print(
             "\n-- 3. control-plane cost of one job's life (benchmarks/control_plane_prices.yaml) --"
         )
         steps = job_life()
+        life_steps = steps
         steady = [r for r in results if r.label == "steady"]
         checks.append(print_cost(steps, steady[-1] if steady else None))
     if not args.no_cpu:
@@ -861,6 +904,17 @@ def main() -> int:
         endpoints = max(1, deployments // scale_deployments.PER_ENDPOINT)
         print(f"\n-- 6. {deployments} Spot deployments on {endpoints} endpoints --", flush=True)
         checks.extend(scale_deployments.measure(endpoints))
+    if not args.no_everything:
+        from benchmarks import scale_everything
+
+        jobs = max(sizes) if sizes else (200 if args.ci else 10_000)
+        waiting = args.waiting or (1000 if args.ci else 10_000)
+        deployments = args.deployments or (100 if args.ci else 1000)
+        endpoints = max(1, deployments // 5)
+        print(f"\n-- 7. everything at once: {jobs} active jobs, {waiting} waiting, "
+              f"{deployments} deployments --", flush=True)  # fmt: skip
+        life, life_log = job_life_total(life_steps)
+        checks.extend(scale_everything.measure(jobs, waiting, endpoints, life, life_log))
     print(f"\nall targets: {sum(checks)} of {len(checks)} PASS")
     return 0
 
