@@ -366,8 +366,16 @@ class JobBackend(Protocol):
         """
         ...
 
-    def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
-        """Create the job of one attempt."""
+    def create(
+        self,
+        request: JobRequest,
+        labels: Mapping[str, str],
+        location: str,
+        *,
+        before_send: Callable[[], None] | None = None,
+    ) -> VertexJob:
+        """Create the job of one attempt. ``before_send`` is called last before the create is
+        sent (once the request is built): what it raises is raised, and nothing is sent."""
         ...
 
     def get(self, name: str) -> VertexJob:

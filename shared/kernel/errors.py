@@ -186,5 +186,11 @@ class SubmissionInProgress(TransientError):
     """Another delivery of the same request holds the submission claim right now."""
 
 
+class ClaimExpired(SubmissionInProgress):
+    """This delivery's submission claim expired before its create was sent (a lookup, or the
+    building of the create, outlasted it): another delivery may hold the submission now, and
+    may have created already; nothing was sent, and the redelivery looks up again."""
+
+
 class HintDeferred(TransientError):
     """A hint arrived inside its job's coalescing window; redelivery reads the job later."""

@@ -142,7 +142,16 @@ class InMemoryJobBackend:
             and all(job.labels.get(k) == v for k, v in wanted.items())
         ]
 
-    def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
+    def create(
+        self,
+        request: JobRequest,
+        labels: Mapping[str, str],
+        location: str,
+        *,
+        before_send: Callable[[], None] | None = None,
+    ) -> VertexJob:
+        if before_send is not None:
+            before_send()  # what it raises sends nothing: no call is counted
         self.calls["create"] += 1
         if self.fail_with is not None:
             raise self.fail_with

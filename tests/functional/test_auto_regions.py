@@ -222,7 +222,7 @@ def test_a_cancel_while_a_move_is_in_flight_ends_the_job_made_in_the_new_region(
 
     event = pubsub_cloud_event({"cancel": SEED}, message_id="cancel-in-flight")
 
-    def cancelled_first(request, labels, location):
+    def cancelled_first(request, labels, location, **kwargs):
         # The cancel lands after the retry recorded its region and claimed the attempt, and
         # before its create: it can only mark the record (the claim is live), and asks for
         # redelivery.
@@ -232,7 +232,7 @@ def test_a_cancel_while_a_move_is_in_flight_ends_the_job_made_in_the_new_region(
             assert OTHER in record["locationsUsed"]
             assert post_event("handle_job_request", event).status_code == 500
             assert current(tracker)["cancelRequested"] is True
-        return create(request, labels, location)
+        return create(request, labels, location, **kwargs)
 
     monkeypatch.setattr(tracker.backend, "create", cancelled_first)
     assert tick(post_event, clock) == 200

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -95,15 +94,16 @@ def test_transient_backend_fault_is_not_acknowledged(intake, post_event):
     assert len(intake.backend.created) == 1
 
 
-def test_crash_between_create_and_record_adopts_the_job(intake, post_event):
+def test_crash_between_create_and_record_adopts_the_job(intake, post_event, clock):
     crash_on_next_record(intake.jobs)
-    intake.settings = dataclasses.replace(intake.settings, claim_ttl_seconds=0)
+    intake.clock = clock
     message = unwrap_message(pubsub_cloud_event(load("seed_request")))
     with pytest.raises(KeyboardInterrupt):
         handlers.submit_job(SubmitJob(message=message), intake)
     assert (
         intake.jobs.job_store.get("seed-1")["state"] == "ACCEPTED"
     )  # the claim was never released
+    clock.advance(intake.settings.claim_ttl_seconds)  # the dead delivery's claim expires
     response = post_event("handle_job_request", pubsub_cloud_event(load("seed_request")))
     assert response.status_code == 200
     assert len(intake.backend.created) == 1

@@ -22,6 +22,7 @@ from shared.kernel.config import Settings
 from shared.kernel.errors import (
     BackendRejected,
     BackendUnavailable,
+    ClaimExpired,
     InvalidRequest,
     OutcomeUnknown,
     QuotaExhausted,
@@ -104,6 +105,23 @@ def test_create_dispatches_on_the_request_kind_with_labels_on_the_resource(backe
     assert kwargs["retry"] is None and kwargs["timeout"] == 30.0
     assert dict(kwargs[spec.field].labels) == labels
     assert f"/{spec.collection}/" in job.name
+
+
+def test_before_send_runs_once_the_create_is_built_and_what_it_raises_sends_nothing(
+    backend, clients
+):
+    request = parse_request(load("seed_request"), {}, "m")
+    labels = {"flexjobs-request": "r", "flexjobs-attempt": "1"}
+    seen: list[int] = []
+
+    def held() -> None:  # building the request may be slow: checked after it, before the call
+        seen.append(len(clients))
+        raise ClaimExpired("the claim expired")
+
+    with pytest.raises(ClaimExpired):
+        backend.create(request, labels, "us-central1", before_send=held)
+    assert seen == [1]  # the client was built, and nothing was sent on it
+    assert clients[(JOB_SERVICE, "us-central1")].calls == []
 
 
 @pytest.mark.parametrize("kind", list(TRAINING_KINDS.values()), ids=list(TRAINING_KINDS))

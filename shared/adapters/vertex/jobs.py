@@ -425,8 +425,17 @@ class VertexJobBackend:
         kinds = [TRAINING_KINDS[kind]] if kind is not None else list(TRAINING_KINDS.values())
         return [job for each in kinds for job in self._list(each, location, query)]
 
-    def create(self, request: JobRequest, labels: Mapping[str, str], location: str) -> VertexJob:
+    def create(
+        self,
+        request: JobRequest,
+        labels: Mapping[str, str],
+        location: str,
+        *,
+        before_send: Callable[[], None] | None = None,
+    ) -> VertexJob:
         """Create the job (or pipeline) of one attempt, with ``labels`` on the resource.
+        ``before_send`` runs last before the call is sent: building the request may take a
+        while (a cold instance imports the proto types), and what it raises sends nothing.
 
         Raises:
             BackendRejected: the request is not a training kind, or Vertex refused it.
@@ -438,6 +447,8 @@ class VertexJobBackend:
         resource.labels.update(labels)
         client = self._client(kind, location)
         method = getattr(client, f"create_{kind.field}")
+        if before_send is not None:
+            before_send()
         created = call_vertex(
             kind.rpc("Create"),
             lambda: method(

@@ -59,7 +59,7 @@ def claim_record(
     if found is None:
         made = create({**record, **due})
         if made is not None:
-            return Claimed(token=token, fresh=True, stored=made)
+            return Claimed(token=token, fresh=True, stored=made, expires_at=held["expiresAt"])
     seen: dict[str, Any] = {}
 
     def decide(current: dict[str, Any]) -> dict[str, Any] | None:
@@ -78,4 +78,4 @@ def claim_record(
     wrote, after = write(decide, found)
     if not wrote:
         return Claimed(record=seen)
-    return Claimed(token=token, stored=after)
+    return Claimed(token=token, stored=after, expires_at=held["expiresAt"])

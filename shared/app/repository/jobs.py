@@ -255,7 +255,12 @@ class JobRecords:
         written = self.write(request_id, decide, known)
         if written is None or written.change is None:
             return None
-        return Claimed(token=token, fresh=bool(written.result), stored=written.record.stored)
+        return Claimed(
+            token=token,
+            fresh=bool(written.result),
+            stored=written.record.stored,
+            expires_at=claim["expiresAt"],
+        )
 
     def update_attempt(self, request_id: str, attempt: int, fields: Mapping[str, Any]) -> None:
         """Merge ``fields`` into attempt document ``attempt`` (one write, no read)."""

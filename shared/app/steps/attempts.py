@@ -49,7 +49,12 @@ from shared.domain.model.vertex_jobs import VertexJob
 from shared.domain.request.attempts import attempt_spec
 from shared.domain.request.auto_regions import RegionOptions
 from shared.domain.request.message import JobRequest
-from shared.kernel.errors import BackendRejected, BackendUnavailable, QuotaExhausted
+from shared.kernel.errors import (
+    BackendRejected,
+    BackendUnavailable,
+    ClaimExpired,
+    QuotaExhausted,
+)
 from shared.kernel.events import Event, logged
 from shared.kernel.logs import get_logger
 
@@ -272,7 +277,35 @@ class _Attempt:
         # claim's own job shows (is_stray), without waiting for that claim to expire.
         made_by = {LABEL_CLAIM: claimed.token} if claimed.token else {}
         labels = {**self.labels, **made_by}
-        return self.ports.backend.create(replace(request, spec=body), labels, plan.location)
+        return self.ports.backend.create(
+            replace(request, spec=body),
+            labels,
+            plan.location,
+            before_send=functools.partial(self._still_held, claimed),
+        )
+
+    def _still_held(self, claimed: Claimed) -> None:
+        """The claim is a lease: once it expired, another delivery may have taken it over,
+        looked the attempt up (before this create could land) and created. So a delivery
+        whose lookup, checkpoint lookup or request building outlasted its claim (retried
+        through an outage, slow under load) sends no create; its redelivery looks up again.
+        Checked last before the create is sent (the backend calls it).
+
+        Raises:
+            ClaimExpired: the claim expired before the create could be sent.
+        """
+        now = self.ports.clock()
+        if claimed.expires_at is None or now < claimed.expires_at:
+            return
+        late = (now - claimed.expires_at).total_seconds()
+        log.warning(
+            "claim expired before the create: nothing created",
+            extra={"fields": {"attempt": self.plan.attempt, "lateSeconds": late}},
+        )
+        raise ClaimExpired(
+            f"request {self.request_id!r}: the claim of attempt {self.plan.attempt} expired "
+            f"{late:.1f}s before its create could be sent"
+        )
 
     def record(self, claimed: Claimed, job: VertexJob, adopted: bool) -> Outcome:
         ports, plan, request_id, clock = self.ports, self.plan, self.request_id, self.ports.clock

@@ -11,7 +11,9 @@ is decided here and nowhere else:
    deployed model's tag). Found: it is adopted. A *fresh* claim skips it: no delivery ever
    held this key before (the record was just created, or the attempt was never claimed), so
    nothing can exist under it, and the lookup would only spend a call of the project's quota.
-3. **create**, never retried in-process.
+3. **create**, never retried in-process, and only while the claim holds (checked last
+   before it is sent): a claim that expired meanwhile may have been taken over by a
+   delivery that looked up and created already.
 4. **record** it, in one transaction. A record that will not take it (the request was
    cancelled meanwhile, or another job already holds the attempt) makes the caller cancel it.
 

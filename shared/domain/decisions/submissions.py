@@ -61,6 +61,9 @@ class Claimed:
     fresh: bool = False
     # The record as claimed, with its version: recording the submission decides on it.
     stored: Stored | None = None
+    # When the claim expires (this delivery's clock): past it another delivery may take it
+    # over, so no create may be sent on it any more (see shared.app.steps.attempts).
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
