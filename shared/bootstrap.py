@@ -1,11 +1,14 @@
 """Wire the services to their adapters once per function instance, lazily.
 
 Nothing here runs at import time: the first invocation builds the settings and adapters, and
-the Google clients themselves are created on their first call. Every builder takes
-:class:`Ports`, whose given adapters replace the production ones: tests wire the production
-contexts (retry policy, prices, settings) over in-memory fakes that way. Tests may also
-install a prebuilt context with :func:`override` and :func:`override_tracker`, and drop it
-with ``override(None)`` so the next call rebuilds.
+the Google clients themselves are created on their first call. Nothing heavy is imported with
+this module either: each builder imports the context, the repositories, the policies and the
+adapters it wires, so an entry point loads only what its own context needs (issue 41).
+
+Every builder takes :class:`Ports`, whose given adapters replace the production ones: tests
+wire the production contexts (retry policy, prices, settings) over in-memory fakes that way.
+Tests may also install a prebuilt context with :func:`override` and :func:`override_tracker`,
+and drop it with ``override(None)`` so the next call rebuilds.
 """
 
 from __future__ import annotations
@@ -20,18 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from shared.app.context import Deployments, Intake, Tracker, Uploads
-from shared.app.repository.deployments import DeploymentRecords
-from shared.app.repository.jobs import JobRecords
-from shared.domain.policy.pricing import PriceTable
-from shared.domain.policy.retry import Backoff, RetryPolicy
-from shared.domain.serving.objective import PolicyTable
 from shared.kernel.config import Settings
 from shared.kernel.logs import configure
-from shared.status.site import StatusSite
 
 if TYPE_CHECKING:
     from shared.adapters.firestore.database import Firestore
+    from shared.app.context import Deployments, Intake, Tracker, Uploads
     from shared.app.ports import (
         AdmissionStore,
         AttemptStore,
@@ -47,8 +44,14 @@ if TYPE_CHECKING:
         StoredObjects,
         WatchStore,
     )
+    from shared.app.repository.deployments import DeploymentRecords
+    from shared.app.repository.jobs import JobRecords
     from shared.domain.admission.config import Queues
+    from shared.domain.policy.pricing import PriceTable
+    from shared.domain.policy.retry import RetryPolicy
+    from shared.domain.serving.objective import PolicyTable
     from shared.status.ports import JobViews
+    from shared.status.site import StatusSite
 
 T = TypeVar("T")
 
@@ -124,6 +127,7 @@ def job_records(settings: Settings, ports: Ports) -> JobRecords:
     from shared.adapters.firestore.job_store import FirestoreAttemptStore, FirestoreJobStore
     from shared.adapters.firestore.series_store import FirestoreSeriesStore
     from shared.adapters.firestore.watch_store import FirestoreWatchStore
+    from shared.app.repository.jobs import JobRecords
 
     def build() -> JobRecords:
         def db() -> Firestore:
@@ -143,6 +147,7 @@ def job_records(settings: Settings, ports: Ports) -> JobRecords:
 
 def _deployment_records(settings: Settings, ports: Ports) -> DeploymentRecords:
     from shared.adapters.firestore.deployment_store import FirestoreDeploymentStore
+    from shared.app.repository.deployments import DeploymentRecords
 
     def build() -> DeploymentRecords:
         store = _given(
@@ -167,6 +172,7 @@ def build_intake(
     from shared.adapters.firestore.rejection_log import FirestoreRejectionLog
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.jobs import VertexJobBackend
+    from shared.app.context import Intake
     from shared.domain.request.validation import Guards, validators
 
     settings = settings or Settings.from_env()
@@ -202,6 +208,7 @@ def build_deployments(
     but those ``ports`` gives; its Firestore client is the one of ``ports``' other stores."""
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.endpoints import VertexDeploymentBackend
+    from shared.app.context import Deployments
 
     settings = settings or Settings.from_env()
     ports = ports or Ports()
@@ -257,6 +264,7 @@ def retry_policy(
     classify failures (the event handler and the tick), never the intake of requests.
     """
     from shared.domain.policy.failures import DEFAULT_RULES, load_rules
+    from shared.domain.policy.retry import Backoff, RetryPolicy
     from shared.kernel.errors import FieldError, InvalidConfiguration
 
     rules = DEFAULT_RULES
@@ -326,6 +334,7 @@ def build_tracker(
     from shared.adapters.gcs import GcsCheckpointStore
     from shared.adapters.pubsub import PubsubNotifier
     from shared.adapters.vertex.jobs import VertexJobBackend
+    from shared.app.context import Tracker
 
     settings = settings or Settings.from_env()
     ports = ports or Ports()
@@ -385,6 +394,7 @@ def build_uploads(
     upload function submits requests exactly as the requests function does) and GCS, but the
     adapters ``ports`` gives."""
     from shared.adapters.gcs import GcsCheckpointStore, GcsStoredObjects
+    from shared.app.context import Uploads
 
     settings = settings or Settings.from_env()
     ports = ports or Ports()
@@ -427,6 +437,7 @@ def build_status_site(
     """The production wiring of the status page: read-only Firestore views and the prices,
     but the views and prices ``ports`` gives."""
     from shared.adapters.firestore.views import FirestoreJobViews
+    from shared.status.site import StatusSite
 
     settings = settings or Settings.from_env()
     ports = ports or Ports()
