@@ -11,25 +11,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from shared.app.ports import (
-    CheckpointStore,
-    DeploymentBackend,
-    JobBackend,
-    Notifier,
-    QuotaLimits,
-    RejectionLog,
-    StoredObjects,
-)
-from shared.app.repository.deployments import DeploymentRecords
-from shared.app.repository.jobs import JobRecords
-from shared.domain.admission.config import Queues
-from shared.domain.policy.pricing import PriceTable
 from shared.domain.policy.retry import RetryPolicy
-from shared.domain.request.validation import Validator
-from shared.domain.serving.objective import PolicyTable
-from shared.kernel.config import Settings
+
+# Only the field types: importing a context must not import the ports, the repositories or
+# the admission config's models (issue 41: an entry point loads what its first call needs).
+if TYPE_CHECKING:
+    from shared.app.ports import (
+        CheckpointStore,
+        DeploymentBackend,
+        JobBackend,
+        Notifier,
+        QuotaLimits,
+        RejectionLog,
+        StoredObjects,
+    )
+    from shared.app.repository.deployments import DeploymentRecords
+    from shared.app.repository.jobs import JobRecords
+    from shared.domain.admission.config import Queues
+    from shared.domain.policy.pricing import PriceTable
+    from shared.domain.request.validation import Validator
+    from shared.domain.serving.objective import PolicyTable
+    from shared.kernel.config import Settings
 
 
 @dataclass

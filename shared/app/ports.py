@@ -11,19 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from shared.domain.admission.config import Resource
-from shared.domain.decisions.deploy_model import OperationStatus
 from shared.domain.decisions.submissions import Claimed, Submission
-from shared.domain.model.changes import Change, Decided, DeploymentChange, Written
-from shared.domain.model.checkpoint import Checkpoint
+from shared.domain.model.changes import Decided, DeploymentChange, Written
 from shared.domain.model.records import Stored
-from shared.domain.model.tally import Tally
-from shared.domain.model.vertex_jobs import VertexJob
-from shared.domain.model.watch import Saved, Watch
-from shared.domain.request.message import JobRequest
-from shared.domain.serving.model import ObservedEndpoint
+
+# What only the signatures name: importing the ports must not import the admission config's
+# models or the deployment decisions (issue 41). The names above are exported or used at run
+# time (``DecideDeployment``).
+if TYPE_CHECKING:
+    from shared.domain.admission.config import Resource
+    from shared.domain.decisions.deploy_model import OperationStatus
+    from shared.domain.model.changes import Change
+    from shared.domain.model.checkpoint import Checkpoint
+    from shared.domain.model.tally import Tally
+    from shared.domain.model.vertex_jobs import VertexJob
+    from shared.domain.model.watch import Saved, Watch
+    from shared.domain.request.message import JobRequest
+    from shared.domain.serving.model import ObservedEndpoint
 
 # Claimed and Submission are part of the JobStore contract, so they are exported from here too.
 __all__ = [
