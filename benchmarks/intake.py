@@ -3,16 +3,15 @@
 Measured in one run, side by side on this machine:
 1. end-to-end intake throughput: N requests published → every record QUEUED (requests/s);
 2. the raw Firestore-emulator transaction rate (get + set per transaction), the floor;
-3. import time and peak RSS of functions/main.py (cold start) and of everything an instance
-   loads on its first call, against ``import google.cloud.aiplatform`` (the SDK we avoid).
+3. import time and peak RSS of functions/main.py (cold start) and of the clients an instance
+   loads on its first call, against ``import google.cloud.aiplatform`` (the SDK we avoid):
+   benchmarks/coldstart.py's probes, alternating; ``./dev bench coldstart`` adds each entry
+   point's first delivery.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -21,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from benchmarks import coldstart
+from benchmarks.coldstart import IMPORT_MAIN, Figure
 from flexjobs_local.procs import exit_on_sigterm
 from flexjobs_local.stack import LocalStack, StackConfig
 from shared.domain.model.ids import doc_id
@@ -31,44 +32,15 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 
-IMPORT_PROBE = """
-import json, resource, sys, time
-t0 = time.perf_counter()
-exec(sys.argv[1])
-dt = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"seconds": dt, "maxrss_mib": rss}))
-"""
-
-IMPORTS = {
-    "functions/main.py (cold start)": (
-        "import importlib.util as u; s = u.spec_from_file_location('main', 'functions/main.py');"
-        " m = u.module_from_spec(s); s.loader.exec_module(m)"
-    ),
-    "main.py + first-call clients (aiplatform_v1, firestore, pubsub)": (
-        "import importlib.util as u; s = u.spec_from_file_location('main', 'functions/main.py');"
-        " m = u.module_from_spec(s); s.loader.exec_module(m);"
-        " from google.cloud import aiplatform_v1, firestore, pubsub_v1"
-    ),
-    "import google.cloud.aiplatform (SDK)": "import google.cloud.aiplatform",
-}
+#: What an instance loads by its first call, besides functions/main.py: the three clients.
+FIRST_CALL = "main.py + first-call clients (aiplatform_v1, firestore, pubsub)"
 
 
-def measure_imports(repeats: int) -> dict[str, dict[str, float]]:
-    results: dict[str, dict[str, float]] = {}
-    for name, code in IMPORTS.items():
-        runs = []
-        for _ in range(repeats):  # interleaving would be fairer still; repeats smooth noise
-            out = subprocess.run(
-                [sys.executable, "-c", IMPORT_PROBE, code],
-                cwd=REPO, capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        results[name] = {
-            "seconds_median": statistics.median(r["seconds"] for r in runs),
-            "maxrss_mib_median": statistics.median(r["maxrss_mib"] for r in runs),
-        }
-    return results
+def measure_imports(repeats: int) -> dict[str, Figure]:
+    extra = {
+        FIRST_CALL: f"{IMPORT_MAIN}; from google.cloud import aiplatform_v1, firestore, pubsub_v1"
+    }
+    return coldstart.measure(coldstart.import_probes(extra), repeats)
 
 
 def request(request_id: str) -> dict[str, Any]:
@@ -187,12 +159,10 @@ def main() -> int:
     print(f"Firestore emulator transactions, 1 thread:   {raw_seq:.1f} txn/s")
     print(f"Firestore emulator transactions, 16 threads: {raw_par:.1f} txn/s")
     print(f"intake / raw 16-thread transaction rate: {throughput / raw_par:.2f}")
-    base = imports["import google.cloud.aiplatform (SDK)"]
-    for name, figures in imports.items():
+    for name, figure in imports.items():
         print(
-            f"{name:<66} {figures['seconds_median'] * 1000:7.0f} ms "
-            f"({figures['seconds_median'] / base['seconds_median']:.2f}x SDK)  "
-            f"peak RSS {figures['maxrss_mib_median']:6.1f} MiB"
+            f"{name:<66} {figure.import_s * 1000:7.0f} ms ({figure.ratio:.2f}x SDK)  "
+            f"peak RSS {figure.maxrss_mib:6.1f} MiB"
         )
     return 0
 
