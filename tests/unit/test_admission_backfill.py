@@ -401,3 +401,44 @@ def test_a_retry_in_its_backoff_never_stalls_its_queue_nor_loses_its_place():
     plan = admit(queues, standing, [retry, instead, beside])
     assert ids(plan.admitted) == ["beside"]
     assert ids(h.workload for h in plan.held) == ["retry", "instead"]
+
+
+def _two_queues(qa: int, qb: int) -> Any:
+    return read_queues({"queues": [queue("qa", qa), queue("qb", qb)]})
+
+
+def test_a_backfill_waits_for_a_workload_of_the_held_heads_priority_still_to_come():
+    """Found by Hypothesis: qb's 9-GPU head is held (8 free of 10); qb's 1-GPU backfill would
+    fit beside it at its shadow, but qa's head of the same priority, within qa's nominal,
+    is let in after it by rule 2 without the held head charged: together they would leave
+    the head no room. The backfill waits for it, and the next pass weighs it again."""
+    queues = _two_queues(3, 10)
+    standing = Standing(
+        usage={"qa": {R: 2}}, ceiling=Ceiling({R: 10}), now=T0, releases=[Release(T0, "qa", {R: 2})]
+    )
+    waiting = [
+        work("w0", "qb", 9, limit=None, priority=50),
+        work("w1", "qa", 1, limit=None),
+        work("w2", "qa", 1, limit=None, priority=50),
+        work("w3", "qb", 1, limit=None, priority=50),
+    ]
+    plan = admit(queues, standing, waiting)
+    assert ids(plan.admitted) == ["w2"]
+    assert ids(h.workload for h in plan.held)[:1] == ["w0"]
+
+
+def test_a_shadow_taken_by_an_admission_of_its_priority_lets_nothing_backfill():
+    """Found by Hypothesis: qa's 4-GPU head is held for qb's 1-hour job (shadow: 1 hour); qb's
+    next head of the same priority, within qb's nominal, is let in by rule 2 and holds its GPU
+    for ever: the held head has no shadow any more, so nothing backfills before it."""
+    queues = _two_queues(5, 2)
+    standing = Standing(usage={}, ceiling=Ceiling({R: 4}), now=T0, releases=[])
+    waiting = [
+        work("w0", "qb", 1, limit=HOUR, priority=50),
+        work("w1", "qa", 1, limit=HOUR),
+        work("w2", "qa", 4, limit=None, priority=50),
+        work("w3", "qb", 1, limit=None, priority=50),
+    ]
+    plan = admit(queues, standing, waiting)
+    assert ids(plan.admitted) == ["w0", "w3"]
+    assert ids(h.workload for h in plan.held)[:1] == ["w2"]

@@ -310,14 +310,18 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
         )
         if not fits and not backing_off and standing.now is not None and holds:
             free = not shortfalls(queues, usage, standing.ceiling, queue, head.demand)
-            fits = free and _backfills(
-                queues,
-                standing.ceiling,
-                head,
-                standing.now,
-                [reserved_for[h.request_id] for h in holds],
-                fair=within,  # rule 4: a backfill borrows nothing
-                barred=barred,
+            fits = (
+                free
+                and not _contested(lines, head, holds, blocked | reserved)
+                and _backfills(
+                    queues,
+                    standing.ceiling,
+                    head,
+                    standing.now,
+                    [reserved_for[h.request_id] for h in holds],
+                    fair=within,  # rule 4: a backfill borrows nothing
+                    barred=barred,
+                )
             )
             if free and not fits:
                 barred = max(barred, head.priority)
@@ -332,7 +336,7 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
             # rules 2 and 3 let in) and may still hold its GPUs at that head's shadow
             # narrows the room a later backfill may take there.
             for reservation in reserved_for.values():
-                reservation.charge(head, ends)
+                reservation.charge(queues, standing.ceiling, head, ends)
         elif head.queue not in blocked:
             holds.append(head)
             levels[head.request_id] = _share_after(queue, usage, standing.decayed, head.demand)
@@ -393,10 +397,18 @@ class _Reservation:
     shadow: datetime | None
     room: dict[str, dict[Resource, int]] | None = None
 
-    def charge(self, workload: Workload, ends: datetime | None) -> None:
-        """``workload`` is admitted and holds its GPUs until ``ends`` (None: not known)."""
+    def charge(
+        self, queues: Queues, ceiling: Ceiling, workload: Workload, ends: datetime | None
+    ) -> None:
+        """``workload`` is admitted and holds its GPUs until ``ends`` (None: not known). One
+        that leaves the head no room at its shadow (a workload of its priority in another
+        queue, let in by rules 2 and 3) takes the shadow away: nothing backfills before the
+        head for the rest of the pass (the next pass computes it again)."""
         if self.room is not None and (ends is None or self.shadow is None or ends > self.shadow):
             add(self.room, workload.queue, workload.demand, 1)
+            head = self.head
+            if shortfalls(queues, self.room, ceiling, queues.queue(head.queue), head.demand):
+                self.shadow = None
 
     def spares(
         self, queues: Queues, ceiling: Ceiling, workload: Workload, ends: datetime | None
@@ -456,6 +468,25 @@ def _reserve(
         if release.at <= shadow:
             add(charged, release.queue, release.demand, -1)
     return _Reservation(head, shadow, charged)
+
+
+def _contested(
+    lines: Mapping[str, Sequence[Workload]],
+    head: Workload,
+    holds: Sequence[Workload],
+    closed: set[str],
+) -> bool:
+    """Is a workload of a held head's priority still to be decided in another open queue?
+    Such a workload may be let in by rules 2 and 3 (within its nominal, or catching up)
+    without the held head charged, after a backfill decided now: together they could take
+    the room the backfill left the head at its shadow. A backfill waits for them (the next
+    pass weighs it again)."""
+    lowest = min(h.priority for h in holds)
+    return any(
+        line and line[-1].priority >= lowest
+        for name, line in lines.items()
+        if name != head.queue and name not in closed
+    )
 
 
 def _backfills(
