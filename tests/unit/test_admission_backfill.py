@@ -407,11 +407,11 @@ def _two_queues(qa: int, qb: int) -> Any:
     return read_queues({"queues": [queue("qa", qa), queue("qb", qb)]})
 
 
-def test_a_backfill_waits_for_a_workload_of_the_held_heads_priority_still_to_come():
+def test_a_backfill_leaves_room_for_what_rule_2_still_lets_in_at_the_held_heads_priority():
     """Found by Hypothesis: qb's 9-GPU head is held (8 free of 10); qb's 1-GPU backfill would
     fit beside it at its shadow, but qa's head of the same priority, within qa's nominal,
     is let in after it by rule 2 without the held head charged: together they would leave
-    the head no room. The backfill waits for it, and the next pass weighs it again."""
+    the head no room. The backfill is judged beside it, so it does not go."""
     queues = _two_queues(3, 10)
     standing = Standing(
         usage={"qa": {R: 2}}, ceiling=Ceiling({R: 10}), now=T0, releases=[Release(T0, "qa", {R: 2})]

@@ -310,18 +310,15 @@ def admit(queues: Queues, standing: Standing, waiting: Sequence[Workload]) -> Pl
         )
         if not fits and not backing_off and standing.now is not None and holds:
             free = not shortfalls(queues, usage, standing.ceiling, queue, head.demand)
-            fits = (
-                free
-                and not _contested(lines, head, holds, blocked | reserved)
-                and _backfills(
-                    queues,
-                    standing.ceiling,
-                    head,
-                    standing.now,
-                    [reserved_for[h.request_id] for h in holds],
-                    fair=within,  # rule 4: a backfill borrows nothing
-                    barred=barred,
-                )
+            fits = free and _backfills(
+                queues,
+                standing.ceiling,
+                head,
+                standing.now,
+                [reserved_for[h.request_id] for h in holds],
+                fair=within,  # rule 4: a backfill borrows nothing
+                barred=barred,
+                coming=_entitled(queues, lines, head, holds, usage, closed=blocked | reserved),
             )
             if free and not fits:
                 barred = max(barred, head.priority)
@@ -411,11 +408,17 @@ class _Reservation:
                 self.shadow = None
 
     def spares(
-        self, queues: Queues, ceiling: Ceiling, workload: Workload, ends: datetime | None
+        self,
+        queues: Queues,
+        ceiling: Ceiling,
+        workload: Workload,
+        ends: datetime | None,
+        coming: Sequence[tuple[Workload, datetime | None]] = (),
     ) -> bool:
         """Does admitting ``workload`` now, until ``ends`` (None: not known), keep this
-        head's shadow? It does when it is back by the shadow, or when the head still fits at
-        its shadow beside it (EASY backfilling's extra GPUs)."""
+        head's shadow, beside what is ``coming`` (each until its end)? It does when it is back
+        by the shadow, or when the head still fits at its shadow beside it and them (EASY
+        backfilling's extra GPUs)."""
         if self.shadow is None:
             return False
         if ends is not None and ends <= self.shadow:
@@ -424,6 +427,9 @@ class _Reservation:
             return False
         beside = {name: dict(held) for name, held in self.room.items()}
         add(beside, workload.queue, workload.demand, 1)
+        for other, until in coming:
+            if until is None or until > self.shadow:
+                add(beside, other.queue, other.demand, 1)
         return not shortfalls(
             queues, beside, ceiling, queues.queue(self.head.queue), self.head.demand
         )
@@ -470,23 +476,32 @@ def _reserve(
     return _Reservation(head, shadow, charged)
 
 
-def _contested(
+def _entitled(
+    queues: Queues,
     lines: Mapping[str, Sequence[Workload]],
     head: Workload,
     holds: Sequence[Workload],
+    usage: Usage,
+    *,
     closed: set[str],
-) -> bool:
-    """Is a workload of a held head's priority still to be decided in another open queue?
-    Such a workload may be let in by rules 2 and 3 (within its nominal, or catching up)
-    without the held head charged, after a backfill decided now: together they could take
-    the room the backfill left the head at its shadow. A backfill waits for them (the next
-    pass weighs it again)."""
+) -> list[Workload]:
+    """The workloads still to come in this pass that rule 2 lets in whatever is held: of
+    each other open queue, its first ones of a held head's priority or higher that fit
+    within the queue's nominal, one after another. They take room at a held head's shadow
+    without it charged, so a backfill decided before them must leave it for them too."""
     lowest = min(h.priority for h in holds)
-    return any(
-        line and line[-1].priority >= lowest
-        for name, line in lines.items()
-        if name != head.queue and name not in closed
-    )
+    coming: list[Workload] = []
+    for name, line in lines.items():
+        if name == head.queue or name in closed:
+            continue
+        queue = queues.queue(name)
+        mine: dict[str, dict[Resource, int]] = {name: dict(usage.get(name, {}))}
+        for workload in reversed(line):  # the head is last
+            if workload.priority < lowest or not _within_nominal(queue, mine, workload.demand):
+                break
+            add(mine, name, workload.demand, 1)
+            coming.append(workload)
+    return coming
 
 
 def _backfills(
@@ -498,14 +513,19 @@ def _backfills(
     *,
     fair: bool,
     barred: float,
+    coming: Sequence[Workload] = (),
 ) -> bool:
     """Rule 4 for a workload that fits with nothing held charged: it keeps every held
-    workload's shadow (:meth:`_Reservation.spares`); no higher priority that fits waits
+    workload's shadow (:meth:`_Reservation.spares`), beside what rule 2 will still let in
+    this pass (``coming``: :func:`_entitled`); no higher priority that fits waits
     (``barred``); and it borrows nothing (``fair``: it fits within its queue's nominal)."""
     if workload.priority < barred or not fair:
         return False
     ends = None if workload.limit_seconds is None else held_until(now, workload.limit_seconds)
-    return all(r.spares(queues, ceiling, workload, ends) for r in reservations)
+    after = [
+        (w, None if w.limit_seconds is None else held_until(now, w.limit_seconds)) for w in coming
+    ]
+    return all(r.spares(queues, ceiling, workload, ends, after) for r in reservations)
 
 
 def held_until(at: datetime, seconds: float) -> datetime:
