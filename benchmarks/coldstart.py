@@ -329,13 +329,9 @@ class Deliveries:
 
 def load_main() -> Any:
     """functions/main.py in this process (to seed the stack), as the probes load it."""
-    import importlib.util
+    from benchmarks.floor import functions_main
 
-    spec = importlib.util.spec_from_file_location("coldstart_main", REPO / "functions" / "main.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return functions_main()
 
 
 def measure_deliveries(rounds: int) -> dict[str, Figure]:

@@ -9,17 +9,10 @@ import pytest
 from benchmarks import scale_everything as bench
 from benchmarks.costs import Invocation, Operations, load_prices
 from benchmarks.scale import LogSink
+from tests.unit.test_scale_costs import PRICES as COST_PRICES
 
 PRICES = {
-    "firestore": {"reads_per_100k": 0.06, "writes_per_100k": 0.18},
-    "pubsub": {"per_tib": 40.0, "min_bytes_per_request": 1000},
-    "vertex_api": {"per_call": 0.0},
-    "functions": {
-        "vcpu_second": 0.000024,
-        "gib_second": 0.0000025,
-        "per_million_requests": 0.40,
-        "billing_increment_seconds": 0.1,
-    },
+    **COST_PRICES,
     "scheduler": {"per_job_month": 0.10},
     "logging": {"per_gib": 0.50, "entry_overhead_bytes": 1000, "request_log_bytes": 2000},
 }
