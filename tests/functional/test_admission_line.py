@@ -175,3 +175,29 @@ def test_the_tick_weighs_every_line_whole_past_the_saved_bound(queued, post_even
     assert summary is not None
     queue = next(q for q in summary["queues"] if q["name"] == "team-a")
     assert queue["waiting"] == HEAD_KEPT + 4
+
+
+def test_a_saved_head_that_ran_dry_is_read_whole_from_the_records(queued, post_event, clock):
+    """Found by review: were most of a queue's saved head to leave between two ticks, the
+    requests past its bound (which the saved line does not hold) would be its head, and a
+    pass that weighed the queue without them could let another queue's lower priority go
+    first. A pass that finds fewer than its window left at or before a bound reads that
+    queue's line whole from the records."""
+    _, tracker = queued
+    for n in range(HEAD_KEPT + 10):
+        assert publish(post_event, clock, body(f"r{n:03d}")) == 200
+    assert tick(post_event, clock) == 200
+    for n in range(1, 41):  # 40 of the saved head leave: 10 are left at or before the bound
+        assert publish(post_event, clock, {"cancel": f"r{n:03d}"}) == 200
+
+    found = tracker.jobs.admissions.line(clock.now)
+    assert found is not None
+    waiting = admission._Waiting(found.waiters(), found.line, found.version)
+    refilled = admission._refilled(tracker, waiting)
+
+    assert refilled.refilled == frozenset({"team-a"})
+    workloads = admission.waiting_workloads(refilled.records)
+    weighed = admission._windowed(workloads, refilled.line, refilled.refilled)
+    ids = [w.request_id for w in weighed]
+    # The ten left of the saved head, then the nine past its bound, in queue order.
+    assert ids == [f"r{n:03d}" for n in range(41, HEAD_KEPT + 10)]

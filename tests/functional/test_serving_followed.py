@@ -5,6 +5,7 @@ list within the hour; a list too large to store falls back to reading every reco
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -158,6 +159,21 @@ def test_a_list_too_large_to_store_falls_back_to_reading_every_record(
 
     assert store.reads["alive"] == 5  # every record, as before there was a list
     assert serving(deployments, "s-1").phase.value == "DEFICIT"
+
+
+def test_a_list_that_says_it_was_built_in_the_future_is_built_again(five, deployments, clock):
+    """Found by review: a list whose ``builtAt`` is later than any tick could have written
+    it (forged, or a clock gone wrong) would never be built again within the hour."""
+    store = store_of(deployments)
+    saved = watches.decode(store.followed_shards)
+    assert saved is not None
+    forged = dataclasses.replace(saved, built_at=clock() + timedelta(days=365))
+    store.followed_shards = watches.encode(forged)
+    clock.advance(60)
+
+    refresh_deployments(deployments)
+
+    assert store.reads["alive"] == 5  # built again from the records
 
 
 def test_two_ticks_at_once_save_one_list(five, deployments, clock):

@@ -210,6 +210,9 @@ class _Waiting:
     line: Watch | None = None
     version: Any = None
     dirty: bool = False
+    #: The queues whose whole line this pass read from the records (a saved head that ran
+    #: dry): weighed past their bound.
+    refilled: frozenset[str] = frozenset()
 
 
 def _pass(
@@ -230,6 +233,8 @@ def _pass(
     ledger = admissions.ledger()
     sweep = Sweep("admission")
     found = _read_line(ports, queues, now, tick)
+    if tick is None:
+        found = _refilled(ports, found)
     waiting = _lines(ports, queues, sweep, now, found.records, confirm=whole)
     reading = ports.quota_limits is not None
     if reading:
@@ -241,7 +246,7 @@ def _pass(
         if sweep.each(ended.request_id, "ended", admissions.leave_line, ended.request_id, now):
             left.add(ended.request_id)  # out of its line now (a failed write stays in it)
     workloads = waiting_workloads(waiting)
-    weighed = workloads if whole else _windowed(workloads, found.line)
+    weighed = workloads if whole else _windowed(workloads, found.line, found.refilled)
     admitted: list[str] = []
     gone: set[str] = set()  # left the line in this pass: admitted, or failed as inadmissible
     plan = None
@@ -334,6 +339,39 @@ def _read_line(
     return _Waiting(_read_whole(ports, queues))
 
 
+def _refilled(ports: CapacityPorts, found: _Waiting) -> _Waiting:
+    """The waiting records with the whole line, read from the records, of each queue whose
+    saved head ran dry: fewer than :data:`PASS_WINDOW` of it still wait at or before its
+    bound. Past its bound wait requests the saved line does not hold; weighed without them,
+    its head might be one of those, and another queue's lower priority would go first
+    (found by review). Rare: more than half of a queue's saved head left between two ticks."""
+    line = found.line
+    if line is None or not line.bounds:
+        return found
+    dry: list[str] = []
+    for name in sorted(line.bounds):
+        left = sum(
+            1
+            for w in found.records
+            if w.awaiting_admission
+            and not w.cancel_requested
+            and str(w.admission.get("queue")) == name
+            and within_bound(line, name, w.order)
+        )
+        if left < PASS_WINDOW:
+            dry.append(name)
+    if not dry:
+        return found
+    admissions = ports.jobs.admissions
+    kept = [w for w in found.records if str(w.admission.get("queue")) not in dry]
+    read = [w for name in dry for w in admissions.waiting(name, MAX_WAITING_PER_QUEUE)]
+    log.info(
+        "a saved queue head ran dry: its line read from the records",
+        extra={"fields": {"queues": dry, "read": len(read)}},
+    )
+    return dataclasses.replace(found, records=kept + read, refilled=frozenset(dry))
+
+
 def _read_whole(ports: CapacityPorts, queues: Queues) -> list[Waiter]:
     """Each queue's line read from the records, as many as it may hold and then some (to end
     those past it), and the oldest waiting anywhere (those of a queue the file no longer
@@ -348,14 +386,17 @@ def _read_whole(ports: CapacityPorts, queues: Queues) -> list[Waiter]:
     return records + [r for r in elsewhere if r.admission.get("queue") not in queues.queues]
 
 
-def _windowed(workloads: Sequence[Workload], line: Watch | None) -> list[Workload]:
+def _windowed(
+    workloads: Sequence[Workload], line: Watch | None, whole: frozenset[str] = frozenset()
+) -> list[Workload]:
     """Each queue's first :data:`PASS_WINDOW` in its order, of what ``line`` holds of it
     whole: none past the queue's bound (:func:`~shared.domain.admission.line.within_bound`),
-    where requests it never held may stand ahead of those that joined since."""
+    where requests it never held may stand ahead of those that joined since; a queue in
+    ``whole`` was read whole from the records."""
     by_queue: dict[str, list[Workload]] = defaultdict(list)
     for workload in workloads:
         order = order_key(workload.priority, workload.arrival, workload.request_id)
-        if line is None or within_bound(line, workload.queue, order):
+        if line is None or workload.queue in whole or within_bound(line, workload.queue, order):
             by_queue[workload.queue].append(workload)
     return [w for line in by_queue.values() for w in queue_order(line)[:PASS_WINDOW]]
 

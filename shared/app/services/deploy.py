@@ -381,9 +381,9 @@ def refresh_deployments(ports: Deployments, sweep: Sweep | None = None) -> int:
                 others = leaving - _models_of(record, now)
                 if _quiet(record, seen, others, ports.clock(), settings):
                     continue
-                stepped = sweep.each(
-                    rid, "follow deployment", _advance_in, ports, rid, seen, others
-                )
+                # Stepped on the endpoint's read, its own record and its neighbours' read
+                # fresh (leaving=None): what their listed states say only chose it.
+                stepped = sweep.each(rid, "follow deployment", advance, ports, rid, seen)
             stepped_count += 1
             acted = stepped is not None and stepped.action.kind in _CHANGES_THE_ENDPOINT
             moved = moved or acted
@@ -434,12 +434,6 @@ def _quiet(
 
 #: The actions after which a read of the endpoint no longer says how it is.
 _CHANGES_THE_ENDPOINT = frozenset({ActionKind.TRAFFIC, ActionKind.CALL})
-
-
-def _advance_in(
-    ports: Deployments, request_id: str, seen: Seen, leaving: frozenset[str]
-) -> Stepped | None:
-    return advance(ports, request_id, seen, leaving=leaving)
 
 
 def _models_of(record: DeploymentRecord, now: datetime) -> frozenset[str]:

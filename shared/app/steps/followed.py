@@ -77,7 +77,7 @@ def followed_deployments(store: DeploymentStore, now: datetime) -> Followed:
             records = [DeploymentRecord.decode(s.raw) for s in found]
             return Followed(records, "whole", len(found), None, None)
         return _build(store, saved.at, saved.version, now)
-    if rebuild_due(listed, now):
+    if rebuild_due(listed, saved.at, now):
         return _build(store, saved.at, saved.version, now)
     changed = store.changed_since(listed.mark, saved.at, MAX_FOLLOWED_CHANGED)
     if len(changed) > MAX_FOLLOWED_CHANGED:

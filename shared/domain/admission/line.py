@@ -92,6 +92,11 @@ class Waiter:
         """Its workload (None when its ``admission`` does not read)."""
         return workload_of(self.request_id, self.admission, demand=self.demand)
 
+    @property
+    def order(self) -> tuple[int, datetime, str]:
+        """Where it stands in its queue's order (:func:`order_of`)."""
+        return order_of({"requestId": self.request_id, "admission": self.admission})
+
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> Waiter:
         """The waiter of a line entry (or any record's fields).
@@ -237,6 +242,10 @@ def headed(line: Watch) -> Watch:
     """
     by_queue: dict[str, list[tuple[tuple[int, datetime, str], str, Stored]]] = {}
     for key, stored in line.active.items():
+        if Waiter.of(stored.raw).workload() is None:
+            # Its admission does not read: no pass weighs it, so it holds no place in a head
+            # (left in the line, it would stand first and push the bound before every other).
+            continue
         item = (order_of(stored.raw), key, stored)
         by_queue.setdefault(queue_of(stored.raw), []).append(item)
     bounds = dict(line.bounds)

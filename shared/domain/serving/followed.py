@@ -56,6 +56,9 @@ MAX_FOLLOWED_CHANGED = 2_000
 #: A list built longer ago than this is built again from whole reads (what a stamp cannot
 #: tell: a hand edit, an older revision's write).
 REBUILD_AFTER = timedelta(hours=1)
+#: How far ahead of this instance's clock another's may have stamped ``builtAt``; a list
+#: built further in the future was not built by a tick (forged, or a clock gone wrong).
+CLOCK_SKEW = timedelta(minutes=5)
 
 #: The states of a deployment the tick follows (the others have ended).
 FOLLOWED_STATES = frozenset(
@@ -104,13 +107,29 @@ def synced_followed(
     return resynced(listed, changed, mark, now, kept=followed, fields=FOLLOWED_FIELDS)
 
 
-def rebuild_due(listed: Watch, now: datetime) -> bool:
+def rebuild_due(listed: Watch, at: Any, now: datetime) -> bool:
     """Whether the list is to be built again from whole reads rather than synced: built over
-    :data:`REBUILD_AFTER` ago (or by a revision that did not say when). A quiet list is not
-    saved (its mark stays, and every sync reads what was written since), so its age, not
-    when it was last synced, is what bounds what a stamp cannot tell."""
-    built = listed.built_at
-    return built is None or now - built >= REBUILD_AFTER
+    :data:`REBUILD_AFTER` ago (or by a revision that did not say when, or in the future:
+    a list that says it is younger than it can be would never be built again), or marked as
+    of a time that is not a time of the store's before its read ``at`` (a sync from it would
+    miss what was written since, or not run at all). A quiet list is not saved (its mark
+    stays, and every sync reads what was written since), so its age, not when it was last
+    synced, is what bounds what a stamp cannot tell.
+
+    Examples:
+        >>> from datetime import UTC
+        >>> t = datetime(2026, 12, 7, tzinfo=UTC)
+        >>> def listed(mark, built):
+        ...     return Watch({}, {}, mark, t, built_at=built)
+        >>> rebuild_due(listed(t, t), t, t), rebuild_due(listed(t, t + timedelta(days=1)), t, t)
+        (False, True)
+        >>> rebuild_due(listed("x", t), t, t), rebuild_due(listed(t + timedelta(1), t), t, t)
+        (True, True)
+    """
+    built, mark = listed.built_at, listed.mark
+    if built is None or not isinstance(mark, type(at)) or mark > at:
+        return True
+    return now - built >= REBUILD_AFTER or built > now + CLOCK_SKEW
 
 
 def records_of(listed: Watch) -> list[DeploymentRecord]:
