@@ -52,11 +52,12 @@ def test_a_steady_tick_reads_no_record_and_a_changed_job_only_its_own(
 
     assert handlers.reconcile(Reconcile(), tracker) == 0
     steady = counter.take()
-    # The watch list's one batch get (its head, its tally, its shards) and queries that
-    # return nothing: no record is read, by a query or by its key.
+    # The watch list's one batch get (its head, its tally, its shards), the followed list's
+    # (the deployments', its head and shards), and queries that return nothing: no record
+    # is read, by a query or by its key.
     assert steady.returned["RunQuery"] == 0
-    assert steady.rpcs["BatchGetDocuments"] == 1 and steady.rpcs["GetDocument"] == 0
-    assert steady.returned["BatchGetDocuments"] <= 2 + MAX_SHARDS
+    assert steady.rpcs["BatchGetDocuments"] == 2 and steady.rpcs["GetDocument"] == 0
+    assert steady.returned["BatchGetDocuments"] <= (2 + MAX_SHARDS) + (1 + MAX_SHARDS)
 
     # Two jobs preempted: only their records are read, each whole before it is settled.
     for name in names[:2]:
