@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -348,18 +348,12 @@ def _refilled(ports: CapacityPorts, found: _Waiting) -> _Waiting:
     line = found.line
     if line is None or not line.bounds:
         return found
-    dry: list[str] = []
-    for name in sorted(line.bounds):
-        left = sum(
-            1
-            for w in found.records
-            if w.awaiting_admission
-            and not w.cancel_requested
-            and str(w.admission.get("queue")) == name
-            and within_bound(line, name, w.order)
-        )
-        if left < PASS_WINDOW:
-            dry.append(name)
+    left: Counter[str] = Counter()
+    for w in found.records:  # one pass: this runs on every intake
+        name = str(w.admission.get("queue"))
+        if name in line.bounds and w.awaiting_admission and not w.cancel_requested:
+            left[name] += within_bound(line, name, w.order)
+    dry = [name for name in sorted(line.bounds) if left[name] < PASS_WINDOW]
     if not dry:
         return found
     admissions = ports.jobs.admissions
