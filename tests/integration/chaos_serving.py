@@ -235,30 +235,63 @@ def _sim_time(text: str | None) -> datetime | None:
 # --- the checks ----------------------------------------------------------------------------
 
 
+#: How long an endpoint may be seen dark (its split empty while a model serves) before it is
+#: a problem: a model that landed on, or came back to, an endpoint that takes no traffic is
+#: given it by its deployment's next step that can, and that may wait out a Vertex outage
+#: (the soak's longest is under 25 s) and a backlog of ticks. The quiet phase's bound.
+DARK_LIMIT_SECONDS = 60.0
+
+
 def split_valid(facts: ServingFacts) -> Check:
+    """Every split seen sums to 100. (Whether flexjobs emptied one while another model
+    served is judged on each move by the simulator, which knows the endpoint at the move.)"""
     check = _check("split-valid")
     looked = 0
-    # An endpoint whose split nobody ever set (its models deployed without one) takes no
-    # traffic by its owners' choice: what flexjobs must not do is empty a split that was set.
-    was_set: set[str] = set()
     for sample in facts.samples:
         for endpoint in sample.endpoints:
             looked += 1
             split = {k: int(v) for k, v in (endpoint.get("trafficSplit") or {}).items()}
-            if split:
-                was_set.add(endpoint["name"])
-            where = f"{_short(endpoint['name'])} at {sample.at:%H:%M:%S}"
             if split and sum(split.values()) != 100:
+                where = f"{_short(endpoint['name'])} at {sample.at:%H:%M:%S}"
                 check.problem(f"{where}: split {split} sums to {sum(split.values())}")
+    check.figure = f"{len(facts.samples)} looks at {looked} endpoint states"
+    return check
+
+
+def dark_taken(facts: ServingFacts) -> Check:
+    """No endpoint is left dark: seen with an empty split while a model serves for no longer
+    than :data:`DARK_LIMIT_SECONDS`, and never at the end."""
+    check = _check("dark-taken")
+    # An endpoint whose split nobody ever set (its models deployed without one) takes no
+    # traffic by its owners' choice: what flexjobs must not do is leave dark one that was set.
+    was_set: set[str] = set()
+    dark_since: dict[str, datetime] = {}
+    episodes = 0
+    for sample in facts.samples:
+        for endpoint in sample.endpoints:
+            name = endpoint["name"]
+            split = {k: int(v) for k, v in (endpoint.get("trafficSplit") or {}).items()}
+            if split:
+                was_set.add(name)
+            where = f"{_short(name)} at {sample.at:%H:%M:%S}"
             serving = [
                 m["id"]
                 for m in endpoint.get("deployedModels") or []
                 if _available(m)
                 and not any(tagged(str(m.get("displayName") or ""), r) for r in facts.cancelled)
             ]
-            if not split and serving and endpoint["name"] in was_set:
-                check.problem(f"{where}: empty split while {serving} serve")
-    check.figure = f"{len(facts.samples)} looks at {looked} endpoint states"
+            if not (not split and serving and name in was_set):
+                dark_since.pop(name, None)
+                continue
+            episodes += name not in dark_since
+            since = dark_since.setdefault(name, sample.at)
+            dark = (sample.at - since).total_seconds()
+            if dark > DARK_LIMIT_SECONDS:
+                check.problem(f"{where}: empty split while {serving} serve, for {dark:.0f} s")
+                dark_since[name] = sample.at  # one problem per limit's worth of darkness
+    for name, since in sorted(dark_since.items()):
+        check.problem(f"{_short(name)}: left dark at the end (since {since:%H:%M:%S})")
+    check.figure = f"dark episodes seen: {episodes}, none past {DARK_LIMIT_SECONDS:.0f} s allowed"
     return check
 
 
@@ -570,6 +603,7 @@ def _yaml(text: str) -> dict[str, Any]:
 def check_serving(facts: ServingFacts) -> list[Check]:
     return [
         split_valid(facts),
+        dark_taken(facts),
         traffic_to_serving(facts),
         one_fallback(facts),
         pause_only_for_hand_edits(facts),

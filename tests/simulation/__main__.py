@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         again = ["--controller", mutant.controller, "--mode", "random"]
         again += ["--full"] if args.full else []
         again += ["--seeds", str(args.seeds)] if args.seeds else []
+        again += ["--seconds", str(args.seconds)] if args.seconds else []
         with mutants.installed(mutant):
             return main(again)
     if args.seed is not None:

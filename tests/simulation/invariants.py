@@ -564,22 +564,49 @@ def no_idle_nominal(world: World) -> Iterator[str]:
 
 @invariant("split-valid", "always")
 def split_valid(world: World) -> Iterator[str]:
-    """A traffic split always sums to 100, or is empty only when no model of the endpoint
-    serves (a model of a deployment its owner cancelled, on its way out, does not count)."""
+    """A traffic split always sums to 100, and flexjobs never empties one while a model of the
+    endpoint serves that is not leaving (a model of a deployment its owner cancelled, on its
+    way out, does not count; each move judged on the endpoint as it was when it was made)."""
     backend = world.vertex.endpoints
-    going = sorted(world.cancel_asked)
-    for endpoint, models in sorted(backend.endpoints.items()):
+    for endpoint, _models in sorted(backend.endpoints.items()):
         split = backend.splits.get(endpoint, {})
         total = sum(split.values())
         if split and total != 100:
             yield f"{endpoint.rsplit('/', 1)[-1]}: split {split} sums to {total}"
+    going = sorted(world.cancel_asked)
+    for fact in world.new("split-valid", world.vertex.facts):
+        if fact.what != "traffic set" or fact.detail["split"]:
+            continue
+        names, leaving = fact.detail["names"], fact.detail["leaving"]
+        serving = [
+            model_id
+            for model_id, available in sorted(fact.detail["available"].items())
+            if available
+            and model_id not in leaving
+            and not any(_tagged(names.get(model_id, ""), rid) for rid in going)
+        ]
+        if serving:
+            yield f"{fact.about.rsplit('/', 1)[-1]}: split emptied while {serving} serve"
+
+
+@invariant("dark-taken", "settled")
+def dark_taken(world: World) -> Iterator[str]:
+    """No endpoint is left dark: once the quiet ticks ran, an endpoint whose split is empty
+    has no model that serves (a model of a deployment its owner cancelled does not count). A
+    model that landed on, or came back to, an endpoint that takes no traffic is given it by
+    its deployment's next step that can."""
+    backend = world.vertex.endpoints
+    going = sorted(world.cancel_asked)
+    for endpoint, models in sorted(backend.endpoints.items()):
+        if backend.splits.get(endpoint):
+            continue
         serving = [
             m["id"]
             for m in models
             if (m.get("status") or {}).get("availableReplicaCount")
             and not any(_tagged(str(m.get("displayName") or ""), rid) for rid in going)
         ]
-        if not split and serving:
+        if serving:
             yield f"{endpoint.rsplit('/', 1)[-1]}: empty split while {serving} serve"
 
 

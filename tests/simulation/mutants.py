@@ -281,6 +281,34 @@ MUTANTS: tuple[Mutant, ...] = (
         fixed="            entries[key] = project(stored, fields)\n",
         broken="            entries.setdefault(key, project(stored, fields))\n",
     ),
+    Mutant(
+        "traffic-move-read-stale",
+        0,
+        "serving-alone",
+        "pause-only-for-hand-edits",
+        "shared.domain.serving.rule",
+        "decide",
+        # The chaos soak, seed 359349: a read newer than the one our traffic move was decided
+        # on, and older than the move, decided on the state the move wrote: our own move was
+        # taken for a hand edit, and the deployment paused for good.
+        fixed="    if state.moved_etag and observed.etag == state.moved_etag:\n",
+        broken="    if False:\n",
+        ci=False,
+    ),
+    Mutant(
+        "own-take-lost-is-a-hand-edit",
+        0,
+        "serving-alone",
+        "pause-only-for-hand-edits",
+        "shared.domain.serving.rule",
+        "_edit",
+        # Our take of an endpoint with no traffic whose answer (or write) was lost: the next
+        # read shows ours with all of it, the state as before; taken for a hand edit.
+        fixed="    if pool == 100 and not (state.pool or state.theirs or "
+        "any(state.others.values())):\n",
+        broken="    if False:\n",
+        ci=False,
+    ),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
 

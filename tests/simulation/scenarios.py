@@ -404,8 +404,10 @@ def hand_edits(endpoint: str) -> list[Event]:
 
 def serving_setup(world: World, rng: random.Random) -> None:
     """Three Spot deployments: two on an endpoint shared with a model deployed by hand, one
-    alone on another; a fourth whose endpoint is outside the regions the project allows.
-    Spot capacity comes and goes, operations end late or fail, cancels and resumes come."""
+    on another with a second that names no split (flexjobs alone there: a cancel of the first
+    can leave the endpoint with no traffic, as its model lands or while Spot is gone); a
+    fifth whose endpoint is outside the regions the project allows. Spot capacity comes and
+    goes, operations end late or fail, cancels and resumes come."""
     hand_model(world, SHARED_ENDPOINT)
     world.vertex.endpoints.add_endpoint(OWN_ENDPOINT)
     world.vertex.endpoints.add_endpoint(FORBIDDEN_ENDPOINT)
@@ -416,7 +418,8 @@ def serving_setup(world: World, rng: random.Random) -> None:
     forbidden = deploy_model("d4", FORBIDDEN_ENDPOINT)
     forbidden["deployModel"]["trafficSplit"] = {"0": 100}
     own["deployModel"]["trafficSplit"] = {"0": 100}
-    for body in (first, deploy_model("d2", SHARED_ENDPOINT), own):
+    second = deploy_model("d5", OWN_ENDPOINT, replicas=1)
+    for body in (first, deploy_model("d2", SHARED_ENDPOINT), own, second):
         world.events.append(publish_request(body, kind="deployModel"))
     world.events.append(publish_request(forbidden, kind="deployModel"))
     for request_id in ("d1", "d2", "d3"):
@@ -467,6 +470,26 @@ def serving_parked_setup(world: World, rng: random.Random) -> None:
     for event in world.events:
         if event.label.startswith("cancel "):
             event.weight = 1.0
+
+
+def serving_alone_setup(world: World, rng: random.Random) -> None:
+    """Two Spot deployments alone on one endpoint, with a 4-minute DeployModel: the first
+    takes all its traffic, the second names no split; the first is likely cancelled, often
+    while the second deploys or while Spot is gone. So the endpoint is left with no traffic
+    as the second's model lands, or while it serves nothing, and it takes the endpoint: with
+    two ticks at once, and faults at every call (a traffic move that timed out and happened)."""
+    world.vertex.endpoints.add_endpoint(OWN_ENDPOINT)
+    world.vertex.operation_time["DeployModel"] = timedelta(minutes=4)
+    first = deploy_model("d3", OWN_ENDPOINT, replicas=1)
+    first["deployModel"]["trafficSplit"] = {"0": 100}
+    for body in (first, deploy_model("d5", OWN_ENDPOINT, replicas=1)):
+        world.events.append(publish_request(body, kind="deployModel"))
+    world.events.append(publish_cancel("d3", after="publish d3"))
+    world.events += clock_steps()
+    tick = extra_tick()
+    tick.weight = 3.0
+    world.events.append(tick)
+    world.events += spot_flaps(EAST, "g2-standard-8")
 
 
 def serving_small(world: World, rng: random.Random) -> None:
@@ -820,6 +843,12 @@ SCENARIOS: dict[str, Scenario] = {
         "serving-fast",
         env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
         setup=serving_fast_setup,
+        quiet_minutes=130,
+    ),
+    "serving-alone": Scenario(
+        "serving-alone",
+        env={"FLEXJOBS_ALLOWED_REGIONS": f"{HOME},{EAST}"},
+        setup=serving_alone_setup,
         quiet_minutes=130,
     ),
     "serving-parked": Scenario(

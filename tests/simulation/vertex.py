@@ -580,6 +580,7 @@ class Vertex:
                 "before": before,
                 "available": available,
                 "leaving": leaving,
+                "names": {m["id"]: str(m.get("displayName") or "") for m in models},
             }
             self.facts.append(Fact(self.now(), "traffic set", endpoint, detail))
 

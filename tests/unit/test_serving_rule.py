@@ -1742,3 +1742,47 @@ def test_vertex_answering_a_deploy_model_a_cancel_set_aside_is_waited_for():
     failed = OperationOutcome("operations/op-1", done=True, error="no capacity")
     gone = decide(end.state, empty, later + timedelta(minutes=1), operation=failed)
     assert gone.state.phase is Phase.UNDEPLOYED
+
+
+def test_our_take_of_an_endpoint_with_no_traffic_whose_answer_was_lost_is_no_hand_edit():
+    """The Spot model landed while it served nothing, on an endpoint that takes no traffic;
+    once it serves, it takes the traffic. That UpdateEndpoint timed out after it took effect
+    (or its state's write lost to another delivery's): the next read shows ours with all the
+    traffic and the state as before the move. Our own doing: the baseline moves, no pause."""
+    vertex = Vertex()
+    drive = Driver(vertex, rule.new_state(NAME, 4, ServingPolicy(), T0))
+    first = drive(0)
+    assert first.call is not None
+    vertex.land(first.call, available=0, model_id=SPOT_ID)
+    up = drive()
+    assert (up.kind, up.state.pool) == (ActionKind.RECORD, 0)  # nothing serves: nothing taken
+    vertex.set_available(SPOT_ID, 4)
+    before = drive.state
+    take = drive()
+    assert (take.kind, dict(take.split or {})) == (ActionKind.TRAFFIC, {SPOT_ID: 100})
+    drive.state = before  # the move's answer was lost: Vertex took it, the state did not
+
+    again = drive()
+    assert again.transition != "pause", again.reason
+    assert (again.state.phase, again.state.pool) == (Phase.SERVING, 100)
+
+
+def test_a_model_landing_on_an_endpoint_with_no_traffic_takes_it_in_the_same_step():
+    drive = deployed(share=0)
+    up = drive.actions[-1]
+    assert (up.kind, dict(up.split or {})) == (ActionKind.TRAFFIC, {SPOT_ID: 100})
+    assert up.state.phase is Phase.SERVING and up.state.pool == 100
+
+
+def test_a_read_still_showing_the_etag_our_traffic_move_replaced_decides_nothing():
+    drive = deployed(share=0)
+    moved = rule.traffic_moved(drive.state, "etag", drive.now)
+    # Spot lost every replica: on a read taken before the move, that decides nothing.
+    drive.vertex.set_available(SPOT_ID, 0)
+    stale = rule.decide(moved, drive.vertex.read(), drive.now + MINUTE, SETTINGS)
+    assert (stale.kind, stale.reason) == (
+        ActionKind.NOTHING,
+        "a read from before our last traffic move",
+    )
+    fresh = replace(drive.vertex.read(), etag="etag-2")
+    assert rule.decide(moved, fresh, drive.now + MINUTE, SETTINGS).state.phase is Phase.DEFICIT

@@ -270,7 +270,7 @@ def _act(ports: Deployments, stepped: Stepped, observed: ObservedEndpoint) -> No
         assert action.split is not None
         ports.backend.set_traffic(observed.name, action.split, observed.etag)
         # Vertex took it: a record that moved on meanwhile keeps its newer state.
-        ports.records.moved(rid, stepped, ports.clock())
+        ports.records.moved(rid, stepped, ports.clock(), observed.etag)
         log.info(f"traffic moved: {action.reason}", extra={"fields": fields})
         return
     if action.kind is not ActionKind.CALL:
@@ -313,7 +313,13 @@ def _send(
     assert call is not None
     endpoint = observed.name
     if call.kind is CallKind.DEPLOY_SPOT:
-        request = JobRequest(record.request_id, str(record.kind), record.request)
+        spec = record.request
+        takes = action.deploy is not None and action.deploy.takes_the_endpoint
+        if takes and not spec.get("trafficSplit"):
+            # The endpoint takes no traffic: a request that names no split deploys with all
+            # of it, as the Vertex SDK's Endpoint.deploy does (one that names one keeps it).
+            spec = {**spec, "trafficSplit": {"0": 100}}
+        request = JobRequest(record.request_id, str(record.kind), spec)
         return ports.backend.deploy(request, call.target, call.replicas)
     if call.kind in (CallKind.DEPLOY_FLOOR, CallKind.DEPLOY_FALLBACK):
         template = record.request.get("deployedModel")

@@ -561,6 +561,11 @@ class ServingState:
     #: When the newest read decided on was taken: an older read (another delivery's, taken
     #: before it) decides nothing, so the state never goes back on what it has seen.
     read_at: datetime | None = None
+    #: The endpoint's etag a traffic move of ours replaced: a read that still shows it was
+    #: taken before the move landed (another delivery's, read while the move was on its way),
+    #: and decides nothing. A read's time alone cannot tell: it may be newer than the read
+    #: the move was decided on and still older than the move.
+    moved_etag: str | None = None
     #: Time followed (deployed, not going), and of it the time with fewer replicas than
     #: required (what ``allRequired`` is measured by) and ...
     followed_seconds: float = 0.0
@@ -653,6 +658,7 @@ class ServingState:
             "landing": self.landing.to_dict() if self.landing else None,
             "retryAt": when(self.retry_at),
             "readAt": when(self.read_at),
+            "movedEtag": self.moved_etag,
             "followedSeconds": round(self.followed_seconds, 3),
             "shortSeconds": round(self.short_seconds, 3),
             "darkSeconds": round(self.dark_seconds, 3),
@@ -745,6 +751,7 @@ class ServingState:
             landing=InFlight.decode(raw.get("landing")),
             retry_at=parse_rfc3339(raw.get("retryAt")),
             read_at=parse_rfc3339(raw.get("readAt")),
+            moved_etag=_name(raw.get("movedEtag")) or None,
             followed_seconds=seconds(raw.get("followedSeconds")),
             short_seconds=seconds(raw.get("shortSeconds")),
             dark_seconds=seconds(raw.get("darkSeconds")),
@@ -792,6 +799,10 @@ class Deploy:
     display_name: str
     replicas: int
     spot: bool
+    #: The endpoint took no traffic when this was decided: a Spot model whose request names
+    #: no ``trafficSplit`` is deployed with all of it (``{"0": 100}``), as the Vertex SDK's
+    #: ``Endpoint.deploy`` does on an endpoint with no traffic, so that it never lands dark.
+    takes_the_endpoint: bool = False
 
 
 @dataclass(frozen=True)

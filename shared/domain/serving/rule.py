@@ -532,6 +532,9 @@ def decide(
     taken = read_at or now
     if state.read_at is not None and taken < state.read_at:
         return ServingAction(ActionKind.NOTHING, state, "a read older than the last one", "none")
+    if state.moved_etag and observed.etag == state.moved_etag:
+        why = "a read from before our last traffic move"
+        return ServingAction(ActionKind.NOTHING, state, why, "none")
     read = _Read(observed, now, settings, leaving, taken, operation)
     resolved, notices, cause = _resolve(state, read, operation)
     resolved, seen, adopted = _recognise(resolved, read)
@@ -755,6 +758,12 @@ def _deploying(state: ServingState, read: _Read) -> _Step:
         cap = _capacity(followed, observed)
         phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
         followed = replace(followed, phase=phase, since=since, retry_at=None)
+        ids, weights = _weights(followed, observed)
+        taken = _take_an_empty_endpoint(followed, observed, ids, weights, "following")
+        if taken is not None:
+            # It landed on an endpoint that takes no traffic (emptied while it deployed): it
+            # takes the traffic in this step, not the next, so it serves no longer dark.
+            return replace(taken, transition="deployed", notices=(DEPLOYED,))
         return _Step(ActionKind.RECORD, followed, "following", "deployed", notices=(DEPLOYED,))
     if state.call is not None:
         return _Step(ActionKind.NOTHING, state, f"waiting for {state.call.kind.value}", "none")
@@ -775,7 +784,8 @@ def _deploying(state: ServingState, read: _Read) -> _Step:
         why = "deploy the Spot model"
     call = InFlight(kind, name, now, replicas)
     claimed = replace(state, call=call, retry_at=None)
-    deploy = Deploy(name, replicas, spot=not spotless)
+    empty = not spotless and not observed.traffic_split
+    deploy = Deploy(name, replicas, spot=not spotless, takes_the_endpoint=empty)
     return _Step(ActionKind.CALL, claimed, why, "deploy", call, deploy)
 
 
@@ -862,6 +872,10 @@ def _edit(state: ServingState, read: _Read) -> tuple[str | None, bool]:
         added = sorted(others.keys() - state.others.keys())
         gone = sorted(state.others.keys() - others.keys())
         return f"deployed models changed by hand (added {added}, removed {gone})", False
+    if pool == 100 and not (state.pool or state.theirs or any(state.others.values())):
+        # The endpoint took no traffic and ours now hold all of it: our own take of it
+        # (:func:`_take_an_empty_endpoint`), whose answer or write was lost; never a hand edit.
+        return None, True
     if others == dict(state.others) and pool == state.pool and theirs_share == state.theirs:
         moved = {m.id for m in theirs} != set(state.neighbours)
         return None, moved
@@ -1219,6 +1233,16 @@ def _last_traffic(
         )
     why = "undeploy: waiting for another model to serve before our traffic goes"
     return _Step(ActionKind.NOTHING, going, why, "undeploy")
+
+
+def traffic_moved(state: ServingState, replaced_etag: str, at: datetime) -> ServingState:
+    """``state``, decided with a traffic move, once Vertex took the move (its answer came at
+    ``at``): a read taken before then, or one still showing the endpoint's etag the move
+    replaced, was taken before the move landed and decides nothing. The move may land after
+    another delivery's read that is newer than the read it was decided on; that read, decided
+    on this state, would take our own move for a hand edit (the chaos soak, seed 359349)."""
+    newest = max(at, state.read_at) if state.read_at is not None else at
+    return replace(state, read_at=newest, moved_etag=replaced_etag or None)
 
 
 def _failed_operation(call: InFlight, operation: OperationOutcome | None) -> bool:
