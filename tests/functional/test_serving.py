@@ -6,13 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.app.services.deploy import (
-    Seen,
-    advance,
-    outcome_of,
-    read_endpoint,
-    refresh_deployments,
-)
+from shared.app.services.deploy import Seen, advance, read_endpoint, refresh_deployments
 from shared.domain.serving.model import (
     HISTORY_LIMIT,
     MAX_STATE_BYTES,
@@ -990,49 +984,32 @@ def deploy_without_split(post_event, deployments, request_id):
     return deployments.records.deployment_store.get(request_id)["operation"]
 
 
-def test_a_request_naming_no_split_takes_an_endpoint_that_takes_no_traffic_as_it_lands(
-    post_event, deployments, clock
-):
-    """As the Vertex SDK's Endpoint.deploy does: with no split asked for, a model deployed on
-    an endpoint that takes no traffic is deployed with all of it, and never serves dark."""
-    backend = deployments.backend
-    operation = deploy_without_split(post_event, deployments, "s-1")
-    assert backend._split_of[operation] == {"0": 100}
-    backend.finish(operation)
-    clock.advance(60)
-    refresh_deployments(deployments)
-    model = deployments.records.deployment_store.get("s-1")["deployedModelId"]
-    assert backend.splits[ENDPOINT] == {model: 100}
-    assert [c[0] for c in backend.calls] == []  # no UpdateEndpoint was needed
-    state = serving(deployments, "s-1")
-    assert (state.phase.value, state.pool) == ("SERVING", 100)
-
-
 def test_our_traffic_move_is_not_taken_for_a_hand_edit_by_a_step_that_read_before_it(
     post_event, deployments, clock
 ):
     """Two steps at once (a delivery and the tick) read an endpoint that takes no traffic, on
-    which the deployment's model just landed. The first takes the traffic; the second, whose
-    read is as new as the first's but older than the move, must decide nothing: decided on
-    the state the move wrote, it took our own move for a hand edit and paused for good."""
+    which the deployment's model landed. The first takes the traffic; the second, whose read
+    is as new as the first's but older than the move, must decide nothing: decided on the
+    state the move wrote, it took our own move for a hand edit and paused for good."""
     backend = deployments.backend
     backend.endpoints[ENDPOINT].append(
         {"id": "777", "displayName": "canary", "status": {"availableReplicaCount": 1}}
     )
     backend.set_split_by_hand(ENDPOINT, {"777": 100})
     operation = deploy_without_split(post_event, deployments, "s-1")
-    assert not backend._split_of[operation]  # the endpoint took traffic: none asked for
+    assert not backend._split_of[operation]  # none asked for
     # While it deploys, the canary goes, and its split with it: the model lands dark.
     backend.undeploy_by_hand(ENDPOINT, "777")
     backend.finish(operation)
     clock.advance(60)
-    outcome = {"s-1": outcome_of(backend.operation(operation))}
-    first = Seen(read_endpoint(deployments, ENDPOINT), clock(), outcome)
-    second = Seen(read_endpoint(deployments, ENDPOINT), clock(), outcome)
+    landed = advance(deployments, "s-1")
+    assert landed is not None and landed.action.transition == "deployed"
+    clock.advance(60)
+    first = Seen(read_endpoint(deployments, ENDPOINT), clock(), {})
+    second = Seen(read_endpoint(deployments, ENDPOINT), clock(), {})
 
     took = advance(deployments, "s-1", first)
     assert took is not None and took.action.kind is ActionKind.TRAFFIC
-    assert took.action.transition == "deployed"  # it takes the traffic as it is followed
     late = advance(deployments, "s-1", second)
     assert late is not None and late.action.kind is ActionKind.NOTHING
 

@@ -589,25 +589,34 @@ def split_valid(world: World) -> Iterator[str]:
             yield f"{fact.about.rsplit('/', 1)[-1]}: split emptied while {serving} serve"
 
 
-@invariant("dark-taken", "settled")
+#: Lone ticks (ran alone and unhurt) an endpoint may stay dark through: the first may undeploy
+#: a restored fallback before the take, the next takes it; one more for a read from before a
+#: move of ours.
+DARK_TICKS = 3
+
+
+@invariant("dark-taken", "always")
 def dark_taken(world: World) -> Iterator[str]:
-    """No endpoint is left dark: once the quiet ticks ran, an endpoint whose split is empty
-    has no model that serves (a model of a deployment its owner cancelled does not count). A
-    model that landed on, or came back to, an endpoint that takes no traffic is given it by
-    its deployment's next step that can."""
+    """No endpoint is left dark: an endpoint whose split is empty while a model serves (a
+    model of a deployment its owner cancelled does not count) is given traffic within three
+    ticks that run alone and unhurt, once a model landed on it, or came back to it."""
     backend = world.vertex.endpoints
     going = sorted(world.cancel_asked)
     for endpoint, models in sorted(backend.endpoints.items()):
-        if backend.splits.get(endpoint):
-            continue
         serving = [
             m["id"]
             for m in models
             if (m.get("status") or {}).get("availableReplicaCount")
             and not any(_tagged(str(m.get("displayName") or ""), rid) for rid in going)
         ]
-        if serving:
-            yield f"{endpoint.rsplit('/', 1)[-1]}: empty split while {serving} serve"
+        if backend.splits.get(endpoint) or not serving:
+            world.dark_since.pop(endpoint, None)
+            continue
+        since = world.dark_since.setdefault(endpoint, len(world.lone_ticks))
+        ticks = len(world.lone_ticks) - since
+        if ticks >= DARK_TICKS:
+            where = endpoint.rsplit("/", 1)[-1]
+            yield f"{where}: empty split while {serving} serve, through {ticks} lone ticks"
 
 
 @invariant("traffic-to-serving-models", "always")

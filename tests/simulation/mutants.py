@@ -291,7 +291,7 @@ MUTANTS: tuple[Mutant, ...] = (
         # The chaos soak, seed 359349: a read newer than the one our traffic move was decided
         # on, and older than the move, decided on the state the move wrote: our own move was
         # taken for a hand edit, and the deployment paused for good.
-        fixed="    if state.moved_etag and observed.etag == state.moved_etag:\n",
+        fixed="    if _before_our_move(state, observed, taken):\n",
         broken="    if False:\n",
         ci=False,
     ),
@@ -304,8 +304,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "_edit",
         # Our take of an endpoint with no traffic whose answer (or write) was lost: the next
         # read shows ours with all of it, the state as before; taken for a hand edit.
-        fixed="    if pool == 100 and not (state.pool or state.theirs or "
-        "any(state.others.values())):\n",
+        fixed="    if took and not (state.pool or state.theirs or any(state.others.values())):\n",
         broken="    if False:\n",
         ci=False,
     ),

@@ -223,6 +223,9 @@ class World:
         self.series_concurrency: dict[str, str] = {}
         #: Ticks that ran alone, unhurt, to the end (the admission liveness check reads them).
         self.lone_ticks: list[datetime] = []
+        #: How many lone ticks had run when each endpoint was first seen dark (its split empty
+        #: while a model serves): the dark-taken check counts the lone ticks since.
+        self.dark_since: dict[str, int] = {}
         self._cursors: dict[str, int] = {}
         self._names: dict[str, int] = {}
         #: Bounds of the code a small scope lowers to reach them (module, name) -> value,
@@ -692,6 +695,8 @@ class World:
                 if not m.acked and not m.dead
             ],
             "events": [e.label for e in self.events if not e.done],
+            # How long each dark endpoint has been dark, in lone ticks (dark-taken reads it).
+            "dark": {k: len(self.lone_ticks) - v for k, v in self.dark_since.items()},
             "extra": extra,
         }
         text = json.dumps(state, sort_keys=True, default=str)

@@ -313,13 +313,7 @@ def _send(
     assert call is not None
     endpoint = observed.name
     if call.kind is CallKind.DEPLOY_SPOT:
-        spec = record.request
-        takes = action.deploy is not None and action.deploy.takes_the_endpoint
-        if takes and not spec.get("trafficSplit"):
-            # The endpoint takes no traffic: a request that names no split deploys with all
-            # of it, as the Vertex SDK's Endpoint.deploy does (one that names one keeps it).
-            spec = {**spec, "trafficSplit": {"0": 100}}
-        request = JobRequest(record.request_id, str(record.kind), spec)
+        request = JobRequest(record.request_id, str(record.kind), record.request)
         return ports.backend.deploy(request, call.target, call.replicas)
     if call.kind in (CallKind.DEPLOY_FLOOR, CallKind.DEPLOY_FALLBACK):
         template = record.request.get("deployedModel")

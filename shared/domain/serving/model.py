@@ -558,13 +558,13 @@ class ServingState:
     landing: InFlight | None = None
     #: Nothing is sent before this time (a DeployModel parked for quota, a failed call).
     retry_at: datetime | None = None
-    #: When the newest read decided on was taken: an older read (another delivery's, taken
-    #: before it) decides nothing, so the state never goes back on what it has seen.
+    #: When the newest read decided on was taken, or our last traffic move was answered: an
+    #: older read (another delivery's, taken before it) decides nothing, so the state never
+    #: goes back on what it has seen.
     read_at: datetime | None = None
-    #: The endpoint's etag a traffic move of ours replaced: a read that still shows it was
-    #: taken before the move landed (another delivery's, read while the move was on its way),
-    #: and decides nothing. A read's time alone cannot tell: it may be newer than the read
-    #: the move was decided on and still older than the move.
+    #: The endpoint's etag a traffic move of ours replaced: a read that still shows it soon
+    #: after the move was taken before the move landed (another delivery's, read while the
+    #: move was on its way), and decides nothing (``rule._before_our_move``).
     moved_etag: str | None = None
     #: Time followed (deployed, not going), and of it the time with fewer replicas than
     #: required (what ``allRequired`` is measured by) and ...
@@ -799,10 +799,6 @@ class Deploy:
     display_name: str
     replicas: int
     spot: bool
-    #: The endpoint took no traffic when this was decided: a Spot model whose request names
-    #: no ``trafficSplit`` is deployed with all of it (``{"0": 100}``), as the Vertex SDK's
-    #: ``Endpoint.deploy`` does on an endpoint with no traffic, so that it never lands dark.
-    takes_the_endpoint: bool = False
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,10 @@ CLOCK_SKEW_SECONDS: Final = 60.0
 #: given up and decided again: sending either twice does no harm (a second undeploy of a
 #: model already gone is refused, a second resize to the same size changes nothing).
 CALL_LIMIT_SECONDS: Final = 600.0
+#: A read that still shows the etag our traffic move replaced, taken up to this long after
+#: the move's answer, was taken before the move landed (a GetEndpoint sent before it, slow
+#: to answer, or a clock a little behind). Later, the etag is the endpoint's own again.
+MOVE_SETTLE_SECONDS: Final = 60.0
 #: A refused call is not sent again before this long (the next reads decide it again).
 REFUSED_BACKOFF_SECONDS: Final = 120.0
 
@@ -532,7 +536,7 @@ def decide(
     taken = read_at or now
     if state.read_at is not None and taken < state.read_at:
         return ServingAction(ActionKind.NOTHING, state, "a read older than the last one", "none")
-    if state.moved_etag and observed.etag == state.moved_etag:
+    if _before_our_move(state, observed, taken):
         why = "a read from before our last traffic move"
         return ServingAction(ActionKind.NOTHING, state, why, "none")
     read = _Read(observed, now, settings, leaving, taken, operation)
@@ -758,12 +762,6 @@ def _deploying(state: ServingState, read: _Read) -> _Step:
         cap = _capacity(followed, observed)
         phase, since = (Phase.DEFICIT, now) if cap.short else (Phase.SERVING, None)
         followed = replace(followed, phase=phase, since=since, retry_at=None)
-        ids, weights = _weights(followed, observed)
-        taken = _take_an_empty_endpoint(followed, observed, ids, weights, "following")
-        if taken is not None:
-            # It landed on an endpoint that takes no traffic (emptied while it deployed): it
-            # takes the traffic in this step, not the next, so it serves no longer dark.
-            return replace(taken, transition="deployed", notices=(DEPLOYED,))
         return _Step(ActionKind.RECORD, followed, "following", "deployed", notices=(DEPLOYED,))
     if state.call is not None:
         return _Step(ActionKind.NOTHING, state, f"waiting for {state.call.kind.value}", "none")
@@ -784,8 +782,7 @@ def _deploying(state: ServingState, read: _Read) -> _Step:
         why = "deploy the Spot model"
     call = InFlight(kind, name, now, replicas)
     claimed = replace(state, call=call, retry_at=None)
-    empty = not spotless and not observed.traffic_split
-    deploy = Deploy(name, replicas, spot=not spotless, takes_the_endpoint=empty)
+    deploy = Deploy(name, replicas, spot=not spotless)
     return _Step(ActionKind.CALL, claimed, why, "deploy", call, deploy)
 
 
@@ -872,9 +869,12 @@ def _edit(state: ServingState, read: _Read) -> tuple[str | None, bool]:
         added = sorted(others.keys() - state.others.keys())
         gone = sorted(state.others.keys() - others.keys())
         return f"deployed models changed by hand (added {added}, removed {gone})", False
-    if pool == 100 and not (state.pool or state.theirs or any(state.others.values())):
-        # The endpoint took no traffic and ours now hold all of it: our own take of it
-        # (:func:`_take_an_empty_endpoint`), whose answer or write was lost; never a hand edit.
+    holders = [m for m in observed.models if m.id in mine and observed.share(m.id)]
+    took = pool == 100 and all(m.available > 0 for m in holders)
+    if took and not (state.pool or state.theirs or any(state.others.values())):
+        # The endpoint took no traffic and ours that serve now hold all of it: our own take
+        # of it (:func:`_take_an_empty_endpoint`), whose answer or write was lost; never a
+        # hand edit.
         return None, True
     if others == dict(state.others) and pool == state.pool and theirs_share == state.theirs:
         moved = {m.id for m in theirs} != set(state.neighbours)
@@ -1110,8 +1110,8 @@ def _take_an_empty_endpoint(
     endpoint's traffic, by their replicas, whether or not the request asked for a share. An
     endpoint whose models serve is never left dark (split-valid); a split emptied by hand
     is a hand edit, and pauses the deployment before this is reached."""
-    if observed.traffic_split or sum(weights) <= 0:
-        return None
+    if observed.traffic_split or observed.truncated or sum(weights) <= 0:
+        return None  # (a truncated read does not say the endpoint takes no traffic)
     parts = largest_remainder(100, weights)
     taken = {i: p for i, p in zip(ids, parts, strict=True) if p > 0}
     why = f"{label}: the endpoint took no traffic; ours serve, they take it"
@@ -1233,6 +1233,17 @@ def _last_traffic(
         )
     why = "undeploy: waiting for another model to serve before our traffic goes"
     return _Step(ActionKind.NOTHING, going, why, "undeploy")
+
+
+def _before_our_move(state: ServingState, observed: ObservedEndpoint, taken: datetime) -> bool:
+    """Whether a read taken at ``taken`` still shows the endpoint's etag our last traffic move
+    replaced, within :data:`MOVE_SETTLE_SECONDS` of the move's answer: it was taken before the
+    move landed. Past that, the same etag is read as the endpoint's own (an etag derived from
+    the content repeats when a hand edit puts the split back), so it never holds a deployment,
+    or its cancel, back for good."""
+    if not state.moved_etag or observed.etag != state.moved_etag or state.read_at is None:
+        return False
+    return (taken - state.read_at).total_seconds() <= MOVE_SETTLE_SECONDS
 
 
 def traffic_moved(state: ServingState, replaced_etag: str, at: datetime) -> ServingState:
