@@ -529,9 +529,10 @@ class DeploymentBackend(Protocol):
         """
         ...
 
-    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
+    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> datetime | None:
         """``UpdateEndpoint`` of the traffic split alone, refused if the endpoint changed
-        since the read that gave ``etag``."""
+        since the read that gave ``etag``; the ``updateTime`` of the version it made (None
+        when the answer gives none)."""
         ...
 
     def resize(self, endpoint: str, deployed_model_id: str, replicas: int) -> str:

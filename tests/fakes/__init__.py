@@ -505,6 +505,10 @@ class InMemoryDeploymentBackend:
         self.call_fails_with: Exception | None = None
         self.templates: list[Any] = []  # each fallback's template (the requested deployedModel)
         self.etags: dict[str, str] = {}
+        # Endpoint.update_time: the server's time of each endpoint's last change; the server
+        # stamps each change later than the one before (a clock of its own), so versions
+        # order even when the caller's clock stands still.
+        self.updated: dict[str, datetime] = {}
         self._mutations: dict[str, tuple[str, str, int]] = {}
         self._undeploys: dict[str, tuple[str, str]] = {}
 
@@ -531,6 +535,9 @@ class InMemoryDeploymentBackend:
     def _changed(self, endpoint: str) -> None:
         # Endpoint.etag: every change to the endpoint gives it a new one.
         self.etags[endpoint] = str(next(self._ids))
+        now = self._clock() if self._clock is not None else datetime(2026, 1, 1, tzinfo=UTC)
+        last = max(self.updated.values(), default=now)
+        self.updated[endpoint] = max(now, last + timedelta(microseconds=1))
 
     def set_split_by_hand(self, endpoint: str, split: dict[str, int]) -> None:
         self.splits[endpoint] = dict(split)
@@ -581,7 +588,7 @@ class InMemoryDeploymentBackend:
             return None
         return tuple(self._started[n] for n in names)
 
-    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
+    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> datetime | None:
         """UpdateEndpoint of the split: refused (ABORTED) when the etag is not the current one,
         and refused when the shares do not sum to 100 or name a model not deployed."""
         self.calls.append(("UpdateEndpoint", endpoint, dict(split)))
@@ -594,6 +601,7 @@ class InMemoryDeploymentBackend:
             raise BackendRejected(f"Vertex AI refused UpdateEndpoint: 400 bad split {split}")
         self.splits[endpoint] = {k: int(v) for k, v in split.items() if int(v) > 0}
         self._changed(endpoint)
+        return self.updated[endpoint]
 
     def resize(self, endpoint: str, deployed_model_id: str, replicas: int) -> str:
         self.calls.append(("MutateDeployedModel", endpoint, replicas))
@@ -634,6 +642,8 @@ class InMemoryDeploymentBackend:
             "trafficSplit": dict(self.splits.get(endpoint, {})),
             "etag": self.etags.get(endpoint, ""),
         }
+        if endpoint in self.updated:
+            raw["updateTime"] = self.updated[endpoint].isoformat().replace("+00:00", "Z")
         return ObservedEndpoint.from_json(raw)
 
     def deploy(self, request: JobRequest, display_name: str, replicas: int) -> str:

@@ -1364,12 +1364,12 @@ def test_a_traffic_move_is_written_only_on_the_state_it_was_decided_from(deploym
     # Another write lands first: the move's state is not written over it.
     deployments.drop_from_outbox(rid, before["outbox"])
     deployments.tell(rid, Intent.UNDEPLOY, at(31))
-    assert deployments.moved(rid, stepped, at(32), "etag-1") is True  # serving state unchanged
+    assert deployments.moved(rid, stepped, at(32), at(31)) is True  # serving state unchanged
     moved = ServingState.decode(deployments.deployment_store.get(rid)["serving"])
-    assert moved is not None and (moved.read_at, moved.moved_etag) == (at(32), "etag-1")
+    assert moved is not None and (moved.read_at, moved.endpoint_at) == (at(32), at(31))
     stale = replace(stepped, before=replace(stepped.before, hedges=7))
     kept = deployments.deployment_store.get(rid)
-    assert deployments.moved(rid, stale, at(33), "etag-2") is False
+    assert deployments.moved(rid, stale, at(33), at(33)) is False
     assert deployments.deployment_store.get(rid) == kept
 
 

@@ -288,10 +288,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "pause-only-for-hand-edits",
         "shared.domain.serving.rule",
         "decide",
-        # The chaos soak, seed 359349: a read newer than the one our traffic move was decided
-        # on, and older than the move, decided on the state the move wrote: our own move was
-        # taken for a hand edit, and the deployment paused for good.
-        fixed="    if _before_our_move(state, observed, taken):\n",
+        # The chaos soak, seed 359349, and the full budget's serving-alone seed 197: a read of
+        # an older version of the endpoint than our traffic move made (or than the read the
+        # move was decided on), decided on the state the move wrote: our own move was taken
+        # for a hand edit, and the deployment paused for good.
+        fixed="    if _older_version(state, observed):\n",
         broken="    if False:\n",
         ci=False,
     ),

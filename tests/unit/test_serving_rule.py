@@ -1767,19 +1767,29 @@ def test_our_take_of_an_endpoint_with_no_traffic_whose_answer_was_lost_is_no_han
     assert (again.state.phase, again.state.pool) == (Phase.SERVING, 100)
 
 
-def test_a_read_still_showing_the_etag_our_traffic_move_replaced_decides_nothing():
+def test_a_read_of_a_version_older_than_our_traffic_move_decides_nothing():
+    """Versions are ordered by the endpoint's updateTime, the server's: a read taken by a
+    process whose clock runs ahead, or at the same instant of a clock that stands still, is
+    still known to be older than the version our move made."""
     drive = deployed(share=0)
-    moved = rule.traffic_moved(drive.state, "etag", drive.now)
-    # Spot lost every replica: on a read taken before the move, that decides nothing.
+    made = drive.now + timedelta(seconds=5)
+    moved = rule.traffic_moved(drive.state, made, drive.now)
+    # Spot lost every replica: on a read of a version before the move, that decides nothing,
+    # even one whose reader's clock says it was taken a minute after.
     drive.vertex.set_available(SPOT_ID, 0)
-    stale = rule.decide(moved, drive.vertex.read(), drive.now + MINUTE, SETTINGS)
+    older = replace(drive.vertex.read(), updated_at=made - timedelta(seconds=1))
+    stale = rule.decide(moved, older, drive.now + MINUTE, SETTINGS)
     assert (stale.kind, stale.reason) == (
         ActionKind.NOTHING,
-        "a read from before our last traffic move",
+        "a read of an older version of the endpoint",
     )
-    fresh = replace(drive.vertex.read(), etag="etag-2")
-    assert rule.decide(moved, fresh, drive.now + MINUTE, SETTINGS).state.phase is Phase.DEFICIT
-    # Long after the move, the same etag is the endpoint's own (one derived from the content
-    # repeats when a hand edit puts the split back): it decides, and never holds us back.
-    later = drive.now + timedelta(seconds=rule.MOVE_SETTLE_SECONDS + 1)
-    assert rule.decide(moved, drive.vertex.read(), later, SETTINGS).state.phase is Phase.DEFICIT
+    for fresh in (made, made + MINUTE):  # the version the move made, or a later one
+        read = replace(drive.vertex.read(), updated_at=fresh)
+        decided = rule.decide(moved, read, drive.now + MINUTE, SETTINGS)
+        assert decided.state.phase is Phase.DEFICIT
+        assert decided.state.endpoint_at == fresh
+    # An endpoint that gives no updateTime is ordered by the readers' clocks alone.
+    unversioned = replace(drive.vertex.read(), updated_at=None)
+    assert (
+        rule.decide(moved, unversioned, drive.now + MINUTE, SETTINGS).state.phase is Phase.DEFICIT
+    )

@@ -242,11 +242,12 @@ class VertexDeploymentBackend:
             deployed_model=deployed,
         )
 
-    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> None:
+    def set_traffic(self, endpoint: str, split: Mapping[str, int], etag: str) -> datetime | None:
         """``UpdateEndpoint`` with update mask ``traffic_split`` and the read's ``etag``
         ("used to perform consistent read-modify-write updates"): an endpoint changed since
         that read is refused, and nothing moves. Not retried in-process: the next tick
-        decides again from a fresh read."""
+        decides again from a fresh read. Returns the updated Endpoint's ``updateTime`` (the
+        method returns the Endpoint), as a read decodes it."""
         from google.cloud.aiplatform_v1.types import Endpoint
         from google.protobuf import field_mask_pb2
 
@@ -254,7 +255,7 @@ class VertexDeploymentBackend:
         if etag:
             body.etag = etag
         client = self._client(endpoint)
-        call_vertex(
+        updated = call_vertex(
             "UpdateEndpoint",
             lambda: client.update_endpoint(
                 endpoint=body,
@@ -263,6 +264,8 @@ class VertexDeploymentBackend:
                 timeout=self._settings.call_timeout_seconds,
             ),
         )
+        text = type(updated).to_json(updated, use_integers_for_enums=False)
+        return ObservedEndpoint.from_json(json.loads(text)).updated_at
 
     def resize(self, endpoint: str, deployed_model_id: str, replicas: int) -> str:
         """Start MutateDeployedModel of the fallback's min, max and required replica count

@@ -137,16 +137,18 @@ class DeploymentRecords:
         done = self.deployment_store.transact(request_id, decide)
         return None if done is None else done.result
 
-    def moved(self, request_id: str, stepped: Stepped, now: datetime, replaced_etag: str) -> bool:
-        """After a traffic move Vertex took (its answer came at ``now``; it replaced the
-        endpoint's ``replaced_etag``): write the state decided with it, if the record still
-        holds the state it was decided from (another delivery's newer write wins)."""
+    def moved(
+        self, request_id: str, stepped: Stepped, now: datetime, made_at: datetime | None
+    ) -> bool:
+        """After a traffic move Vertex took (its answer came at ``now``; the endpoint's version
+        it made is of ``made_at``): write the state decided with it, if the record still holds
+        the state it was decided from (another delivery's newer write wins)."""
         before, after = stepped.before, stepped.action
 
         def machine(state: ServingState) -> tuple[ServingState, tuple[str, ...]] | None:
             if state.to_dict() != before.to_dict():
                 return None
-            return rule.traffic_moved(after.state, replaced_etag, now), after.notices
+            return rule.traffic_moved(after.state, made_at, now), after.notices
 
         return self._write(request_id, now, machine) is not None
 

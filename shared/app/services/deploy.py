@@ -268,9 +268,9 @@ def _act(ports: Deployments, stepped: Stepped, observed: ObservedEndpoint) -> No
     fields = {"transition": action.transition, "phase": action.state.phase.value}
     if action.kind is ActionKind.TRAFFIC:
         assert action.split is not None
-        ports.backend.set_traffic(observed.name, action.split, observed.etag)
+        made_at = ports.backend.set_traffic(observed.name, action.split, observed.etag)
         # Vertex took it: a record that moved on meanwhile keeps its newer state.
-        ports.records.moved(rid, stepped, ports.clock(), observed.etag)
+        ports.records.moved(rid, stepped, ports.clock(), made_at)
         log.info(f"traffic moved: {action.reason}", extra={"fields": fields})
         return
     if action.kind is not ActionKind.CALL:

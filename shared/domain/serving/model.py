@@ -205,6 +205,10 @@ class ObservedEndpoint:
     # this read (``ListOperations``): when each started. None when they were not asked for,
     # or not known in full (more than a page): a DeployModel may still be running.
     deploying: tuple[datetime, ...] | None = None
+    #: The endpoint's ``updateTime``: the server's time of its last change. It orders two
+    #: reads of the endpoint whatever the clocks of the processes that took them (None: not
+    #: given).
+    updated_at: datetime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traffic_split", _frozen(self.traffic_split))
@@ -258,7 +262,14 @@ class ObservedEndpoint:
         # Only ids of the models read count: the split of a model past MAX_MODELS is unknown.
         shares = {str(k): _count(v) for k, v in split.items() if str(k) in known}
         truncated = len(listed) > MAX_MODELS
-        return cls(_name(raw.get("name")), tuple(models), shares, _name(raw.get("etag")), truncated)
+        return cls(
+            _name(raw.get("name")),
+            tuple(models),
+            shares,
+            _name(raw.get("etag")),
+            truncated,
+            updated_at=parse_rfc3339(raw.get("updateTime")),
+        )
 
 
 @dataclass(frozen=True)
@@ -562,10 +573,10 @@ class ServingState:
     #: older read (another delivery's, taken before it) decides nothing, so the state never
     #: goes back on what it has seen.
     read_at: datetime | None = None
-    #: The endpoint's etag a traffic move of ours replaced: a read that still shows it soon
-    #: after the move was taken before the move landed (another delivery's, read while the
-    #: move was on its way), and decides nothing (``rule._before_our_move``).
-    moved_etag: str | None = None
+    #: The endpoint's ``updateTime`` in the newest read decided on, or as a traffic move of
+    #: ours left it: a read of an older version of the endpoint (another delivery's, taken
+    #: before that move landed, however its clock runs) decides nothing.
+    endpoint_at: datetime | None = None
     #: Time followed (deployed, not going), and of it the time with fewer replicas than
     #: required (what ``allRequired`` is measured by) and ...
     followed_seconds: float = 0.0
@@ -658,7 +669,7 @@ class ServingState:
             "landing": self.landing.to_dict() if self.landing else None,
             "retryAt": when(self.retry_at),
             "readAt": when(self.read_at),
-            "movedEtag": self.moved_etag,
+            "endpointAt": when(self.endpoint_at),
             "followedSeconds": round(self.followed_seconds, 3),
             "shortSeconds": round(self.short_seconds, 3),
             "darkSeconds": round(self.dark_seconds, 3),
@@ -751,7 +762,7 @@ class ServingState:
             landing=InFlight.decode(raw.get("landing")),
             retry_at=parse_rfc3339(raw.get("retryAt")),
             read_at=parse_rfc3339(raw.get("readAt")),
-            moved_etag=_name(raw.get("movedEtag")) or None,
+            endpoint_at=parse_rfc3339(raw.get("endpointAt")),
             followed_seconds=seconds(raw.get("followedSeconds")),
             short_seconds=seconds(raw.get("shortSeconds")),
             dark_seconds=seconds(raw.get("darkSeconds")),

@@ -78,10 +78,6 @@ CLOCK_SKEW_SECONDS: Final = 60.0
 #: given up and decided again: sending either twice does no harm (a second undeploy of a
 #: model already gone is refused, a second resize to the same size changes nothing).
 CALL_LIMIT_SECONDS: Final = 600.0
-#: A read that still shows the etag our traffic move replaced, taken up to this long after
-#: the move's answer, was taken before the move landed (a GetEndpoint sent before it, slow
-#: to answer, or a clock a little behind). Later, the etag is the endpoint's own again.
-MOVE_SETTLE_SECONDS: Final = 60.0
 #: A refused call is not sent again before this long (the next reads decide it again).
 REFUSED_BACKOFF_SECONDS: Final = 120.0
 
@@ -536,8 +532,8 @@ def decide(
     taken = read_at or now
     if state.read_at is not None and taken < state.read_at:
         return ServingAction(ActionKind.NOTHING, state, "a read older than the last one", "none")
-    if _before_our_move(state, observed, taken):
-        why = "a read from before our last traffic move"
+    if _older_version(state, observed):
+        why = "a read of an older version of the endpoint"
         return ServingAction(ActionKind.NOTHING, state, why, "none")
     read = _Read(observed, now, settings, leaving, taken, operation)
     resolved, notices, cause = _resolve(state, read, operation)
@@ -1235,25 +1231,30 @@ def _last_traffic(
     return _Step(ActionKind.NOTHING, going, why, "undeploy")
 
 
-def _before_our_move(state: ServingState, observed: ObservedEndpoint, taken: datetime) -> bool:
-    """Whether a read taken at ``taken`` still shows the endpoint's etag our last traffic move
-    replaced, within :data:`MOVE_SETTLE_SECONDS` of the move's answer: it was taken before the
-    move landed. Past that, the same etag is read as the endpoint's own (an etag derived from
-    the content repeats when a hand edit puts the split back), so it never holds a deployment,
-    or its cancel, back for good."""
-    if not state.moved_etag or observed.etag != state.moved_etag or state.read_at is None:
-        return False
-    return (taken - state.read_at).total_seconds() <= MOVE_SETTLE_SECONDS
+def _older_version(state: ServingState, observed: ObservedEndpoint) -> bool:
+    """Whether ``observed`` shows an older version of the endpoint than the state was decided
+    on, or than a traffic move of ours made: by the server's ``updateTime``, which orders
+    versions whatever the readers' clocks (two steps of one deployment at once, the chaos
+    soak's seed 359349; two reads of one instant of the simulator's clock)."""
+    return (
+        state.endpoint_at is not None
+        and observed.updated_at is not None
+        and observed.updated_at < state.endpoint_at
+    )
 
 
-def traffic_moved(state: ServingState, replaced_etag: str, at: datetime) -> ServingState:
-    """``state``, decided with a traffic move, once Vertex took the move (its answer came at
-    ``at``): a read taken before then, or one still showing the endpoint's etag the move
-    replaced, was taken before the move landed and decides nothing. The move may land after
+def traffic_moved(state: ServingState, made_at: datetime | None, at: datetime) -> ServingState:
+    """``state``, decided with a traffic move, once Vertex took the move: the endpoint's
+    version it made (its ``updateTime``, ``made_at``) and the time of its answer (``at``, for
+    an endpoint that gives no ``updateTime``). A read of an older version, or taken before the
+    answer, was taken before the move landed and decides nothing. The move may land after
     another delivery's read that is newer than the read it was decided on; that read, decided
     on this state, would take our own move for a hand edit (the chaos soak, seed 359349)."""
     newest = max(at, state.read_at) if state.read_at is not None else at
-    return replace(state, read_at=newest, moved_etag=replaced_etag or None)
+    version = state.endpoint_at
+    if made_at is not None and (version is None or made_at > version):
+        version = made_at
+    return replace(state, read_at=newest, endpoint_at=version)
 
 
 def _failed_operation(call: InFlight, operation: OperationOutcome | None) -> bool:
@@ -1331,6 +1332,9 @@ def _accounted(
     if step.kind is not ActionKind.NOTHING or after.phase is not before.phase:
         causes.append(step.reason)
     after = replace(after, read_at=max(read.taken, after.read_at or read.taken))
+    seen = read.observed.updated_at
+    if seen is not None and (after.endpoint_at is None or seen > after.endpoint_at):
+        after = replace(after, endpoint_at=seen)
     if (
         after.history
         and after.history[-1].at == read.now
