@@ -539,9 +539,14 @@ class Endpoints:
         self._changed(record, at)
 
     def _changed(self, record: _EndpointRecord, at: float) -> None:
-        """The one place an endpoint changes: a new etag and update_time (see the module doc)."""
+        """The one place an endpoint changes: a new etag and update_time (see the module doc).
+        The update time never goes back: an event the engine applies late (an operation that
+        ended at ``at``, before a change already applied) is a change made now, after it, as
+        a server stamps its changes."""
         record.version += 1
-        record.msg.update_time = to_datetime(at)
+        last = record.msg.update_time
+        stamp = max(at, last.timestamp()) if last is not None else at
+        record.msg.update_time = to_datetime(stamp)
         record.msg.etag = _etag(record)
 
     def _model(self, record: _EndpointRecord, model_id: str) -> Any:

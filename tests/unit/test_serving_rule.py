@@ -1788,6 +1788,10 @@ def test_a_read_of_a_version_older_than_our_traffic_move_decides_nothing():
         decided = rule.decide(moved, read, drive.now + MINUTE, SETTINGS)
         assert decided.state.phase is Phase.DEFICIT
         assert decided.state.endpoint_at == fresh
+    # A read taken past READ_SETTLE_SECONDS after the newest one cannot be from before it:
+    # an older time is then the endpoint's own, and never holds the deployment for good.
+    later = drive.now + timedelta(seconds=rule.READ_SETTLE_SECONDS + 1)
+    assert rule.decide(moved, older, later, SETTINGS).state.phase is Phase.DEFICIT
     # An endpoint that gives no updateTime is ordered by the readers' clocks alone.
     unversioned = replace(drive.vertex.read(), updated_at=None)
     assert (

@@ -78,6 +78,9 @@ CLOCK_SKEW_SECONDS: Final = 60.0
 #: given up and decided again: sending either twice does no harm (a second undeploy of a
 #: model already gone is refused, a second resize to the same size changes nothing).
 CALL_LIMIT_SECONDS: Final = 600.0
+#: A read of the endpoint taken this long after the newest one a deployment decided on cannot
+#: be from before it (a GetEndpoint answers within its deadline, well under a minute).
+READ_SETTLE_SECONDS: Final = 60.0
 #: A refused call is not sent again before this long (the next reads decide it again).
 REFUSED_BACKOFF_SECONDS: Final = 120.0
 
@@ -532,7 +535,7 @@ def decide(
     taken = read_at or now
     if state.read_at is not None and taken < state.read_at:
         return ServingAction(ActionKind.NOTHING, state, "a read older than the last one", "none")
-    if _older_version(state, observed):
+    if _older_version(state, observed, taken):
         why = "a read of an older version of the endpoint"
         return ServingAction(ActionKind.NOTHING, state, why, "none")
     read = _Read(observed, now, settings, leaving, taken, operation)
@@ -1231,16 +1234,19 @@ def _last_traffic(
     return _Step(ActionKind.NOTHING, going, why, "undeploy")
 
 
-def _older_version(state: ServingState, observed: ObservedEndpoint) -> bool:
-    """Whether ``observed`` shows an older version of the endpoint than the state was decided
-    on, or than a traffic move of ours made: by the server's ``updateTime``, which orders
-    versions whatever the readers' clocks (two steps of one deployment at once, the chaos
-    soak's seed 359349; two reads of one instant of the simulator's clock)."""
-    return (
-        state.endpoint_at is not None
-        and observed.updated_at is not None
-        and observed.updated_at < state.endpoint_at
-    )
+def _older_version(state: ServingState, observed: ObservedEndpoint, taken: datetime) -> bool:
+    """Whether ``observed`` (taken at ``taken``) shows an older version of the endpoint than
+    the state was decided on, or than a traffic move of ours made: by the server's
+    ``updateTime``, which orders versions whatever the readers' clocks (two steps of one
+    deployment at once, the chaos soak's seed 359349; two reads of one instant of the
+    simulator's clock). Only within :data:`READ_SETTLE_SECONDS` of the newest read: a read
+    taken later cannot be from before it, and an older time is then the endpoint's own (a
+    server whose times went back), which never holds a deployment, or its cancel, for good."""
+    if state.endpoint_at is None or observed.updated_at is None:
+        return False
+    if state.read_at is not None and (taken - state.read_at).total_seconds() > READ_SETTLE_SECONDS:
+        return False
+    return observed.updated_at < state.endpoint_at
 
 
 def traffic_moved(state: ServingState, made_at: datetime | None, at: datetime) -> ServingState:
