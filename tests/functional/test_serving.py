@@ -213,9 +213,16 @@ def test_a_hedge_that_timed_out_is_not_sent_again_and_its_fallback_is_adopted(
     from shared.kernel.errors import OutcomeUnknown
 
     model = deploy(post_event, deployments, "s-1")
-    deployments.backend.call_fails_with = OutcomeUnknown("Vertex AI DeployModel timed out")
+    backend = deployments.backend
+    sent = backend.deploy_on_demand
+
+    def happened_then_timed_out(*args, **kwargs):
+        sent(*args, **kwargs)  # Vertex runs it (ListOperations lists it) ...
+        raise OutcomeUnknown("Vertex AI DeployModel timed out")  # ... its answer is lost
+
+    backend.deploy_on_demand = happened_then_timed_out
     hedge(deployments, clock, model)
-    deployments.backend.call_fails_with = None
+    backend.deploy_on_demand = sent
     state = serving(deployments, "s-1")
     assert state.call is not None  # the claim is kept, its answer lost
     assert (state.call.kind, state.call.operation, state.call.unknown) == (
@@ -227,10 +234,9 @@ def test_a_hedge_that_timed_out_is_not_sent_again_and_its_fallback_is_adopted(
     for _ in range(10):
         clock.advance(60)
         refresh_deployments(deployments)
+    # It runs: never sent again meanwhile, however long (a GPU DeployModel takes minutes).
     assert [c[0] for c in deployments.backend.calls] == ["DeployModel"]
-    # It had happened after all: the fallback lists under its name, and is ours.
-    template = deployments.records.get("s-1").request["deployedModel"]
-    deployments.backend.deploy_on_demand(ENDPOINT, state.call.target, 2, template)
+    # It lands: the fallback lists under its name, and is ours.
     deployments.backend.finish(next(iter(deployments.backend._pending)))
     clock.advance(60)
     refresh_deployments(deployments)
@@ -639,9 +645,10 @@ def test_a_tick_that_died_between_the_hedge_claim_and_its_call_hedges_again_afte
     post_event, deployments, clock
 ):
     """A claim nobody answered (the instance died at the call, or before Vertex's answer)
-    cannot tell a call never sent from one that will land: exactly once wins over speed, so
-    the claim holds until OPERATION_LIMIT_SECONDS, then a new grace period, then a hedge."""
-    from shared.domain.serving.rule import DEPLOY_LIMIT_SECONDS as OPERATION_LIMIT_SECONDS
+    cannot tell a call never sent from one that will land: it holds until, a minute after
+    it (LOST_DEPLOY_SECONDS), the endpoint runs no DeployModel started since (one that
+    reached Vertex would run from then), then a new grace period, then a hedge."""
+    from shared.domain.serving.rule import LOST_DEPLOY_SECONDS
 
     class Killed(BaseException):
         pass
@@ -651,10 +658,9 @@ def test_a_tick_that_died_between_the_hedge_claim_and_its_call_hedges_again_afte
     with pytest.raises(Killed):
         hedge(deployments, clock, model)
     deployments.backend.call_fails_with = None
-    for _ in range(int(OPERATION_LIMIT_SECONDS // 60) - 1):
-        clock.advance(60)
-        refresh_deployments(deployments)
-    assert [c[0] for c in deployments.backend.calls].count("DeployModel") == 1
+    clock.advance(LOST_DEPLOY_SECONDS / 2)
+    refresh_deployments(deployments)
+    assert [c[0] for c in deployments.backend.calls].count("DeployModel") == 1  # held
     for _ in range(7):  # the limit, then the grace period
         clock.advance(60)
         refresh_deployments(deployments)

@@ -292,7 +292,7 @@ MUTANTS: tuple[Mutant, ...] = (
         # an older version of the endpoint than our traffic move made (or than the read the
         # move was decided on), decided on the state the move wrote: our own move was taken
         # for a hand edit, and the deployment paused for good.
-        fixed="    if _older_version(state, observed):\n",
+        fixed="    if _older_version(state, observed, taken):\n",
         broken="    if False:\n",
         ci=False,
     ),
