@@ -305,7 +305,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "_edit",
         # Our take of an endpoint with no traffic whose answer (or write) was lost: the next
         # read shows ours with all of it, the state as before; taken for a hand edit.
-        fixed="    if took and not (state.pool or state.theirs or any(state.others.values())):\n",
+        fixed="    if pool == 100 and not (state.pool or state.theirs or "
+        "any(state.others.values())):\n",
         broken="    if False:\n",
         ci=False,
     ),

@@ -876,12 +876,11 @@ def _edit(state: ServingState, read: _Read) -> tuple[str | None, bool]:
         added = sorted(others.keys() - state.others.keys())
         gone = sorted(state.others.keys() - others.keys())
         return f"deployed models changed by hand (added {added}, removed {gone})", False
-    holders = [m for m in observed.models if m.id in mine and observed.share(m.id)]
-    took = pool == 100 and all(m.available > 0 for m in holders)
-    if took and not (state.pool or state.theirs or any(state.others.values())):
-        # The endpoint took no traffic and ours that serve now hold all of it: our own take
-        # of it (:func:`_take_an_empty_endpoint`), whose answer or write was lost; never a
-        # hand edit.
+    if pool == 100 and not (state.pool or state.theirs or any(state.others.values())):
+        # The endpoint took no traffic and ours now hold all of it: our own take of it
+        # (:func:`_take_an_empty_endpoint`), whose answer or write was lost; never a hand
+        # edit. Whether they still serve does not tell: Spot may have gone since the take
+        # (found by the simulator at its full budget, serving-alone seed 101).
         return None, True
     if others == dict(state.others) and pool == state.pool and theirs_share == state.theirs:
         moved = {m.id for m in theirs} != set(state.neighbours)
